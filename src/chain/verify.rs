@@ -1,0 +1,633 @@
+//! The streaming verifier. See the module docs of [`crate::chain`].
+
+use super::{event_digest, Digest};
+use crate::event::Event;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+/// How many recent hashes the verifier remembers exactly.
+pub const WINDOW: usize = 1 << 16;
+
+/// Bits in the Bloom filter of all hashes seen (16 MiB).
+const BLOOM_BITS: usize = 1 << 27;
+
+/// `ID:HASH`: the hash an event had when the anchor was saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Anchor {
+    /// The event id.
+    pub id: i64,
+    /// Its hash then.
+    pub hash: String,
+}
+
+impl std::str::FromStr for Anchor {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (id, hash) = s
+            .trim()
+            .split_once(':')
+            .ok_or_else(|| format!("anchor '{s}' is not ID:HASH"))?;
+        let id: i64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("anchor '{s}': '{id}' is not an event id"))?;
+        let hash = hash.trim().to_ascii_lowercase();
+        if id < 1 || Digest::from_hex(&hash).is_none() {
+            return Err(format!(
+                "anchor '{s}' is not ID:HASH (an id ≥ 1 and 64 hex digits)"
+            ));
+        }
+        Ok(Anchor { id, hash })
+    }
+}
+
+/// What is wrong, with its evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum Problem {
+    /// The stored hash is not the hash of the event's fields.
+    HashMismatch {
+        /// The hash recomputed from kind, content, meta and prev_hash.
+        expected: String,
+        /// The stored hash.
+        found: Option<String>,
+    },
+    /// `prev_hash` is not the previous event's hash.
+    BrokenLink {
+        /// The previous event's hash.
+        expected: Option<String>,
+        /// This event's `prev_hash`.
+        found: Option<String>,
+        /// The event whose hash `prev_hash` really is (a fork), or null (foreign).
+        points_to: Option<i64>,
+    },
+    /// The id is not the previous id plus one (or 1 for the first event).
+    IdGap {
+        /// The id that should be here.
+        expected: i64,
+    },
+    /// The first event has a `prev_hash`.
+    GenesisPrevHash {
+        /// Its `prev_hash`.
+        found: String,
+    },
+    /// The same hash appears twice.
+    DuplicateHash {
+        /// The repeated hash.
+        hash: String,
+        /// The event that had it first.
+        first_id: Option<i64>,
+    },
+    /// An anchor does not hold: the event has another hash, or is gone (truncation).
+    AnchorMismatch {
+        /// The anchored hash.
+        expected: String,
+        /// The hash found at that id, or null when the ledger ends before it.
+        found: Option<String>,
+    },
+    /// A record that is not an event (with the line it is on, for files).
+    Malformed {
+        /// 1-based line (JSONL) or the line where parsing stopped (JSON).
+        line: Option<u64>,
+        /// What is wrong with it.
+        error: String,
+    },
+    /// A derived event that does not match what its inputs give.
+    DerivedMismatch {
+        /// What was checked.
+        what: String,
+        /// What the inputs give.
+        expected: Value,
+        /// What the event holds.
+        found: Value,
+    },
+}
+
+/// One `{"type":"finding"}` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Always `finding`.
+    #[serde(rename = "type")]
+    pub record: &'static str,
+    /// The event concerned (null for a malformed record without an id).
+    pub id: Option<i64>,
+    /// What is wrong.
+    #[serde(flatten)]
+    pub problem: Problem,
+}
+
+impl Finding {
+    /// A finding about event `id`.
+    pub fn new(id: Option<i64>, problem: Problem) -> Self {
+        Finding {
+            record: "finding",
+            id,
+            problem,
+        }
+    }
+}
+
+/// The closing `{"type":"summary"}` record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Summary {
+    /// Always `summary`.
+    #[serde(rename = "type")]
+    pub record: &'static str,
+    /// Where the events came from (file name, `-`, or the database path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Events read.
+    pub events: u64,
+    /// The first event's id.
+    pub first_id: Option<i64>,
+    /// The last event's id.
+    pub last_id: Option<i64>,
+    /// The last event's stored hash.
+    pub last_hash: Option<String>,
+    /// Count of `hash_mismatch` findings.
+    pub hash_mismatches: u64,
+    /// Count of `broken_link` findings.
+    pub broken_links: u64,
+    /// Count of `id_gap` findings.
+    pub id_gaps: u64,
+    /// Count of `derived_mismatch` findings.
+    pub derived_mismatches: u64,
+    /// Count of `duplicate_hash` findings.
+    pub duplicate_hashes: u64,
+    /// Count of `genesis_prev_hash` findings.
+    pub genesis_errors: u64,
+    /// Count of `anchor_mismatch` findings.
+    pub anchor_mismatches: u64,
+    /// Count of `malformed` findings.
+    pub malformed: u64,
+    /// How many anchors were checked.
+    pub anchors_checked: u64,
+    /// True when there is no finding at all.
+    pub ok: bool,
+    /// sha256 of all hashes concatenated in id order (the reference telemetry's digest).
+    pub sha256_full_digest: String,
+}
+
+impl Summary {
+    fn count(&mut self, p: &Problem) {
+        match p {
+            Problem::HashMismatch { .. } => self.hash_mismatches += 1,
+            Problem::BrokenLink { .. } => self.broken_links += 1,
+            Problem::IdGap { .. } => self.id_gaps += 1,
+            Problem::GenesisPrevHash { .. } => self.genesis_errors += 1,
+            Problem::DuplicateHash { .. } => self.duplicate_hashes += 1,
+            Problem::AnchorMismatch { .. } => self.anchor_mismatches += 1,
+            Problem::Malformed { .. } => self.malformed += 1,
+            Problem::DerivedMismatch { .. } => self.derived_mismatches += 1,
+        }
+    }
+
+    fn findings(&self) -> u64 {
+        self.hash_mismatches
+            + self.broken_links
+            + self.id_gaps
+            + self.genesis_errors
+            + self.duplicate_hashes
+            + self.anchor_mismatches
+            + self.malformed
+            + self.derived_mismatches
+    }
+}
+
+struct Bloom {
+    bits: Vec<u64>,
+}
+
+impl Bloom {
+    fn new() -> Self {
+        Bloom {
+            bits: vec![0; BLOOM_BITS / 64],
+        }
+    }
+
+    // A sha256 digest is already uniformly random: its bytes are the k hash functions.
+    fn positions(d: &Digest) -> [usize; 4] {
+        let mut p = [0usize; 4];
+        for (i, slot) in p.iter_mut().enumerate() {
+            let w = u32::from_le_bytes([d.0[4 * i], d.0[4 * i + 1], d.0[4 * i + 2], d.0[4 * i + 3]]);
+            *slot = (w as usize) & (BLOOM_BITS - 1);
+        }
+        p
+    }
+
+    /// Inserts `d`; returns true if it may have been there already.
+    fn insert(&mut self, d: &Digest) -> bool {
+        let mut present = true;
+        for pos in Self::positions(d) {
+            let (word, bit) = (pos / 64, 1u64 << (pos % 64));
+            present &= self.bits[word] & bit != 0;
+            self.bits[word] |= bit;
+        }
+        present
+    }
+}
+
+/// A broken link whose target was not in the window.
+struct PendingLink {
+    id: i64,
+    expected: Option<String>,
+    found: Digest,
+}
+
+/// The streaming verifier.
+pub struct Verifier {
+    anchors: BTreeMap<i64, String>,
+    prev: Option<(i64, Option<String>)>,
+    summary: Summary,
+    full: Sha256,
+    recent: HashMap<Digest, i64>,
+    order: VecDeque<Digest>,
+    bloom: Bloom,
+    pending_links: Vec<PendingLink>,
+    maybe_dups: HashMap<Digest, Vec<i64>>,
+    scratch: Vec<u8>,
+}
+
+/// What a second pass must look up, and what it found.
+pub struct SecondPass {
+    wanted: HashSet<Digest>,
+    first_seen: HashMap<Digest, i64>,
+    links: Vec<PendingLink>,
+    dups: HashMap<Digest, Vec<i64>>,
+}
+
+impl SecondPass {
+    /// Feed every event of the input again, in order.
+    pub fn see(&mut self, id: i64, hash: Option<&str>) {
+        if let Some(d) = hash.and_then(Digest::from_hex) {
+            if self.wanted.contains(&d) {
+                self.first_seen.entry(d).or_insert(id);
+            }
+        }
+    }
+}
+
+impl Default for Verifier {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
+}
+
+impl Verifier {
+    /// A verifier that also checks `anchors`.
+    pub fn new(anchors: Vec<Anchor>) -> Self {
+        Verifier {
+            anchors: anchors.into_iter().map(|a| (a.id, a.hash)).collect(),
+            prev: None,
+            summary: Summary {
+                record: "summary",
+                ..Summary::default()
+            },
+            full: Sha256::new(),
+            recent: HashMap::with_capacity(WINDOW),
+            order: VecDeque::with_capacity(WINDOW),
+            bloom: Bloom::new(),
+            pending_links: Vec::new(),
+            maybe_dups: HashMap::new(),
+            scratch: Vec::with_capacity(4096),
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<Finding>, id: Option<i64>, p: Problem) {
+        self.summary.count(&p);
+        out.push(Finding::new(id, p));
+    }
+
+    /// Checks the next event. `meta` is the parsed meta when the reader already has it;
+    /// otherwise the stored text is parsed here. Findings are appended to `out`.
+    pub fn check(&mut self, ev: &Event, meta: Option<&Map<String, Value>>, out: &mut Vec<Finding>) {
+        let id = ev.id;
+        self.summary.events += 1;
+        if self.summary.first_id.is_none() {
+            self.summary.first_id = Some(id);
+        }
+        // Ids: 1, 2, 3, ...
+        let expected_id = self.prev.as_ref().map_or(1, |(pid, _)| pid + 1);
+        if id != expected_id {
+            self.emit(out, Some(id), Problem::IdGap { expected: expected_id });
+        }
+        // The hash itself.
+        let parsed;
+        let meta = match meta {
+            Some(m) => Some(m),
+            None => match ev.meta_map() {
+                Ok(m) => {
+                    parsed = m;
+                    Some(&parsed)
+                }
+                Err(e) => {
+                    self.emit(
+                        out,
+                        Some(id),
+                        Problem::Malformed {
+                            line: None,
+                            error: format!("meta: {e}"),
+                        },
+                    );
+                    None
+                }
+            },
+        };
+        if let Some(meta) = meta {
+            match event_digest(&mut self.scratch, &ev.kind, &ev.content, meta, ev.prev_hash.as_deref()) {
+                Ok(d) => {
+                    let hex = d.to_string();
+                    if ev.hash.as_deref() != Some(hex.as_str()) {
+                        self.emit(
+                            out,
+                            Some(id),
+                            Problem::HashMismatch {
+                                expected: hex,
+                                found: ev.hash.clone(),
+                            },
+                        );
+                    }
+                }
+                Err(e) => self.emit(
+                    out,
+                    Some(id),
+                    Problem::Malformed {
+                        line: None,
+                        error: format!("meta: {e}"),
+                    },
+                ),
+            }
+        }
+        // The link.
+        match &self.prev {
+            None => {
+                if let Some(p) = &ev.prev_hash {
+                    self.emit(out, Some(id), Problem::GenesisPrevHash { found: p.clone() });
+                }
+            }
+            Some((_, prev_hash)) => {
+                if ev.prev_hash != *prev_hash {
+                    let expected = prev_hash.clone();
+                    let target = ev.prev_hash.as_deref().and_then(Digest::from_hex);
+                    match target {
+                        Some(t) if !self.recent.contains_key(&t) && self.bloom_may_have(&t) => {
+                            // Somewhere further back: settled by the second pass.
+                            self.pending_links.push(PendingLink {
+                                id,
+                                expected,
+                                found: t,
+                            });
+                        }
+                        _ => {
+                            let points_to = target.and_then(|t| self.recent.get(&t).copied());
+                            self.emit(
+                                out,
+                                Some(id),
+                                Problem::BrokenLink {
+                                    expected,
+                                    found: ev.prev_hash.clone(),
+                                    points_to,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // Repeats.
+        if let Some(d) = ev.hash.as_deref().and_then(Digest::from_hex) {
+            if let Some(first) = self.recent.get(&d).copied() {
+                self.emit(
+                    out,
+                    Some(id),
+                    Problem::DuplicateHash {
+                        hash: d.to_string(),
+                        first_id: Some(first),
+                    },
+                );
+            } else {
+                if self.bloom.insert(&d) {
+                    self.maybe_dups.entry(d).or_default().push(id);
+                }
+                self.remember(d, id);
+            }
+        }
+        // Anchors.
+        if let Some(want) = self.anchors.remove(&id) {
+            self.summary.anchors_checked += 1;
+            if ev.hash.as_deref() != Some(want.as_str()) {
+                self.emit(
+                    out,
+                    Some(id),
+                    Problem::AnchorMismatch {
+                        expected: want,
+                        found: ev.hash.clone(),
+                    },
+                );
+            }
+        }
+        self.full.update(ev.hash.as_deref().unwrap_or("").as_bytes());
+        self.summary.last_id = Some(id);
+        self.summary.last_hash = ev.hash.clone();
+        self.prev = Some((id, ev.hash.clone()));
+    }
+
+    fn bloom_may_have(&self, d: &Digest) -> bool {
+        Bloom::positions(d)
+            .iter()
+            .all(|&pos| self.bloom.bits[pos / 64] & (1u64 << (pos % 64)) != 0)
+    }
+
+    fn remember(&mut self, d: Digest, id: i64) {
+        if self.order.len() == WINDOW {
+            if let Some(old) = self.order.pop_front() {
+                self.recent.remove(&old);
+            }
+        }
+        self.order.push_back(d);
+        self.recent.insert(d, id);
+    }
+
+    /// Records a record that could not be read as an event.
+    pub fn malformed(&mut self, id: Option<i64>, line: Option<u64>, error: String, out: &mut Vec<Finding>) {
+        self.emit(out, id, Problem::Malformed { line, error });
+    }
+
+    /// Records a finding made outside the chain walk (e.g. `derived_mismatch`).
+    pub fn report(&mut self, id: Option<i64>, problem: Problem, out: &mut Vec<Finding>) {
+        self.emit(out, id, problem);
+    }
+
+    /// After the last event: what a second pass over the same input must settle, if anything.
+    /// `None` when nothing is left open. Possible repeats are only pursued when the first pass
+    /// already found a problem (in a clean chain they are Bloom false alarms).
+    pub fn second_pass(&mut self) -> Option<SecondPass> {
+        let dirty = self.summary.findings() > 0 || !self.pending_links.is_empty();
+        let dups = if dirty {
+            std::mem::take(&mut self.maybe_dups)
+        } else {
+            self.maybe_dups.clear();
+            HashMap::new()
+        };
+        if self.pending_links.is_empty() && dups.is_empty() {
+            return None;
+        }
+        let links = std::mem::take(&mut self.pending_links);
+        let wanted = links.iter().map(|l| l.found).chain(dups.keys().copied()).collect();
+        Some(SecondPass {
+            wanted,
+            first_seen: HashMap::new(),
+            links,
+            dups,
+        })
+    }
+
+    /// Turns what the second pass found into findings. When the input cannot be read twice
+    /// (stdin), pass the [`SecondPass`] without feeding it: links are then reported with
+    /// `points_to` null and possible repeats are dropped.
+    pub fn settle(&mut self, pass: SecondPass, out: &mut Vec<Finding>) {
+        let mut settled = Vec::new();
+        for l in pass.links {
+            let points_to = pass.first_seen.get(&l.found).copied().filter(|&t| t < l.id);
+            settled.push((
+                l.id,
+                Problem::BrokenLink {
+                    expected: l.expected,
+                    found: Some(l.found.to_string()),
+                    points_to,
+                },
+            ));
+        }
+        for (d, ids) in pass.dups {
+            if let Some(&first) = pass.first_seen.get(&d) {
+                for id in ids.into_iter().filter(|&id| id != first) {
+                    settled.push((
+                        id,
+                        Problem::DuplicateHash {
+                            hash: d.to_string(),
+                            first_id: Some(first),
+                        },
+                    ));
+                }
+            }
+        }
+        settled.sort_by_key(|(id, _)| *id);
+        for (id, p) in settled {
+            self.emit(out, Some(id), p);
+        }
+    }
+
+    /// Closes the run: anchors never reached become `anchor_mismatch` (truncation), and the
+    /// summary is returned. Call [`Verifier::settle`] first.
+    pub fn finish(mut self, out: &mut Vec<Finding>) -> Summary {
+        for (id, hash) in std::mem::take(&mut self.anchors) {
+            self.summary.anchors_checked += 1;
+            self.emit(
+                out,
+                Some(id),
+                Problem::AnchorMismatch {
+                    expected: hash,
+                    found: None,
+                },
+            );
+        }
+        let mut s = self.summary;
+        s.ok = s.findings() == 0;
+        s.sha256_full_digest = format!("{:x}", self.full.finalize());
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canon;
+
+    fn chain(n: i64) -> Vec<Event> {
+        let mut out: Vec<Event> = Vec::new();
+        let mut scratch = Vec::new();
+        for id in 1..=n {
+            let prev = out.last().and_then(|e| e.hash.clone());
+            let meta = canon::parse_meta("{}").unwrap();
+            let content = format!("event {id}");
+            let d = event_digest(&mut scratch, "test_event", &content, &meta, prev.as_deref()).unwrap();
+            out.push(Event {
+                id,
+                ts: "2025-01-01T00:00:00.000000Z".into(),
+                kind: "test_event".into(),
+                content,
+                meta: "{}".into(),
+                prev_hash: prev,
+                hash: Some(d.to_string()),
+            });
+        }
+        out
+    }
+
+    fn run(events: &[Event], anchors: Vec<Anchor>) -> (Vec<Finding>, Summary) {
+        let mut v = Verifier::new(anchors);
+        let mut out = Vec::new();
+        for e in events {
+            v.check(e, None, &mut out);
+        }
+        if let Some(mut p) = v.second_pass() {
+            for e in events {
+                p.see(e.id, e.hash.as_deref());
+            }
+            v.settle(p, &mut out);
+        }
+        let s = v.finish(&mut out);
+        (out, s)
+    }
+
+    #[test]
+    fn clean_chain_is_ok() {
+        let (f, s) = run(&chain(10), vec![]);
+        assert!(f.is_empty(), "{f:?}");
+        assert!(s.ok);
+        assert_eq!(s.events, 10);
+        assert_eq!(s.last_id, Some(10));
+    }
+
+    #[test]
+    fn fork_names_its_target() {
+        let mut c = chain(6);
+        // Event 5 claims to follow event 3: a fork.
+        let mut scratch = Vec::new();
+        c[4].prev_hash = c[2].hash.clone();
+        let meta = canon::parse_meta("{}").unwrap();
+        c[4].hash = Some(event_digest(&mut scratch, "test_event", &c[4].content, &meta, c[4].prev_hash.as_deref()).unwrap().to_string());
+        let (f, s) = run(&c, vec![]);
+        assert_eq!(s.broken_links, 2, "{f:?}");
+        assert!(matches!(f[0].problem, Problem::BrokenLink { points_to: Some(3), .. }));
+        assert_eq!(s.hash_mismatches, 0);
+    }
+
+    #[test]
+    fn truncation_breaks_an_anchor() {
+        let c = chain(5);
+        let anchor = Anchor { id: 5, hash: c[4].hash.clone().unwrap() };
+        let (f, s) = run(&c[..4], vec![anchor]);
+        assert_eq!(s.anchor_mismatches, 1);
+        assert!(matches!(&f[0].problem, Problem::AnchorMismatch { found: None, .. }));
+    }
+
+    #[test]
+    fn repeated_event_is_a_duplicate() {
+        let mut c = chain(5);
+        let copy = Event { id: 6, ..c[1].clone() };
+        c.push(copy);
+        let (_f, s) = run(&c, vec![]);
+        assert_eq!(s.duplicate_hashes, 1);
+        assert_eq!(s.broken_links, 1);
+    }
+
+    #[test]
+    fn anchors_parse() {
+        assert!("3:abc".parse::<Anchor>().is_err());
+        assert!(format!("0:{}", "a".repeat(64)).parse::<Anchor>().is_err());
+        assert_eq!(format!("7:{}", "A".repeat(64)).parse::<Anchor>().unwrap().hash, "a".repeat(64));
+    }
+}

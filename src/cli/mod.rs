@@ -1,0 +1,219 @@
+//! What every program shares: flags, the stdout writer, the error line, exit codes, progress
+//! bars (SPEC §3). The only module besides `cmd` that touches stdio or the exit status.
+
+use crate::event::Clock;
+use crate::store::{DEFAULT_BUSY_TIMEOUT_MS, DEFAULT_DB};
+use clap::Args;
+use clap_complete::Shell;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// How a program ended when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit 0.
+    Success,
+    /// Exit 1: the tool worked and the answer is negative (findings, a refused write).
+    Negative,
+}
+
+/// `--db`: which ledger.
+#[derive(Debug, Clone, Args)]
+pub struct LedgerArgs {
+    /// The ledger (SQLite file) [default: .data/pmmdb/pmm.db]
+    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true)]
+    pub db: Option<PathBuf>,
+}
+
+impl LedgerArgs {
+    /// `--db`, else `$PMM_DB`, else the default under the current directory.
+    pub fn path(&self) -> PathBuf {
+        self.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
+    }
+}
+
+/// `--now`: the pinned clock.
+#[derive(Debug, Clone, Args)]
+pub struct ClockArgs {
+    /// Pin the clock to this RFC 3339 time (for reproducible ledgers) [default: the system clock]
+    #[arg(long, env = "PMM_NOW", value_name = "TIME", value_parser = parse_clock)]
+    pub now: Option<Clock>,
+}
+
+impl ClockArgs {
+    /// The clock to use.
+    pub fn clock(&self) -> Clock {
+        self.now.unwrap_or(Clock::System)
+    }
+}
+
+fn parse_clock(s: &str) -> Result<Clock, String> {
+    Clock::pinned(s)
+}
+
+/// `--busy-timeout`: how long a writer waits for the lock.
+#[derive(Debug, Clone, Args)]
+pub struct WriteArgs {
+    /// How long to wait for another writer's lock before giving up, in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_BUSY_TIMEOUT_MS)]
+    pub busy_timeout: u64,
+}
+
+/// Flags every program has.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Show no progress bar
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Print a shell completion script for this program and exit
+    #[arg(long, value_name = "SHELL")]
+    pub completions: Option<Shell>,
+}
+
+/// What a program's `Args` gives the shared runner.
+pub trait Program: clap::Parser {
+    /// The shared flags.
+    fn common(&self) -> &CommonArgs;
+}
+
+/// Runs a program: loads `.env`, parses arguments, runs, reports, and turns the result into
+/// the exit status of SPEC §3.
+pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> ExitCode {
+    // A .env file in the current directory fills in variables that are not set; it never
+    // overrides the environment.
+    let _ = dotenvy::dotenv();
+    let matches = match A::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let args = match A::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(shell) = args.common().completions {
+        let mut cmd = A::command();
+        clap_complete::generate(shell, &mut cmd, name, &mut io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    match run(args) {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Negative) => ExitCode::from(1),
+        Err(e) => report(name, &e),
+    }
+}
+
+/// Prints `pmm-<tool>: error: <cause chain>` and returns the exit status for `e`.
+pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
+    if is_broken_pipe(e) {
+        return ExitCode::SUCCESS;
+    }
+    let code = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<crate::Error>())
+        .map_or(2, |pe| pe.exit_code());
+    let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+    let mut msg = String::new();
+    for part in chain {
+        // Context lines often repeat their source's text; say each thing once.
+        if !msg.contains(&part) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&part);
+        }
+    }
+    let _ = writeln!(io::stderr(), "{name}: error: {}", msg.replace('\n', " "));
+    if std::env::var_os("RUST_BACKTRACE").is_some() {
+        let _ = writeln!(io::stderr(), "{}", e.backtrace());
+    }
+    ExitCode::from(code)
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<crate::Error>().is_some_and(|pe| {
+                matches!(pe, crate::Error::Io { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
+            })
+    })
+}
+
+/// Buffered stdout for JSON Lines. Errors (a closed pipe) surface on write, and the runner
+/// turns a broken pipe into a quiet exit 0.
+pub struct Out {
+    inner: io::BufWriter<io::StdoutLock<'static>>,
+    line: Vec<u8>,
+}
+
+impl Default for Out {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Out {
+    /// Locks stdout.
+    pub fn new() -> Self {
+        Out {
+            inner: io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
+            line: Vec::with_capacity(4096),
+        }
+    }
+
+    /// Writes one record as a JSON line.
+    pub fn record<T: serde::Serialize>(&mut self, value: &T) -> io::Result<()> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, value).map_err(io::Error::other)?;
+        self.line.push(b'\n');
+        self.inner.write_all(&self.line)
+    }
+
+    /// Writes one event as a JSON line.
+    pub fn event(&mut self, ev: &crate::event::Event) -> io::Result<()> {
+        self.line.clear();
+        ev.write_jsonl(&mut self.line);
+        self.line.push(b'\n');
+        self.inner.write_all(&self.line)
+    }
+
+    /// Writes raw bytes.
+    pub fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.inner.write_all(bytes)
+    }
+
+    /// Flushes (call it after each record when a reader may be waiting: `tail -f` pipelines).
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A progress bar on stderr when stderr is a terminal and `--quiet` was not given; a hidden
+/// one otherwise. `len` is the amount of work (bytes or events).
+pub fn progress(len: u64, quiet: bool, what: &str) -> ProgressBar {
+    if quiet || !io::stderr().is_terminal() || len == 0 {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    let template = if std::env::var_os("NO_COLOR").is_some() {
+        "{msg} [{bar:40}] {percent}% {elapsed_precise}"
+    } else {
+        "{msg} [{bar:40.cyan/blue}] {percent}% {elapsed_precise}"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    // Only draw for work that takes a while.
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
+    bar
+}

@@ -1,0 +1,91 @@
+//! The library's typed errors. Each variant carries the evidence a user needs (line, event id,
+//! path) and knows which exit status it maps to (SPEC §3).
+
+use std::path::PathBuf;
+
+/// Result with the library [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong below the command layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Input that is not what it should be: a bad JSONL line, an unknown kind, NaN, ...
+    /// `at` is `<source>:<line>` when the input has lines.
+    #[error("{}{msg}", at.as_ref().map(|a| format!("{a}: ")).unwrap_or_default())]
+    BadInput {
+        /// Where the bad input is, `<file>:<line>` or `<file>`.
+        at: Option<String>,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// A ledger a reader asked for does not exist (readers never create files).
+    #[error("{}: no such ledger (readers never create one; check --db or $PMM_DB)", .0.display())]
+    MissingLedger(PathBuf),
+    /// A writer was pointed at a file it may not write.
+    #[error("{}: ledger is read-only", .0.display())]
+    ReadOnlyLedger(PathBuf),
+    /// Another process held the write lock longer than the busy timeout.
+    #[error("database is locked: another process held it longer than the busy timeout ({0} ms)")]
+    Busy(u64),
+    /// A file is not a ledger (not SQLite, or SQLite without an `events` table).
+    #[error("{}: not a pmm ledger: {why}", path.display())]
+    NotALedger {
+        /// The file.
+        path: PathBuf,
+        /// Why it was rejected.
+        why: String,
+    },
+    /// The write policy refused a write; a `violation` event was appended (exit 1).
+    #[error("policy forbids actor '{actor}' writing '{kind}'{}; violation recorded as event {violation_id}", if *.unreadable { " (the policy could not be read: fail closed)" } else { "" })]
+    PolicyViolation {
+        /// `meta.source` of the refused event, or `unknown`.
+        actor: String,
+        /// The refused kind.
+        kind: String,
+        /// Id of the `violation` event that records the refusal.
+        violation_id: i64,
+        /// True when the refusal is fail-closed because the policy is unreadable.
+        unreadable: bool,
+    },
+    /// An import source that cannot be taken as it is.
+    #[error("import refused: {0}")]
+    ImportRefused(String),
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Any other SQLite error.
+    #[error("database error: {0}")]
+    Db(#[from] rusqlite::Error),
+}
+
+impl Error {
+    /// Shorthand for a [`Error::BadInput`].
+    pub fn bad_input(at: impl Into<Option<String>>, msg: impl Into<String>) -> Self {
+        Error::BadInput {
+            at: at.into(),
+            msg: msg.into(),
+        }
+    }
+
+    /// The process exit status this error maps to (SPEC §3): 1 for a negative answer (policy
+    /// refusal), 2 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::PolicyViolation { .. } => 1,
+            _ => 2,
+        }
+    }
+
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

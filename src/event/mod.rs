@@ -1,0 +1,347 @@
+//! Events, kinds, timestamps and the JSONL wire form. Pure data: no I/O.
+
+use crate::canon;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value};
+
+/// The kinds a ledger may hold: the reference's allowlist (FORMATS.md §1.7 says 38 but lists 39;
+/// all 39 are kept) plus `violation` and `generation_failure`
+/// (SPEC §2.4, FORMATS.md §1.7). Appending any other kind is refused.
+pub const KINDS: [&str; 41] = [
+    "user_message",
+    "assistant_message",
+    "reflection",
+    "identity_adoption",
+    "meta_summary",
+    "metrics_turn",
+    "metric_check",
+    "commitment_open",
+    "commitment_close",
+    "claim",
+    "autonomy_rule_table",
+    "autonomy_tick",
+    "autonomy_stimulus",
+    "autonomy_kernel",
+    "summary_update",
+    "inter_ledger_ref",
+    "config",
+    "filler",
+    "test_event",
+    "metrics_update",
+    "autonomy_metrics",
+    "internal_goal_created",
+    "retrieval_selection",
+    "checkpoint_manifest",
+    "embedding_add",
+    "lifetime_memory",
+    "stability_metrics",
+    "coherence_check",
+    "outcome_observation",
+    "policy_update",
+    "meta_policy_update",
+    "concept_define",
+    "concept_alias",
+    "concept_bind_event",
+    "concept_relate",
+    "concept_state_snapshot",
+    "concept_bind_thread",
+    "claim_from_text",
+    "concept_bind_async",
+    "violation",
+    "generation_failure",
+];
+
+/// Kinds the write policy guards (SPEC §2.5).
+pub const SENSITIVE_KINDS: [&str; 4] = [
+    "config",
+    "checkpoint_manifest",
+    "embedding_add",
+    "retrieval_selection",
+];
+
+/// True if `kind` may be appended.
+pub fn is_known_kind(kind: &str) -> bool {
+    KINDS.contains(&kind)
+}
+
+/// Every allowed kind, sorted, for help and error messages.
+pub fn all_kinds() -> Vec<&'static str> {
+    let mut all: Vec<&str> = KINDS.to_vec();
+    all.sort_unstable();
+    all
+}
+
+/// True if writes of `kind` are checked against the policy.
+pub fn is_sensitive(kind: &str) -> bool {
+    SENSITIVE_KINDS.contains(&kind)
+}
+
+/// One stored event, exactly as the ledger holds it. `meta` is the stored text (canonical JSON
+/// of the meta object for everything we write; kept verbatim for imports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// 1-based, rising by one.
+    pub id: i64,
+    /// UTC `YYYY-MM-DDTHH:MM:SS.ffffffZ`; not hashed.
+    pub ts: String,
+    /// One of [`KINDS`] for anything we write; readers accept any string.
+    pub kind: String,
+    /// Always a string.
+    pub content: String,
+    /// The stored meta text.
+    pub meta: String,
+    /// The previous event's hash; `None` for the first event.
+    pub prev_hash: Option<String>,
+    /// This event's hash (the schema allows NULL; verification reports it).
+    pub hash: Option<String>,
+}
+
+impl Event {
+    /// Appends the JSONL wire form (`meta` as an object) without the trailing newline.
+    pub fn write_jsonl(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":");
+        out.extend_from_slice(self.id.to_string().as_bytes());
+        out.extend_from_slice(b",\"ts\":");
+        json_str(out, &self.ts);
+        out.extend_from_slice(b",\"kind\":");
+        json_str(out, &self.kind);
+        out.extend_from_slice(b",\"content\":");
+        json_str(out, &self.content);
+        out.extend_from_slice(b",\"meta\":");
+        let meta = self.meta.trim();
+        if meta.is_empty() {
+            out.extend_from_slice(b"{}");
+        } else {
+            out.extend_from_slice(meta.as_bytes());
+        }
+        out.extend_from_slice(b",\"prev_hash\":");
+        opt_str(out, self.prev_hash.as_deref());
+        out.extend_from_slice(b",\"hash\":");
+        opt_str(out, self.hash.as_deref());
+        out.push(b'}');
+    }
+
+    /// The wire form as a string (one JSONL line without the newline).
+    pub fn to_jsonl(&self) -> String {
+        let mut out = Vec::with_capacity(256 + self.content.len() + self.meta.len());
+        self.write_jsonl(&mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Parses the stored meta text (empty text counts as `{}`, as the reference reads it).
+    pub fn meta_map(&self) -> Result<Map<String, Value>, canon::MetaError> {
+        if self.meta.trim().is_empty() {
+            return Ok(Map::new());
+        }
+        canon::parse_meta(&self.meta)
+    }
+}
+
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    // serde_json's string escaping: minimal escapes, raw UTF-8. Writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn opt_str(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => json_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// An event to be appended: validated kind, string content, meta object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// An allowed kind.
+    pub kind: String,
+    /// The content.
+    pub content: String,
+    /// The meta object.
+    pub meta: Map<String, Value>,
+}
+
+impl NewEvent {
+    /// Builds a new event after checking the kind and the meta.
+    pub fn new(
+        kind: impl Into<String>,
+        content: impl Into<String>,
+        meta: Map<String, Value>,
+    ) -> Result<Self, String> {
+        let kind = kind.into();
+        check_kind(&kind)?;
+        let meta = canon::into_meta(Value::Object(meta)).map_err(|e| e.0)?;
+        Ok(NewEvent {
+            kind,
+            content: content.into(),
+            meta,
+        })
+    }
+
+    /// `meta.source` if it is a non-empty string, else `unknown` — the policy's actor.
+    pub fn actor(&self) -> String {
+        match self.meta.get("source") {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(v) if truthy(v) => canon::to_string(v).unwrap_or_else(|_| "unknown".into()),
+            _ => "unknown".into(),
+        }
+    }
+
+    /// Parses one input line `{"kind","content","meta"?}`. Other fields (`id`, `hash`, … as
+    /// `pmm-replay` prints them) are ignored, so events can be copied between ledgers.
+    pub fn from_json_line(line: &str) -> Result<Self, String> {
+        if line.trim().is_empty() {
+            return Err("empty line: expected a JSON object {\"kind\",\"content\",\"meta\"?}".into());
+        }
+        let v: Value =
+            serde_json::from_str(line).map_err(|e| canon::explain_json_error(line, &e))?;
+        let Value::Object(mut obj) = v else {
+            return Err(format!(
+                "expected a JSON object {{\"kind\",\"content\",\"meta\"?}}, got {}",
+                canon::type_name(&v)
+            ));
+        };
+        let kind = match obj.remove("kind") {
+            Some(Value::String(k)) => k,
+            Some(other) => {
+                return Err(format!(
+                    "\"kind\" must be a string, not {}",
+                    canon::type_name(&other)
+                ))
+            }
+            None => return Err("missing \"kind\"".into()),
+        };
+        check_kind(&kind)?;
+        let content = match obj.remove("content") {
+            Some(Value::String(c)) => c,
+            Some(other) => {
+                return Err(format!(
+                    "\"content\" must be a string, not {}",
+                    canon::type_name(&other)
+                ))
+            }
+            None => return Err("missing \"content\"".into()),
+        };
+        let meta = match obj.remove("meta") {
+            None => Map::new(),
+            Some(v) => canon::into_meta(v).map_err(|e| e.0)?,
+        };
+        Ok(NewEvent {
+            kind,
+            content,
+            meta,
+        })
+    }
+}
+
+/// Python truthiness of a JSON value.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => {
+            let t = n.to_string();
+            t.parse::<f64>().map(|f| f != 0.0).unwrap_or(true)
+        }
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Checks a kind against the allowlist.
+pub fn check_kind(kind: &str) -> Result<(), String> {
+    if is_known_kind(kind) {
+        Ok(())
+    } else {
+        Err(format!(
+            "unknown kind '{kind}' (`pmm-append --list-kinds` lists the {} allowed kinds)",
+            KINDS.len()
+        ))
+    }
+}
+
+/// Where timestamps come from: the system clock, or a pinned instant (`--now`, `$PMM_NOW`) so
+/// that tests and demos are reproducible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// The wall clock.
+    System,
+    /// Always this instant.
+    Pinned(DateTime<Utc>),
+}
+
+impl Clock {
+    /// Parses an RFC 3339 time (`2025-11-24T05:55:41Z`, `…+01:00`, fractions allowed).
+    pub fn pinned(text: &str) -> Result<Clock, String> {
+        DateTime::parse_from_rfc3339(text.trim())
+            .map(|t| Clock::Pinned(t.with_timezone(&Utc)))
+            .map_err(|e| format!("--now/PMM_NOW: '{text}' is not an RFC 3339 time ({e})"))
+    }
+
+    /// The current instant.
+    pub fn now(&self) -> DateTime<Utc> {
+        match self {
+            Clock::System => Utc::now(),
+            Clock::Pinned(t) => *t,
+        }
+    }
+
+    /// The current instant in the ledger's `ts` format.
+    pub fn ts(&self) -> String {
+        format_ts(self.now())
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffffZ`, the reference's timestamp format.
+pub fn format_ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_forty_and_unique() {
+        let all = all_kinds();
+        assert_eq!(all.len(), 41);
+        let mut dedup = all.clone();
+        dedup.dedup();
+        assert_eq!(dedup.len(), all.len());
+    }
+
+    #[test]
+    fn ts_format_matches_reference() {
+        let c = Clock::pinned("2025-11-24T06:55:41.194157+01:00").unwrap();
+        assert_eq!(c.ts(), "2025-11-24T05:55:41.194157Z");
+        assert_eq!(Clock::pinned("2025-01-01T00:00:00Z").unwrap().ts(), "2025-01-01T00:00:00.000000Z");
+        assert!(Clock::pinned("yesterday").is_err());
+    }
+
+    #[test]
+    fn input_lines_are_validated() {
+        let ok = NewEvent::from_json_line(r#"{"kind":"user_message","content":"hi","meta":{"role":"user"},"id":9}"#).unwrap();
+        assert_eq!(ok.kind, "user_message");
+        for (line, needle) in [
+            ("", "empty line"),
+            ("nope", "not valid JSON"),
+            (r#"{"kind":"bogus","content":""}"#, "unknown kind 'bogus'"),
+            (r#"{"kind":"user_message","content":5}"#, "\"content\" must be a string"),
+            (r#"{"kind":"user_message","content":"x","meta":[]}"#, "meta must be a JSON object"),
+            (r#"{"kind":"user_message","content":"x","meta":{"a":NaN}}"#, "NaN"),
+            (r#"{"kind":"user_message","content":"\ud800"}"#, "surrogate"),
+            (r#"[1]"#, "expected a JSON object"),
+        ] {
+            let err = NewEvent::from_json_line(line).unwrap_err();
+            assert!(err.contains(needle), "{line:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn actor_is_source_or_unknown() {
+        let e = |m: &str| NewEvent::from_json_line(&format!(r#"{{"kind":"config","content":"","meta":{m}}}"#)).unwrap().actor();
+        assert_eq!(e(r#"{"source":"cli"}"#), "cli");
+        assert_eq!(e(r#"{"source":""}"#), "unknown");
+        assert_eq!(e(r#"{}"#), "unknown");
+    }
+}

@@ -1,0 +1,366 @@
+//! Streaming readers with format auto-detection.
+
+use crate::canon;
+use crate::event::Event;
+use crate::store::{Filter, Ledger};
+use crate::{Error, Result};
+use flate2::read::MultiGzDecoder;
+use serde::de::{DeserializeSeed, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// What a file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The reference export: a JSON array of events, `meta` as a string.
+    Json,
+    /// One event per line, `meta` as an object (a string is accepted too).
+    Jsonl,
+    /// A SQLite ledger.
+    Sqlite,
+}
+
+/// Where events come from: a file (maybe gzipped) or stdin (`-`).
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// `None` for stdin.
+    pub path: Option<PathBuf>,
+}
+
+impl Input {
+    /// `-` means stdin.
+    pub fn new(arg: &Path) -> Input {
+        Input {
+            path: (arg != Path::new("-")).then(|| arg.to_path_buf()),
+        }
+    }
+
+    /// How to name this input in messages and records.
+    pub fn name(&self) -> String {
+        self.path
+            .as_ref()
+            .map_or_else(|| "-".into(), |p| p.display().to_string())
+    }
+
+    /// True if the input can be read a second time (a file, not stdin).
+    pub fn rereadable(&self) -> bool {
+        self.path.is_some()
+    }
+}
+
+/// One event read from an input, with the meta already parsed when the reader had to parse it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The event; `meta` holds the stored text (verbatim for string metas, canonical for objects).
+    pub event: Event,
+    /// The parsed meta, when the reader has it.
+    pub meta: Option<Map<String, Value>>,
+    /// 1-based line for JSONL inputs.
+    pub line: Option<u64>,
+}
+
+/// What a reader yields.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// An event.
+    Event(Record),
+    /// A record that is not an event. For JSONL the reader goes on with the next line; for a
+    /// JSON array it cannot, and this is the last item.
+    Malformed {
+        /// 1-based line.
+        line: Option<u64>,
+        /// The id, when it could be read.
+        id: Option<i64>,
+        /// What is wrong.
+        error: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct Wire {
+    id: i64,
+    ts: String,
+    kind: String,
+    content: String,
+    meta: Value,
+    #[serde(default)]
+    prev_hash: Option<String>,
+    #[serde(default)]
+    hash: Option<String>,
+}
+
+impl Wire {
+    fn into_record(self, line: Option<u64>) -> std::result::Result<Record, (Option<i64>, String)> {
+        let (meta, text) = match self.meta {
+            Value::String(s) => {
+                let m = if s.trim().is_empty() {
+                    Map::new()
+                } else {
+                    canon::parse_meta(&s).map_err(|e| (Some(self.id), format!("meta: {e}")))?
+                };
+                (m, s)
+            }
+            Value::Object(m) => {
+                let t = canon::to_string(&Value::Object(m))
+                    .map_err(|e| (Some(self.id), format!("meta: {e}")))?;
+                // Re-parse so that the map's numbers match what was stored.
+                let m = canon::parse_meta(&t).map_err(|e| (Some(self.id), format!("meta: {e}")))?;
+                (m, t)
+            }
+            other => {
+                return Err((
+                    Some(self.id),
+                    format!("meta must be an object or a JSON string, not {}", canon::type_name(&other)),
+                ))
+            }
+        };
+        Ok(Record {
+            event: Event {
+                id: self.id,
+                ts: self.ts,
+                kind: self.kind,
+                content: self.content,
+                meta: text,
+                prev_hash: self.prev_hash,
+                hash: self.hash,
+            },
+            meta: Some(meta),
+            line,
+        })
+    }
+}
+
+const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+
+/// Detects the format of what `r` starts with, without consuming it.
+pub fn detect(r: &mut dyn BufRead) -> std::io::Result<Format> {
+    let buf = r.fill_buf()?;
+    if buf.starts_with(SQLITE_MAGIC) {
+        return Ok(Format::Sqlite);
+    }
+    // Skip leading white space (and a BOM) to see the first JSON character.
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(Format::Jsonl);
+        }
+        let skip = buf
+            .iter()
+            .take_while(|b| b.is_ascii_whitespace())
+            .count();
+        if skip == 0 {
+            return Ok(if buf[0] == b'[' { Format::Json } else { Format::Jsonl });
+        }
+        r.consume(skip);
+    }
+}
+
+/// A reader wrapper that reports bytes read (for progress bars).
+struct Counting<'p, R> {
+    inner: R,
+    seen: u64,
+    tick: &'p dyn Fn(u64),
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.seen += n as u64;
+        (self.tick)(self.seen);
+        Ok(n)
+    }
+}
+
+/// Reads every event of `input`, calling `f` for each [`Item`]; `f` returns `false` to stop.
+/// `tick` is told how many raw bytes have been read so far (for progress).
+pub fn read(
+    input: &Input,
+    tick: &dyn Fn(u64),
+    f: &mut dyn FnMut(Item) -> Result<bool>,
+) -> Result<Format> {
+    let name = input.name();
+    let raw: Box<dyn Read> = match &input.path {
+        Some(p) => Box::new(File::open(p).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::MissingLedger(p.clone())
+            } else {
+                Error::io(p, e)
+            }
+        })?),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let mut outer = BufReader::with_capacity(1 << 16, Counting { inner: raw, seen: 0, tick });
+    let io = |e: std::io::Error| Error::io(&name, e);
+    let gz = outer.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
+    let mut reader: Box<dyn BufRead + '_> = if gz {
+        Box::new(BufReader::with_capacity(1 << 16, MultiGzDecoder::new(outer)))
+    } else {
+        Box::new(outer)
+    };
+    let format = detect(&mut reader).map_err(|e| gz_err(&name, e))?;
+    match format {
+        Format::Sqlite => {
+            let Some(path) = input.path.as_ref().filter(|_| !gz) else {
+                return Err(Error::bad_input(
+                    Some(name),
+                    "a SQLite ledger must be given as a plain file, not on stdin or gzipped",
+                ));
+            };
+            drop(reader);
+            let ledger = Ledger::open_reader(path)?;
+            let max = ledger.max_id()?.max(1) as u64;
+            ledger.scan(&Filter::default(), |event| {
+                tick(event.id as u64 * 1_000_000 / max);
+                f(Item::Event(Record {
+                    event,
+                    meta: None,
+                    line: None,
+                }))
+            })?;
+        }
+        Format::Jsonl => read_jsonl(&mut reader, &name, f)?,
+        Format::Json => read_json(reader, &name, f)?,
+    }
+    Ok(format)
+}
+
+fn gz_err(name: &str, e: std::io::Error) -> Error {
+    let msg = e.to_string();
+    if e.kind() == std::io::ErrorKind::UnexpectedEof || msg.contains("corrupt deflate") || msg.contains("invalid gzip") {
+        Error::bad_input(Some(name.to_string()), format!("truncated or corrupt gzip data ({msg})"))
+    } else {
+        Error::io(name, e)
+    }
+}
+
+fn read_jsonl(r: &mut dyn BufRead, name: &str, f: &mut dyn FnMut(Item) -> Result<bool>) -> Result<()> {
+    let mut line = Vec::with_capacity(4096);
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        if r.read_until(b'\n', &mut line).map_err(|e| gz_err(name, e))? == 0 {
+            return Ok(());
+        }
+        n += 1;
+        let text = trim_eol(&line);
+        if text.iter().all(|b| b.is_ascii_whitespace()) {
+            // Blank lines between records are not events; a trailing newline is normal.
+            continue;
+        }
+        let item = match std::str::from_utf8(text) {
+            Err(e) => Item::Malformed {
+                line: Some(n),
+                id: None,
+                error: format!("not UTF-8: {e}"),
+            },
+            Ok(s) => match serde_json::from_str::<Wire>(s) {
+                Ok(w) => match w.into_record(Some(n)) {
+                    Ok(rec) => Item::Event(rec),
+                    Err((id, error)) => Item::Malformed { line: Some(n), id, error },
+                },
+                Err(e) => Item::Malformed {
+                    line: Some(n),
+                    id: None,
+                    error: describe(s, &e),
+                },
+            },
+        };
+        if !f(item)? {
+            return Ok(());
+        }
+    }
+}
+
+fn describe(s: &str, e: &serde_json::Error) -> String {
+    if e.is_data() {
+        format!("not an event: {e}")
+    } else {
+        canon::explain_json_error(s, e)
+    }
+}
+
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+struct Elements<'f> {
+    f: &'f mut dyn FnMut(Item) -> Result<bool>,
+    failure: Option<Error>,
+    stopped: bool,
+}
+
+impl<'de> Visitor<'de> for &mut Elements<'_> {
+    type Value = ();
+
+    fn expecting(&self, fm: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fm.write_str("a JSON array of events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        while let Some(w) = seq.next_element::<Wire>()? {
+            let item = match w.into_record(None) {
+                Ok(rec) => Item::Event(rec),
+                Err((id, error)) => Item::Malformed { line: None, id, error },
+            };
+            match (self.f)(item) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.stopped = true;
+                    return Err(serde::de::Error::custom("stopped"));
+                }
+                Err(e) => {
+                    self.failure = Some(e);
+                    return Err(serde::de::Error::custom("failed"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for &mut Elements<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+fn read_json<R: BufRead>(r: R, name: &str, f: &mut dyn FnMut(Item) -> Result<bool>) -> Result<()> {
+    let mut de = serde_json::Deserializer::from_reader(r);
+    let mut elements = Elements {
+        f,
+        failure: None,
+        stopped: false,
+    };
+    let result = (&mut elements).deserialize(&mut de).and_then(|()| de.end());
+    if let Some(e) = elements.failure {
+        return Err(e);
+    }
+    if elements.stopped {
+        return Ok(());
+    }
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_io() => {
+            let io: std::io::Error = e.into();
+            Err(gz_err(name, io))
+        }
+        Err(e) => {
+            let line = Some(e.line() as u64);
+            let error = if e.is_eof() {
+                format!("the JSON array ends early (truncated file?): {e}")
+            } else if e.is_data() {
+                format!("not an event: {e}")
+            } else {
+                format!("not valid JSON: {e}")
+            };
+            (elements.f)(Item::Malformed { line, id: None, error })?;
+            Ok(())
+        }
+    }
+}

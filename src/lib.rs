@@ -1,0 +1,22 @@
+//! pmm — the Persistent Mind Model in Rust.
+//!
+//! An LLM agent whose whole mind is an append-only, sha256 hash-chained ledger of events kept in
+//! one SQLite file. This library holds everything the `pmm-*` programs do; each program's `main`
+//! is a few lines of wiring over [`cmd`].
+//!
+//! Layers, bottom up: [`canon`] (CPython-compatible canonical JSON, the only place hashed bytes
+//! are made) and [`event`] (pure data); [`chain`] (digests and verification); [`store`] (the
+//! only SQL) and [`interchange`] (import/export formats) at the edges; [`cli`] and [`cmd`] on
+//! top, the only code that touches clap, stdio or exit codes.
+
+pub mod canon;
+pub mod chain;
+pub mod cli;
+pub mod cmd;
+pub mod error;
+pub mod event;
+pub mod interchange;
+pub mod metrics;
+pub mod store;
+
+pub use error::{Error, Result};

@@ -1,0 +1,555 @@
+//! The only SQL in pmm: opening ledgers, appending (one `BEGIN IMMEDIATE` transaction that reads
+//! the head and inserts), the write policy, scans, verbatim import, and migrations of our own
+//! `pmm_` tables (SPEC §2.1, §2.5).
+//!
+//! The `events` table and its indices are the reference's, so either implementation can open
+//! the other's file. Our own tables are caches, never authoritative, and are created by an
+//! append-only list of migrations keyed on `PRAGMA user_version`.
+
+mod policy;
+
+pub use policy::{Policy, Verdict};
+
+use crate::chain::event_digest;
+use crate::event::{Clock, Event, NewEvent};
+use crate::{canon, Error, Result};
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Default busy timeout: how long a writer waits for another writer's lock.
+pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// The default ledger path, relative to the current directory (as the reference's CLI).
+pub const DEFAULT_DB: &str = ".data/pmmdb/pmm.db";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    content TEXT NOT NULL,
+    meta TEXT NOT NULL,
+    prev_hash TEXT,
+    hash TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_events_id_desc ON events(id DESC);
+CREATE INDEX IF NOT EXISTS idx_kind ON events(kind);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_events_hash ON events(hash);
+";
+
+/// Our own tables, one migration per entry, applied in order; `user_version` counts how many
+/// have been applied. Append only: never edit an entry that has shipped.
+const MIGRATIONS: &[&str] = &[
+    // 1: projection checkpoints (a cache: serialized projection state at an event, keyed by
+    // the event's hash so that a checkpoint that no longer matches the ledger is ignored).
+    "CREATE TABLE IF NOT EXISTS pmm_checkpoints (
+        name TEXT NOT NULL,
+        event_id INTEGER NOT NULL,
+        event_hash TEXT NOT NULL,
+        format INTEGER NOT NULL,
+        state BLOB NOT NULL,
+        PRIMARY KEY (name, event_id)
+    );",
+];
+
+const COLUMNS: &str = "id, ts, kind, content, meta, prev_hash, hash";
+
+/// The newest event's id and hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its id.
+    pub id: i64,
+    /// Its stored hash.
+    pub hash: Option<String>,
+}
+
+/// Which events a scan returns.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only ids ≥ this.
+    pub since: Option<i64>,
+    /// Only ids ≤ this.
+    pub until: Option<i64>,
+    /// Only these kinds (all when empty).
+    pub kinds: Vec<String>,
+}
+
+/// An open ledger.
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+    busy_ms: u64,
+}
+
+fn text(v: ValueRef<'_>) -> Option<String> {
+    match v {
+        ValueRef::Null => None,
+        ValueRef::Integer(i) => Some(i.to_string()),
+        ValueRef::Real(f) => Some(f.to_string()),
+        ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+    }
+}
+
+fn row_to_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    Ok(Event {
+        id: row.get(0)?,
+        ts: text(row.get_ref(1)?).unwrap_or_default(),
+        kind: text(row.get_ref(2)?).unwrap_or_default(),
+        content: text(row.get_ref(3)?).unwrap_or_default(),
+        meta: text(row.get_ref(4)?).unwrap_or_default(),
+        prev_hash: text(row.get_ref(5)?),
+        hash: text(row.get_ref(6)?),
+    })
+}
+
+impl Ledger {
+    /// Opens (creating file and folders if needed) a ledger for writing: WAL, busy timeout,
+    /// schema, migrations.
+    pub fn open_writer(path: &Path, busy_ms: u64) -> Result<Ledger> {
+        if let Ok(md) = std::fs::metadata(path) {
+            if md.is_dir() {
+                return Err(Error::NotALedger {
+                    path: path.into(),
+                    why: "is a directory".into(),
+                });
+            }
+            // Checked by hand: root can open a write-protected file, but a user who made the
+            // ledger read-only meant it.
+            if md.permissions().readonly() {
+                return Err(Error::ReadOnlyLedger(path.into()));
+            }
+        } else if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| map_err(e, path, busy_ms))?;
+        let mut ledger = Ledger {
+            conn,
+            path: path.into(),
+            busy_ms,
+        };
+        ledger.init_writer().map_err(|e| ledger.err(e))?;
+        Ok(ledger)
+    }
+
+    fn init_writer(&mut self) -> rusqlite::Result<()> {
+        self.conn
+            .busy_timeout(std::time::Duration::from_millis(self.busy_ms))?;
+        let has_tables: bool = self.conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')",
+            [],
+            |r| r.get(0),
+        )?;
+        let has_events = self.has_events_table()?;
+        if has_tables && !has_events {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+                Some("a SQLite database without an events table".into()),
+            ));
+        }
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        let _ = mode;
+        if !has_events {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute_batch(SCHEMA)?;
+            tx.commit()?;
+        }
+        self.migrate()
+    }
+
+    fn has_events_table(&self) -> rusqlite::Result<bool> {
+        self.conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='events')",
+            [],
+            |r| r.get(0),
+        )
+    }
+
+    fn migrate(&mut self) -> rusqlite::Result<()> {
+        let version = |c: &Connection| -> rusqlite::Result<usize> {
+            c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+                .map(|v| v.max(0) as usize)
+        };
+        if version(&self.conn)? >= MIGRATIONS.len() {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let from = version(&tx)?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        }
+        tx.commit()
+    }
+
+    /// Opens an existing ledger read-only. Never creates a file.
+    pub fn open_reader(path: &Path) -> Result<Ledger> {
+        match std::fs::metadata(path) {
+            Err(_) => return Err(Error::MissingLedger(path.into())),
+            Ok(md) if md.is_dir() => {
+                return Err(Error::NotALedger {
+                    path: path.into(),
+                    why: "is a directory".into(),
+                })
+            }
+            Ok(_) => {}
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
+        let ledger = Ledger {
+            conn,
+            path: path.into(),
+            busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
+        };
+        ledger
+            .conn
+            .busy_timeout(std::time::Duration::from_millis(ledger.busy_ms))
+            .map_err(|e| ledger.err(e))?;
+        if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
+            return Err(Error::NotALedger {
+                path: path.into(),
+                why: "no events table".into(),
+            });
+        }
+        Ok(ledger)
+    }
+
+    /// The file this ledger lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: rusqlite::Error) -> Error {
+        map_err(e, &self.path, self.busy_ms)
+    }
+
+    /// The newest event, if any.
+    pub fn head(&self) -> Result<Option<Head>> {
+        head(&self.conn).map_err(|e| self.err(e))
+    }
+
+    /// The highest id (0 when empty) — the reference's `count()`.
+    pub fn max_id(&self) -> Result<i64> {
+        Ok(self.head()?.map_or(0, |h| h.id))
+    }
+
+    /// One event by id.
+    pub fn get(&self, id: i64) -> Result<Option<Event>> {
+        self.conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM events WHERE id = ?1"),
+                [id],
+                row_to_event,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The id of the event whose hash is `hash` (an index lookup).
+    pub fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+        self.conn
+            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The newest events of `kind`, newest first, at most `limit`.
+    pub fn last_of_kind(&self, kind: &str, limit: usize) -> Result<Vec<Event>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM events WHERE kind = ?1 ORDER BY id DESC LIMIT ?2"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![kind, limit as i64], row_to_event)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Calls `f` for every event that passes `filter`, in id order. `f` returns `false` to stop.
+    pub fn scan<F>(&self, filter: &Filter, mut f: F) -> Result<()>
+    where
+        F: FnMut(Event) -> Result<bool>,
+    {
+        let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");
+        if !filter.kinds.is_empty() {
+            let marks: Vec<String> = (0..filter.kinds.len()).map(|i| format!("?{}", i + 3)).collect();
+            sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
+        }
+        sql.push_str(" ORDER BY id");
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let mut args: Vec<rusqlite::types::Value> = vec![
+            filter.since.unwrap_or(i64::MIN).into(),
+            filter.until.unwrap_or(i64::MAX).into(),
+        ];
+        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(args))
+            .map_err(|e| self.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+            let ev = row_to_event(row).map_err(|e| self.err(e))?;
+            if !f(ev)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one event in its own `BEGIN IMMEDIATE` transaction. A write the policy forbids
+    /// appends a `violation` event instead and returns [`Error::PolicyViolation`].
+    pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
+        let mut batch = self.begin()?;
+        match batch.append(ev, clock) {
+            Ok(event) => {
+                batch.commit()?;
+                Ok(event)
+            }
+            Err(Refusal::Policy(v)) => {
+                let violation = batch.append_violation(&v, clock)?;
+                batch.commit()?;
+                Err(v.into_error(violation.id))
+            }
+            Err(Refusal::Error(e)) => Err(e),
+        }
+    }
+
+    /// Starts a write transaction (`BEGIN IMMEDIATE`: the head cannot move under it).
+    pub fn begin(&mut self) -> Result<Batch<'_>> {
+        let busy_ms = self.busy_ms;
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| map_err(e, &path, busy_ms))?;
+        let head = head(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+        Ok(Batch {
+            tx,
+            head,
+            path,
+            busy_ms,
+            scratch: Vec::with_capacity(1024),
+        })
+    }
+
+    /// Records a policy refusal found inside a batch that was rolled back: appends the
+    /// `violation` event in a transaction of its own and returns the error to report.
+    pub fn record_violation(&mut self, v: &Violation, clock: &Clock) -> Result<Error> {
+        let mut batch = self.begin()?;
+        let event = batch.append_violation(v, clock)?;
+        batch.commit()?;
+        Ok(v.clone().into_error(event.id))
+    }
+}
+
+fn head(conn: &Connection) -> rusqlite::Result<Option<Head>> {
+    conn.query_row(
+        "SELECT id, hash FROM events ORDER BY id DESC LIMIT 1",
+        [],
+        |r| {
+            Ok(Head {
+                id: r.get(0)?,
+                hash: text(r.get_ref(1)?),
+            })
+        },
+    )
+    .optional()
+}
+
+/// Maps SQLite's errors to ours, so that users read "database is locked ..." and not a code.
+pub(crate) fn map_err(e: rusqlite::Error, path: &Path, busy_ms: u64) -> Error {
+    if let rusqlite::Error::SqliteFailure(f, ref msg) = e {
+        match f.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => return Error::Busy(busy_ms),
+            ErrorCode::ReadOnly => return Error::ReadOnlyLedger(path.into()),
+            ErrorCode::NotADatabase => {
+                return Error::NotALedger {
+                    path: path.into(),
+                    why: msg.clone().unwrap_or_else(|| "not a SQLite database".into()),
+                }
+            }
+            ErrorCode::CannotOpen => {
+                return Error::io(
+                    path,
+                    std::io::Error::other(msg.clone().unwrap_or_else(|| "cannot open".into())),
+                )
+            }
+            _ => {}
+        }
+    }
+    Error::Db(e)
+}
+
+/// A write the policy refused: who tried to write what, and whether the policy was unreadable.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The actor (`meta.source` or `unknown`).
+    pub actor: String,
+    /// The kind it tried to write.
+    pub kind: String,
+    /// Set when the refusal is fail-closed: the policy could not be read (event id, why).
+    pub unreadable: Option<(i64, String)>,
+}
+
+impl Violation {
+    fn into_error(self, violation_id: i64) -> Error {
+        Error::PolicyViolation {
+            actor: self.actor,
+            kind: self.kind,
+            violation_id,
+            unreadable: self.unreadable.is_some(),
+        }
+    }
+}
+
+/// Why a batch append did not happen.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The policy forbids it; nothing was written yet.
+    Policy(Violation),
+    /// Anything else.
+    Error(Error),
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Self {
+        Refusal::Error(e)
+    }
+}
+
+/// An open write transaction. Dropping it without [`Batch::commit`] rolls everything back.
+pub struct Batch<'a> {
+    tx: rusqlite::Transaction<'a>,
+    head: Option<Head>,
+    path: PathBuf,
+    busy_ms: u64,
+    scratch: Vec<u8>,
+}
+
+impl Batch<'_> {
+    fn err(&self, e: rusqlite::Error) -> Error {
+        map_err(e, &self.path, self.busy_ms)
+    }
+
+    /// The head as this transaction sees it.
+    pub fn head(&self) -> Option<&Head> {
+        self.head.as_ref()
+    }
+
+    /// Appends `ev` after the policy check.
+    pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event, Refusal> {
+        if crate::event::is_sensitive(&ev.kind) {
+            let actor = ev.actor();
+            match Policy::current(&self.tx).map_err(|e| self.err(e))?.verdict(&actor, &ev.kind) {
+                Verdict::Allowed => {}
+                Verdict::Forbidden => {
+                    return Err(Refusal::Policy(Violation {
+                        actor,
+                        kind: ev.kind.clone(),
+                        unreadable: None,
+                    }))
+                }
+                Verdict::Unreadable(id, why) => {
+                    return Err(Refusal::Policy(Violation {
+                        actor,
+                        kind: ev.kind.clone(),
+                        unreadable: Some((id, why)),
+                    }))
+                }
+            }
+        }
+        Ok(self.insert(&ev.kind, &ev.content, &ev.meta, &clock.ts())?)
+    }
+
+    fn insert(&mut self, kind: &str, content: &str, meta: &Map<String, Value>, ts: &str) -> Result<Event> {
+        let prev_hash = self.head.as_ref().and_then(|h| h.hash.clone());
+        let id = self.head.as_ref().map_or(1, |h| h.id + 1);
+        let digest = event_digest(&mut self.scratch, kind, content, meta, prev_hash.as_deref())
+            .map_err(|e| Error::bad_input(None, e.to_string()))?;
+        let meta_text = canon::to_string(&Value::Object(meta.clone()))
+            .map_err(|e| Error::bad_input(None, e.to_string()))?;
+        let hash = digest.to_string();
+        self.tx
+            .prepare_cached(
+                "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| s.execute(params![id, ts, kind, content, meta_text, prev_hash, hash]))
+            .map_err(|e| self.err(e))?;
+        self.head = Some(Head {
+            id,
+            hash: Some(hash.clone()),
+        });
+        Ok(Event {
+            id,
+            ts: ts.into(),
+            kind: kind.into(),
+            content: content.into(),
+            meta: meta_text,
+            prev_hash,
+            hash: Some(hash),
+        })
+    }
+
+    /// Appends the reference's `violation` event for a refused write.
+    pub fn append_violation(&mut self, v: &Violation, clock: &Clock) -> Result<Event> {
+        let mut meta = Map::new();
+        meta.insert("actor".into(), Value::String(v.actor.clone()));
+        meta.insert("attempt_kind".into(), Value::String(v.kind.clone()));
+        meta.insert("source".into(), Value::String("runtime".into()));
+        if let Some((id, why)) = &v.unreadable {
+            meta.insert("policy_unreadable".into(), Value::String(format!("event {id}: {why}")));
+        }
+        let content = format!("policy_violation:{}:{}", v.actor, v.kind);
+        let ts = clock.ts();
+        self.insert("violation", &content, &meta, &ts)
+    }
+
+    /// Inserts an event verbatim (import): id, ts, meta text, prev_hash and hash as given.
+    /// The caller has verified it.
+    pub fn insert_verbatim(&mut self, ev: &Event) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![ev.id, ev.ts, ev.kind, ev.content, ev.meta, ev.prev_hash, ev.hash])
+            })
+            .map_err(|e| self.err(e))?;
+        self.head = Some(Head {
+            id: ev.id,
+            hash: ev.hash.clone(),
+        });
+        Ok(())
+    }
+
+    /// The id of the event with `hash`, as this transaction sees the ledger.
+    pub fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+        self.tx
+            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Makes everything appended in this transaction durable at once.
+    pub fn commit(self) -> Result<()> {
+        let (path, busy) = (self.path.clone(), self.busy_ms);
+        self.tx.commit().map_err(|e| map_err(e, &path, busy))
+    }
+}
