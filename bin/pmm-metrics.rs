@@ -1,1 +1,4 @@
-fn main() {}
+//! `pmm-metrics`: see `pmm-metrics --help` and man/pmm-metrics.1.
+fn main() -> std::process::ExitCode {
+    pmm::cli::main("pmm-metrics", pmm::cmd::metrics::run)
+}

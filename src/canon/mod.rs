@@ -301,7 +301,10 @@ mod tests {
 
     #[test]
     fn sorts_keys_by_code_point() {
-        assert_eq!(canon(r#"{"é":1,"z":2,"A":3,"😀":4,"ﬀ":5}"#), "{\"A\":3,\"z\":2,\"\\u00e9\":1,\"\\ufb00\":5,\"\\ud83d\\ude00\":4}");
+        assert_eq!(
+            canon(r#"{"é":1,"z":2,"A":3,"😀":4,"ﬀ":5}"#),
+            "{\"A\":3,\"z\":2,\"\\u00e9\":1,\"\\ufb00\":5,\"\\ud83d\\ude00\":4}"
+        );
     }
 
     #[test]
@@ -338,9 +341,18 @@ mod tests {
     #[test]
     fn refuses_what_cpython_cannot_produce() {
         assert!(parse_meta(r#"{"a":NaN}"#).unwrap_err().0.contains("NaN"));
-        assert!(parse_meta(r#"{"a":1e400}"#).unwrap_err().0.contains("out of range"));
-        assert!(parse_meta(r#"{"a":"\ud800"}"#).unwrap_err().0.contains("surrogate"));
-        assert!(parse_meta(r#"[1]"#).unwrap_err().0.contains("must be a JSON object"));
+        assert!(parse_meta(r#"{"a":1e400}"#)
+            .unwrap_err()
+            .0
+            .contains("out of range"));
+        assert!(parse_meta(r#"{"a":"\ud800"}"#)
+            .unwrap_err()
+            .0
+            .contains("surrogate"));
+        assert!(parse_meta(r#"[1]"#)
+            .unwrap_err()
+            .0
+            .contains("must be a JSON object"));
         assert!(parse_meta(r#"{"a":1,"a":2}"#).is_ok());
     }
 

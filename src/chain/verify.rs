@@ -211,7 +211,8 @@ impl Bloom {
     fn positions(d: &Digest) -> [usize; 4] {
         let mut p = [0usize; 4];
         for (i, slot) in p.iter_mut().enumerate() {
-            let w = u32::from_le_bytes([d.0[4 * i], d.0[4 * i + 1], d.0[4 * i + 2], d.0[4 * i + 3]]);
+            let w =
+                u32::from_le_bytes([d.0[4 * i], d.0[4 * i + 1], d.0[4 * i + 2], d.0[4 * i + 3]]);
             *slot = (w as usize) & (BLOOM_BITS - 1);
         }
         p
@@ -248,6 +249,7 @@ pub struct Verifier {
     pending_links: Vec<PendingLink>,
     maybe_dups: HashMap<Digest, Vec<i64>>,
     scratch: Vec<u8>,
+    eager: bool,
 }
 
 /// What a second pass must look up, and what it found.
@@ -276,6 +278,22 @@ impl Default for Verifier {
 }
 
 impl Verifier {
+    /// A verifier for events that must continue a chain whose head is `id` with `hash` (an
+    /// import into a ledger that is not empty). Links it cannot place are reported at once.
+    pub fn after(id: i64, hash: Option<String>) -> Self {
+        let mut v = Verifier::new(Vec::new());
+        v.prev = Some((id, hash));
+        v
+    }
+
+    /// Reports every broken link at once, with `points_to` from the window or null, instead
+    /// of leaving far-pointing ones to a second pass (for callers that can look hashes up
+    /// themselves, like an import that has the events in a database already).
+    pub fn eager(mut self) -> Self {
+        self.eager = true;
+        self
+    }
+
     /// A verifier that also checks `anchors`.
     pub fn new(anchors: Vec<Anchor>) -> Self {
         Verifier {
@@ -292,6 +310,7 @@ impl Verifier {
             pending_links: Vec::new(),
             maybe_dups: HashMap::new(),
             scratch: Vec::with_capacity(4096),
+            eager: false,
         }
     }
 
@@ -311,7 +330,13 @@ impl Verifier {
         // Ids: 1, 2, 3, ...
         let expected_id = self.prev.as_ref().map_or(1, |(pid, _)| pid + 1);
         if id != expected_id {
-            self.emit(out, Some(id), Problem::IdGap { expected: expected_id });
+            self.emit(
+                out,
+                Some(id),
+                Problem::IdGap {
+                    expected: expected_id,
+                },
+            );
         }
         // The hash itself.
         let parsed;
@@ -336,7 +361,13 @@ impl Verifier {
             },
         };
         if let Some(meta) = meta {
-            match event_digest(&mut self.scratch, &ev.kind, &ev.content, meta, ev.prev_hash.as_deref()) {
+            match event_digest(
+                &mut self.scratch,
+                &ev.kind,
+                &ev.content,
+                meta,
+                ev.prev_hash.as_deref(),
+            ) {
                 Ok(d) => {
                     let hex = d.to_string();
                     if ev.hash.as_deref() != Some(hex.as_str()) {
@@ -372,7 +403,11 @@ impl Verifier {
                     let expected = prev_hash.clone();
                     let target = ev.prev_hash.as_deref().and_then(Digest::from_hex);
                     match target {
-                        Some(t) if !self.recent.contains_key(&t) && self.bloom_may_have(&t) => {
+                        Some(t)
+                            if !self.eager
+                                && !self.recent.contains_key(&t)
+                                && self.bloom_may_have(&t) =>
+                        {
                             // Somewhere further back: settled by the second pass.
                             self.pending_links.push(PendingLink {
                                 id,
@@ -428,7 +463,8 @@ impl Verifier {
                 );
             }
         }
-        self.full.update(ev.hash.as_deref().unwrap_or("").as_bytes());
+        self.full
+            .update(ev.hash.as_deref().unwrap_or("").as_bytes());
         self.summary.last_id = Some(id);
         self.summary.last_hash = ev.hash.clone();
         self.prev = Some((id, ev.hash.clone()));
@@ -451,7 +487,13 @@ impl Verifier {
     }
 
     /// Records a record that could not be read as an event.
-    pub fn malformed(&mut self, id: Option<i64>, line: Option<u64>, error: String, out: &mut Vec<Finding>) {
+    pub fn malformed(
+        &mut self,
+        id: Option<i64>,
+        line: Option<u64>,
+        error: String,
+        out: &mut Vec<Finding>,
+    ) {
         self.emit(out, id, Problem::Malformed { line, error });
     }
 
@@ -475,7 +517,11 @@ impl Verifier {
             return None;
         }
         let links = std::mem::take(&mut self.pending_links);
-        let wanted = links.iter().map(|l| l.found).chain(dups.keys().copied()).collect();
+        let wanted = links
+            .iter()
+            .map(|l| l.found)
+            .chain(dups.keys().copied())
+            .collect();
         Some(SecondPass {
             wanted,
             first_seen: HashMap::new(),
@@ -552,7 +598,8 @@ mod tests {
             let prev = out.last().and_then(|e| e.hash.clone());
             let meta = canon::parse_meta("{}").unwrap();
             let content = format!("event {id}");
-            let d = event_digest(&mut scratch, "test_event", &content, &meta, prev.as_deref()).unwrap();
+            let d =
+                event_digest(&mut scratch, "test_event", &content, &meta, prev.as_deref()).unwrap();
             out.push(Event {
                 id,
                 ts: "2025-01-01T00:00:00.000000Z".into(),
@@ -598,26 +645,51 @@ mod tests {
         let mut scratch = Vec::new();
         c[4].prev_hash = c[2].hash.clone();
         let meta = canon::parse_meta("{}").unwrap();
-        c[4].hash = Some(event_digest(&mut scratch, "test_event", &c[4].content, &meta, c[4].prev_hash.as_deref()).unwrap().to_string());
+        c[4].hash = Some(
+            event_digest(
+                &mut scratch,
+                "test_event",
+                &c[4].content,
+                &meta,
+                c[4].prev_hash.as_deref(),
+            )
+            .unwrap()
+            .to_string(),
+        );
         let (f, s) = run(&c, vec![]);
         assert_eq!(s.broken_links, 2, "{f:?}");
-        assert!(matches!(f[0].problem, Problem::BrokenLink { points_to: Some(3), .. }));
+        assert!(matches!(
+            f[0].problem,
+            Problem::BrokenLink {
+                points_to: Some(3),
+                ..
+            }
+        ));
         assert_eq!(s.hash_mismatches, 0);
     }
 
     #[test]
     fn truncation_breaks_an_anchor() {
         let c = chain(5);
-        let anchor = Anchor { id: 5, hash: c[4].hash.clone().unwrap() };
+        let anchor = Anchor {
+            id: 5,
+            hash: c[4].hash.clone().unwrap(),
+        };
         let (f, s) = run(&c[..4], vec![anchor]);
         assert_eq!(s.anchor_mismatches, 1);
-        assert!(matches!(&f[0].problem, Problem::AnchorMismatch { found: None, .. }));
+        assert!(matches!(
+            &f[0].problem,
+            Problem::AnchorMismatch { found: None, .. }
+        ));
     }
 
     #[test]
     fn repeated_event_is_a_duplicate() {
         let mut c = chain(5);
-        let copy = Event { id: 6, ..c[1].clone() };
+        let copy = Event {
+            id: 6,
+            ..c[1].clone()
+        };
         c.push(copy);
         let (_f, s) = run(&c, vec![]);
         assert_eq!(s.duplicate_hashes, 1);
@@ -628,6 +700,12 @@ mod tests {
     fn anchors_parse() {
         assert!("3:abc".parse::<Anchor>().is_err());
         assert!(format!("0:{}", "a".repeat(64)).parse::<Anchor>().is_err());
-        assert_eq!(format!("7:{}", "A".repeat(64)).parse::<Anchor>().unwrap().hash, "a".repeat(64));
+        assert_eq!(
+            format!("7:{}", "A".repeat(64))
+                .parse::<Anchor>()
+                .unwrap()
+                .hash,
+            "a".repeat(64)
+        );
     }
 }

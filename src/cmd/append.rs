@@ -1,1 +1,357 @@
-//! pmm-append
+//! `pmm-append`: append events; import a reference export or another ledger.
+
+use crate::chain::{Finding, Problem, Verifier};
+use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::event::{self, NewEvent};
+use crate::interchange::{self, Input, Item};
+use crate::store::{Filter, Ledger, Refusal};
+use crate::Error;
+use anyhow::Context;
+use serde::Serialize;
+use std::io::BufRead;
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  Append one event:
+    pmm-append --kind user_message --content 'hello' --meta '{\"role\":\"user\"}'
+  Append JSON Lines from a pipe, committing each line as it arrives:
+    tail -f notes.jsonl | pmm-append --db agent.db
+  All or nothing:
+    pmm-append --batch < events.jsonl
+  Copy the user messages of one ledger into another (ids and hashes are new there):
+    pmm-replay --db a.db --kind user_message | pmm-append --db b.db
+  Keep a reference ledger, forks and all, and check it came through byte for byte:
+    pmm-append --db new.db --import ledger.json.gz --accept-forks
+    pmm-export --db new.db --format json | cmp - <(gunzip -c ledger.json.gz)
+
+INPUT:
+  One JSON object per line: {\"kind\": K, \"content\": STRING, \"meta\": OBJECT}; meta is optional.
+  Other fields (id, ts, hash, ... as pmm-replay prints them) are ignored.
+
+EXIT STATUS:
+  0  every event was appended
+  1  the write policy refused a sensitive write (a violation event was appended)
+  2  bad input (named with its line), unknown kind, unreadable import, locked or read-only
+     ledger; the offending event is not written (lines before it stay, unless --batch)
+
+ENVIRONMENT:
+  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
+  PMM_NOW   pin the clock (RFC 3339) for reproducible timestamps
+  A .env file in the current directory is read for variables that are not set.";
+
+/// Append events to a pmm ledger.
+///
+/// Reads JSON Lines on stdin (one event per line) and appends each to the hash chain in its own
+/// transaction, printing every appended event as JSON Lines; or appends the one event given by
+/// --kind/--content/--meta; or imports a whole ledger verbatim with --import.
+///
+/// Every append is one BEGIN IMMEDIATE transaction that reads the head and inserts, so any
+/// number of processes may append to one ledger at once and the chain stays unbroken.
+/// Sensitive kinds (config, checkpoint_manifest, embedding_add, retrieval_selection) are
+/// checked against the ledger's write policy; a refusal appends a violation event.
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-append", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
+    #[command(flatten)]
+    write: WriteArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Append one event of this kind (stdin is not read)
+    #[arg(long, value_name = "KIND", conflicts_with_all = ["batch", "import"])]
+    kind: Option<String>,
+    /// The content of the --kind event
+    #[arg(long, value_name = "TEXT", requires = "kind", default_value = "")]
+    content: String,
+    /// The meta object of the --kind event, as JSON
+    #[arg(long, value_name = "JSON", requires = "kind")]
+    meta: Option<String>,
+    /// Commit all of stdin in one transaction: every line or none
+    #[arg(long, conflicts_with = "import")]
+    batch: bool,
+    /// Import a reference JSON export, JSONL events, a .gz of either, or a SQLite ledger,
+    /// verbatim (ids, ts, hashes), into an empty ledger or as an exact continuation of its head
+    #[arg(long, value_name = "FILE")]
+    import: Option<PathBuf>,
+    /// With --import: accept a source whose chain has broken links (kept verbatim, so the
+    /// result verifies exactly like the source)
+    #[arg(long, requires = "import")]
+    accept_forks: bool,
+    /// List the allowed kinds and exit
+    #[arg(long)]
+    list_kinds: bool,
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// Runs `pmm-append`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let mut out = Out::new();
+    if args.list_kinds {
+        for k in event::all_kinds() {
+            out.raw(format!("{k}\n").as_bytes())?;
+        }
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
+    if let Some(source) = &args.import {
+        return import(&args, source, &mut out);
+    }
+    // Parse and validate before opening anything for writing.
+    let single = match &args.kind {
+        Some(kind) => {
+            let meta = match &args.meta {
+                Some(m) => crate::canon::parse_meta(m)
+                    .map_err(|e| Error::bad_input(Some("--meta".into()), e.0))?,
+                None => Default::default(),
+            };
+            Some(
+                NewEvent::new(kind.clone(), args.content.clone(), meta)
+                    .map_err(|e| Error::bad_input(Some("--kind".into()), e))?,
+            )
+        }
+        None => None,
+    };
+    let clock = args.clock.clock();
+    let mut ledger = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
+    if let Some(ev) = single {
+        let event = ledger.append(&ev, &clock)?;
+        out.event(&event)?;
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock();
+    if args.batch {
+        batch(&mut ledger, &mut lines, &clock, &mut out)
+    } else {
+        streaming(&mut ledger, &mut lines, &clock, &mut out)
+    }
+}
+
+fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Result<bool> {
+    buf.clear();
+    let read = input.read_line(buf).map_err(|e| {
+        let msg = if e.kind() == std::io::ErrorKind::InvalidData {
+            "not UTF-8".to_string()
+        } else {
+            e.to_string()
+        };
+        Error::bad_input(Some(format!("<stdin>:{n}")), msg)
+    })?;
+    Ok(read > 0)
+}
+
+fn parse(buf: &str, n: u64) -> Result<NewEvent, Error> {
+    let line = buf.strip_suffix('\n').unwrap_or(buf);
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    NewEvent::from_json_line(line)
+        .map_err(|msg| Error::bad_input(Some(format!("<stdin>:{n}")), msg))
+}
+
+fn streaming(
+    ledger: &mut Ledger,
+    input: &mut dyn BufRead,
+    clock: &event::Clock,
+    out: &mut Out,
+) -> anyhow::Result<Outcome> {
+    let mut buf = String::new();
+    let mut n = 0;
+    loop {
+        n += 1;
+        if !read_line(input, &mut buf, n)? {
+            return Ok(Outcome::Success);
+        }
+        let ev = parse(&buf, n)?;
+        let event = ledger
+            .append(&ev, clock)
+            .with_context(|| format!("<stdin>:{n}"))?;
+        out.event(&event)?;
+        // Flush per event: a pipeline downstream may be waiting for it.
+        out.flush()?;
+    }
+}
+
+fn batch(
+    ledger: &mut Ledger,
+    input: &mut dyn BufRead,
+    clock: &event::Clock,
+    out: &mut Out,
+) -> anyhow::Result<Outcome> {
+    let mut buf = String::new();
+    let mut n = 0;
+    let mut tx = ledger.begin()?;
+    let first = tx.head().map_or(1, |h| h.id + 1);
+    let refused = loop {
+        n += 1;
+        if !read_line(input, &mut buf, n)? {
+            break None;
+        }
+        // An error drops `tx`, which rolls the whole batch back.
+        let ev = parse(&buf, n)?;
+        match tx.append(&ev, clock) {
+            Ok(_) => {}
+            Err(Refusal::Policy(v)) => break Some((v, n)),
+            Err(Refusal::Error(e)) => {
+                return Err(anyhow::Error::new(e).context(format!("<stdin>:{n}")))
+            }
+        }
+    };
+    let last = tx.head().map_or(0, |h| h.id);
+    if let Some((v, n)) = refused {
+        drop(tx);
+        let err = ledger.record_violation(&v, clock)?;
+        return Err(anyhow::Error::new(err).context(format!("<stdin>:{n}: batch rolled back")));
+    }
+    tx.commit()?;
+    // Print after the commit, from the ledger, so that only durable events are reported and
+    // memory does not grow with the batch.
+    let filter = Filter {
+        since: Some(first),
+        until: Some(last),
+        kinds: vec![],
+    };
+    let mut io_err = None;
+    ledger.scan(&filter, |e| match out.event(&e) {
+        Ok(()) => Ok(true),
+        Err(err) => {
+            io_err = Some(err);
+            Ok(false)
+        }
+    })?;
+    if let Some(e) = io_err {
+        return Err(e.into());
+    }
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+#[derive(Serialize)]
+struct ImportSummary {
+    #[serde(rename = "type")]
+    record: &'static str,
+    source: String,
+    events: u64,
+    first_id: Option<i64>,
+    last_id: Option<i64>,
+    last_hash: Option<String>,
+    broken_links: u64,
+}
+
+fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>) -> Option<String> {
+    let id = f.id.unwrap_or(0);
+    Some(match &f.problem {
+        Problem::BrokenLink { .. } if accept_forks && !first => return None,
+        Problem::BrokenLink { found, .. } if first => format!(
+            "event {id} does not continue this ledger: its prev_hash is {}, not the head's hash",
+            found.as_deref().unwrap_or("null")
+        ),
+        Problem::BrokenLink { found, .. } => format!(
+            "event {id}: prev_hash {} points to {} instead of event {}: the source's chain forks; pass --accept-forks to keep it verbatim",
+            found.as_deref().unwrap_or("null"),
+            points_to.map_or("no earlier event".to_string(), |p| format!("event {p}")),
+            id - 1
+        ),
+        Problem::HashMismatch { expected, found } => format!(
+            "event {id}: stored hash {} is not the hash of its fields ({expected})",
+            found.as_deref().unwrap_or("null")
+        ),
+        Problem::IdGap { expected } if first => format!(
+            "the source starts at event {id}, but this ledger needs event {expected} next (import into an empty ledger, or a continuation of its head)"
+        ),
+        Problem::IdGap { expected } => format!("event {id}: expected id {expected} (ids must rise by one)"),
+        Problem::GenesisPrevHash { found } => {
+            format!("event {id} is the first event but has prev_hash {found}")
+        }
+        Problem::DuplicateHash { hash, first_id } => format!(
+            "event {id} repeats hash {hash} of event {}",
+            first_id.map_or("?".into(), |i| i.to_string())
+        ),
+        Problem::Malformed { line, error } => match line {
+            Some(l) => format!("line {l}: {error}"),
+            None => format!("event {id}: {error}"),
+        },
+        Problem::AnchorMismatch { .. } | Problem::DerivedMismatch { .. } => return None,
+    })
+}
+
+fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Result<Outcome> {
+    let input = Input::new(source);
+    let name = input.name();
+    let mut ledger = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
+    let size = input
+        .path
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map_or(0, |m| m.len());
+    let bar = crate::cli::progress(size, args.common.quiet, "importing");
+    let mut tx = ledger.begin()?;
+    let mut verifier = match tx.head() {
+        Some(h) => Verifier::after(h.id, h.hash.clone()),
+        None => Verifier::new(vec![]),
+    }
+    .eager();
+    let mut summary = ImportSummary {
+        record: "import",
+        source: name.clone(),
+        events: 0,
+        first_id: None,
+        last_id: None,
+        last_hash: None,
+        broken_links: 0,
+    };
+    let mut findings = Vec::new();
+    let tick = |n: u64| bar.set_position(n);
+    interchange::read(&input, &tick, &mut |item| {
+        findings.clear();
+        let record = match item {
+            Item::Event(r) => r,
+            Item::Malformed { line, id, error } => {
+                verifier.malformed(id, line, error, &mut findings);
+                let msg = refusal(&findings[0], false, false, None).unwrap_or_default();
+                return Err(Error::ImportRefused(format!("{name}: {msg}")));
+            }
+        };
+        let first = summary.events == 0;
+        verifier.check(&record.event, record.meta.as_ref(), &mut findings);
+        for f in &findings {
+            let points_to = match &f.problem {
+                Problem::BrokenLink {
+                    found: Some(h),
+                    points_to,
+                    ..
+                } => match points_to {
+                    Some(p) => Some(*p),
+                    None => tx.id_of_hash(h)?,
+                },
+                _ => None,
+            };
+            if let Some(msg) = refusal(f, first, args.accept_forks, points_to) {
+                return Err(Error::ImportRefused(format!("{name}: {msg}")));
+            }
+            if matches!(f.problem, Problem::BrokenLink { .. }) {
+                summary.broken_links += 1;
+            }
+        }
+        tx.insert_verbatim(&record.event)?;
+        summary.events += 1;
+        summary.first_id.get_or_insert(record.event.id);
+        summary.last_id = Some(record.event.id);
+        summary.last_hash = record.event.hash.clone();
+        Ok(true)
+    })?;
+    tx.commit()?;
+    bar.finish_and_clear();
+    out.record(&summary)?;
+    out.flush()?;
+    Ok(Outcome::Success)
+}

@@ -1,1 +1,250 @@
-//! pmm-export
+//! `pmm-export`: export a ledger.
+
+use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
+use crate::interchange::{self, ExportContext, ExportFormat};
+use crate::store::{Filter, Ledger};
+use crate::Error;
+use flate2::write::GzEncoder;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  The reference export, compressed, then verified (in CI):
+    pmm-export -o ledger.json.gz && pmm-verify ledger.json.gz
+  Stream events to jq:
+    pmm-export --format jsonl | jq -c 'select(.kind==\"reflection\") | .content'
+  A transcript of the conversation:
+    pmm-export --format md -o chat.md
+  A spreadsheet of the commitments:
+    pmm-export --format csv --kind commitment_open --kind commitment_close -o commitments.csv
+  The telemetry report of the reference, for events 100 to 200:
+    pmm-export --format telemetry --since 100 --until 200 -o telemetry.md
+
+FORMATS:
+  json       the reference export: a JSON array, indent 2, raw UTF-8, meta as a string
+             (byte-identical to the reference for an imported ledger)
+  jsonl      one event per line, meta as an object (the default on stdout)
+  csv        RFC 4180, columns id,ts,kind,content,meta,prev_hash,hash
+  md         a readable transcript of the conversation, marker lines hidden
+  telemetry  the reference telemetry report: event table, kind counts, continuity breaks,
+             verification manifest
+  Without --format the format follows the -o name (.json, .jsonl, .csv, .md; .gz is
+  stripped first), else jsonl. A -o file is written whole or not at all.
+
+EXIT STATUS:
+  0  exported (a closed pipe also ends quietly with 0)
+  2  missing ledger, bad arguments, or the output could not be written
+
+ENVIRONMENT:
+  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
+  PMM_NOW   pin the clock: the export time printed by md and telemetry";
+
+/// Export a ledger as the reference JSON, JSON Lines, CSV, a Markdown transcript or the
+/// reference telemetry report.
+///
+/// Streams the events in id order (optionally only a range or some kinds) to stdout or to a
+/// file; a file whose name ends in .gz is gzip-compressed.
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-export", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Output format [default: from the -o name, else jsonl]
+    #[arg(long, short = 'f', value_enum)]
+    format: Option<ExportFormat>,
+    /// Write to FILE instead of stdout (.gz compresses; written atomically)
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Only events with id ≥ ID
+    #[arg(long, value_name = "ID")]
+    since: Option<i64>,
+    /// Only events with id ≤ ID
+    #[arg(long, value_name = "ID")]
+    until: Option<i64>,
+    /// Only events of this kind (repeatable)
+    #[arg(long, value_name = "KIND")]
+    kind: Vec<String>,
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+fn is_gz(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gz")
+}
+
+/// The format a file name asks for (`ledger.json.gz` → json).
+pub fn format_from_name(path: &Path) -> Option<ExportFormat> {
+    let stem = if is_gz(path) {
+        Path::new(path.file_stem()?)
+    } else {
+        path
+    };
+    match stem.extension()?.to_str()? {
+        "json" => Some(ExportFormat::Json),
+        "jsonl" | "ndjson" => Some(ExportFormat::Jsonl),
+        "csv" => Some(ExportFormat::Csv),
+        "md" | "markdown" => Some(ExportFormat::Md),
+        _ => None,
+    }
+}
+
+/// Runs `pmm-export`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let format = args
+        .format
+        .or_else(|| args.output.as_deref().and_then(format_from_name))
+        .unwrap_or(ExportFormat::Jsonl);
+    if let (Some(s), Some(u)) = (args.since, args.until) {
+        if s > u {
+            return Err(Error::bad_input(
+                Some("--since/--until".into()),
+                format!("--since {s} is after --until {u}"),
+            )
+            .into());
+        }
+    }
+    for k in &args.kind {
+        crate::event::check_kind(k).map_err(|e| Error::bad_input(Some("--kind".into()), e))?;
+    }
+    let ledger = Ledger::open_reader(&args.ledger.path())?;
+    let ctx = ExportContext {
+        exported_at: args.clock.clock().now(),
+        output_name: args
+            .output
+            .as_ref()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned()),
+    };
+    let filter = Filter {
+        since: args.since,
+        until: args.until,
+        kinds: args.kind.clone(),
+    };
+    let total = ledger.max_id()?.max(0) as u64;
+    let bar = crate::cli::progress(
+        total,
+        args.common.quiet || args.output.is_none(),
+        "exporting",
+    );
+    match &args.output {
+        None => {
+            let stdout = io::stdout().lock();
+            write_all(
+                &ledger,
+                &filter,
+                format,
+                io::BufWriter::with_capacity(1 << 16, stdout),
+                &ctx,
+                &bar,
+            )?;
+        }
+        Some(path) => {
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            // Written beside the target and renamed at the end: a failed export leaves no
+            // half-written file.
+            let tmp = tempfile::Builder::new()
+                .prefix(".pmm-export-")
+                .tempfile_in(dir)
+                .map_err(|e| Error::io(dir, e))?;
+            let file = io::BufWriter::with_capacity(
+                1 << 16,
+                tmp.as_file().try_clone().map_err(|e| Error::io(path, e))?,
+            );
+            if is_gz(path) {
+                let gz = GzEncoder::new(file, flate2::Compression::default());
+                let gz = write_all(&ledger, &filter, format, gz, &ctx, &bar)?;
+                gz.finish()
+                    .map_err(|e| Error::io(path, e))?
+                    .flush()
+                    .map_err(|e| Error::io(path, e))?;
+            } else {
+                write_all(&ledger, &filter, format, file, &ctx, &bar)?
+                    .flush()
+                    .map_err(|e| Error::io(path, e))?;
+            }
+            tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
+            tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+        }
+    }
+    bar.finish_and_clear();
+    Ok(Outcome::Success)
+}
+
+/// Streams the selected events through the format's writer into `out`; returns `out`.
+fn write_all<W: Write>(
+    ledger: &Ledger,
+    filter: &Filter,
+    format: ExportFormat,
+    out: W,
+    ctx: &ExportContext,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<W> {
+    let mut shared = Shared(std::rc::Rc::new(std::cell::RefCell::new(Some(out))));
+    let mut sink = interchange::sink(format, shared.clone(), ctx)?;
+    let mut io_err = None;
+    ledger.scan(filter, |ev| {
+        bar.set_position(ev.id.max(0) as u64);
+        if let Err(e) = sink.event(&ev) {
+            io_err = Some(e);
+            return Ok(false);
+        }
+        Ok(true)
+    })?;
+    if let Some(e) = io_err {
+        return Err(e.into());
+    }
+    sink.finish()?;
+    Ok(shared.take())
+}
+
+/// Lets the sink own a writer that we get back afterwards (to finish a gzip stream).
+struct Shared<W>(std::rc::Rc<std::cell::RefCell<Option<W>>>);
+
+impl<W> Clone for Shared<W> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<W> Shared<W> {
+    fn take(&mut self) -> W {
+        match self.0.borrow_mut().take() {
+            Some(w) => w,
+            None => unreachable!("the writer is taken once, after the sink is finished"),
+        }
+    }
+}
+
+impl<W: Write> Write for Shared<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.0.borrow_mut().as_mut() {
+            Some(w) => w.write(buf),
+            None => Err(io::Error::other("writer already taken")),
+        }
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self.0.borrow_mut().as_mut() {
+            Some(w) => w.write_all(buf),
+            None => Err(io::Error::other("writer already taken")),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self.0.borrow_mut().as_mut() {
+            Some(w) => w.flush(),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,1 +1,146 @@
-//! pmm-metrics
+//! `pmm-metrics`: deterministic ledger metrics.
+
+use crate::chain::Verifier;
+use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::event::NewEvent;
+use crate::metrics::MetricsFold;
+use crate::store::{Filter, Ledger};
+use std::time::Instant;
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  The metrics, pretty:
+    pmm-metrics | jq .
+  Compare two ledgers (the one measured field left out):
+    diff <(pmm-metrics --deterministic --db a.db) <(pmm-metrics --deterministic --db b.db)
+  Open commitments by cid:
+    pmm-metrics | jq -r '.open_commitments[]'
+  Record the metrics in the ledger when they changed (from cron):
+    pmm-metrics --append --quiet > /dev/null
+  The last five turns' model metrics:
+    pmm-metrics --diag | jq -r .content
+
+OUTPUT:
+  One {\"type\":\"metrics\"} object: event_count and kinds (metrics_update events left out, as
+  the reference does), broken_links, hash_mismatches, last_hash, open_commitments and
+  closed_commitments (cids), internal_goals_open, turns, autonomy {ticks, decisions,
+  last_reflection_id}, replay_ms_per_event. With --append, the appended metrics_update event
+  follows on its own line.
+
+EXIT STATUS:
+  0  success
+  2  missing ledger, database error
+
+ENVIRONMENT:
+  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
+  PMM_NOW   pin the clock for the --append event";
+
+/// Deterministic ledger metrics: counts, chain health, commitments, autonomy.
+///
+/// Reads the whole ledger once, recomputing every hash, and prints one JSON object. The same
+/// ledger gives the same object on every machine, except replay_ms_per_event, which measures
+/// this run (--deterministic leaves it out).
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-metrics", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
+    #[command(flatten)]
+    write: WriteArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Leave out the measured, non-deterministic field (replay_ms_per_event)
+    #[arg(long)]
+    deterministic: bool,
+    /// Append a metrics_update event (reference text format) when the metrics changed since
+    /// the last one
+    #[arg(long, conflicts_with = "diag")]
+    append: bool,
+    /// Print the last five metrics_turn events instead (per-turn model diagnostics)
+    #[arg(long)]
+    diag: bool,
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// Computes the metrics of `ledger`.
+pub fn compute(ledger: &Ledger, quiet: bool) -> crate::Result<crate::metrics::LedgerMetrics> {
+    let bar = crate::cli::progress(ledger.max_id()?.max(0) as u64, quiet, "metrics");
+    let started = Instant::now();
+    let mut fold = MetricsFold::default();
+    let mut verifier = Verifier::new(vec![]).eager();
+    let mut findings = Vec::new();
+    let mut n = 0u64;
+    ledger.scan(&Filter::default(), |ev| {
+        n += 1;
+        if n % 4096 == 0 {
+            bar.set_position(ev.id.max(0) as u64);
+        }
+        verifier.check(&ev, None, &mut findings);
+        findings.clear();
+        fold.add(&ev);
+        Ok(true)
+    })?;
+    let elapsed = started.elapsed();
+    let s = verifier.finish(&mut findings);
+    bar.finish_and_clear();
+    let mut m = fold.finish(s.broken_links, s.hash_mismatches);
+    m.replay_ms_per_event = Some(if n == 0 {
+        0.0
+    } else {
+        elapsed.as_secs_f64() * 1000.0 / n as f64
+    });
+    Ok(m)
+}
+
+/// Runs `pmm-metrics`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let mut out = Out::new();
+    let path = args.ledger.path();
+    if args.diag {
+        let ledger = Ledger::open_reader(&path)?;
+        let mut turns = ledger.last_of_kind("metrics_turn", 5)?;
+        turns.reverse();
+        for ev in &turns {
+            out.event(ev)?;
+        }
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
+    let ledger = if args.append {
+        Ledger::open_writer(&path, args.write.busy_timeout)?
+    } else {
+        Ledger::open_reader(&path)?
+    };
+    let mut m = compute(&ledger, args.common.quiet)?;
+    let appended = if args.append {
+        let text = m.update_text();
+        let last = ledger.last_of_kind("metrics_update", 1)?;
+        if last.first().map(|e| e.content.as_str()) == Some(text.as_str()) {
+            None
+        } else {
+            let mut ledger = ledger;
+            let ev = NewEvent::new("metrics_update", text, Default::default())
+                .map_err(|e| crate::Error::bad_input(None, e))?;
+            Some(ledger.append(&ev, &args.clock.clock())?)
+        }
+    } else {
+        None
+    };
+    if args.deterministic {
+        m.replay_ms_per_event = None;
+    }
+    out.record(&m)?;
+    if let Some(ev) = appended {
+        out.event(&ev)?;
+    }
+    out.flush()?;
+    Ok(Outcome::Success)
+}

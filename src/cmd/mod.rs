@@ -1,6 +1,17 @@
 //! One module per program: clap `Args` (whose doc comments are the help) and `run`.
 
+pub mod append;
+pub mod export;
+pub mod metrics;
+pub mod verify;
+
 /// Every program's clap command, for man pages and completions.
 pub fn commands() -> Vec<clap::Command> {
-    vec![]
+    use clap::CommandFactory;
+    vec![
+        append::Args::command(),
+        export::Args::command(),
+        metrics::Args::command(),
+        verify::Args::command(),
+    ]
 }

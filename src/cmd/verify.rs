@@ -1,1 +1,191 @@
-//! pmm-verify
+//! `pmm-verify`: verify a ledger or an export.
+
+use crate::chain::{Anchor, Finding, Summary, Verifier};
+use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::interchange::{self, Input, Item};
+use crate::Error;
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  Verify the ledger (the --db one, or $PMM_DB):
+    pmm-verify
+  Verify an export in CI, against the anchors saved by the previous run:
+    pmm-export -o ledger.json.gz && pmm-verify ledger.json.gz --anchors-from anchors.txt
+    pmm-verify ledger.json.gz | tail -1 > anchors.txt      # save the summary as the next anchor
+  Verify a stream:
+    pmm-export --format jsonl | pmm-verify -
+  Only the findings about links:
+    pmm-verify ledger.json | jq -c 'select(.problem==\"broken_link\")'
+
+OUTPUT:
+  One {\"type\":\"finding\",\"id\",\"problem\",...} line per problem: hash_mismatch, broken_link
+  (with points_to: the event the prev_hash really names, or null), id_gap, genesis_prev_hash,
+  duplicate_hash, anchor_mismatch, malformed (with its line); then one {\"type\":\"summary\"} line
+  per input with counts, last_id, last_hash, ok and sha256_full_digest.
+
+EXIT STATUS:
+  0  every input verifies clean
+  1  findings
+  2  an input could not be read (missing, not a ledger, truncated gzip, bad --anchor)
+
+ENVIRONMENT:
+  PMM_DB    the ledger verified when no FILE is given (default .data/pmmdb/pmm.db)";
+
+/// Verify a ledger or an export: every hash, every link, ids and anchors.
+///
+/// Recomputes the hash of every event (the canonical JSON of kind, content, meta and
+/// prev_hash), checks that each prev_hash is the previous event's hash, that ids rise by one
+/// from 1, that the first prev_hash is null and that no hash repeats. Reads SQLite ledgers,
+/// reference JSON exports, JSON Lines and gzip of either (detected from the content), as a
+/// stream: memory stays flat whatever the size.
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-verify", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Files to verify (SQLite, JSON, JSONL, .gz; `-` for stdin) [default: the --db ledger]
+    #[arg(value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// An anchor `ID:HASH` saved from an earlier run: event ID must still have HASH (repeatable)
+    #[arg(long, value_name = "ID:HASH")]
+    anchor: Vec<Anchor>,
+    /// Read anchors from a file: a saved summary line (its last_id:last_hash), or ID:HASH
+    /// lines (blank lines and # comments are skipped)
+    #[arg(long, value_name = "FILE")]
+    anchors_from: Option<PathBuf>,
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// Reads anchors from a saved summary or a list.
+pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let mut anchors = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let at = || Some(format!("{}:{}", path.display(), i + 1));
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| Error::bad_input(at(), format!("not valid JSON: {e}")))?;
+            if v.get("type").and_then(|t| t.as_str()) != Some("summary") {
+                continue;
+            }
+            match (
+                v.get("last_id").and_then(|x| x.as_i64()),
+                v.get("last_hash").and_then(|x| x.as_str()),
+            ) {
+                (Some(id), Some(hash)) => anchors.push(
+                    format!("{id}:{hash}")
+                        .parse()
+                        .map_err(|e: String| Error::bad_input(at(), e))?,
+                ),
+                _ => continue, // an empty ledger's summary anchors nothing
+            }
+        } else {
+            for word in line
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|w| !w.is_empty())
+            {
+                anchors.push(
+                    word.parse()
+                        .map_err(|e: String| Error::bad_input(at(), e))?,
+                );
+            }
+        }
+    }
+    Ok(anchors)
+}
+
+fn emit(findings: &mut Vec<Finding>, out: &mut Out) -> std::io::Result<()> {
+    for f in findings.drain(..) {
+        out.record(&f)?;
+    }
+    Ok(())
+}
+
+/// Verifies one input, printing findings as they are found, then its summary.
+pub fn verify_input(
+    input: &Input,
+    anchors: Vec<Anchor>,
+    quiet: bool,
+    out: &mut Out,
+) -> anyhow::Result<Summary> {
+    let size = input
+        .path
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map_or(0, |m| m.len());
+    let bar = crate::cli::progress(size, quiet, "verifying");
+    let mut v = Verifier::new(anchors);
+    let mut findings: Vec<Finding> = Vec::new();
+    let mut io_err = None;
+    let tick = |n: u64| bar.set_position(n);
+    interchange::read(input, &tick, &mut |item| {
+        match item {
+            Item::Event(r) => v.check(&r.event, r.meta.as_ref(), &mut findings),
+            Item::Malformed { line, id, error } => v.malformed(id, line, error, &mut findings),
+        }
+        if let Err(e) = emit(&mut findings, out) {
+            io_err = Some(e);
+            return Ok(false);
+        }
+        Ok(true)
+    })
+    .with_context(|| format!("cannot verify {}", input.name()))?;
+    if let Some(e) = io_err {
+        return Err(e.into());
+    }
+    if let Some(mut pass) = v.second_pass() {
+        if input.rereadable() {
+            interchange::read(input, &|_| {}, &mut |item| {
+                if let Item::Event(r) = item {
+                    pass.see(r.event.id, r.event.hash.as_deref());
+                }
+                Ok(true)
+            })?;
+        }
+        v.settle(pass, &mut findings);
+    }
+    let mut summary = v.finish(&mut findings);
+    emit(&mut findings, out)?;
+    bar.finish_and_clear();
+    summary.source = Some(input.name());
+    out.record(&summary)?;
+    out.flush()?;
+    Ok(summary)
+}
+
+/// Runs `pmm-verify`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let mut anchors = args.anchor.clone();
+    if let Some(path) = &args.anchors_from {
+        anchors.extend(read_anchors(path)?);
+    }
+    let inputs: Vec<Input> = if args.files.is_empty() {
+        vec![Input::new(&args.ledger.path())]
+    } else {
+        args.files.iter().map(|f| Input::new(f)).collect()
+    };
+    let mut out = Out::new();
+    let mut ok = true;
+    for input in &inputs {
+        ok &= verify_input(input, anchors.clone(), args.common.quiet, &mut out)?.ok;
+    }
+    Ok(if ok {
+        Outcome::Success
+    } else {
+        Outcome::Negative
+    })
+}

@@ -190,7 +190,9 @@ impl NewEvent {
     /// `pmm-replay` prints them) are ignored, so events can be copied between ledgers.
     pub fn from_json_line(line: &str) -> Result<Self, String> {
         if line.trim().is_empty() {
-            return Err("empty line: expected a JSON object {\"kind\",\"content\",\"meta\"?}".into());
+            return Err(
+                "empty line: expected a JSON object {\"kind\",\"content\",\"meta\"?}".into(),
+            );
         }
         let v: Value =
             serde_json::from_str(line).map_err(|e| canon::explain_json_error(line, &e))?;
@@ -314,21 +316,36 @@ mod tests {
     fn ts_format_matches_reference() {
         let c = Clock::pinned("2025-11-24T06:55:41.194157+01:00").unwrap();
         assert_eq!(c.ts(), "2025-11-24T05:55:41.194157Z");
-        assert_eq!(Clock::pinned("2025-01-01T00:00:00Z").unwrap().ts(), "2025-01-01T00:00:00.000000Z");
+        assert_eq!(
+            Clock::pinned("2025-01-01T00:00:00Z").unwrap().ts(),
+            "2025-01-01T00:00:00.000000Z"
+        );
         assert!(Clock::pinned("yesterday").is_err());
     }
 
     #[test]
     fn input_lines_are_validated() {
-        let ok = NewEvent::from_json_line(r#"{"kind":"user_message","content":"hi","meta":{"role":"user"},"id":9}"#).unwrap();
+        let ok = NewEvent::from_json_line(
+            r#"{"kind":"user_message","content":"hi","meta":{"role":"user"},"id":9}"#,
+        )
+        .unwrap();
         assert_eq!(ok.kind, "user_message");
         for (line, needle) in [
             ("", "empty line"),
             ("nope", "not valid JSON"),
             (r#"{"kind":"bogus","content":""}"#, "unknown kind 'bogus'"),
-            (r#"{"kind":"user_message","content":5}"#, "\"content\" must be a string"),
-            (r#"{"kind":"user_message","content":"x","meta":[]}"#, "meta must be a JSON object"),
-            (r#"{"kind":"user_message","content":"x","meta":{"a":NaN}}"#, "NaN"),
+            (
+                r#"{"kind":"user_message","content":5}"#,
+                "\"content\" must be a string",
+            ),
+            (
+                r#"{"kind":"user_message","content":"x","meta":[]}"#,
+                "meta must be a JSON object",
+            ),
+            (
+                r#"{"kind":"user_message","content":"x","meta":{"a":NaN}}"#,
+                "NaN",
+            ),
             (r#"{"kind":"user_message","content":"\ud800"}"#, "surrogate"),
             (r#"[1]"#, "expected a JSON object"),
         ] {
@@ -339,7 +356,11 @@ mod tests {
 
     #[test]
     fn actor_is_source_or_unknown() {
-        let e = |m: &str| NewEvent::from_json_line(&format!(r#"{{"kind":"config","content":"","meta":{m}}}"#)).unwrap().actor();
+        let e = |m: &str| {
+            NewEvent::from_json_line(&format!(r#"{{"kind":"config","content":"","meta":{m}}}"#))
+                .unwrap()
+                .actor()
+        };
         assert_eq!(e(r#"{"source":"cli"}"#), "cli");
         assert_eq!(e(r#"{"source":""}"#), "unknown");
         assert_eq!(e(r#"{}"#), "unknown");

@@ -114,7 +114,10 @@ impl Wire {
             other => {
                 return Err((
                     Some(self.id),
-                    format!("meta must be an object or a JSON string, not {}", canon::type_name(&other)),
+                    format!(
+                        "meta must be an object or a JSON string, not {}",
+                        canon::type_name(&other)
+                    ),
                 ))
             }
         };
@@ -148,12 +151,13 @@ pub fn detect(r: &mut dyn BufRead) -> std::io::Result<Format> {
         if buf.is_empty() {
             return Ok(Format::Jsonl);
         }
-        let skip = buf
-            .iter()
-            .take_while(|b| b.is_ascii_whitespace())
-            .count();
+        let skip = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
         if skip == 0 {
-            return Ok(if buf[0] == b'[' { Format::Json } else { Format::Jsonl });
+            return Ok(if buf[0] == b'[' {
+                Format::Json
+            } else {
+                Format::Jsonl
+            });
         }
         r.consume(skip);
     }
@@ -193,11 +197,21 @@ pub fn read(
         })?),
         None => Box::new(std::io::stdin().lock()),
     };
-    let mut outer = BufReader::with_capacity(1 << 16, Counting { inner: raw, seen: 0, tick });
+    let mut outer = BufReader::with_capacity(
+        1 << 16,
+        Counting {
+            inner: raw,
+            seen: 0,
+            tick,
+        },
+    );
     let io = |e: std::io::Error| Error::io(&name, e);
     let gz = outer.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
     let mut reader: Box<dyn BufRead + '_> = if gz {
-        Box::new(BufReader::with_capacity(1 << 16, MultiGzDecoder::new(outer)))
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            MultiGzDecoder::new(outer),
+        ))
     } else {
         Box::new(outer)
     };
@@ -230,19 +244,32 @@ pub fn read(
 
 fn gz_err(name: &str, e: std::io::Error) -> Error {
     let msg = e.to_string();
-    if e.kind() == std::io::ErrorKind::UnexpectedEof || msg.contains("corrupt deflate") || msg.contains("invalid gzip") {
-        Error::bad_input(Some(name.to_string()), format!("truncated or corrupt gzip data ({msg})"))
+    if e.kind() == std::io::ErrorKind::UnexpectedEof
+        || msg.contains("corrupt deflate")
+        || msg.contains("invalid gzip")
+    {
+        Error::bad_input(
+            Some(name.to_string()),
+            format!("truncated or corrupt gzip data ({msg})"),
+        )
     } else {
         Error::io(name, e)
     }
 }
 
-fn read_jsonl(r: &mut dyn BufRead, name: &str, f: &mut dyn FnMut(Item) -> Result<bool>) -> Result<()> {
+fn read_jsonl(
+    r: &mut dyn BufRead,
+    name: &str,
+    f: &mut dyn FnMut(Item) -> Result<bool>,
+) -> Result<()> {
     let mut line = Vec::with_capacity(4096);
     let mut n = 0u64;
     loop {
         line.clear();
-        if r.read_until(b'\n', &mut line).map_err(|e| gz_err(name, e))? == 0 {
+        if r.read_until(b'\n', &mut line)
+            .map_err(|e| gz_err(name, e))?
+            == 0
+        {
             return Ok(());
         }
         n += 1;
@@ -260,7 +287,11 @@ fn read_jsonl(r: &mut dyn BufRead, name: &str, f: &mut dyn FnMut(Item) -> Result
             Ok(s) => match serde_json::from_str::<Wire>(s) {
                 Ok(w) => match w.into_record(Some(n)) {
                     Ok(rec) => Item::Event(rec),
-                    Err((id, error)) => Item::Malformed { line: Some(n), id, error },
+                    Err((id, error)) => Item::Malformed {
+                        line: Some(n),
+                        id,
+                        error,
+                    },
                 },
                 Err(e) => Item::Malformed {
                     line: Some(n),
@@ -305,7 +336,11 @@ impl<'de> Visitor<'de> for &mut Elements<'_> {
         while let Some(w) = seq.next_element::<Wire>()? {
             let item = match w.into_record(None) {
                 Ok(rec) => Item::Event(rec),
-                Err((id, error)) => Item::Malformed { line: None, id, error },
+                Err((id, error)) => Item::Malformed {
+                    line: None,
+                    id,
+                    error,
+                },
             };
             match (self.f)(item) {
                 Ok(true) => {}
@@ -359,7 +394,11 @@ fn read_json<R: BufRead>(r: R, name: &str, f: &mut dyn FnMut(Item) -> Result<boo
             } else {
                 format!("not valid JSON: {e}")
             };
-            (elements.f)(Item::Malformed { line, id: None, error })?;
+            (elements.f)(Item::Malformed {
+                line,
+                id: None,
+                error,
+            })?;
             Ok(())
         }
     }

@@ -56,7 +56,11 @@ impl<W: Write> JsonArrayWriter<W> {
     pub fn write(&mut self, ev: &Event) -> io::Result<()> {
         let b = &mut self.buf;
         b.clear();
-        b.extend_from_slice(if self.count == 0 { b"\n  {\n    \"id\": " } else { b",\n  {\n    \"id\": " });
+        b.extend_from_slice(if self.count == 0 {
+            b"\n  {\n    \"id\": "
+        } else {
+            b",\n  {\n    \"id\": "
+        });
         b.extend_from_slice(ev.id.to_string().as_bytes());
         b.extend_from_slice(b",\n    \"ts\": ");
         python_str(b, &ev.ts);
@@ -83,7 +87,8 @@ impl<W: Write> JsonArrayWriter<W> {
 
     /// Closes the array and returns the writer.
     pub fn finish(mut self) -> io::Result<W> {
-        self.out.write_all(if self.count == 0 { b"]" } else { b"\n]" })?;
+        self.out
+            .write_all(if self.count == 0 { b"]" } else { b"\n]" })?;
         Ok(self.out)
     }
 }
@@ -96,7 +101,10 @@ mod tests {
     fn python_escaping() {
         let mut out = Vec::new();
         python_str(&mut out, "é\u{7f}\u{1}\"\\\n/😀");
-        assert_eq!(String::from_utf8(out).unwrap(), "\"é\u{7f}\\u0001\\\"\\\\\\n/😀\"");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "\"é\u{7f}\\u0001\\\"\\\\\\n/😀\""
+        );
     }
 
     #[test]

@@ -264,7 +264,9 @@ impl Ledger {
     /// The id of the event whose hash is `hash` (an index lookup).
     pub fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
         self.conn
-            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| r.get(0))
+            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| self.err(e))
     }
@@ -291,7 +293,9 @@ impl Ledger {
     {
         let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");
         if !filter.kinds.is_empty() {
-            let marks: Vec<String> = (0..filter.kinds.len()).map(|i| format!("?{}", i + 3)).collect();
+            let marks: Vec<String> = (0..filter.kinds.len())
+                .map(|i| format!("?{}", i + 3))
+                .collect();
             sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
         }
         sql.push_str(" ORDER BY id");
@@ -382,7 +386,9 @@ pub(crate) fn map_err(e: rusqlite::Error, path: &Path, busy_ms: u64) -> Error {
             ErrorCode::NotADatabase => {
                 return Error::NotALedger {
                     path: path.into(),
-                    why: msg.clone().unwrap_or_else(|| "not a SQLite database".into()),
+                    why: msg
+                        .clone()
+                        .unwrap_or_else(|| "not a SQLite database".into()),
                 }
             }
             ErrorCode::CannotOpen => {
@@ -457,7 +463,10 @@ impl Batch<'_> {
     pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event, Refusal> {
         if crate::event::is_sensitive(&ev.kind) {
             let actor = ev.actor();
-            match Policy::current(&self.tx).map_err(|e| self.err(e))?.verdict(&actor, &ev.kind) {
+            match Policy::current(&self.tx)
+                .map_err(|e| self.err(e))?
+                .verdict(&actor, &ev.kind)
+            {
                 Verdict::Allowed => {}
                 Verdict::Forbidden => {
                     return Err(Refusal::Policy(Violation {
@@ -478,7 +487,13 @@ impl Batch<'_> {
         Ok(self.insert(&ev.kind, &ev.content, &ev.meta, &clock.ts())?)
     }
 
-    fn insert(&mut self, kind: &str, content: &str, meta: &Map<String, Value>, ts: &str) -> Result<Event> {
+    fn insert(
+        &mut self,
+        kind: &str,
+        content: &str,
+        meta: &Map<String, Value>,
+        ts: &str,
+    ) -> Result<Event> {
         let prev_hash = self.head.as_ref().and_then(|h| h.hash.clone());
         let id = self.head.as_ref().map_or(1, |h| h.id + 1);
         let digest = event_digest(&mut self.scratch, kind, content, meta, prev_hash.as_deref())
@@ -514,7 +529,10 @@ impl Batch<'_> {
         meta.insert("attempt_kind".into(), Value::String(v.kind.clone()));
         meta.insert("source".into(), Value::String("runtime".into()));
         if let Some((id, why)) = &v.unreadable {
-            meta.insert("policy_unreadable".into(), Value::String(format!("event {id}: {why}")));
+            meta.insert(
+                "policy_unreadable".into(),
+                Value::String(format!("event {id}: {why}")),
+            );
         }
         let content = format!("policy_violation:{}:{}", v.actor, v.kind);
         let ts = clock.ts();
@@ -542,7 +560,9 @@ impl Batch<'_> {
     /// The id of the event with `hash`, as this transaction sees the ledger.
     pub fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
         self.tx
-            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| r.get(0))
+            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| self.err(e))
     }

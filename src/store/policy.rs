@@ -48,7 +48,9 @@ impl Policy {
             };
             return Ok(match serde_json::from_str::<Value>(&content) {
                 Err(e) => Policy::Unreadable(id, format!("content is not JSON ({e})")),
-                Ok(Value::Object(obj)) if obj.get("type") == Some(&Value::String("policy".into())) => {
+                Ok(Value::Object(obj))
+                    if obj.get("type") == Some(&Value::String("policy".into())) =>
+                {
                     match obj.get("forbid_sources") {
                         Some(Value::Object(fs)) => Policy::Found(id, fs.clone()),
                         None | Some(Value::Null) => Policy::Found(id, Default::default()),
@@ -81,7 +83,9 @@ impl Policy {
                         Verdict::Allowed
                     }
                 }
-                Some(_) => Verdict::Unreadable(*id, format!("forbid_sources.{actor} is not a list")),
+                Some(_) => {
+                    Verdict::Unreadable(*id, format!("forbid_sources.{actor} is not a list"))
+                }
             },
         }
     }
@@ -94,7 +98,10 @@ mod tests {
     #[test]
     fn default_forbids_only_cli() {
         assert_eq!(Policy::Default.verdict("cli", "config"), Verdict::Forbidden);
-        assert_eq!(Policy::Default.verdict("unknown", "config"), Verdict::Allowed);
+        assert_eq!(
+            Policy::Default.verdict("unknown", "config"),
+            Verdict::Allowed
+        );
     }
 
     #[test]
@@ -105,6 +112,9 @@ mod tests {
         assert_eq!(p.verdict("bot", "embedding_add"), Verdict::Forbidden);
         assert_eq!(p.verdict("bot", "config"), Verdict::Allowed);
         assert_eq!(p.verdict("cli", "config"), Verdict::Allowed);
-        assert!(matches!(p.verdict("odd", "config"), Verdict::Unreadable(..)));
+        assert!(matches!(
+            p.verdict("odd", "config"),
+            Verdict::Unreadable(..)
+        ));
     }
 }
