@@ -1,0 +1,178 @@
+//! A small harness that runs the real programs on temporary ledgers.
+
+#![allow(dead_code)]
+
+use assert_cmd::Command;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The reference ledger fixture, if present (see `fixture_path`).
+pub const GPT_LEDGER: &str = "reference-ledgers/GPT-5.1-ledger.json";
+
+/// A temporary workspace with a ledger path in it.
+pub struct Pmm {
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+}
+
+/// What a program printed and how it ended.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// stdout parsed as JSON Lines.
+    pub fn records(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    /// Records with `"type": t`.
+    pub fn of_type(&self, t: &str) -> Vec<Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["type"] == t)
+            .collect()
+    }
+
+    /// The last `{"type":"summary"}` record.
+    pub fn summary(&self) -> Value {
+        self.of_type("summary")
+            .pop()
+            .unwrap_or_else(|| panic!("no summary in {self:?}"))
+    }
+
+    /// Findings as (id, problem).
+    pub fn findings(&self) -> Vec<(Value, String)> {
+        self.of_type("finding")
+            .into_iter()
+            .map(|f| {
+                (
+                    f["id"].clone(),
+                    f["problem"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Asserts a one-line `pmm-<tool>: error: ...` message containing all `needles`, exit 2.
+    pub fn assert_error(&self, tool: &str, needles: &[&str]) {
+        assert_eq!(self.code, 2, "expected exit 2: {self:?}");
+        let line = self.stderr.trim_end();
+        assert_eq!(line.lines().count(), 1, "error must be one line: {line:?}");
+        assert!(
+            line.starts_with(&format!("{tool}: error: ")),
+            "bad prefix: {line:?}"
+        );
+        for n in needles {
+            assert!(line.contains(n), "{line:?} does not mention {n:?}");
+        }
+    }
+}
+
+impl Default for Pmm {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Pmm {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("ledger.db");
+        Pmm { dir, db }
+    }
+
+    /// A path inside the workspace.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A command for program `name` (`pmm-append` ...) with a clean environment: PMM_DB set to
+    /// this ledger, no backtraces, a pinned clock, run inside the workspace.
+    pub fn cmd(&self, name: &str) -> Command {
+        let mut c = Command::cargo_bin(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        c.current_dir(self.dir.path())
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("PMM_NOW")
+            .env_remove("PMM_ADAPTER")
+            .env_remove("PMM_MODEL")
+            .env("PMM_DB", &self.db)
+            .env("PMM_NOW", "2025-11-24T05:55:41.194157Z");
+        c
+    }
+
+    /// Runs `name args...` with `stdin`.
+    pub fn run(&self, name: &str, args: &[&str], stdin: &str) -> Run {
+        let out = self
+            .cmd(name)
+            .args(args)
+            .write_stdin(stdin.as_bytes().to_vec())
+            .output()
+            .expect("run");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Appends `n` varied events through `pmm-append` and returns them as printed.
+    pub fn seed(&self, n: usize) -> Vec<Value> {
+        let mut lines = String::new();
+        for i in 0..n {
+            let (kind, meta) = match i % 4 {
+                0 => ("user_message", r#"{"role":"user"}"#),
+                1 => (
+                    "assistant_message",
+                    r#"{"role":"assistant","temperature":0.0,"n":12345678901234567890123}"#,
+                ),
+                2 => (
+                    "reflection",
+                    r#"{"source":"autonomy_kernel","x":[1.5,"é😀"]}"#,
+                ),
+                _ => ("metrics_turn", "{}"),
+            };
+            lines.push_str(&format!(
+                "{{\"kind\":\"{kind}\",\"content\":\"event {i} — \\\"quoted\\\" \\u00e9\",\"meta\":{meta}}}\n"
+            ));
+        }
+        let r = self.run("pmm-append", &[], &lines);
+        assert_eq!(r.code, 0, "seed failed: {r:?}");
+        r.records()
+    }
+
+    /// Number of events in the ledger (through pmm-verify's summary).
+    pub fn count(&self) -> u64 {
+        if !self.db.exists() {
+            return 0;
+        }
+        let r = self.run("pmm-verify", &["--quiet"], "");
+        r.summary()["events"].as_u64().unwrap_or(0)
+    }
+}
+
+/// Resolves `../shared/fixtures/<rel>` relative to the package. When it is missing: with
+/// `PMM_REQUIRE_FIXTURES=1` (as CI sets it) the test fails; otherwise it prints why it skips
+/// and returns `None`.
+pub fn fixture_path(rel: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures")
+        .join(rel);
+    if p.exists() {
+        return Some(p);
+    }
+    if std::env::var("PMM_REQUIRE_FIXTURES").as_deref() == Ok("1") {
+        panic!(
+            "fixture {} is required (PMM_REQUIRE_FIXTURES=1) but missing",
+            p.display()
+        );
+    }
+    eprintln!("skipping: {} not present", p.display());
+    None
+}

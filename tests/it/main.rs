@@ -1,0 +1,5 @@
+//! End-to-end tests: the real programs on temporary ledgers.
+
+mod harness;
+
+mod fixture;
