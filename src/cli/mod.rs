@@ -217,3 +217,61 @@ pub fn progress(len: u64, quiet: bool, what: &str) -> ProgressBar {
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
     bar
 }
+
+/// The man page of a program, rendered from its clap definition (the same text as `--help`).
+/// The sections of the long help's epilogue (`EXAMPLES:`, `EXIT STATUS:`, ...) become man
+/// sections, set without filling so that examples keep their lines.
+pub fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
+    let epilogue = cmd
+        .get_after_long_help()
+        .map(|h| h.to_string())
+        .unwrap_or_default();
+    let man = clap_mangen::Man::new(cmd.clone().after_long_help(None::<&str>).after_help(None::<&str>))
+        .date("2026-11")
+        .source(format!("pmm {}", env!("CARGO_PKG_VERSION")))
+        .manual("pmm manual");
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    for (title, body) in epilogue_sections(&epilogue) {
+        writeln!(out, ".SH \"{}\"", title.replace('"', ""))?;
+        writeln!(out, ".nf")?;
+        for line in body.lines() {
+            writeln!(out, "{}", roff_line(line))?;
+        }
+        writeln!(out, ".fi")?;
+    }
+    man.render_version_section(&mut out)?;
+    Ok(out)
+}
+
+/// Splits an epilogue into `(TITLE, body)` at lines like `EXIT STATUS:`.
+fn epilogue_sections(text: &str) -> Vec<(String, String)> {
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let is_title = !line.starts_with(' ')
+            && line.ends_with(':')
+            && line.chars().any(|c| c.is_ascii_uppercase())
+            && !line.chars().any(|c| c.is_ascii_lowercase());
+        if is_title {
+            sections.push((line.trim_end_matches(':').to_string(), String::new()));
+        } else if let Some((_, body)) = sections.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    sections
+}
+
+/// Escapes one line for roff: backslashes, and a leading `.` or `'` that would be a request.
+fn roff_line(line: &str) -> String {
+    let escaped = line.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with('.') || escaped.starts_with('\'') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}
