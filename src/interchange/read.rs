@@ -105,11 +105,11 @@ impl Wire {
                 (m, s)
             }
             Value::Object(m) => {
-                let t = canon::to_string(&Value::Object(m))
+                let mut buf = Vec::with_capacity(256);
+                canon::write_object(&mut buf, &m)
                     .map_err(|e| (Some(self.id), format!("meta: {e}")))?;
-                // Re-parse so that the map's numbers match what was stored.
-                let m = canon::parse_meta(&t).map_err(|e| (Some(self.id), format!("meta: {e}")))?;
-                (m, t)
+                // Canonical output is ASCII, hence UTF-8.
+                (m, String::from_utf8(buf).unwrap_or_default())
             }
             other => {
                 return Err((

@@ -3,8 +3,10 @@
 //! The policy is the newest `config` event whose content is a JSON object with
 //! `"type":"policy"`; while a ledger has none, the reference default applies (actor `cli` may
 //! write none of the four sensitive kinds). Unlike the reference, we **fail closed**: a newer
-//! `config` whose content cannot be read as JSON, or a policy whose `forbid_sources` is not an
-//! object of lists, refuses every sensitive write until a readable policy is appended after it.
+//! `config` whose content mentions "policy" but cannot be read as JSON, or a policy whose
+//! `forbid_sources` is not an object of lists, refuses every sensitive write until a readable
+//! policy is appended after it. (A non-JSON config that does not mention "policy" cannot be
+//! the policy and is skipped.)
 //! The lookup walks `config` events newest first through the `idx_kind` index: it never scans
 //! the ledger.
 
@@ -47,7 +49,14 @@ impl Policy {
                 _ => return Ok(Policy::Unreadable(id, "content is not text".into())),
             };
             return Ok(match serde_json::from_str::<Value>(&content) {
-                Err(e) => Policy::Unreadable(id, format!("content is not JSON ({e})")),
+                // A broken config that may have been a policy: refuse (fail closed). One that
+                // cannot have been (no mention of "policy") is not a policy; skipping it
+                // keeps the older policy in force, so it weakens nothing, and junk written
+                // by an allowed actor cannot block every sensitive write for good.
+                Err(e) if content.contains("policy") => {
+                    Policy::Unreadable(id, format!("content is not JSON ({e})"))
+                }
+                Err(_) => continue,
                 Ok(Value::Object(obj))
                     if obj.get("type") == Some(&Value::String("policy".into())) =>
                 {
@@ -102,6 +111,29 @@ mod tests {
             Policy::Default.verdict("unknown", "config"),
             Verdict::Allowed
         );
+    }
+
+    fn ledger(configs: &[&str]) -> Connection {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT)").unwrap();
+        for (i, content) in configs.iter().enumerate() {
+            c.execute("INSERT INTO events VALUES (?1, 'config', ?2)", rusqlite::params![i as i64 + 1, content]).unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn newest_readable_policy_wins_and_broken_policies_fail_closed() {
+        let policy = r#"{"type":"policy","forbid_sources":{"bot":["config"]}}"#;
+        let retrieval = r#"{"type":"retrieval","strategy":"fixed","limit":3}"#;
+        assert_eq!(Policy::current(&ledger(&[])).unwrap(), Policy::Default);
+        let found = Policy::current(&ledger(&[policy, retrieval, "not json at all"])).unwrap();
+        assert!(matches!(found, Policy::Found(1, _)), "{found:?}");
+        let broken = Policy::current(&ledger(&[policy, r#"{"type":"policy","forbid_sources":"#])).unwrap();
+        assert!(matches!(broken, Policy::Unreadable(2, _)), "{broken:?}");
+        assert!(matches!(broken.verdict("anyone", "config"), Verdict::Unreadable(2, _)));
+        let odd = Policy::current(&ledger(&[r#"{"type":"policy","forbid_sources":[1]}"#])).unwrap();
+        assert!(matches!(odd, Policy::Unreadable(1, _)));
     }
 
     #[test]
