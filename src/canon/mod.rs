@@ -8,8 +8,9 @@
 //!   U+FFFF as a UTF-16 surrogate pair; `/` is not escaped;
 //! - object keys sorted by code point (which is UTF-8 byte order, what `serde_json::Map` keeps);
 //! - integers of any size kept exactly as written (`-0` becomes `0`, as `int("-0")` does);
-//! - floats as CPython's `repr`: the shortest digits that round-trip, positional when
-//!   `1e-4 <= |x| < 1e16` (always with a fractional part, `100.0`), otherwise `1e-05`, `1.5e+16`.
+//! - floats as CPython's `repr`: the shortest digits that round-trip (the nearest such string,
+//!   ties to even), positional when `1e-4 <= |x| < 1e16` (always with a fractional part,
+//!   `100.0`), otherwise `1e-05`, `1.5e+16`.
 //!
 //! Values come from `serde_json` built with `arbitrary_precision`, so a number arrives here as the
 //! text it was written with and nothing is lost on the way. Input CPython could not have produced
@@ -150,9 +151,27 @@ fn write_number(out: &mut Vec<u8>, n: &Number) -> Result<(), CanonError> {
 
 /// CPython's `repr(float)` for a finite `f`.
 pub fn float_repr(f: f64) -> String {
-    // Rust's `{:e}` gives the shortest round-trip digits, as CPython's repr does; only the
-    // layout differs.
-    let sci = format!("{f:e}");
+    // Rust's `{:e}` gives the shortest digits that round-trip, as CPython's repr does; the
+    // layout differs, and so can the last digit when two strings of that length round-trip and
+    // are equally close: 1000000000000000.25 gives Rust `…0.3` but CPython (dtoa, ties to even)
+    // `…0.2`. CPython's answer is the correctly rounded, ties-to-even string with that many
+    // digits, which Rust's exact mode `{:.N$e}` makes, whenever it round-trips. When it does not
+    // (the interval below a power of two is half as wide: 2**-24 is …0625, CPython …063), the
+    // shortest form is the only candidate left.
+    let shortest = format!("{f:e}");
+    let sig_digits = shortest
+        .split('e')
+        .next()
+        .unwrap_or("")
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .count();
+    let nearest = format!("{f:.*e}", sig_digits.saturating_sub(1));
+    let sci = if nearest.parse::<f64>().map(f64::to_bits) == Ok(f.to_bits()) {
+        nearest
+    } else {
+        shortest
+    };
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let (sign, mantissa) = match mantissa.strip_prefix('-') {
@@ -167,7 +186,7 @@ pub fn float_repr(f: f64) -> String {
             let int_len = exp as usize + 1;
             if digits.len() <= int_len {
                 s.push_str(&digits);
-                s.extend(std::iter::repeat_n('0', int_len - digits.len()));
+                s.push_str(&"0".repeat(int_len - digits.len()));
                 s.push_str(".0");
             } else {
                 s.push_str(&digits[..int_len]);
@@ -176,7 +195,7 @@ pub fn float_repr(f: f64) -> String {
             }
         } else {
             s.push_str("0.");
-            s.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
+            s.push_str(&"0".repeat((-exp - 1) as usize));
             s.push_str(&digits);
         }
     } else {
@@ -324,6 +343,14 @@ mod tests {
             (5e-324, "5e-324"),
             (1.7976931348623157e308, "1.7976931348623157e+308"),
             (123456.789, "123456.789"),
+            // Two shortest candidates equally close (the values are exact sums, written so to
+            // keep every digit of the literal): CPython rounds half to even...
+            (1e15 + 0.25, "1000000000000000.2"),
+            (-(999999999999999.0 + 0.25), "-999999999999999.2"),
+            (562949953421312.0 + 0.75, "562949953421312.8"),
+            // ...unless the even one falls outside the narrower interval below a power of two
+            // (2**-24 is exactly 5.9604644775390625e-08).
+            (2f64.powi(-24), "5.960464477539063e-08"),
         ] {
             assert_eq!(float_repr(f), want, "{f:e}");
         }
