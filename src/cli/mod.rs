@@ -86,18 +86,16 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
     let _ = dotenvy::dotenv();
     let matches = match A::command().try_get_matches() {
         Ok(m) => m,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help, --version: not errors.
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
         }
+        Err(e) => return usage_error(name, &e),
     };
     let args = match A::from_arg_matches(&matches) {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage_error(name, &e),
     };
     if let Some(shell) = args.common().completions {
         let mut cmd = A::command();
@@ -109,6 +107,23 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
         Ok(Outcome::Negative) => ExitCode::from(1),
         Err(e) => report(name, &e),
     }
+}
+
+/// Prints a usage error (bad flag, bad value, bad `$PMM_NOW`) in the one-line form of SPEC §3,
+/// `pmm-<tool>: error: <what>`, instead of clap's multi-line block; exit 2.
+fn usage_error(name: &str, e: &clap::Error) -> ExitCode {
+    let text = e.render().to_string();
+    // Clap's first paragraph says what is wrong ("error: invalid value ..." and maybe a
+    // "[possible values: ...]" line); the rest is usage and tips.
+    let what: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let what = what.join(" ");
+    let what = what.strip_prefix("error: ").unwrap_or(&what);
+    let _ = writeln!(io::stderr(), "{name}: error: {what} (see '{name} --help')");
+    ExitCode::from(2)
 }
 
 /// Prints `pmm-<tool>: error: <cause chain>` and returns the exit status for `e`.

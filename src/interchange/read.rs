@@ -139,26 +139,35 @@ impl Wire {
 
 const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
 
-/// Detects the format of what `r` starts with, without consuming it.
+/// Detects the format of what `r` starts with. Only leading white space is consumed.
 pub fn detect(r: &mut dyn BufRead) -> std::io::Result<Format> {
+    detect_counting(r).map(|(format, _)| format)
+}
+
+/// [`detect`], also returning how many newlines the leading white space held, so that JSONL
+/// line numbers still count from the first line of the file.
+fn detect_counting(r: &mut dyn BufRead) -> std::io::Result<(Format, u64)> {
     let buf = r.fill_buf()?;
     if buf.starts_with(SQLITE_MAGIC) {
-        return Ok(Format::Sqlite);
+        return Ok((Format::Sqlite, 0));
     }
-    // Skip leading white space (and a BOM) to see the first JSON character.
+    // Skip leading white space to see the first JSON character.
+    let mut newlines = 0;
     loop {
         let buf = r.fill_buf()?;
         if buf.is_empty() {
-            return Ok(Format::Jsonl);
+            return Ok((Format::Jsonl, newlines));
         }
         let skip = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
         if skip == 0 {
-            return Ok(if buf[0] == b'[' {
+            let format = if buf[0] == b'[' {
                 Format::Json
             } else {
                 Format::Jsonl
-            });
+            };
+            return Ok((format, newlines));
         }
+        newlines += buf[..skip].iter().filter(|&&b| b == b'\n').count() as u64;
         r.consume(skip);
     }
 }
@@ -215,7 +224,21 @@ pub fn read(
     } else {
         Box::new(outer)
     };
-    let format = detect(&mut reader).map_err(|e| gz_err(&name, e))?;
+    let (format, skipped_lines) = detect_counting(&mut reader).map_err(|e| gz_err(&name, e))?;
+    if format == Format::Jsonl {
+        // JSON Lines events are objects: input that starts with anything else (a text file,
+        // a binary) is not a ledger at all, rather than a ledger of malformed lines (exit 2,
+        // not a list of findings with exit 1).
+        if let Some(&b) = reader.fill_buf().map_err(|e| gz_err(&name, e))?.first() {
+            if b != b'{' {
+                return Err(Error::NotALedger {
+                    path: PathBuf::from(&name),
+                    why: "neither a SQLite ledger nor JSON events (it does not start with '{' or '[')"
+                        .into(),
+                });
+            }
+        }
+    }
     match format {
         Format::Sqlite => {
             let Some(path) = input.path.as_ref().filter(|_| !gz) else {
@@ -236,7 +259,7 @@ pub fn read(
                 }))
             })?;
         }
-        Format::Jsonl => read_jsonl(&mut reader, &name, f)?,
+        Format::Jsonl => read_jsonl(&mut reader, &name, skipped_lines, f)?,
         Format::Json => read_json(reader, &name, f)?,
     }
     Ok(format)
@@ -260,10 +283,12 @@ fn gz_err(name: &str, e: std::io::Error) -> Error {
 fn read_jsonl(
     r: &mut dyn BufRead,
     name: &str,
+    skipped_lines: u64,
     f: &mut dyn FnMut(Item) -> Result<bool>,
 ) -> Result<()> {
     let mut line = Vec::with_capacity(4096);
-    let mut n = 0u64;
+    // Blank lines that `detect` consumed still count: line numbers are the file's.
+    let mut n = skipped_lines;
     loop {
         line.clear();
         if r.read_until(b'\n', &mut line)

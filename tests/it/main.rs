@@ -3,6 +3,11 @@
 
 mod harness;
 
+mod bad_input;
 mod canon;
+mod concurrency;
 mod fixture;
 mod man;
+mod policy;
+mod programs;
+mod tamper;

@@ -1,0 +1,218 @@
+//! Many writers at once, a writer killed mid-batch, a batch with a bad line: the chain stays
+//! one unbroken, verifiable chain, and a batch is all or nothing.
+
+use crate::harness::Pmm;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A workspace on a memory file system when there is one: the per-line commits below fsync
+/// 2,000 times, which costs seconds on a disk and proves nothing more.
+fn fast_workspace() -> Pmm {
+    let shm = std::path::Path::new("/dev/shm");
+    match tempfile::tempdir_in(shm) {
+        Ok(dir) => {
+            let db = dir.path().join("ledger.db");
+            Pmm { dir, db }
+        }
+        Err(_) => Pmm::new(),
+    }
+}
+
+fn append_cmd(pmm: &Pmm, args: &[&str]) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("pmm-append"));
+    c.args(args)
+        .current_dir(pmm.dir.path())
+        .env_remove("RUST_BACKTRACE")
+        .env("PMM_DB", &pmm.db)
+        .env("PMM_NOW", "2025-11-24T05:55:41.194157Z")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn contents(pmm: &Pmm) -> Vec<(i64, String)> {
+    let r = pmm.run("pmm-export", &["--format", "jsonl"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    r.records()
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_i64().unwrap(),
+                e["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn four_concurrent_streaming_appenders_form_one_unbroken_chain() {
+    const WRITERS: usize = 4;
+    const LINES: usize = 500;
+    let pmm = fast_workspace();
+    // Create the ledger first so that all four race on appends, not on creating the schema.
+    assert_eq!(pmm.seed(0).len(), 0);
+    let mut children = Vec::new();
+    for w in 0..WRITERS {
+        let mut child = append_cmd(&pmm, &[]).spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let feeder = std::thread::spawn(move || {
+            for i in 0..LINES {
+                writeln!(
+                    stdin,
+                    r#"{{"kind":"user_message","content":"w{w}-{i}","meta":{{"writer":{w}}}}}"#
+                )
+                .unwrap();
+            }
+            // Dropping stdin closes the pipe: end of input.
+        });
+        // Drain stdout and stderr as they come, so that no writer ever waits on a full pipe.
+        let mut stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut out, mut err) = (String::new(), String::new());
+            stdout.read_to_string(&mut out).unwrap();
+            stderr.read_to_string(&mut err).unwrap();
+            (out, err)
+        });
+        children.push((child, feeder, reader));
+    }
+    let mut printed = Vec::new();
+    for (w, (mut child, feeder, reader)) in children.into_iter().enumerate() {
+        feeder.join().unwrap();
+        let (out, err) = reader.join().unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "writer {w}: {status:?} {err}");
+        assert!(err.is_empty(), "writer {w}: {err}");
+        let events: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(events.len(), LINES, "writer {w} printed");
+        // Each writer's own events are in its input order.
+        let ids: Vec<i64> = events.iter().map(|e| e["id"].as_i64().unwrap()).collect();
+        assert!(ids.windows(2).all(|p| p[0] < p[1]), "writer {w}: {ids:?}");
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(e["content"], format!("w{w}-{i}"));
+        }
+        printed.extend(events);
+    }
+
+    let total = (WRITERS * LINES) as u64;
+    let r = pmm.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.findings().is_empty());
+    let s = r.summary();
+    assert_eq!(s["events"], total);
+    assert_eq!(s["first_id"], 1);
+    assert_eq!(s["last_id"], total);
+    assert_eq!(s["ok"], true);
+
+    // Ids 1..=2000, each content exactly once, and what each writer printed is what is stored.
+    let stored = contents(&pmm);
+    let ids: Vec<i64> = stored.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=total as i64).collect::<Vec<_>>());
+    let mut seen: Vec<&str> = stored.iter().map(|(_, c)| c.as_str()).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), total as usize);
+    for e in &printed {
+        let id = e["id"].as_i64().unwrap();
+        assert_eq!(stored[id as usize - 1].1, e["content"].as_str().unwrap());
+    }
+}
+
+#[test]
+fn killed_batch_writes_nothing_and_leaves_the_ledger_clean() {
+    let pmm = fast_workspace();
+    let before = pmm.seed(5);
+    assert_eq!(before.len(), 5);
+    let mut child = append_cmd(&pmm, &["--batch"]).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..300 {
+        writeln!(stdin, r#"{{"kind":"user_message","content":"batch {i}"}}"#).unwrap();
+    }
+    stdin.flush().unwrap();
+    // Give it time to read what it was given into its open transaction.
+    std::thread::sleep(Duration::from_millis(300));
+    // The batch holds the write lock now: it is mid-transaction, not waiting to start. (On a
+    // slow machine it may need longer to get there; it must within a few seconds.)
+    let conn = rusqlite::Connection::open(&pmm.db).unwrap();
+    conn.busy_timeout(Duration::from_millis(0)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never took the write lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(conn);
+    // SIGKILL on Unix: no chance to clean up. The input is still open (never ended).
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    drop(stdin);
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(
+        out.is_empty(),
+        "nothing was committed, so nothing is printed: {out}"
+    );
+
+    let r = pmm.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        r.summary()["events"],
+        5,
+        "the killed batch must leave nothing"
+    );
+    assert_eq!(r.summary()["last_hash"], before[4]["hash"]);
+    // And the ledger takes the next append where it left off.
+    let r = pmm.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "after"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let e = &r.records()[0];
+    assert_eq!(e["id"], 6);
+    assert_eq!(e["prev_hash"], before[4]["hash"]);
+}
+
+#[test]
+fn bad_line_in_a_batch_writes_nothing_of_the_batch() {
+    let pmm = Pmm::new();
+    pmm.seed(3);
+    let mut input = String::new();
+    for i in 1..=10 {
+        if i == 7 {
+            input.push_str("{\"kind\":\"no_such_kind\",\"content\":\"x\"}\n");
+        } else {
+            input.push_str(&format!(
+                "{{\"kind\":\"user_message\",\"content\":\"b{i}\"}}\n"
+            ));
+        }
+    }
+    let r = pmm.run("pmm-append", &["--batch"], &input);
+    r.assert_error("pmm-append", &["<stdin>:7", "unknown kind 'no_such_kind'"]);
+    assert!(
+        r.stdout.is_empty(),
+        "a rolled-back batch prints nothing: {r:?}"
+    );
+    assert_eq!(pmm.count(), 3);
+    // The same input without --batch keeps lines 1-6.
+    let r = pmm.run("pmm-append", &[], &input);
+    r.assert_error("pmm-append", &["<stdin>:7"]);
+    assert_eq!(r.records().len(), 6);
+    assert_eq!(pmm.count(), 9);
+    let r = pmm.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}
