@@ -12,7 +12,7 @@
 
 mod verify;
 
-pub use verify::{Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};
+pub use verify::{compute, Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};
 
 use crate::canon::{self, CanonError};
 use serde_json::{Map, Value};
@@ -48,17 +48,22 @@ impl Digest {
     pub fn to_hex(&self) -> String {
         self.to_string()
     }
-}
 
-impl fmt::Display for Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// Writes the lowercase hex into `buf` (no allocation) and returns it.
+    pub fn write_hex<'b>(&self, buf: &'b mut [u8; 64]) -> &'b [u8] {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut buf = [0u8; 64];
         for (i, b) in self.0.iter().enumerate() {
             buf[2 * i] = HEX[(b >> 4) as usize];
             buf[2 * i + 1] = HEX[(b & 0xf) as usize];
         }
-        f.write_str(std::str::from_utf8(&buf).unwrap_or_default())
+        &buf[..]
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buf = [0u8; 64];
+        f.write_str(std::str::from_utf8(self.write_hex(&mut buf)).unwrap_or_default())
     }
 }
 

@@ -7,6 +7,20 @@ use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+/// The hash an event should have, from its fields (`meta` parsed here unless given). An error
+/// says why there is none (meta that is not a JSON object, a number out of range).
+pub fn compute(scratch: &mut Vec<u8>, ev: &Event, meta: Option<&Map<String, Value>>) -> Result<Digest, String> {
+    let parsed;
+    let meta = match meta {
+        Some(m) => m,
+        None => {
+            parsed = ev.meta_map().map_err(|e| format!("meta: {e}"))?;
+            &parsed
+        }
+    };
+    event_digest(scratch, &ev.kind, &ev.content, meta, ev.prev_hash.as_deref()).map_err(|e| format!("meta: {e}"))
+}
+
 /// How many recent hashes the verifier remembers exactly.
 pub const WINDOW: usize = 1 << 16;
 
@@ -322,6 +336,13 @@ impl Verifier {
     /// Checks the next event. `meta` is the parsed meta when the reader already has it;
     /// otherwise the stored text is parsed here. Findings are appended to `out`.
     pub fn check(&mut self, ev: &Event, meta: Option<&Map<String, Value>>, out: &mut Vec<Finding>) {
+        let computed = compute(&mut self.scratch, ev, meta);
+        self.check_computed(ev, computed, out);
+    }
+
+    /// Checks the next event whose hash was already computed with [`compute`] (perhaps on
+    /// another thread: hashing is the costly part and needs nothing from earlier events).
+    pub fn check_computed(&mut self, ev: &Event, computed: Result<Digest, String>, out: &mut Vec<Finding>) {
         let id = ev.id;
         self.summary.events += 1;
         if self.summary.first_id.is_none() {
@@ -330,66 +351,24 @@ impl Verifier {
         // Ids: 1, 2, 3, ...
         let expected_id = self.prev.as_ref().map_or(1, |(pid, _)| pid + 1);
         if id != expected_id {
-            self.emit(
-                out,
-                Some(id),
-                Problem::IdGap {
-                    expected: expected_id,
-                },
-            );
+            self.emit(out, Some(id), Problem::IdGap { expected: expected_id });
         }
         // The hash itself.
-        let parsed;
-        let meta = match meta {
-            Some(m) => Some(m),
-            None => match ev.meta_map() {
-                Ok(m) => {
-                    parsed = m;
-                    Some(&parsed)
-                }
-                Err(e) => {
+        match computed {
+            Ok(d) => {
+                let mut hex = [0u8; 64];
+                if ev.hash.as_deref().map(str::as_bytes) != Some(d.write_hex(&mut hex)) {
                     self.emit(
                         out,
                         Some(id),
-                        Problem::Malformed {
-                            line: None,
-                            error: format!("meta: {e}"),
+                        Problem::HashMismatch {
+                            expected: d.to_string(),
+                            found: ev.hash.clone(),
                         },
                     );
-                    None
                 }
-            },
-        };
-        if let Some(meta) = meta {
-            match event_digest(
-                &mut self.scratch,
-                &ev.kind,
-                &ev.content,
-                meta,
-                ev.prev_hash.as_deref(),
-            ) {
-                Ok(d) => {
-                    let hex = d.to_string();
-                    if ev.hash.as_deref() != Some(hex.as_str()) {
-                        self.emit(
-                            out,
-                            Some(id),
-                            Problem::HashMismatch {
-                                expected: hex,
-                                found: ev.hash.clone(),
-                            },
-                        );
-                    }
-                }
-                Err(e) => self.emit(
-                    out,
-                    Some(id),
-                    Problem::Malformed {
-                        line: None,
-                        error: format!("meta: {e}"),
-                    },
-                ),
             }
+            Err(error) => self.emit(out, Some(id), Problem::Malformed { line: None, error }),
         }
         // The link.
         match &self.prev {

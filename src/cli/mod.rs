@@ -241,10 +241,14 @@ pub fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
         .get_after_long_help()
         .map(|h| h.to_string())
         .unwrap_or_default();
-    let man = clap_mangen::Man::new(cmd.clone().after_long_help(None::<&str>).after_help(None::<&str>))
-        .date("2026-11")
-        .source(format!("pmm {}", env!("CARGO_PKG_VERSION")))
-        .manual("pmm manual");
+    let man = clap_mangen::Man::new(
+        cmd.clone()
+            .after_long_help(None::<&str>)
+            .after_help(None::<&str>),
+    )
+    .date("2026-11")
+    .source(format!("pmm {}", env!("CARGO_PKG_VERSION")))
+    .manual("pmm manual");
     let mut out = Vec::new();
     man.render_title(&mut out)?;
     man.render_name_section(&mut out)?;

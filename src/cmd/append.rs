@@ -311,7 +311,7 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
     };
     let mut findings = Vec::new();
     let tick = |n: u64| bar.set_position(n);
-    interchange::read(&input, &tick, &mut |item| {
+    interchange::read_with(&input, &tick, &interchange::digest, &mut |item, digest| {
         findings.clear();
         let record = match item {
             Item::Event(r) => r,
@@ -322,7 +322,10 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
             }
         };
         let first = summary.events == 0;
-        verifier.check(&record.event, record.meta.as_ref(), &mut findings);
+        match digest {
+            Some(d) => verifier.check_computed(&record.event, d, &mut findings),
+            None => verifier.check(&record.event, record.meta.as_ref(), &mut findings),
+        }
         for f in &findings {
             let points_to = match &f.problem {
                 Problem::BrokenLink {

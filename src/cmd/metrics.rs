@@ -3,8 +3,9 @@
 use crate::chain::Verifier;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::NewEvent;
+use crate::interchange::{self, Input, Item};
 use crate::metrics::MetricsFold;
-use crate::store::{Filter, Ledger};
+use crate::store::Ledger;
 use std::time::Instant;
 
 const AFTER_HELP: &str = "\
@@ -70,33 +71,30 @@ impl Program for Args {
     }
 }
 
-/// Computes the metrics of `ledger`.
-pub fn compute(ledger: &Ledger, quiet: bool) -> crate::Result<crate::metrics::LedgerMetrics> {
-    let bar = crate::cli::progress(ledger.max_id()?.max(0) as u64, quiet, "metrics");
+/// Computes the metrics of the ledger at `path` (read through its own read-only connection,
+/// hashing on worker threads).
+pub fn compute(path: &std::path::Path, max_id: i64, quiet: bool) -> anyhow::Result<crate::metrics::LedgerMetrics> {
+    let bar = crate::cli::progress(1_000_000, quiet || max_id < 100_000, "metrics");
     let started = Instant::now();
     let mut fold = MetricsFold::default();
     let mut verifier = Verifier::new(vec![]).eager();
     let mut findings = Vec::new();
     let mut n = 0u64;
-    ledger.scan(&Filter::default(), |ev| {
-        n += 1;
-        if n % 4096 == 0 {
-            bar.set_position(ev.id.max(0) as u64);
+    let tick = |x: u64| bar.set_position(x);
+    interchange::read_with(&Input::new(path), &tick, &interchange::digest, &mut |item, digest| {
+        if let (Item::Event(r), Some(d)) = (item, digest) {
+            n += 1;
+            verifier.check_computed(&r.event, d, &mut findings);
+            findings.clear();
+            fold.add(&r.event);
         }
-        verifier.check(&ev, None, &mut findings);
-        findings.clear();
-        fold.add(&ev);
         Ok(true)
     })?;
     let elapsed = started.elapsed();
     let s = verifier.finish(&mut findings);
     bar.finish_and_clear();
     let mut m = fold.finish(s.broken_links, s.hash_mismatches);
-    m.replay_ms_per_event = Some(if n == 0 {
-        0.0
-    } else {
-        elapsed.as_secs_f64() * 1000.0 / n as f64
-    });
+    m.replay_ms_per_event = Some(if n == 0 { 0.0 } else { elapsed.as_secs_f64() * 1000.0 / n as f64 });
     Ok(m)
 }
 
@@ -119,7 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     } else {
         Ledger::open_reader(&path)?
     };
-    let mut m = compute(&ledger, args.common.quiet)?;
+    let mut m = compute(&path, ledger.max_id()?, args.common.quiet)?;
     let appended = if args.append {
         let text = m.update_text();
         let last = ledger.last_of_kind("metrics_update", 1)?;

@@ -132,10 +132,11 @@ pub fn verify_input(
     let mut findings: Vec<Finding> = Vec::new();
     let mut io_err = None;
     let tick = |n: u64| bar.set_position(n);
-    interchange::read(input, &tick, &mut |item| {
-        match item {
-            Item::Event(r) => v.check(&r.event, r.meta.as_ref(), &mut findings),
-            Item::Malformed { line, id, error } => v.malformed(id, line, error, &mut findings),
+    interchange::read_with(input, &tick, &interchange::digest, &mut |item, digest| {
+        match (item, digest) {
+            (Item::Event(r), Some(d)) => v.check_computed(&r.event, d, &mut findings),
+            (Item::Event(r), None) => v.check(&r.event, r.meta.as_ref(), &mut findings),
+            (Item::Malformed { line, id, error }, _) => v.malformed(id, line, error, &mut findings),
         }
         if let Err(e) = emit(&mut findings, out) {
             io_err = Some(e);

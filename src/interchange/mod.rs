@@ -11,7 +11,7 @@ pub mod csv;
 pub mod markdown;
 pub mod telemetry;
 
-pub use read::{detect, read, Format, Input, Item, Record};
+pub use read::{detect, digest, read, read_with, Format, Input, Item, Record};
 pub use write::{python_str, JsonArrayWriter};
 
 use crate::event::Event;

@@ -195,6 +195,20 @@ pub fn read(
     tick: &dyn Fn(u64),
     f: &mut dyn FnMut(Item) -> Result<bool>,
 ) -> Result<Format> {
+    read_with(input, tick, &|_: &mut Item| (), &mut |item, ()| f(item))
+}
+
+/// Like [`read`], but each item first goes through `work` — on worker threads, in parallel —
+/// and `f` gets the item with `work`'s result, still one at a time and in input order.
+/// `work` is where per-event cost that needs nothing from earlier events belongs (parsing
+/// happens there too for JSON Lines and SQLite; hashing is the caller's). Memory stays
+/// bounded: only a few chunks of events are in flight at once.
+pub fn read_with<T: Send>(
+    input: &Input,
+    tick: &dyn Fn(u64),
+    work: &(dyn Fn(&mut Item) -> T + Sync),
+    f: &mut dyn FnMut(Item, T) -> Result<bool>,
+) -> Result<Format> {
     let name = input.name();
     let raw: Box<dyn Read> = match &input.path {
         Some(p) => Box::new(File::open(p).map_err(|e| {
@@ -250,17 +264,30 @@ pub fn read(
             drop(reader);
             let ledger = Ledger::open_reader(path)?;
             let max = ledger.max_id()?.max(1) as u64;
-            ledger.scan(&Filter::default(), |event| {
-                tick(event.id as u64 * 1_000_000 / max);
-                f(Item::Event(Record {
+            let to_item = |event: Event| {
+                Item::Event(Record {
                     event,
                     meta: None,
                     line: None,
-                }))
+                })
+            };
+            pipeline(&to_item, work, f, |p| {
+                ledger.scan(&Filter::default(), |event| {
+                    if event.id % 1024 == 0 {
+                        tick(event.id as u64 * 1_000_000 / max);
+                    }
+                    p.push(event)
+                })
             })?;
         }
-        Format::Jsonl => read_jsonl(&mut reader, &name, skipped_lines, f)?,
-        Format::Json => read_json(reader, &name, f)?,
+        Format::Jsonl => {
+            let parse = |(n, line): (u64, Vec<u8>)| parse_jsonl_line(n, &line);
+            pipeline(&parse, work, f, |p| read_lines(&mut reader, &name, skipped_lines, p))?
+        }
+        Format::Json => read_json(reader, &name, &mut |mut item| {
+            let t = work(&mut item);
+            f(item, t)
+        })?,
     }
     Ok(format)
 }
@@ -280,54 +307,183 @@ fn gz_err(name: &str, e: std::io::Error) -> Error {
     }
 }
 
-fn read_jsonl(
+/// Reads raw JSONL lines (numbered from the file's first line) into the pipeline.
+fn read_lines(
     r: &mut dyn BufRead,
     name: &str,
     skipped_lines: u64,
-    f: &mut dyn FnMut(Item) -> Result<bool>,
+    p: &mut dyn Sink<(u64, Vec<u8>)>,
 ) -> Result<()> {
-    let mut line = Vec::with_capacity(4096);
     // Blank lines that `detect` consumed still count: line numbers are the file's.
     let mut n = skipped_lines;
     loop {
-        line.clear();
-        if r.read_until(b'\n', &mut line)
-            .map_err(|e| gz_err(name, e))?
-            == 0
-        {
+        let mut line = Vec::with_capacity(1024);
+        if r.read_until(b'\n', &mut line).map_err(|e| gz_err(name, e))? == 0 {
             return Ok(());
         }
         n += 1;
-        let text = trim_eol(&line);
-        if text.iter().all(|b| b.is_ascii_whitespace()) {
+        if line.iter().all(|b| b.is_ascii_whitespace()) {
             // Blank lines between records are not events; a trailing newline is normal.
             continue;
         }
-        let item = match std::str::from_utf8(text) {
+        if !p.push((n, line))? {
+            return Ok(());
+        }
+    }
+}
+
+/// One JSONL line (numbered `n`) as an [`Item`].
+fn parse_jsonl_line(n: u64, line: &[u8]) -> Item {
+    match std::str::from_utf8(trim_eol(line)) {
+        Err(e) => Item::Malformed {
+            line: Some(n),
+            id: None,
+            error: format!("not UTF-8: {e}"),
+        },
+        Ok(s) => match serde_json::from_str::<Wire>(s) {
+            Ok(w) => match w.into_record(Some(n)) {
+                Ok(rec) => Item::Event(rec),
+                Err((id, error)) => Item::Malformed {
+                    line: Some(n),
+                    id,
+                    error,
+                },
+            },
             Err(e) => Item::Malformed {
                 line: Some(n),
                 id: None,
-                error: format!("not UTF-8: {e}"),
+                error: describe(s, &e),
             },
-            Ok(s) => match serde_json::from_str::<Wire>(s) {
-                Ok(w) => match w.into_record(Some(n)) {
-                    Ok(rec) => Item::Event(rec),
-                    Err((id, error)) => Item::Malformed {
-                        line: Some(n),
-                        id,
-                        error,
-                    },
-                },
-                Err(e) => Item::Malformed {
-                    line: Some(n),
-                    id: None,
-                    error: describe(s, &e),
-                },
-            },
+        },
+    }
+}
+
+/// Where a producer puts raw records; `false` means stop.
+trait Sink<R> {
+    fn push(&mut self, raw: R) -> Result<bool>;
+}
+
+/// Raw records per chunk handed to a worker.
+const CHUNK: usize = 512;
+
+/// The in-order, bounded parallel map behind [`read_with`]: the calling thread produces raw
+/// records (`produce` pushes them), workers turn each into an [`Item`] and run `work` on it,
+/// and the calling thread hands the results to `f` in order. Chunk `k` goes to worker
+/// `k % workers` and is collected from that worker's output in turn, so order needs no
+/// reordering buffer; at most `2 × workers` chunks are in flight.
+fn pipeline<R: Send, T: Send>(
+    parse: &(dyn Fn(R) -> Item + Sync),
+    work: &(dyn Fn(&mut Item) -> T + Sync),
+    f: &mut dyn FnMut(Item, T) -> Result<bool>,
+    produce: impl FnOnce(&mut dyn Sink<R>) -> Result<()>,
+) -> Result<()> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    std::thread::scope(|scope| {
+        let mut inputs = Vec::with_capacity(workers);
+        let mut outputs = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            let (in_tx, in_rx) = std::sync::mpsc::channel::<Vec<R>>();
+            let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<(Item, T)>>();
+            scope.spawn(move || {
+                for chunk in in_rx {
+                    let done: Vec<(Item, T)> = chunk
+                        .into_iter()
+                        .map(|raw| {
+                            let mut item = parse(raw);
+                            let t = work(&mut item);
+                            (item, t)
+                        })
+                        .collect();
+                    if out_tx.send(done).is_err() {
+                        return; // the consumer stopped early
+                    }
+                }
+            });
+            inputs.push(in_tx);
+            outputs.push(out_rx);
+        }
+        let mut p = Pipeline {
+            inputs,
+            outputs,
+            chunk: Vec::with_capacity(CHUNK),
+            sent: 0,
+            received: 0,
+            f,
+            stopped: false,
         };
-        if !f(item)? {
+        produce(&mut p)?;
+        p.finish()
+        // Dropping `p` closes the channels, so every worker ends and the scope can join.
+    })
+}
+
+struct Pipeline<'f, R, T> {
+    inputs: Vec<std::sync::mpsc::Sender<Vec<R>>>,
+    outputs: Vec<std::sync::mpsc::Receiver<Vec<(Item, T)>>>,
+    chunk: Vec<R>,
+    sent: usize,
+    received: usize,
+    f: &'f mut dyn FnMut(Item, T) -> Result<bool>,
+    stopped: bool,
+}
+
+impl<R, T> Pipeline<'_, R, T> {
+    fn dispatch(&mut self) -> Result<bool> {
+        let chunk = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK));
+        let n = self.inputs.len();
+        if self.inputs[self.sent % n].send(chunk).is_err() {
+            return Err(Error::bad_input(None, "a worker thread ended unexpectedly"));
+        }
+        self.sent += 1;
+        while self.sent - self.received >= 2 * n {
+            if !self.consume_one()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn consume_one(&mut self) -> Result<bool> {
+        let n = self.outputs.len();
+        let batch = self.outputs[self.received % n]
+            .recv()
+            .map_err(|_| Error::bad_input(None, "a worker thread ended unexpectedly"))?;
+        self.received += 1;
+        for (item, t) in batch {
+            if !(self.f)(item, t)? {
+                self.stopped = true;
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if self.stopped {
             return Ok(());
         }
+        if !self.chunk.is_empty() && !self.dispatch()? {
+            return Ok(());
+        }
+        while self.received < self.sent {
+            if !self.consume_one()? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<R, T> Sink<R> for Pipeline<'_, R, T> {
+    fn push(&mut self, raw: R) -> Result<bool> {
+        if self.stopped {
+            return Ok(false);
+        }
+        self.chunk.push(raw);
+        if self.chunk.len() >= CHUNK {
+            return self.dispatch();
+        }
+        Ok(true)
     }
 }
 
@@ -426,5 +582,22 @@ fn read_json<R: BufRead>(r: R, name: &str, f: &mut dyn FnMut(Item) -> Result<boo
             })?;
             Ok(())
         }
+    }
+}
+
+/// The work function for [`read_with`] that every verifying reader uses: the hash an event
+/// should have (see [`crate::chain::compute`]), computed on a worker thread; the parsed meta is
+/// dropped there too, since nothing after hashing needs it. `None` for malformed items.
+pub fn digest(item: &mut Item) -> Option<std::result::Result<crate::chain::Digest, String>> {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(4096));
+    }
+    match item {
+        Item::Event(r) => {
+            let d = SCRATCH.with(|s| crate::chain::compute(&mut s.borrow_mut(), &r.event, r.meta.as_ref()));
+            r.meta = None;
+            Some(d)
+        }
+        Item::Malformed { .. } => None,
     }
 }

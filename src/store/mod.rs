@@ -463,10 +463,8 @@ impl Batch<'_> {
     pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event, Refusal> {
         if crate::event::is_sensitive(&ev.kind) {
             let actor = ev.actor();
-            match Policy::current(&self.tx)
-                .map_err(|e| self.err(e))?
-                .verdict(&actor, &ev.kind)
-            {
+            let policy = Policy::current(&self.tx).map_err(|e| self.err(e))?;
+            match policy.verdict_for(&actor, &ev.kind, &ev.content) {
                 Verdict::Allowed => {}
                 Verdict::Forbidden => {
                     return Err(Refusal::Policy(Violation {

@@ -6,7 +6,9 @@
 //! `config` whose content mentions "policy" but cannot be read as JSON, or a policy whose
 //! `forbid_sources` is not an object of lists, refuses every sensitive write until a readable
 //! policy is appended after it. (A non-JSON config that does not mention "policy" cannot be
-//! the policy and is skipped.)
+//! the policy and is skipped.) The way out is a repair: while the policy is unreadable, a
+//! `config` that is itself a readable policy is judged by the last readable policy before the
+//! broken one (or the default), so a repair never grants more than was already trusted.
 //! The lookup walks `config` events newest first through the `idx_kind` index: it never scans
 //! the ledger.
 
@@ -20,8 +22,9 @@ pub enum Policy {
     Default,
     /// A policy event's `forbid_sources` object.
     Found(i64, serde_json::Map<String, Value>),
-    /// A config that may be the policy could not be read (event id, why).
-    Unreadable(i64, String),
+    /// A config that may be the policy could not be read (event id, why), and the last
+    /// readable policy before it (which judges repairs).
+    Unreadable(i64, String, Box<Policy>),
 }
 
 /// What the policy says about one write.
@@ -42,34 +45,48 @@ impl Policy {
             "SELECT id, content FROM events WHERE kind = 'config' ORDER BY id DESC",
         )?;
         let mut rows = stmt.query([])?;
+        let mut broken: Option<(i64, String)> = None;
         while let Some(row) = rows.next()? {
             let id: i64 = row.get(0)?;
-            let content: String = match row.get_ref(1)? {
+            let content = match row.get_ref(1)? {
                 rusqlite::types::ValueRef::Text(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => return Ok(Policy::Unreadable(id, "content is not text".into())),
+                _ => String::new(),
             };
-            return Ok(match serde_json::from_str::<Value>(&content) {
-                // A broken config that may have been a policy: refuse (fail closed). One that
-                // cannot have been (no mention of "policy") is not a policy; skipping it
-                // keeps the older policy in force, so it weakens nothing, and junk written
-                // by an allowed actor cannot block every sensitive write for good.
-                Err(e) if content.contains("policy") => {
-                    Policy::Unreadable(id, format!("content is not JSON ({e})"))
+            let found = match read_policy(&content) {
+                Candidate::NotAPolicy => continue,
+                Candidate::Policy(fs) => Policy::Found(id, fs),
+                Candidate::Broken(why) => Policy::Unreadable(id, why, Box::new(Policy::Default)),
+            };
+            return Ok(match (broken, found) {
+                (None, Policy::Unreadable(id, why, _)) => {
+                    // Keep looking for the policy a repair is judged by.
+                    broken = Some((id, why));
+                    continue;
                 }
-                Err(_) => continue,
-                Ok(Value::Object(obj))
-                    if obj.get("type") == Some(&Value::String("policy".into())) =>
-                {
-                    match obj.get("forbid_sources") {
-                        Some(Value::Object(fs)) => Policy::Found(id, fs.clone()),
-                        None | Some(Value::Null) => Policy::Found(id, Default::default()),
-                        Some(_) => Policy::Unreadable(id, "forbid_sources is not an object".into()),
-                    }
+                (None, found) => found,
+                (Some((id, why)), Policy::Unreadable(..)) => {
+                    // An older broken policy: repairs fall back to the default.
+                    Policy::Unreadable(id, why, Box::new(Policy::Default))
                 }
-                Ok(_) => continue,
+                (Some((id, why)), fallback) => Policy::Unreadable(id, why, Box::new(fallback)),
             });
         }
-        Ok(Policy::Default)
+        Ok(match broken {
+            Some((id, why)) => Policy::Unreadable(id, why, Box::new(Policy::Default)),
+            None => Policy::Default,
+        })
+    }
+
+    /// The verdict on `actor` writing an event of `kind` with `content`.
+    pub fn verdict_for(&self, actor: &str, kind: &str, content: &str) -> Verdict {
+        match self {
+            Policy::Unreadable(_, _, fallback)
+                if kind == "config" && matches!(read_policy(content), Candidate::Policy(_)) =>
+            {
+                fallback.verdict(actor, kind)
+            }
+            _ => self.verdict(actor, kind),
+        }
     }
 
     /// The verdict on `actor` writing `kind`.
@@ -82,7 +99,7 @@ impl Policy {
                     Verdict::Allowed
                 }
             }
-            Policy::Unreadable(id, why) => Verdict::Unreadable(*id, why.clone()),
+            Policy::Unreadable(id, why, _) => Verdict::Unreadable(*id, why.clone()),
             Policy::Found(id, fs) => match fs.get(actor) {
                 None | Some(Value::Null) => Verdict::Allowed,
                 Some(Value::Array(kinds)) => {
@@ -97,6 +114,35 @@ impl Policy {
                 }
             },
         }
+    }
+}
+
+/// What a `config` content is, as far as the policy goes.
+enum Candidate {
+    /// Not a policy (another config type, or junk that does not mention "policy").
+    NotAPolicy,
+    /// A readable policy: its `forbid_sources`.
+    Policy(serde_json::Map<String, Value>),
+    /// A policy, or what may have been one, that cannot be read.
+    Broken(String),
+}
+
+fn read_policy(content: &str) -> Candidate {
+    match serde_json::from_str::<Value>(content) {
+        // A broken config that may have been a policy: refuse (fail closed). One that cannot
+        // have been (no mention of "policy") is not a policy; skipping it keeps the older
+        // policy in force, so it weakens nothing, and junk written by an allowed actor cannot
+        // block every sensitive write for good.
+        Err(e) if content.contains("policy") => Candidate::Broken(format!("content is not JSON ({e})")),
+        Err(_) => Candidate::NotAPolicy,
+        Ok(Value::Object(obj)) if obj.get("type") == Some(&Value::String("policy".into())) => {
+            match obj.get("forbid_sources") {
+                Some(Value::Object(fs)) => Candidate::Policy(fs.clone()),
+                None | Some(Value::Null) => Candidate::Policy(Default::default()),
+                Some(_) => Candidate::Broken("forbid_sources is not an object".into()),
+            }
+        }
+        Ok(_) => Candidate::NotAPolicy,
     }
 }
 
@@ -115,9 +161,14 @@ mod tests {
 
     fn ledger(configs: &[&str]) -> Connection {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT)").unwrap();
+        c.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT)")
+            .unwrap();
         for (i, content) in configs.iter().enumerate() {
-            c.execute("INSERT INTO events VALUES (?1, 'config', ?2)", rusqlite::params![i as i64 + 1, content]).unwrap();
+            c.execute(
+                "INSERT INTO events VALUES (?1, 'config', ?2)",
+                rusqlite::params![i as i64 + 1, content],
+            )
+            .unwrap();
         }
         c
     }
@@ -129,11 +180,29 @@ mod tests {
         assert_eq!(Policy::current(&ledger(&[])).unwrap(), Policy::Default);
         let found = Policy::current(&ledger(&[policy, retrieval, "not json at all"])).unwrap();
         assert!(matches!(found, Policy::Found(1, _)), "{found:?}");
-        let broken = Policy::current(&ledger(&[policy, r#"{"type":"policy","forbid_sources":"#])).unwrap();
-        assert!(matches!(broken, Policy::Unreadable(2, _)), "{broken:?}");
-        assert!(matches!(broken.verdict("anyone", "config"), Verdict::Unreadable(2, _)));
+        let broken =
+            Policy::current(&ledger(&[policy, r#"{"type":"policy","forbid_sources":"#])).unwrap();
+        assert!(matches!(broken, Policy::Unreadable(2, _, _)), "{broken:?}");
+        assert!(matches!(
+            broken.verdict("anyone", "config"),
+            Verdict::Unreadable(2, _)
+        ));
         let odd = Policy::current(&ledger(&[r#"{"type":"policy","forbid_sources":[1]}"#])).unwrap();
-        assert!(matches!(odd, Policy::Unreadable(1, _)));
+        assert!(matches!(odd, Policy::Unreadable(1, _, _)));
+    }
+
+    #[test]
+    fn repairs_are_judged_by_the_last_readable_policy() {
+        let strict = r#"{"type":"policy","forbid_sources":{"cli":["config"]}}"#;
+        let p = Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#])).unwrap();
+        let repair = r#"{"type":"policy","forbid_sources":{}}"#;
+        assert_eq!(p.verdict_for("operator", "config", repair), Verdict::Allowed);
+        assert_eq!(p.verdict_for("cli", "config", repair), Verdict::Forbidden);
+        // Anything that is not a readable policy stays refused.
+        assert!(matches!(p.verdict_for("operator", "config", "{}"), Verdict::Unreadable(2, _)));
+        assert!(matches!(p.verdict_for("operator", "embedding_add", repair), Verdict::Unreadable(2, _)));
+        let healed = Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#, repair])).unwrap();
+        assert_eq!(healed.verdict("cli", "config"), Verdict::Allowed);
     }
 
     #[test]

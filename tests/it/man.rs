@@ -25,11 +25,17 @@ fn man_pages_match_the_clap_definitions() {
         let text = String::from_utf8_lossy(&page).replace("\\-", "-");
         for arg in cmd.get_arguments() {
             if let Some(long) = arg.get_long() {
-                assert!(text.contains(&format!("--{long}")), "{name}.1 lacks --{long}");
+                assert!(
+                    text.contains(&format!("--{long}")),
+                    "{name}.1 lacks --{long}"
+                );
             }
         }
         for section in ["EXAMPLES", "EXIT STATUS", "ENVIRONMENT"] {
-            assert!(text.contains(&format!(".SH \"{section}\"")), "{name}.1 lacks {section}");
+            assert!(
+                text.contains(&format!(".SH \"{section}\"")),
+                "{name}.1 lacks {section}"
+            );
         }
     }
     assert!(

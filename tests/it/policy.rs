@@ -217,10 +217,12 @@ fn custom_policy_blocks_its_actor_and_replaces_the_default() {
 #[test]
 fn unreadable_newer_config_refuses_every_sensitive_write() {
     let pmm = Pmm::new();
-    let open = r#"{"type":"policy","forbid_sources":{}}"#;
-    assert_eq!(append(&pmm, "config", open, "{}").code, 0);
-    // Allowed when written (the policy forbids nothing), but unreadable from then on.
-    assert_eq!(append(&pmm, "config", "{not json", "{}").code, 0);
+    let strict = r#"{"type":"policy","forbid_sources":{"cli":["config"]}}"#;
+    assert_eq!(append(&pmm, "config", strict, "{}").code, 0);
+    // A policy event whose content is not JSON: allowed when written (the policy in force
+    // lets `unknown` write config), unreadable from then on.
+    let broken = r#"{"type":"policy","forbid_sources":{"cli":["config"]"#;
+    assert_eq!(append(&pmm, "config", broken, "{}").code, 0);
     let bad_config = 2;
 
     for (kind, source) in [
@@ -248,10 +250,6 @@ fn unreadable_newer_config_refuses_every_sensitive_write() {
         let why = v["meta"]["policy_unreadable"].as_str().unwrap_or_default();
         assert!(why.contains(&format!("event {bad_config}")), "{v}");
     }
-    // Even a readable policy cannot be written over it through the guarded path.
-    let r = append(&pmm, "config", open, "{}");
-    assert_eq!(r.code, 1, "{r:?}");
-
     // Non-sensitive kinds still append.
     for kind in ["user_message", "reflection", "commitment_open"] {
         let r = append(&pmm, kind, "fine", r#"{"source":"cli"}"#);
@@ -260,7 +258,34 @@ fn unreadable_newer_config_refuses_every_sensitive_write() {
     let evs = events(&pmm);
     let configs = evs.iter().filter(|e| e["kind"] == "config").count();
     assert_eq!(configs, 2, "no sensitive write got through");
-    assert_eq!(evs.iter().filter(|e| e["kind"] == "violation").count(), 6);
+    assert_eq!(evs.iter().filter(|e| e["kind"] == "violation").count(), 5);
+
+    // The way out is a repair: a readable policy, judged by the last readable policy before
+    // the broken one. `cli` was not trusted with config then, so it cannot repair now...
+    let open = r#"{"type":"policy","forbid_sources":{}}"#;
+    let r = append(&pmm, "config", open, r#"{"source":"cli"}"#);
+    assert_refused(&r, "cli", "config");
+    assert!(!r.stderr.contains("fail closed"), "judged by the old policy: {r:?}");
+    // ...an actor that was trusted can, and from then on the repaired policy is in force.
+    let r = append(&pmm, "config", open, r#"{"source":"operator"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = append(&pmm, "config", RETRIEVAL, r#"{"source":"cli"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_chain_clean(&pmm);
+}
+
+#[test]
+fn non_json_config_that_cannot_be_a_policy_leaves_the_policy_in_force() {
+    let pmm = Pmm::new();
+    // No mention of "policy": junk, not a policy. The default stays in force: `cli` is still
+    // refused (not fail-closed), and everyone else may still write sensitive kinds.
+    assert_eq!(append(&pmm, "config", "not json at all", "{}").code, 0);
+    let r = append(&pmm, "config", RETRIEVAL, r#"{"source":"cli"}"#);
+    assert_refused(&r, "cli", "config");
+    assert!(!r.stderr.contains("fail closed"), "{r:?}");
+    let r = append(&pmm, "embedding_add", "{}", r#"{"source":"autonomy_kernel"}"#);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(kinds(&events(&pmm)), ["config", "violation", "embedding_add"]);
     assert_chain_clean(&pmm);
 }
 
@@ -268,7 +293,7 @@ fn unreadable_newer_config_refuses_every_sensitive_write() {
 fn unreadable_config_without_any_policy_also_fails_closed() {
     let pmm = Pmm::new();
     // With no policy yet, a config from `unknown` is allowed by the default...
-    assert_eq!(append(&pmm, "config", "not json at all", "{}").code, 0);
+    assert_eq!(append(&pmm, "config", r#"{"type": "policy", oops"#, "{}").code, 0);
     // ...and from then on the newest config cannot be read: refuse.
     let r = append(
         &pmm,
