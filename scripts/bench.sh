@@ -1,0 +1,375 @@
+#!/usr/bin/env bash
+# bench.sh -- the pmm performance benchmark (SPEC §6): every figure beside its floor, in one run.
+#
+# Usage:
+#   scripts/bench.sh [--sizes "10000 100000 1000000"] [--quick] [--runs N] [--keep]
+#                    [--fixture PATH] [--no-build]
+#
+#   --sizes LIST   ledger sizes in events (default "10000 100000 1000000")
+#   --quick        the same as --sizes "10000 100000" (a check that takes about a minute)
+#   --runs N       timed runs per measurement (default: best of 3 at sizes <= 100000, 1 above)
+#   --keep         keep the work directory (ledgers, exports) and print its path
+#   --fixture P    the reference ledger whose events are cycled (default: $PMM_BENCH_FIXTURE, else
+#                  /work/shared/fixtures/reference-ledgers/GPT-5.1-ledger.json); when it is
+#                  absent, scripts/gen-ledger.py falls back to its built-in event shapes
+#   --no-build     do not run `cargo build --release` first (binaries: $PMM_BIN_DIR, else
+#                  target/release)
+#
+# What it does, per size N:
+#   1. Builds a ledger of N events once: scripts/gen-ledger.py --chain writes hash-chained JSONL
+#      (the fixture's events cycled, each content made unique) and `pmm-append --import` loads it.
+#      Import rather than `--batch`: both take about 45 s at 10^6 on a 2-core box (17 s generate
+#      + 28 s import, against 47 s for gen | pmm-append --batch), but import gives the same
+#      ledger, byte for byte, on every run and machine (ids, ts and hashes are pinned), does not
+#      depend on the write policy, and every hash the generator computed is re-verified by pmm.
+#      Then `pmm-export --format jsonl -o` writes the export used below.
+#   2. Measures, each against a floor measured in the same run (floor and pmm runs alternate so
+#      that noise on a shared machine hits both):
+#        - pmm-verify --quiet EXPORT          vs sha256sum EXPORT                ratio <= 2x
+#          and pmm-verify's peak RSS                                             <= 64 MiB
+#        - pmm-append --import EXPORT (fresh) vs sqlite3 CLI `.import` of the identical rows
+#          (CSV dumped beforehand, untimed) into the ledger's own `events` DDL and indices
+#          (`.schema events`), WAL like the ledger, in one BEGIN ... COMMIT     ratio <= 2x
+#   3. Across sizes: one `pmm-append --kind user_message --content x` (process start included)
+#      on a copy of the largest ledger vs on a copy of the smallest, best of 5   ratio <= 1.5x
+#      (each copy grows by one event per run).
+#   4. At the largest size only, no target: `pmm-export --format json -o FILE` and
+#      `pmm-metrics --quiet`, with `cat EXPORT > FILE` as the floor for scale.
+#
+# Timing: every command is run once untimed first (to warm the page cache; caches cannot be
+# dropped here). Peak RSS comes from GNU `/usr/bin/time -f '%e %M'`; wall time is taken with
+# bash's $EPOCHREALTIME around that same /usr/bin/time run, because %e has a 10 ms resolution,
+# too coarse for a ~30 ms append (it adds /usr/bin/time's own ~1 ms start to both sides).
+# Times are the best of the runs, RSS the largest.
+#
+# Output: machine, commit and sizes at the top, ONE markdown table on stdout (progress goes to
+# stderr), then notes and the total bench time. Exit 0 even when a target is missed (the verdict
+# says OVER); non-zero when any command fails. The work directory lives under ${TMPDIR:-/tmp}.
+# Needs: bash >= 5, python3, sqlite3, sha256sum, GNU time at /usr/bin/time, cargo (unless
+# --no-build).
+
+set -Eeuo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SIZES="10000 100000 1000000"
+RUNS_OVERRIDE=""
+KEEP=0
+BUILD=1
+FIXTURE="${PMM_BENCH_FIXTURE:-/work/shared/fixtures/reference-ledgers/GPT-5.1-ledger.json}"
+BIN="${PMM_BIN_DIR:-$REPO/target/release}"
+APPEND_RUNS=5
+
+usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; }
+die() { echo "bench.sh: error: $*" >&2; exit 2; }
+
+while (($#)); do
+    case "$1" in
+        --sizes) (($# >= 2)) || die "--sizes needs a value"; SIZES=$2; shift 2 ;;
+        --sizes=*) SIZES=${1#*=}; shift ;;
+        --quick) SIZES="10000 100000"; shift ;;
+        --runs) (($# >= 2)) || die "--runs needs a value"; RUNS_OVERRIDE=$2; shift 2 ;;
+        --runs=*) RUNS_OVERRIDE=${1#*=}; shift ;;
+        --keep) KEEP=1; shift ;;
+        --fixture) (($# >= 2)) || die "--fixture needs a value"; FIXTURE=$2; shift 2 ;;
+        --fixture=*) FIXTURE=${1#*=}; shift ;;
+        --no-build) BUILD=0; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) die "unknown argument: $1 (see --help)" ;;
+    esac
+done
+
+read -r -a SIZE_LIST <<<"$SIZES"
+((${#SIZE_LIST[@]} >= 1)) || die "--sizes is empty"
+for s in "${SIZE_LIST[@]}"; do
+    [[ $s =~ ^[1-9][0-9]*$ ]] || die "bad size: $s"
+done
+# Ascending, unique.
+mapfile -t SIZE_LIST < <(printf '%s\n' "${SIZE_LIST[@]}" | sort -n -u)
+if [[ -n $RUNS_OVERRIDE ]]; then
+    [[ $RUNS_OVERRIDE =~ ^[1-9][0-9]*$ ]] || die "bad --runs: $RUNS_OVERRIDE"
+fi
+[[ -x /usr/bin/time ]] || die "GNU time is needed at /usr/bin/time"
+for tool in python3 sqlite3 sha256sum awk; do
+    command -v "$tool" >/dev/null || die "$tool is needed"
+done
+[[ -n ${EPOCHREALTIME:-} ]] || die "bash >= 5 is needed (EPOCHREALTIME)"
+
+START=$EPOCHREALTIME
+log() { printf '[%6.1fs] %s\n' "$(awk -v a="$START" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')" "$*" >&2; }
+
+if ((BUILD)); then
+    log "cargo build --release"
+    (cd "$REPO" && cargo build --release --quiet)
+fi
+for b in pmm-append pmm-verify pmm-export pmm-metrics; do
+    [[ -x $BIN/$b ]] || die "$BIN/$b is missing (build with cargo build --release)"
+done
+GEN="$REPO/scripts/gen-ledger.py"
+
+W=$(mktemp -d "${TMPDIR:-/tmp}/pmm-bench.XXXXXX")
+ROWS=()
+DONE=0
+cleanup() {
+    local rc=$?
+    if ((rc != 0 && DONE == 0)) && ((${#ROWS[@]})); then
+        echo "bench.sh: stopped early; the rows measured so far:" >&2
+        print_table >&2
+    fi
+    if ((KEEP)); then
+        echo "bench.sh: work directory kept: $W" >&2
+    else
+        rm -rf -- "$W"
+    fi
+}
+trap cleanup EXIT
+trap 'echo "bench.sh: error: command failed (status $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+
+# timed IN OUT CMD...: one run of CMD with stdin IN and stdout OUT; sets T (seconds) and RSS (KiB).
+timed() {
+    local in=$1 out=$2 t0 t1
+    shift 2
+    t0=$EPOCHREALTIME
+    /usr/bin/time -f '%e %M' -o "$W/time.out" "$@" <"$in" >"$out"
+    t1=$EPOCHREALTIME
+    T=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.4f", b-a}')
+    RSS=$(awk 'END{print $2}' "$W/time.out")
+}
+
+# A "side" of a comparison: SETUP function (run before every run, untimed), IN, OUT, CMD...
+# bench_pair RUNS SETUP_A IN_A OUT_A CMD_A... -- SETUP_B IN_B OUT_B CMD_B...
+# Runs A and B once untimed, then RUNS times alternating A, B. Sets A_T A_RSS B_T B_RSS
+# (best time, largest RSS).
+bench_pair() {
+    local runs=$1
+    shift
+    local -a a=() b=()
+    while [[ $1 != -- ]]; do a+=("$1"); shift; done
+    shift
+    b=("$@")
+    local i
+    "${a[0]}"; "${a[@]:3}" <"${a[1]}" >"${a[2]}"   # warm-up, untimed
+    "${b[0]}"; "${b[@]:3}" <"${b[1]}" >"${b[2]}"
+    A_T=""; A_RSS=0; B_T=""; B_RSS=0
+    for ((i = 0; i < runs; i++)); do
+        "${a[0]}"; timed "${a[1]}" "${a[2]}" "${a[@]:3}"
+        A_T=$(best "$A_T" "$T"); if ((RSS > A_RSS)); then A_RSS=$RSS; fi
+        "${b[0]}"; timed "${b[1]}" "${b[2]}" "${b[@]:3}"
+        B_T=$(best "$B_T" "$T"); if ((RSS > B_RSS)); then B_RSS=$RSS; fi
+    done
+    return 0
+}
+
+best() { if [[ -z $1 ]]; then echo "$2"; else awk -v a="$1" -v b="$2" 'BEGIN{print (b < a) ? b : a}'; fi; }
+nop() { :; }
+runs_for() { if [[ -n $RUNS_OVERRIDE ]]; then echo "$RUNS_OVERRIDE"; elif (($1 <= 100000)); then echo 3; else echo 1; fi; }
+mib() { awk -v k="$1" 'BEGIN{printf "%.1f", k/1024}'; }
+secs() { awk -v t="$1" 'BEGIN{printf (t < 1 ? "%.3f" : (t < 100 ? "%.2f" : "%.1f")), t}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", (b > 0) ? a/b : 0}'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN{exit !(a <= b)}'; }
+human_size() {
+    local n=$1 k=0 m=$1
+    while ((m % 10 == 0 && m > 1)); do m=$((m / 10)); k=$((k + 1)); done
+    if ((m == 1 && k > 0)); then echo "10^$k"; else echo "$n"; fi
+}
+filesize() { awk -v b="$(stat -c %s "$1")" 'BEGIN{printf "%.1f MiB", b/1048576}'; }
+
+# row SIZE MEASUREMENT PMM FLOOR RATIO TARGET VERDICT
+row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 |"); }
+print_table() {
+    echo "| size | measurement | pmm (time s / peak RSS MiB) | floor (time s) | ratio | target | verdict |"
+    echo "| ---: | --- | ---: | ---: | ---: | ---: | :---: |"
+    printf '%s\n' "${ROWS[@]}"
+}
+verdict() { if le "$1" "$2"; then echo ok; else echo OVER; fi; }
+
+# ---------------------------------------------------------------------------------------------
+# Setup functions (run before each run, untimed)
+
+IMPORT_DB="$W/import.db"
+FLOOR_DB="$W/floor.db"
+fresh_import_db() { rm -f -- "$IMPORT_DB" "$IMPORT_DB-wal" "$IMPORT_DB-shm" "$IMPORT_DB-journal"; }
+fresh_floor_db() {
+    rm -f -- "$FLOOR_DB" "$FLOOR_DB-wal" "$FLOOR_DB-shm" "$FLOOR_DB-journal"
+    sqlite3 -bail "$FLOOR_DB" <"$W/schema.sql" >/dev/null
+}
+JSON_OUT="$W/export.json"
+CAT_OUT="$W/cat.out"
+rm_json_out() { rm -f -- "$JSON_OUT"; }
+rm_cat_out() { rm -f -- "$CAT_OUT"; }
+
+# ---------------------------------------------------------------------------------------------
+# Header
+
+COMMIT=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# Uncommitted changes to tracked files, build output (target/) left aside.
+if [[ $COMMIT != unknown && -n $(git -C "$REPO" status --porcelain --untracked-files=no -- . ':(exclude)target' 2>/dev/null) ]]; then
+    COMMIT="$COMMIT + uncommitted changes"
+fi
+BRANCH=$(git -C "$REPO" rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+CPU=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
+if [[ -f $FIXTURE ]]; then SOURCE="$FIXTURE (cycled)"; else SOURCE="built-in shapes (no fixture at $FIXTURE)"; fi
+
+{
+    echo "# pmm benchmark"
+    echo
+    echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "- commit: $COMMIT ($BRANCH)"
+    echo "- machine: nproc=$(nproc), CPU: ${CPU:-unknown}, $(uname -sr)"
+    echo "- sqlite3 CLI $(sqlite3 --version | awk '{print $1}'), $(python3 --version 2>&1)"
+    echo "- sizes: ${SIZE_LIST[*]}; events from $SOURCE"
+    echo
+} >&2   # repeated on stdout with the table
+
+NOTES=()
+SMALL=${SIZE_LIST[0]}
+LARGE=${SIZE_LIST[${#SIZE_LIST[@]} - 1]}
+
+# ---------------------------------------------------------------------------------------------
+# Per size
+
+for N in "${SIZE_LIST[@]}"; do
+    H=$(human_size "$N")
+    RUNS=$(runs_for "$N")
+    DB="$W/ledger-$N.db"
+    EXPORT="$W/export-$N.jsonl"
+
+    # 1. Build.
+    log "$H: generating $N hash-chained events"
+    t0=$EPOCHREALTIME
+    python3 "$GEN" "$N" --chain --fixture "$FIXTURE" >"$W/gen.jsonl" 2>/dev/null
+    t1=$EPOCHREALTIME
+    log "$H: pmm-append --import (build)"
+    "$BIN/pmm-append" --db "$DB" --import "$W/gen.jsonl" --quiet >/dev/null
+    t2=$EPOCHREALTIME
+    rm -f -- "$W/gen.jsonl"
+    sqlite3 "$DB" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+    log "$H: pmm-export --format jsonl"
+    "$BIN/pmm-export" --db "$DB" --format jsonl -o "$EXPORT" --quiet
+    t3=$EPOCHREALTIME
+    NOTES+=("$H build: generate $(secs "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')") s, import $(secs "$(awk -v a="$t1" -v b="$t2" 'BEGIN{print b-a}')") s, export jsonl $(secs "$(awk -v a="$t2" -v b="$t3" 'BEGIN{print b-a}')") s; ledger $(filesize "$DB"), export $(filesize "$EXPORT")")
+
+    # 2a. Verify vs sha256sum.
+    log "$H: pmm-verify vs sha256sum ($RUNS run(s))"
+    bench_pair "$RUNS" \
+        nop /dev/null /dev/null sha256sum "$EXPORT" -- \
+        nop /dev/null /dev/null "$BIN/pmm-verify" --quiet "$EXPORT"
+    r=$(ratio "$B_T" "$A_T")
+    row "$H" "\`pmm-verify --quiet\` export.jsonl vs \`sha256sum\`" \
+        "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 2×" "$(verdict "$r" 2)"
+    row "$H" "\`pmm-verify\` peak RSS" "$(mib "$B_RSS") MiB" "—" "—" "≤ 64 MiB" \
+        "$(verdict "$(mib "$B_RSS")" 64)"
+
+    # 2b. Import vs the sqlite3 CLI inserting the identical rows.
+    log "$H: preparing the sqlite3 floor (schema, CSV dump; untimed)"
+    {
+        echo "PRAGMA journal_mode=WAL;"
+        sqlite3 "$DB" ".schema events"
+    } >"$W/schema.sql"
+    sqlite3 -bail -csv "$DB" "SELECT id, ts, kind, content, meta, prev_hash, hash FROM events ORDER BY id;" >"$W/rows.csv"
+    NULL_FIX=$(sqlite3 "$DB" "SELECT group_concat(id) FROM events WHERE prev_hash IS NULL;")
+    {
+        echo "BEGIN;"
+        echo ".import --csv '$W/rows.csv' events"
+        # CSV cannot say NULL: give the genesis event(s) their NULL prev_hash back (same tx).
+        if [[ -n $NULL_FIX ]]; then echo "UPDATE events SET prev_hash = NULL WHERE id IN ($NULL_FIX);"; fi
+        echo "COMMIT;"
+    } >"$W/load.sql"
+    log "$H: pmm-append --import vs sqlite3 .import ($RUNS run(s))"
+    bench_pair "$RUNS" \
+        fresh_floor_db "$W/load.sql" /dev/null sqlite3 -bail "$FLOOR_DB" -- \
+        fresh_import_db /dev/null /dev/null "$BIN/pmm-append" --db "$IMPORT_DB" --import "$EXPORT" --quiet
+    # The floor really holds the same rows.
+    want=$(sqlite3 "$DB" "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT hash FROM events ORDER BY id DESC LIMIT 1) || ' ' || sum(prev_hash IS NULL) FROM events;")
+    got=$(sqlite3 "$FLOOR_DB" "SELECT count(*) || ' ' || max(id) || ' ' || (SELECT hash FROM events ORDER BY id DESC LIMIT 1) || ' ' || sum(prev_hash IS NULL) FROM events;")
+    [[ $want == "$got" ]] || die "the sqlite3 floor did not load the same rows ($got, want $want)"
+    r=$(ratio "$B_T" "$A_T")
+    row "$H" "\`pmm-append --import\` export.jsonl (fresh ledger) vs \`sqlite3\` \`.import\` CSV, 1 tx" \
+        "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 2×" "$(verdict "$r" 2)"
+    fresh_import_db
+    fresh_floor_db
+    rm -f -- "$W/rows.csv" "$FLOOR_DB" "$FLOOR_DB-wal" "$FLOOR_DB-shm"
+
+    # Keep the smallest and largest ledgers (single append, export, metrics); drop the rest.
+    if [[ $N != "$SMALL" && $N != "$LARGE" ]]; then
+        rm -f -- "$DB" "$DB-wal" "$DB-shm" "$EXPORT"
+    elif [[ $N != "$LARGE" ]]; then
+        rm -f -- "$EXPORT"
+    fi
+done
+
+# ---------------------------------------------------------------------------------------------
+# 3. One append: largest vs smallest ledger.
+
+HS=$(human_size "$SMALL")
+HL=$(human_size "$LARGE")
+if [[ $SMALL != "$LARGE" ]]; then
+    log "one pmm-append: $HL vs $HS ledger (best of $APPEND_RUNS)"
+    for N in "$SMALL" "$LARGE"; do
+        cp -- "$W/ledger-$N.db" "$W/append-$N.db"
+    done
+    bench_pair "$APPEND_RUNS" \
+        nop /dev/null /dev/null "$BIN/pmm-append" --db "$W/append-$SMALL.db" --kind user_message --content x -- \
+        nop /dev/null /dev/null "$BIN/pmm-append" --db "$W/append-$LARGE.db" --kind user_message --content x
+    r=$(ratio "$B_T" "$A_T")
+    row "$HL vs $HS" "one \`pmm-append --kind user_message --content x\` on a $HL ledger (floor: the same on $HS)" \
+        "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 1.5×" "$(verdict "$r" 1.5)"
+    NOTES+=("one append on $HS: $(secs "$A_T") s / $(mib "$A_RSS") MiB (best of $APPEND_RUNS; each copy grows by one event per run)")
+    rm -f -- "$W"/append-*.db*
+else
+    NOTES+=("one append: skipped (needs two sizes)")
+fi
+if [[ $SMALL != "$LARGE" ]]; then
+    rm -f -- "$W/ledger-$SMALL.db" "$W/ledger-$SMALL.db-wal" "$W/ledger-$SMALL.db-shm"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 4. Export json and metrics at the largest size (no target; cat of the JSONL for scale).
+
+RUNS=$(runs_for "$LARGE")
+DB="$W/ledger-$LARGE.db"
+EXPORT="$W/export-$LARGE.jsonl"
+log "$HL: pmm-export --format json vs cat ($RUNS run(s))"
+bench_pair "$RUNS" \
+    rm_cat_out "$EXPORT" "$CAT_OUT" cat -- \
+    rm_json_out /dev/null /dev/null "$BIN/pmm-export" --db "$DB" --format json -o "$JSON_OUT" --quiet
+CAT_T=$A_T
+row "$HL" "\`pmm-export --format json -o FILE\` (floor: \`cat export.jsonl > FILE\`)" \
+    "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "$(ratio "$B_T" "$A_T")×" "—" "—"
+NOTES+=("$HL json export: $(filesize "$JSON_OUT"), jsonl export: $(filesize "$EXPORT")")
+rm_json_out
+log "$HL: pmm-metrics vs cat ($RUNS run(s))"
+bench_pair "$RUNS" \
+    rm_cat_out "$EXPORT" "$CAT_OUT" cat -- \
+    nop /dev/null /dev/null "$BIN/pmm-metrics" --db "$DB" --quiet
+row "$HL" "\`pmm-metrics --quiet\` (floor: \`cat export.jsonl > FILE\`)" \
+    "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "$(ratio "$B_T" "$A_T")×" "—" "—"
+rm_cat_out
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+TOTAL=$(awk -v a="$START" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.0f", b-a}')
+echo "# pmm benchmark"
+echo
+echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "- commit: $COMMIT ($BRANCH)"
+echo "- machine: nproc=$(nproc), CPU: ${CPU:-unknown}, $(uname -sr)"
+echo "- sqlite3 CLI $(sqlite3 --version | awk '{print $1}'), $(python3 --version 2>&1)"
+echo "- sizes: ${SIZE_LIST[*]}; events from $SOURCE"
+echo
+print_table
+echo
+echo "Notes:"
+if [[ -n $RUNS_OVERRIDE ]]; then
+    echo "- times: best of $RUNS_OVERRIDE timed runs after one untimed warm-up run; RSS: the largest"
+else
+    echo "- times: best of 3 timed runs at sizes ≤ 10^5, ONE timed run above (after one untimed warm-up run each); RSS: the largest"
+fi
+echo "- wall time from \$EPOCHREALTIME around /usr/bin/time (whose %e has 10 ms resolution); peak RSS from /usr/bin/time %M"
+echo "- floor and pmm runs alternate; the machine is shared, so single runs can be noisy"
+printf -- '- %s\n' "${NOTES[@]}"
+echo "- total bench time: ${TOTAL} s"
+DONE=1
