@@ -20,3 +20,9 @@ pub mod metrics;
 pub mod store;
 
 pub use error::{Error, Result};
+
+// The readers parse and hash on worker threads and hand events back to the calling thread,
+// which frees them: a cross-thread free pattern under which glibc's malloc spends much of its
+// time on arena locks. mimalloc frees across threads without contention.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

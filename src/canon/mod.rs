@@ -84,18 +84,40 @@ fn push_u16_escape(out: &mut Vec<u8>, unit: u16) {
     }
 }
 
+/// True if none of the 8 bytes in `x` needs escaping: all are printable ASCII (0x20..=0x7e)
+/// and none is `"` or `\`. Bit tricks from "Bit Twiddling Hacks" (hasless, hasmore, haszero);
+/// they may report a clean word as dirty (then the byte loop decides) but never the reverse.
+#[inline]
+fn clean8(x: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below_space = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+    let above_tilde = (x.wrapping_add(ONES * (127 - 0x7e)) | x) & HIGH;
+    let q = x ^ (ONES * b'"' as u64);
+    let quote = q.wrapping_sub(ONES) & !q & HIGH;
+    let b = x ^ (ONES * b'\\' as u64);
+    let backslash = b.wrapping_sub(ONES) & !b & HIGH;
+    (below_space | above_tilde | quote | backslash) == 0
+}
+
 /// Appends `s` as a CPython `ensure_ascii=True` JSON string literal, quotes included.
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        // Plain printable ASCII is copied in runs; everything else breaks the run.
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            continue;
+    let (mut i, mut start) = (0, 0);
+    while i < bytes.len() {
+        // Plain printable ASCII is copied in runs, eight bytes at a time where possible.
+        if let Some(word) = bytes.get(i..i + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            if clean8(u64::from_le_bytes(w)) {
+                i += 8;
+                continue;
+            }
         }
-        if b >= 0x80 && (b & 0xc0) == 0x80 {
-            // UTF-8 continuation byte: handled with its lead byte below.
+        let b = bytes[i];
+        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            i += 1;
             continue;
         }
         out.extend_from_slice(&bytes[start..i]);
@@ -115,11 +137,13 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
                 for unit in ch.encode_utf16(&mut units) {
                     push_u16_escape(out, *unit);
                 }
-                start = i + ch.len_utf8();
+                i += ch.len_utf8();
+                start = i;
                 continue;
             }
         }
-        start = i + 1;
+        i += 1;
+        start = i;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');

@@ -20,8 +20,17 @@ use sha2::{Digest as _, Sha256};
 use std::fmt;
 
 /// A sha256 digest. Displayed as 64 lowercase hex digits, as the ledger stores it.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Digest(pub [u8; 32]);
+
+impl std::hash::Hash for Digest {
+    // The digest is uniformly random already: 8 of its bytes are as good a hash as any.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&self.0[..8]);
+        state.write_u64(u64::from_le_bytes(w));
+    }
+}
 
 impl Digest {
     /// sha256 of `bytes`.

@@ -282,7 +282,9 @@ pub fn read_with<T: Send>(
         }
         Format::Jsonl => {
             let parse = |(n, line): (u64, Vec<u8>)| parse_jsonl_line(n, &line);
-            pipeline(&parse, work, f, |p| read_lines(&mut reader, &name, skipped_lines, p))?
+            pipeline(&parse, work, f, |p| {
+                read_lines(&mut reader, &name, skipped_lines, p)
+            })?
         }
         Format::Json => read_json(reader, &name, &mut |mut item| {
             let t = work(&mut item);
@@ -318,7 +320,10 @@ fn read_lines(
     let mut n = skipped_lines;
     loop {
         let mut line = Vec::with_capacity(1024);
-        if r.read_until(b'\n', &mut line).map_err(|e| gz_err(name, e))? == 0 {
+        if r.read_until(b'\n', &mut line)
+            .map_err(|e| gz_err(name, e))?
+            == 0
+        {
             return Ok(());
         }
         n += 1;
@@ -377,7 +382,9 @@ fn pipeline<R: Send, T: Send>(
     f: &mut dyn FnMut(Item, T) -> Result<bool>,
     produce: impl FnOnce(&mut dyn Sink<R>) -> Result<()>,
 ) -> Result<()> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
     std::thread::scope(|scope| {
         let mut inputs = Vec::with_capacity(workers);
         let mut outputs = Vec::with_capacity(workers);
@@ -594,7 +601,8 @@ pub fn digest(item: &mut Item) -> Option<std::result::Result<crate::chain::Diges
     }
     match item {
         Item::Event(r) => {
-            let d = SCRATCH.with(|s| crate::chain::compute(&mut s.borrow_mut(), &r.event, r.meta.as_ref()));
+            let d = SCRATCH
+                .with(|s| crate::chain::compute(&mut s.borrow_mut(), &r.event, r.meta.as_ref()));
             r.meta = None;
             Some(d)
         }

@@ -133,7 +133,9 @@ fn read_policy(content: &str) -> Candidate {
         // have been (no mention of "policy") is not a policy; skipping it keeps the older
         // policy in force, so it weakens nothing, and junk written by an allowed actor cannot
         // block every sensitive write for good.
-        Err(e) if content.contains("policy") => Candidate::Broken(format!("content is not JSON ({e})")),
+        Err(e) if content.contains("policy") => {
+            Candidate::Broken(format!("content is not JSON ({e})"))
+        }
         Err(_) => Candidate::NotAPolicy,
         Ok(Value::Object(obj)) if obj.get("type") == Some(&Value::String("policy".into())) => {
             match obj.get("forbid_sources") {
@@ -196,12 +198,22 @@ mod tests {
         let strict = r#"{"type":"policy","forbid_sources":{"cli":["config"]}}"#;
         let p = Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#])).unwrap();
         let repair = r#"{"type":"policy","forbid_sources":{}}"#;
-        assert_eq!(p.verdict_for("operator", "config", repair), Verdict::Allowed);
+        assert_eq!(
+            p.verdict_for("operator", "config", repair),
+            Verdict::Allowed
+        );
         assert_eq!(p.verdict_for("cli", "config", repair), Verdict::Forbidden);
         // Anything that is not a readable policy stays refused.
-        assert!(matches!(p.verdict_for("operator", "config", "{}"), Verdict::Unreadable(2, _)));
-        assert!(matches!(p.verdict_for("operator", "embedding_add", repair), Verdict::Unreadable(2, _)));
-        let healed = Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#, repair])).unwrap();
+        assert!(matches!(
+            p.verdict_for("operator", "config", "{}"),
+            Verdict::Unreadable(2, _)
+        ));
+        assert!(matches!(
+            p.verdict_for("operator", "embedding_add", repair),
+            Verdict::Unreadable(2, _)
+        ));
+        let healed =
+            Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#, repair])).unwrap();
         assert_eq!(healed.verdict("cli", "config"), Verdict::Allowed);
     }
 

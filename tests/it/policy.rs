@@ -265,7 +265,10 @@ fn unreadable_newer_config_refuses_every_sensitive_write() {
     let open = r#"{"type":"policy","forbid_sources":{}}"#;
     let r = append(&pmm, "config", open, r#"{"source":"cli"}"#);
     assert_refused(&r, "cli", "config");
-    assert!(!r.stderr.contains("fail closed"), "judged by the old policy: {r:?}");
+    assert!(
+        !r.stderr.contains("fail closed"),
+        "judged by the old policy: {r:?}"
+    );
     // ...an actor that was trusted can, and from then on the repaired policy is in force.
     let r = append(&pmm, "config", open, r#"{"source":"operator"}"#);
     assert_eq!(r.code, 0, "{r:?}");
@@ -283,9 +286,17 @@ fn non_json_config_that_cannot_be_a_policy_leaves_the_policy_in_force() {
     let r = append(&pmm, "config", RETRIEVAL, r#"{"source":"cli"}"#);
     assert_refused(&r, "cli", "config");
     assert!(!r.stderr.contains("fail closed"), "{r:?}");
-    let r = append(&pmm, "embedding_add", "{}", r#"{"source":"autonomy_kernel"}"#);
+    let r = append(
+        &pmm,
+        "embedding_add",
+        "{}",
+        r#"{"source":"autonomy_kernel"}"#,
+    );
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(kinds(&events(&pmm)), ["config", "violation", "embedding_add"]);
+    assert_eq!(
+        kinds(&events(&pmm)),
+        ["config", "violation", "embedding_add"]
+    );
     assert_chain_clean(&pmm);
 }
 
@@ -293,7 +304,10 @@ fn non_json_config_that_cannot_be_a_policy_leaves_the_policy_in_force() {
 fn unreadable_config_without_any_policy_also_fails_closed() {
     let pmm = Pmm::new();
     // With no policy yet, a config from `unknown` is allowed by the default...
-    assert_eq!(append(&pmm, "config", r#"{"type": "policy", oops"#, "{}").code, 0);
+    assert_eq!(
+        append(&pmm, "config", r#"{"type": "policy", oops"#, "{}").code,
+        0
+    );
     // ...and from then on the newest config cannot be read: refuse.
     let r = append(
         &pmm,
