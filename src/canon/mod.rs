@@ -92,7 +92,8 @@ fn clean8(x: u64) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let below_space = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
-    let above_tilde = (x.wrapping_add(ONES * (127 - 0x7e)) | x) & HIGH;
+    // hasmore(x, 0x7e): adding 127 - 0x7e = 1 to each byte sets its high bit iff it is > 0x7e.
+    let above_tilde = (x.wrapping_add(ONES) | x) & HIGH;
     let q = x ^ (ONES * b'"' as u64);
     let quote = q.wrapping_sub(ONES) & !q & HIGH;
     let b = x ^ (ONES * b'\\' as u64);

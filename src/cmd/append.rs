@@ -103,8 +103,44 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         out.flush()?;
         return Ok(Outcome::Success);
     }
+    // A ledger this run creates and leaves empty because it failed (a bad first line, a
+    // refused import) is removed again: a failed command leaves nothing behind.
+    let path = args.ledger.path();
+    let created = !path.exists();
+    let result = append(&args, &mut out);
+    if result.is_err()
+        && created
+        && crate::store::Ledger::open_reader(&path)
+            .and_then(|l| l.max_id())
+            .ok()
+            == Some(0)
+    {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    result
+}
+
+/// A refused write still appended its `violation` event: print it like any appended event
+/// (then the refusal is reported as the error, exit 1).
+fn print_violation(ledger: &Ledger, e: &anyhow::Error, out: &mut Out) -> anyhow::Result<()> {
+    if let Some(Error::PolicyViolation { violation_id, .. }) =
+        e.chain().find_map(|c| c.downcast_ref::<Error>())
+    {
+        if let Some(v) = ledger.get(*violation_id)? {
+            out.event(&v)?;
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
     if let Some(source) = &args.import {
-        return import(&args, source, &mut out);
+        return import(args, source, out);
     }
     // Parse and validate before opening anything for writing.
     let single = match &args.kind {
@@ -123,19 +159,29 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     };
     let clock = args.clock.clock();
     let mut ledger = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
-    if let Some(ev) = single {
-        let event = ledger.append(&ev, &clock)?;
-        out.event(&event)?;
-        out.flush()?;
-        return Ok(Outcome::Success);
+    let result = match single {
+        Some(ev) => ledger
+            .append(&ev, &clock)
+            .map_err(anyhow::Error::new)
+            .and_then(|event| {
+                out.event(&event)?;
+                out.flush()?;
+                Ok(Outcome::Success)
+            }),
+        None => {
+            let stdin = std::io::stdin();
+            let mut lines = stdin.lock();
+            if args.batch {
+                batch(&mut ledger, &mut lines, &clock, out)
+            } else {
+                streaming(&mut ledger, &mut lines, &clock, out)
+            }
+        }
+    };
+    if let Err(e) = &result {
+        print_violation(&ledger, e, out)?;
     }
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock();
-    if args.batch {
-        batch(&mut ledger, &mut lines, &clock, &mut out)
-    } else {
-        streaming(&mut ledger, &mut lines, &clock, &mut out)
-    }
+    result
 }
 
 fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Result<bool> {

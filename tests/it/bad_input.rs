@@ -251,9 +251,36 @@ fn truncated_gzip_is_an_error_for_verify_and_import() {
             "",
         );
         r.assert_error("pmm-append", &[name, "truncated or corrupt gzip"]);
-        let r = pmm.run("pmm-verify", &["--db", other.to_str().unwrap()], "");
-        assert_eq!(r.summary()["events"], 0, "a failed import writes nothing");
+        assert!(
+            !other.exists(),
+            "a failed import into a new ledger leaves no file"
+        );
+        // Into an existing ledger: nothing is written, the ledger stays.
+        let before = pmm.count();
+        assert!(before > 0);
+        let db = pmm.db.to_str().unwrap();
+        let r = pmm.run("pmm-append", &["--db", db, "--import", c], "");
+        assert_eq!(r.code, 2, "{r:?}");
+        assert_eq!(pmm.count(), before, "a failed import writes nothing");
     }
+}
+
+#[test]
+fn bad_first_line_leaves_no_new_ledger_behind() {
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-append", &[], "not json\n");
+    r.assert_error("pmm-append", &["<stdin>:1"]);
+    assert!(
+        !pmm.db.exists(),
+        "no ledger file for a run that wrote nothing"
+    );
+    let r = pmm.run(
+        "pmm-append",
+        &["--batch"],
+        "{\"kind\":\"nope\",\"content\":\"\"}\n",
+    );
+    r.assert_error("pmm-append", &["<stdin>:1", "unknown kind"]);
+    assert!(!pmm.db.exists());
 }
 
 #[test]

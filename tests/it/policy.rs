@@ -68,6 +68,12 @@ fn cli_config_without_policy_is_refused_and_recorded() {
         r.stderr.contains("event 3"),
         "names the violation event: {r:?}"
     );
+    // The violation was appended, so it is printed like any appended event.
+    assert_eq!(
+        r.records(),
+        vec![evs[2].clone()],
+        "stdout: the violation event only"
+    );
     assert!(
         !kinds(&evs).contains(&"config"),
         "the config must not be written"
