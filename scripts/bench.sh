@@ -10,7 +10,7 @@
 #   --runs N       timed runs per measurement (default: best of 3 at sizes <= 100000, 1 above)
 #   --keep         keep the work directory (ledgers, exports) and print its path
 #   --fixture P    the reference ledger whose events are cycled (default: $PMM_BENCH_FIXTURE, else
-#                  /work/shared/fixtures/reference-ledgers/GPT-5.1-ledger.json); when it is
+#                  ../shared/fixtures/reference-ledgers/GPT-5.1-ledger.json beside the repo); when it is
 #                  absent, scripts/gen-ledger.py falls back to its built-in event shapes
 #   --no-build     do not run `cargo build --release` first (binaries: $PMM_BIN_DIR, else
 #                  target/release)
@@ -55,7 +55,7 @@ SIZES="10000 100000 1000000"
 RUNS_OVERRIDE=""
 KEEP=0
 BUILD=1
-FIXTURE="${PMM_BENCH_FIXTURE:-/work/shared/fixtures/reference-ledgers/GPT-5.1-ledger.json}"
+FIXTURE="${PMM_BENCH_FIXTURE:-$REPO/../shared/fixtures/reference-ledgers/GPT-5.1-ledger.json}"
 BIN="${PMM_BIN_DIR:-$REPO/target/release}"
 APPEND_RUNS=5
 

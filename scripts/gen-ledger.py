@@ -4,7 +4,8 @@
 Writes COUNT events as JSON Lines on stdout, shaped like a real ledger:
 
   * With the reference fixture (a JSON array of {id,ts,kind,content,meta(string),prev_hash,hash},
-    default $PMM_BENCH_FIXTURE, else /work/shared/fixtures/reference-ledgers/GPT-5.1-ledger.json):
+    default $PMM_BENCH_FIXTURE, else ../shared/fixtures/reference-ledgers/GPT-5.1-ledger.json
+    beside the repository):
     cycle through its events, keeping kind and meta and making every content unique. Contents
     that are JSON objects stay valid JSON in the same textual style with an extra "bench_seq"
     key (so projections and metrics that parse them still work, e.g. the write policy and
@@ -37,7 +38,11 @@ import random
 import sys
 import time
 
-DEFAULT_FIXTURE = "/work/shared/fixtures/reference-ledgers/GPT-5.1-ledger.json"
+# The shared fixtures sit beside the repository (as the tests expect them), not in it.
+DEFAULT_FIXTURE = str(
+    __import__("pathlib").Path(__file__).resolve().parent.parent.parent
+    / "shared" / "fixtures" / "reference-ledgers" / "GPT-5.1-ledger.json"
+)
 
 # (sort_keys, separators) styles we recognise in JSON-object contents, so that the unique
 # variant keeps the original text style.
