@@ -358,8 +358,9 @@ impl Verifier {
                 ..Summary::default()
             },
             full: Sha256::new(),
-            recent: DigestMap::with_capacity_and_hasher(WINDOW, Default::default()),
-            order: VecDeque::with_capacity(WINDOW),
+            // Not preallocated: a short ledger should not pay page faults for a full window.
+            recent: DigestMap::default(),
+            order: VecDeque::new(),
             bloom: None,
             pending_links: Vec::new(),
             maybe_dups: HashMap::new(),

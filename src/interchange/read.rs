@@ -369,7 +369,7 @@ trait Sink<R> {
 }
 
 /// Raw records per chunk handed to a worker.
-const CHUNK: usize = 512;
+const CHUNK: usize = 128;
 
 /// The in-order, bounded parallel map behind [`read_with`]: the calling thread produces raw
 /// records (`produce` pushes them), workers turn each into an [`Item`] and run `work` on it,
