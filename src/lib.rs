@@ -13,10 +13,14 @@ pub mod canon;
 pub mod chain;
 pub mod cli;
 pub mod cmd;
+pub mod context;
 pub mod error;
 pub mod event;
 pub mod interchange;
+pub mod kernel;
+pub mod marker;
 pub mod metrics;
+pub mod projection;
 pub mod store;
 
 pub use error::{Error, Result};

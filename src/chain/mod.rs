@@ -12,6 +12,9 @@
 
 mod verify;
 
+pub mod deep;
+pub mod root;
+
 pub use verify::{compute, Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};
 
 use crate::canon::{self, CanonError};

@@ -1,0 +1,1 @@
+//! Deep verification of derived events (being written).

@@ -1,0 +1,1 @@
+//! Checkpoint root hashes (being written).

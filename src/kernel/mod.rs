@@ -1,0 +1,3 @@
+//! Autonomy: slots and (with the tick) the decision kernel.
+
+pub mod slot;

@@ -1,0 +1,1 @@
+//! Markers in a model reply (being written).

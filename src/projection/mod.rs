@@ -1,0 +1,8 @@
+//! Projections: pure folds over events in id order (SPEC §5). Identity, open goals and the
+//! self-model are not stored anywhere; they are recomputed from the ledger, identically on
+//! every machine.
+
+pub mod concepts;
+pub mod graph;
+pub mod mirror;
+pub mod rsm;
