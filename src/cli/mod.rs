@@ -212,6 +212,30 @@ impl Out {
     }
 }
 
+/// True when nobody reads stdout any more (the reader of our pipe has gone away). Lets a
+/// long wait — `pmm-replay --follow | head -1` with no new events — end as soon as the pipe
+/// closes instead of at the next write.
+pub fn stdout_closed() -> bool {
+    let mut fds = libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout; poll only reads and writes that struct.
+    let n = unsafe { libc::poll(&mut fds, 1, 0) };
+    n > 0 && fds.revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
+/// A flag that turns true on SIGINT or SIGTERM, for loops that must end cleanly between two
+/// steps (`--follow`, `--every`).
+pub fn stop_flag() -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, flag.clone())?;
+    }
+    Ok(flag)
+}
+
 /// A progress bar on stderr when stderr is a terminal and `--quiet` was not given; a hidden
 /// one otherwise. `len` is the amount of work (bytes or events).
 pub fn progress(len: u64, quiet: bool, what: &str) -> ProgressBar {

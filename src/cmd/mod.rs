@@ -3,6 +3,7 @@
 pub mod append;
 pub mod export;
 pub mod metrics;
+pub mod replay;
 pub mod verify;
 
 /// Every program's clap command, for man pages and completions.
@@ -12,6 +13,7 @@ pub fn commands() -> Vec<clap::Command> {
         append::Args::command(),
         export::Args::command(),
         metrics::Args::command(),
+        replay::Args::command(),
         verify::Args::command(),
     ]
 }

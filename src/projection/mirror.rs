@@ -1,1 +1,326 @@
-//! (being written)
+//! The Mirror: open and closed commitments by cid, identity, the retrieval config in force and
+//! the autonomy thresholds in force — a pure fold over events in id order (SPEC §5,
+//! FORMATS.md §5.1, §4.3, §4.4, §8.3).
+//!
+//! Unlike the reference's Mirror it never skips an event (the fold is fed every event in id
+//! order, once), and thresholds are part of the projection, so replay reproduces the
+//! thresholds in force at any event (the reference keeps them in memory only).
+
+use crate::event::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha1::{Digest as _, Sha1};
+use std::collections::BTreeMap;
+
+/// A commitment's cid: the first 8 hex digits of the sha1 of its (stripped) text, as the
+/// reference derives it (FORMATS.md §3.2): `engage_with_PMM_creator_tests` → `e86ccfd1`.
+pub fn commitment_cid(text: &str) -> String {
+    let digest = Sha1::digest(text.as_bytes());
+    digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// One commitment, as the Mirror knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Commitment {
+    /// Its cid (`meta.cid` of the opening event).
+    pub cid: String,
+    /// What was committed to (`meta.text`, or `meta.goal` for internal goals).
+    pub text: String,
+    /// The `commitment_open` event.
+    pub opened_at: i64,
+    /// Who opened it (`meta.source`, default `user` as in the reference).
+    pub source: String,
+    /// `meta.origin` (`assistant`, `user`, `autonomy_kernel`), empty when absent.
+    pub origin: String,
+    /// The `commitment_close` event, for closed commitments.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub closed_at: Option<i64>,
+    /// Why it was closed (`meta.reason`), when the close says.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+}
+
+/// Who the agent is, as far as the ledger says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// `new_name` of the newest `name_change` claim.
+    pub name: Option<String>,
+    /// The claim event that set it.
+    pub name_event: Option<i64>,
+    /// Tokens adopted through `identity_adoption` events, in adoption order.
+    pub adopted: Vec<String>,
+}
+
+/// The autonomy thresholds in force (defaults 10/50/20/27, FORMATS.md §8.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// Events between autonomous reflections.
+    pub reflection_interval: i64,
+    /// Events between summaries.
+    pub summary_interval: i64,
+    /// Events after which an open commitment counts as stalled.
+    pub commitment_staleness: i64,
+    /// Events after which a stale commitment may be auto-closed.
+    pub commitment_auto_close: i64,
+    /// The event that set them (`autonomy_rule_table` or `config`), none for the defaults.
+    pub set_by: Option<i64>,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            reflection_interval: 10,
+            summary_interval: 50,
+            commitment_staleness: 20,
+            commitment_auto_close: 27,
+            set_by: None,
+        }
+    }
+}
+
+impl Thresholds {
+    fn set(&mut self, key: &str, value: i64) -> bool {
+        let slot = match key {
+            "reflection_interval" => &mut self.reflection_interval,
+            "summary_interval" => &mut self.summary_interval,
+            "commitment_staleness" => &mut self.commitment_staleness,
+            "commitment_auto_close" => &mut self.commitment_auto_close,
+            _ => return false,
+        };
+        *slot = value;
+        true
+    }
+
+    /// The reference's `autonomy_rule_table` text:
+    /// `{reflection_interval:10,summary_interval:50,commitment_staleness:20,commitment_auto_close:27}`.
+    pub fn rule_table_text(&self) -> String {
+        format!(
+            "{{reflection_interval:{},summary_interval:{},commitment_staleness:{},commitment_auto_close:{}}}",
+            self.reflection_interval, self.summary_interval, self.commitment_staleness, self.commitment_auto_close
+        )
+    }
+}
+
+/// The Mirror fold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Mirror {
+    /// Open commitments by cid.
+    pub open: BTreeMap<String, Commitment>,
+    /// Closed commitments by cid (the latest close of each).
+    pub closed: BTreeMap<String, Commitment>,
+    /// Identity.
+    pub identity: Identity,
+    /// Content of the newest `config` whose JSON `type` is `retrieval`.
+    pub retrieval: Option<Value>,
+    /// Thresholds in force.
+    pub thresholds: Thresholds,
+    /// The last event folded in.
+    pub last_event_id: i64,
+    /// Its hash.
+    pub last_hash: Option<String>,
+}
+
+fn meta_str(meta: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
+    meta.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+impl Mirror {
+    /// Folds one event in.
+    pub fn apply(&mut self, ev: &Event) {
+        self.last_event_id = ev.id;
+        self.last_hash = ev.hash.clone();
+        match ev.kind.as_str() {
+            "commitment_open" => {
+                let meta = ev.meta_map().unwrap_or_default();
+                let Some(cid) = meta_str(&meta, "cid").filter(|c| !c.is_empty()) else {
+                    return;
+                };
+                let text = meta_str(&meta, "text")
+                    .or_else(|| meta_str(&meta, "goal"))
+                    .unwrap_or_default();
+                self.closed.remove(&cid);
+                self.open.insert(
+                    cid.clone(),
+                    Commitment {
+                        cid,
+                        text,
+                        opened_at: ev.id,
+                        source: meta_str(&meta, "source").unwrap_or_else(|| "user".into()),
+                        origin: meta_str(&meta, "origin").unwrap_or_default(),
+                        closed_at: None,
+                        reason: None,
+                    },
+                );
+            }
+            "commitment_close" => {
+                let meta = ev.meta_map().unwrap_or_default();
+                let Some(cid) = meta_str(&meta, "cid") else {
+                    return;
+                };
+                if let Some(mut c) = self.open.remove(&cid) {
+                    c.closed_at = Some(ev.id);
+                    c.reason = meta_str(&meta, "reason");
+                    self.closed.insert(cid, c);
+                }
+            }
+            "claim" => {
+                let meta = ev.meta_map().unwrap_or_default();
+                if meta_str(&meta, "claim_type").as_deref() != Some("name_change") {
+                    return;
+                }
+                let payload = ev.content.split_once('=').map(|(_, p)| p).unwrap_or("");
+                if let Ok(Value::Object(data)) = serde_json::from_str::<Value>(payload) {
+                    if let Some(name) = data.get("new_name").and_then(Value::as_str) {
+                        self.identity.name = Some(name.to_string());
+                        self.identity.name_event = Some(ev.id);
+                    }
+                }
+            }
+            "identity_adoption" => {
+                if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) {
+                    if let Some(tok) = c.get("token").and_then(Value::as_str) {
+                        if !self.identity.adopted.iter().any(|t| t == tok) {
+                            self.identity.adopted.push(tok.to_string());
+                        }
+                    }
+                }
+            }
+            "config" => {
+                if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) {
+                    match c.get("type").and_then(Value::as_str) {
+                        Some("retrieval") => self.retrieval = Some(Value::Object(c)),
+                        Some("autonomy_thresholds") => {
+                            let mut changed = false;
+                            for (k, v) in &c {
+                                if let Some(n) = v.as_i64() {
+                                    changed |= self.thresholds.set(k, n);
+                                }
+                            }
+                            if changed {
+                                self.thresholds.set_by = Some(ev.id);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            "autonomy_rule_table" => {
+                // `{reflection_interval:10,summary_interval:50,...}`: the reference writes it
+                // after every change, so it is the record of the thresholds in force.
+                let body = ev
+                    .content
+                    .trim()
+                    .trim_start_matches('{')
+                    .trim_end_matches('}');
+                let mut changed = false;
+                for pair in body.split(',') {
+                    if let Some((k, v)) = pair.split_once(':') {
+                        if let Ok(n) = v.trim().parse::<i64>() {
+                            changed |= self.thresholds.set(k.trim(), n);
+                        }
+                    }
+                }
+                if changed {
+                    self.thresholds.set_by = Some(ev.id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Open commitments in the order they were opened.
+    pub fn open_in_order(&self) -> Vec<&Commitment> {
+        let mut v: Vec<&Commitment> = self.open.values().collect();
+        v.sort_by_key(|c| c.opened_at);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: i64, kind: &str, content: &str, meta: &str) -> Event {
+        Event {
+            id,
+            ts: String::new(),
+            kind: kind.into(),
+            content: content.into(),
+            meta: meta.into(),
+            prev_hash: None,
+            hash: Some(format!("h{id}")),
+        }
+    }
+
+    #[test]
+    fn cid_matches_the_reference() {
+        assert_eq!(commitment_cid("engage_with_PMM_creator_tests"), "e86ccfd1");
+        assert_eq!(commitment_cid("note this item"), "e2eb5791");
+    }
+
+    #[test]
+    fn commitments_identity_config_thresholds() {
+        let mut m = Mirror::default();
+        m.apply(&ev(
+            1,
+            "commitment_open",
+            "",
+            r#"{"cid":"aa","text":"do x","source":"assistant","origin":"assistant"}"#,
+        ));
+        m.apply(&ev(
+            2,
+            "commitment_open",
+            "",
+            r#"{"cid":"mc_000002","goal":"g","origin":"autonomy_kernel"}"#,
+        ));
+        m.apply(&ev(
+            3,
+            "commitment_close",
+            "",
+            r#"{"cid":"aa","reason":"done"}"#,
+        ));
+        m.apply(&ev(4, "commitment_close", "", r#"{"cid":"zz"}"#));
+        m.apply(&ev(
+            5,
+            "claim",
+            r#"CLAIM:name_change={"new_name":"Echo"}"#,
+            r#"{"claim_type":"name_change","validated":true}"#,
+        ));
+        m.apply(&ev(
+            6,
+            "identity_adoption",
+            r#"{"reason":"identity_proposal+ratification","token":"Echo"}"#,
+            "{}",
+        ));
+        m.apply(&ev(
+            7,
+            "config",
+            r#"{"type":"retrieval","strategy":"fixed","limit":3}"#,
+            "{}",
+        ));
+        m.apply(&ev(8, "autonomy_rule_table", "{reflection_interval:9,summary_interval:50,commitment_staleness:20,commitment_auto_close:27}", "{}"));
+        m.apply(&ev(
+            9,
+            "config",
+            r#"{"type":"autonomy_thresholds","summary_interval":40}"#,
+            "{}",
+        ));
+        assert_eq!(m.open.keys().collect::<Vec<_>>(), ["mc_000002"]);
+        assert_eq!(m.open["mc_000002"].source, "user");
+        assert_eq!(m.closed["aa"].closed_at, Some(3));
+        assert_eq!(m.closed["aa"].reason.as_deref(), Some("done"));
+        assert_eq!(m.identity.name.as_deref(), Some("Echo"));
+        assert_eq!(m.identity.adopted, ["Echo"]);
+        assert_eq!(m.retrieval.as_ref().unwrap()["limit"], 3);
+        assert_eq!(
+            (
+                m.thresholds.reflection_interval,
+                m.thresholds.summary_interval
+            ),
+            (9, 40)
+        );
+        assert_eq!(m.thresholds.set_by, Some(9));
+        assert_eq!(Thresholds::default().rule_table_text(), "{reflection_interval:10,summary_interval:50,commitment_staleness:20,commitment_auto_close:27}");
+        assert_eq!((m.last_event_id, m.last_hash.as_deref()), (9, Some("h9")));
+    }
+}

@@ -6,3 +6,4 @@ pub mod concepts;
 pub mod graph;
 pub mod mirror;
 pub mod rsm;
+pub mod state;

@@ -317,6 +317,33 @@ impl Ledger {
         Ok(())
     }
 
+    /// The last `n` events that pass `filter`, oldest first.
+    pub fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
+        let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");
+        if !filter.kinds.is_empty() {
+            let marks: Vec<String> = (0..filter.kinds.len())
+                .map(|i| format!("?{}", i + 4))
+                .collect();
+            sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT ?3");
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let mut args: Vec<rusqlite::types::Value> = vec![
+            filter.since.unwrap_or(i64::MIN).into(),
+            filter.until.unwrap_or(i64::MAX).into(),
+            (n.min(i64::MAX as usize) as i64).into(),
+        ];
+        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(args), row_to_event)
+            .map_err(|e| self.err(e))?;
+        let mut events = rows
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        events.reverse();
+        Ok(events)
+    }
+
     /// Appends one event in its own `BEGIN IMMEDIATE` transaction. A write the policy forbids
     /// appends a `violation` event instead and returns [`Error::PolicyViolation`].
     pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {

@@ -10,4 +10,5 @@ mod fixture;
 mod man;
 mod policy;
 mod programs;
+mod replay;
 mod tamper;

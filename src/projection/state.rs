@@ -1,0 +1,56 @@
+//! All projections together: the fold `pmm-replay --state` prints, and the unit a projection
+//! checkpoint stores.
+
+use super::mirror::Mirror;
+use crate::event::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Every projection, folded together over events in id order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Projections {
+    /// Commitments, identity, retrieval config, thresholds.
+    pub mirror: Mirror,
+}
+
+impl Projections {
+    /// Folds one event into every projection.
+    pub fn apply(&mut self, ev: &Event) {
+        self.mirror.apply(ev);
+    }
+
+    /// The `{"type":"state"}` record (SPEC §4 pmm-replay). Deterministic: the same ledger
+    /// gives the same bytes on every run and machine.
+    pub fn state_record(&self) -> Value {
+        let m = &self.mirror;
+        let open: Vec<Value> = m
+            .open_in_order()
+            .into_iter()
+            .map(|c| {
+                json!({
+                    "cid": c.cid,
+                    "text": c.text,
+                    "opened_at": c.opened_at,
+                    "source": c.source,
+                    "origin": c.origin,
+                })
+            })
+            .collect();
+        json!({
+            "type": "state",
+            "last_event_id": m.last_event_id,
+            "last_hash": m.last_hash,
+            "open_commitments": open,
+            "closed_commitments": m.closed.len(),
+            "identity": {"name": m.identity.name, "adopted": m.identity.adopted},
+            "thresholds": {
+                "reflection_interval": m.thresholds.reflection_interval,
+                "summary_interval": m.thresholds.summary_interval,
+                "commitment_staleness": m.thresholds.commitment_staleness,
+                "commitment_auto_close": m.thresholds.commitment_auto_close,
+                "set_by": m.thresholds.set_by,
+            },
+            "retrieval": m.retrieval,
+        })
+    }
+}
