@@ -27,8 +27,15 @@ OUTPUT:
   one {\"type\":\"state\"} object (open commitments, identity, thresholds, retrieval config,
   last_event_id, last_hash); with --narrate a human table.
 
+CHECKPOINTS:
+  --state folds from the newest projection checkpoint (a cache table, pmm_checkpoints) that
+  still matches the ledger, and saves a new one when it had to fold 1,000 events or more and
+  the file is writable. A missing, stale or foreign checkpoint is ignored; --check-fast proves
+  that a checkpointed rebuild equals a full one.
+
 EXIT STATUS:
   0  success (also when a reader closes the pipe, and on SIGINT/SIGTERM with --follow)
+  1  --check-fast: the checkpointed and the full rebuild differ
   2  missing or unreadable ledger, bad arguments (--at beyond the last event or below 1)
 
 ENVIRONMENT:
@@ -38,7 +45,8 @@ ENVIRONMENT:
 ///
 /// Without options prints every event in id order as JSON Lines. Projections (open
 /// commitments, identity, thresholds, the retrieval config) are pure folds over the events:
-/// --state prints them as of the last event, or --at an earlier one, identically on every run.
+/// --state prints them as of the last event, or --at an earlier one, identically on every run,
+/// starting from a projection checkpoint when one matches the ledger.
 #[derive(Debug, clap::Parser)]
 #[command(name = "pmm-replay", version, after_long_help = AFTER_HELP)]
 pub struct Args {
@@ -76,6 +84,10 @@ pub struct Args {
     /// A human table of the last 50 events (or --tail N)
     #[arg(long)]
     narrate: bool,
+    /// Rebuild the state from the newest checkpoint and from scratch and report whether they
+    /// agree (exit 1 when they differ)
+    #[arg(long, conflicts_with_all = ["state", "narrate", "follow"])]
+    check_fast: bool,
 }
 
 impl Program for Args {
@@ -84,18 +96,79 @@ impl Program for Args {
     }
 }
 
-/// Folds events 1..=`at` (or all) into fresh projections.
-pub fn project(ledger: &Ledger, at: Option<i64>) -> crate::Result<Projections> {
+/// The name of our projection checkpoints in `pmm_checkpoints`.
+pub const CHECKPOINT: &str = "projections";
+/// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
+/// checkpoints written by an older build are ignored instead of misread.
+pub const CHECKPOINT_FORMAT: i64 = 1;
+/// Save a new checkpoint when a rebuild had to fold at least this many events.
+const CHECKPOINT_EVERY: u64 = 1000;
+
+/// Projections as of an event, and how they were obtained.
+pub struct Projected {
+    /// The state.
+    pub projections: Projections,
+    /// The checkpoint it started from, if any.
+    pub from_checkpoint: Option<i64>,
+    /// Events folded on top of it.
+    pub folded: u64,
+}
+
+/// Folds events up to `at` (or all) into projections, starting from the newest checkpoint
+/// that still matches the ledger when `use_checkpoint` is set.
+pub fn project(ledger: &Ledger, at: Option<i64>, use_checkpoint: bool) -> crate::Result<Projected> {
+    let target = match at {
+        Some(a) => a,
+        None => ledger.max_id()?,
+    };
+    let mut start = None;
     let mut p = Projections::default();
+    if use_checkpoint {
+        if let Some((id, bytes)) = ledger.load_checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, target)? {
+            // An unreadable checkpoint is only a cache miss.
+            if let Ok(restored) = serde_json::from_slice::<Projections>(&bytes) {
+                p = restored;
+                start = Some(id);
+            }
+        }
+    }
     let filter = Filter {
-        until: at,
+        since: start.map(|s| s + 1),
+        until: Some(target),
         ..Filter::default()
     };
+    let mut folded = 0;
     ledger.scan(&filter, |ev| {
         p.apply(&ev);
+        folded += 1;
         Ok(true)
     })?;
-    Ok(p)
+    Ok(Projected {
+        projections: p,
+        from_checkpoint: start,
+        folded,
+    })
+}
+
+/// Saves a checkpoint of `p` when the ledger file can be written; a reader that cannot write
+/// simply goes without (it rebuilds next time).
+fn save_checkpoint(path: &std::path::Path, p: &Projections) {
+    let Ok(bytes) = serde_json::to_vec(p) else {
+        return;
+    };
+    let writable = std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly());
+    if !writable {
+        return;
+    }
+    if let Ok(mut ledger) = Ledger::open_writer(path, 200) {
+        let _ = ledger.save_checkpoint(
+            CHECKPOINT,
+            CHECKPOINT_FORMAT,
+            p.mirror.last_event_id,
+            &bytes,
+            3,
+        );
+    }
 }
 
 fn narrate_line(ev: &Event) -> String {
@@ -137,10 +210,31 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 .into());
             }
         }
-        let p = project(&ledger, args.at)?;
-        out.record(&p.state_record())?;
+        let projected = project(&ledger, args.at, true)?;
+        out.record(&projected.projections.state_record())?;
         out.flush()?;
+        if projected.folded >= CHECKPOINT_EVERY {
+            save_checkpoint(&args.ledger.path(), &projected.projections);
+        }
         return Ok(Outcome::Success);
+    }
+    if args.check_fast {
+        let fast = project(&ledger, None, true)?;
+        let full = project(&ledger, None, false)?;
+        let identical = fast.projections == full.projections;
+        out.record(&serde_json::json!({
+            "type": "check_fast",
+            "checkpoint_at": fast.from_checkpoint,
+            "folded_after_checkpoint": fast.folded,
+            "events": full.folded,
+            "identical": identical,
+        }))?;
+        out.flush()?;
+        return Ok(if identical {
+            Outcome::Success
+        } else {
+            Outcome::Negative
+        });
     }
     let filter = Filter {
         since: args.since,

@@ -317,6 +317,84 @@ impl Ledger {
         Ok(())
     }
 
+    /// The newest usable projection checkpoint named `name` at or before event `max_id`:
+    /// its event id and state. A checkpoint whose recorded event hash no longer matches the
+    /// ledger, or whose `format` is not `format`, is ignored (it is a cache, never
+    /// authoritative). `None` also when the ledger has no checkpoint table (a reference ledger,
+    /// or one no writer of ours has opened).
+    pub fn load_checkpoint(
+        &self,
+        name: &str,
+        format: i64,
+        max_id: i64,
+    ) -> Result<Option<(i64, Vec<u8>)>> {
+        let has_table: bool = self
+            .conn
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if !has_table {
+            return Ok(None);
+        }
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT c.event_id, c.state FROM pmm_checkpoints c JOIN events e ON e.id = c.event_id
+                 WHERE c.name = ?1 AND c.format = ?2 AND c.event_id <= ?3 AND e.hash = c.event_hash
+                 ORDER BY c.event_id DESC LIMIT 1",
+            )
+            .map_err(|e| self.err(e))?;
+        stmt.query_row(params![name, format, max_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()
+        .map_err(|e| self.err(e))
+    }
+
+    /// Stores a projection checkpoint for event `event_id` (with that event's hash, so a later
+    /// reader can tell whether it still matches), keeping only the newest `keep` of that name.
+    pub fn save_checkpoint(
+        &mut self,
+        name: &str,
+        format: i64,
+        event_id: i64,
+        state: &[u8],
+        keep: usize,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| map_err(e, &self.path, self.busy_ms))?;
+        let result = (|| {
+            let hash: Option<String> = tx
+                .query_row("SELECT hash FROM events WHERE id = ?1", [event_id], |r| {
+                    r.get(0)
+                })
+                .optional()?
+                .flatten();
+            let Some(hash) = hash else { return Ok(()) };
+            tx.execute(
+                "INSERT OR REPLACE INTO pmm_checkpoints (name, event_id, event_hash, format, state) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![name, event_id, hash, format, state],
+            )?;
+            tx.execute(
+                "DELETE FROM pmm_checkpoints WHERE name = ?1 AND event_id NOT IN
+                 (SELECT event_id FROM pmm_checkpoints WHERE name = ?1 ORDER BY event_id DESC LIMIT ?2)",
+                params![name, keep as i64],
+            )?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => tx
+                .commit()
+                .map_err(|e| map_err(e, &self.path, self.busy_ms)),
+            Err(e) => Err(map_err(e, &self.path, self.busy_ms)),
+        }
+    }
+
     /// The last `n` events that pass `filter`, oldest first.
     pub fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
         let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");

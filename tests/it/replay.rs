@@ -176,3 +176,132 @@ fn follow_ends_quietly_when_the_reader_goes_away() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(err, "", "quiet");
 }
+
+fn seed_many(pmm: &Pmm, n: usize) {
+    let mut lines = String::new();
+    for i in 0..n {
+        lines.push_str(&format!(
+            "{{\"kind\":\"commitment_open\",\"content\":\"Commitment opened: t{i}\",\"meta\":{{\"cid\":\"c{i:07}\",\"text\":\"t{i}\",\"source\":\"assistant\"}}}}\n"
+        ));
+        if i % 3 == 0 {
+            lines.push_str(&format!(
+                "{{\"kind\":\"commitment_close\",\"content\":\"Commitment closed: c{i:07}\",\"meta\":{{\"cid\":\"c{i:07}\"}}}}\n"
+            ));
+        }
+    }
+    assert_eq!(pmm.run("pmm-append", &["--batch"], &lines).code, 0);
+}
+
+fn check_fast(pmm: &Pmm) -> serde_json::Value {
+    let r = pmm.run("pmm-replay", &["--check-fast"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    r.records()[0].clone()
+}
+
+#[test]
+fn state_uses_a_checkpoint_and_equals_a_full_rebuild() {
+    let pmm = Pmm::new();
+    seed_many(&pmm, 900); // 1,200 events: enough for --state to save a checkpoint
+    let first = pmm.run("pmm-replay", &["--state"], "");
+    assert_eq!(first.code, 0, "{first:?}");
+    let c = check_fast(&pmm);
+    assert_eq!(
+        (c["checkpoint_at"].as_i64(), c["identical"].as_bool()),
+        (Some(1200), Some(true)),
+        "{c}"
+    );
+    // New events after the checkpoint: folded on top of it, same answer as from scratch.
+    seed_many(&pmm, 4);
+    let c = check_fast(&pmm);
+    assert_eq!(c["checkpoint_at"], 1200);
+    assert_eq!(c["folded_after_checkpoint"], 6);
+    assert_eq!(c["identical"], true);
+    let s = &pmm.run("pmm-replay", &["--state"], "").records()[0];
+    assert_eq!(s["last_event_id"], 1206);
+    // --at before the checkpoint does not use it.
+    let early = &pmm
+        .run("pmm-replay", &["--state", "--at", "10"], "")
+        .records()[0];
+    assert_eq!(early["last_event_id"], 10);
+}
+
+#[test]
+fn stale_or_corrupt_checkpoints_are_ignored() {
+    let pmm = Pmm::new();
+    seed_many(&pmm, 900);
+    let good = pmm.run("pmm-replay", &["--state"], "").stdout;
+    let db = rusqlite::Connection::open(&pmm.db).unwrap();
+    // A checkpoint that claims another hash for its event: it does not match the ledger.
+    db.execute("UPDATE pmm_checkpoints SET event_hash = 'x'", [])
+        .unwrap();
+    let c = check_fast(&pmm);
+    assert!(c["checkpoint_at"].is_null(), "{c}");
+    assert_eq!(pmm.run("pmm-replay", &["--state"], "").stdout, good);
+    // A checkpoint whose state cannot be read: a cache miss, not an error.
+    db.execute("UPDATE pmm_checkpoints SET state = x'00ff'", [])
+        .unwrap();
+    assert_eq!(pmm.run("pmm-replay", &["--state"], "").stdout, good);
+}
+
+#[test]
+fn readers_that_cannot_write_still_work() {
+    let pmm = Pmm::new();
+    seed_many(&pmm, 900);
+    let mut perms = std::fs::metadata(&pmm.db).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&pmm.db, perms).unwrap();
+    let r = pmm.run("pmm-replay", &["--state"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.records()[0]["last_event_id"], 1200);
+    let db = rusqlite::Connection::open(&pmm.db).unwrap();
+    let n: i64 = db
+        .query_row("SELECT COUNT(*) FROM pmm_checkpoints", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 0, "a read-only ledger gets no checkpoint");
+}
+
+mod cut_points {
+    use crate::harness::{fixture_path, GPT_LEDGER};
+    use pmm::event::Event;
+    use pmm::projection::state::Projections;
+    use proptest::prelude::*;
+
+    fn fixture_events() -> Option<Vec<Event>> {
+        let path = fixture_path(GPT_LEDGER)?;
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        Some(
+            rows.into_iter()
+                .map(|r| Event {
+                    id: r["id"].as_i64().unwrap(),
+                    ts: r["ts"].as_str().unwrap().into(),
+                    kind: r["kind"].as_str().unwrap().into(),
+                    content: r["content"].as_str().unwrap().into(),
+                    meta: r["meta"].as_str().unwrap().into(),
+                    prev_hash: r["prev_hash"].as_str().map(Into::into),
+                    hash: r["hash"].as_str().map(Into::into),
+                })
+                .collect(),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn state_from_a_checkpoint_equals_a_full_rebuild(cut in 0usize..1199) {
+            let Some(events) = fixture_events() else { return Ok(()) };
+            let mut full = Projections::default();
+            for e in &events { full.apply(e); }
+            let mut head = Projections::default();
+            for e in &events[..cut] { head.apply(e); }
+            let saved = serde_json::to_vec(&head).unwrap();
+            let mut resumed: Projections = serde_json::from_slice(&saved).unwrap();
+            for e in &events[cut..] { resumed.apply(e); }
+            prop_assert_eq!(&resumed, &full);
+            prop_assert_eq!(
+                serde_json::to_string(&resumed.state_record()).unwrap(),
+                serde_json::to_string(&full.state_record()).unwrap()
+            );
+        }
+    }
+}
