@@ -1,1 +1,720 @@
-//! (being written)
+//! The concept graph (FORMATS.md §14.2): concept definitions, aliases, event and thread bindings
+//! and typed relations between concepts, folded from the `concept_*` and `identity_adoption`
+//! events in id order. Its metrics (§14.4) feed the self-model snapshot ([`super::rsm`]).
+//!
+//! Memory grows with concept activity only (definitions, aliases, bindings, relations), never
+//! with the number of events in the ledger: events of other kinds leave no trace but
+//! `last_event_id`. The whole state is serde-serialisable so a checkpoint can store it and a
+//! restored fold continues exactly as a full one.
+//!
+//! Differences from the reference, all on input the reference itself cannot digest and no ledger
+//! contains (documented rather than emulated):
+//! - JSON text is parsed with `serde_json`, which rejects `NaN`/`Infinity` and lone surrogate
+//!   escapes that CPython's `json.loads` accepts; such an event is skipped as unparsable.
+//! - Tokens, aliases, cids and relation names that are not JSON strings are ignored. The
+//!   reference would store numbers as dictionary keys (and later fail to sort them, or crash on
+//!   lists as unhashable keys); we skip them instead.
+//! - An integer `event_id` must fit in `i64`; `true`/`false` count as 1/0 because Python's
+//!   `isinstance(True, int)` holds.
+
+use crate::event::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The event id the reference stores for a thread (cid) binding's relation, which has no event.
+pub const THREAD_BINDING_EVENT_ID: i64 = -1;
+
+/// How many tokens `hot_concepts` lists (concept_metrics.py).
+const HOT_CONCEPTS: usize = 5;
+
+/// A concept with fewer bindings than this is a gap (concept_metrics.py).
+const GAP_BELOW: usize = 2;
+
+/// One version of a concept's definition, as a `concept_define` event stated it. Kept per token
+/// so the history of a concept survives redefinition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConceptDefinition {
+    /// The defined token, exactly as written (definitions are not alias-resolved).
+    pub token: String,
+    /// `concept_kind` (`""` when absent or not a string).
+    pub concept_kind: String,
+    /// `definition` (`""` when absent or not a string).
+    pub definition: String,
+    /// `attributes` as written (`{}` when absent).
+    pub attributes: Value,
+    /// `version` as written (`1` when absent); the reference never validates it.
+    pub version: Value,
+    /// `meta.concept_id` (`""` when absent).
+    pub concept_id: String,
+    /// The `concept_define` event that stated this version.
+    pub event_id: i64,
+    /// `meta.supersedes`, when present and non-empty.
+    pub supersedes: Option<String>,
+}
+
+/// Counts a dashboard or health check wants without walking the graph (concept_graph.py
+/// `stats`). Maps are sorted so the serialised form is stable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConceptStats {
+    /// Defined tokens.
+    pub total_concepts: usize,
+    /// Alias entries (`from` tokens).
+    pub total_aliases: usize,
+    /// Distinct `(from, to, relation)` edges.
+    pub total_edges: usize,
+    /// Distinct (concept, event) bindings.
+    pub total_bindings: usize,
+    /// Defined tokens per current `concept_kind` (`""` included).
+    pub concepts_by_kind: BTreeMap<String, usize>,
+    /// Edges per relation.
+    pub edges_by_relation: BTreeMap<String, usize>,
+    /// The last event folded (0 before any).
+    pub last_event_id: i64,
+}
+
+/// The concept graph as a pure fold over events in id order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConceptGraph {
+    /// Last folded id; events at or below it are ignored, as the reference's `sync` does.
+    last_event_id: i64,
+    /// Every definition per defined token, oldest first; the last one is current.
+    definitions: BTreeMap<String, Vec<ConceptDefinition>>,
+    /// `concept_kind` per token: from definitions, or `identity` for adopted identities.
+    kinds: BTreeMap<String, String>,
+    /// alias → target; chains are followed at use time.
+    aliases: BTreeMap<String, String>,
+    /// `(from, to, relation)`, alias-resolved when the relation was folded.
+    edges: BTreeSet<(String, String, String)>,
+    /// concept → bound event ids.
+    concept_events: BTreeMap<String, BTreeSet<i64>>,
+    /// event id → bound concepts.
+    event_concepts: BTreeMap<i64, BTreeSet<String>>,
+    /// concept → relation → event ids (thread bindings under [`THREAD_BINDING_EVENT_ID`]).
+    relations: BTreeMap<String, BTreeMap<String, BTreeSet<i64>>>,
+    /// concept → bound commitment cids.
+    concept_cids: BTreeMap<String, BTreeSet<String>>,
+    /// commitment cid → bound concepts.
+    cid_concepts: BTreeMap<String, BTreeSet<String>>,
+    /// The first event whose content the reference cannot process (valid JSON that is not an
+    /// object, so `data.get` raises). The reference's graph rebuild then fails and every later
+    /// RSM snapshot carries `concept_metrics: {}`; we record it and do the same.
+    broken_by: Option<i64>,
+}
+
+/// Parses `content` as the reference does with `json.loads` followed by `data.get`: `Ok(None)`
+/// when it is not JSON (the reference returns quietly), `Err(())` when it is JSON but not an
+/// object (the reference raises).
+fn parse_object(content: &str) -> Result<Option<Map<String, Value>>, ()> {
+    match serde_json::from_str::<Value>(content) {
+        Ok(Value::Object(map)) => Ok(Some(map)),
+        Ok(_) => Err(()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Python truthiness of an optional JSON value, for the reference's `if not x` checks.
+fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
+
+/// A non-empty string field, or `None`.
+fn nonempty_str<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    match map.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s),
+        _ => None,
+    }
+}
+
+/// A string field, or `""` (also for non-strings).
+fn str_or_empty(map: &Map<String, Value>, key: &str) -> String {
+    match map.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+/// `data.get("tokens", [])` when it is a list; `None` otherwise (the reference returns).
+fn tokens(data: &Map<String, Value>) -> Option<&[Value]> {
+    match data.get("tokens") {
+        None => Some(&[]),
+        Some(Value::Array(a)) => Some(a),
+        Some(_) => None,
+    }
+}
+
+/// Python's `isinstance(x, int)` on a JSON value, as an event id.
+fn python_int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Number(n) => n.as_i64(),
+        Value::Bool(b) => Some(i64::from(*b)),
+        _ => None,
+    }
+}
+
+/// Python's `str.isspace` (FORMATS.md §1.11).
+fn py_isspace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+impl ConceptGraph {
+    /// Folds one event. Events with an id at or below the last folded one are ignored, so
+    /// applying an event twice is harmless.
+    pub fn apply(&mut self, ev: &Event) {
+        if ev.id <= self.last_event_id {
+            return;
+        }
+        let outcome = match ev.kind.as_str() {
+            "concept_define" => self.define(ev),
+            "concept_alias" => self.alias(ev),
+            "concept_bind_event" | "concept_bind_async" => self.bind_event(ev),
+            "identity_adoption" => self.adopt_identity(ev),
+            "concept_relate" => self.relate(ev),
+            "concept_bind_thread" => self.bind_thread(ev),
+            _ => Ok(()),
+        };
+        if outcome.is_err() && self.broken_by.is_none() {
+            self.broken_by = Some(ev.id);
+        }
+        self.last_event_id = ev.id;
+    }
+
+    fn define(&mut self, ev: &Event) -> Result<(), ()> {
+        let Some(data) = parse_object(&ev.content)? else {
+            return Ok(());
+        };
+        let Some(token) = nonempty_str(&data, "token") else {
+            return Ok(());
+        };
+        let meta = ev.meta_map().unwrap_or_default();
+        let def = ConceptDefinition {
+            token: token.to_string(),
+            concept_kind: str_or_empty(&data, "concept_kind"),
+            definition: str_or_empty(&data, "definition"),
+            attributes: data.get("attributes").cloned().unwrap_or_else(|| json!({})),
+            version: data.get("version").cloned().unwrap_or_else(|| json!(1)),
+            concept_id: str_or_empty(&meta, "concept_id"),
+            event_id: ev.id,
+            supersedes: nonempty_str(&meta, "supersedes").map(str::to_string),
+        };
+        if !def.concept_kind.is_empty() {
+            self.kinds
+                .insert(def.token.clone(), def.concept_kind.clone());
+        }
+        self.definitions
+            .entry(def.token.clone())
+            .or_default()
+            .push(def);
+        Ok(())
+    }
+
+    fn alias(&mut self, ev: &Event) -> Result<(), ()> {
+        let Some(data) = parse_object(&ev.content)? else {
+            return Ok(());
+        };
+        if let (Some(from), Some(to)) = (nonempty_str(&data, "from"), nonempty_str(&data, "to")) {
+            self.aliases.insert(from.to_string(), to.to_string());
+        }
+        Ok(())
+    }
+
+    fn bind(&mut self, token: String, event_id: i64) {
+        self.event_concepts
+            .entry(event_id)
+            .or_default()
+            .insert(token.clone());
+        self.concept_events
+            .entry(token)
+            .or_default()
+            .insert(event_id);
+    }
+
+    fn bind_event(&mut self, ev: &Event) -> Result<(), ()> {
+        let Some(data) = parse_object(&ev.content)? else {
+            return Ok(());
+        };
+        let (Some(event_id), Some(tokens)) = (python_int(data.get("event_id")), tokens(&data))
+        else {
+            return Ok(());
+        };
+        let relation = nonempty_str(&data, "relation");
+        for token in tokens {
+            let Value::String(token) = token else {
+                continue;
+            };
+            let canonical = self.canonical_token(token).to_string();
+            if let Some(rel) = relation {
+                self.relations
+                    .entry(canonical.clone())
+                    .or_default()
+                    .entry(rel.to_string())
+                    .or_default()
+                    .insert(event_id);
+            }
+            self.bind(canonical, event_id);
+        }
+        Ok(())
+    }
+
+    fn adopt_identity(&mut self, ev: &Event) -> Result<(), ()> {
+        let content = if ev.content.is_empty() {
+            "{}"
+        } else {
+            &ev.content
+        };
+        let Some(data) = parse_object(content)? else {
+            return Ok(());
+        };
+        let Some(Value::String(token)) = data.get("token") else {
+            return Ok(());
+        };
+        let token = token.trim_matches(py_isspace);
+        if token.is_empty() {
+            return Ok(());
+        }
+        let canonical = self.canonical_token(token).to_string();
+        self.kinds
+            .entry(canonical.clone())
+            .or_insert_with(|| "identity".to_string());
+        self.bind(canonical, ev.id);
+        Ok(())
+    }
+
+    fn relate(&mut self, ev: &Event) -> Result<(), ()> {
+        let Some(data) = parse_object(&ev.content)? else {
+            return Ok(());
+        };
+        let (Some(from), Some(to), Some(relation)) = (
+            nonempty_str(&data, "from"),
+            nonempty_str(&data, "to"),
+            nonempty_str(&data, "relation"),
+        ) else {
+            return Ok(());
+        };
+        let edge = (
+            self.canonical_token(from).to_string(),
+            self.canonical_token(to).to_string(),
+            relation.to_string(),
+        );
+        self.edges.insert(edge);
+        Ok(())
+    }
+
+    fn bind_thread(&mut self, ev: &Event) -> Result<(), ()> {
+        let content = if ev.content.is_empty() {
+            "{}"
+        } else {
+            &ev.content
+        };
+        let Some(data) = parse_object(content)? else {
+            return Ok(());
+        };
+        if !truthy(data.get("cid")) {
+            return Ok(());
+        }
+        let (Some(Value::String(cid)), Some(tokens)) = (data.get("cid"), tokens(&data)) else {
+            return Ok(());
+        };
+        let relation = nonempty_str(&data, "relation");
+        for token in tokens {
+            let Value::String(token) = token else {
+                continue;
+            };
+            let canonical = self.canonical_token(token).to_string();
+            self.cid_concepts
+                .entry(cid.clone())
+                .or_default()
+                .insert(canonical.clone());
+            if let Some(rel) = relation {
+                self.relations
+                    .entry(canonical.clone())
+                    .or_default()
+                    .entry(rel.to_string())
+                    .or_default()
+                    .insert(THREAD_BINDING_EVENT_ID);
+            }
+            self.concept_cids
+                .entry(canonical)
+                .or_default()
+                .insert(cid.clone());
+        }
+        Ok(())
+    }
+
+    /// Follows the alias chain from `token` (stopping where a cycle would repeat), so queries
+    /// and new bindings land on one canonical token.
+    pub fn canonical_token<'a>(&'a self, token: &'a str) -> &'a str {
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        let mut current = token;
+        while let Some(next) = self.aliases.get(current) {
+            if !seen.insert(current) {
+                break;
+            }
+            current = next;
+        }
+        current
+    }
+
+    /// Event ids bound to `token` (alias-resolved), ascending; with `relation`, only bindings
+    /// that named it (thread bindings appear as [`THREAD_BINDING_EVENT_ID`]).
+    pub fn events_for_concept(&self, token: &str, relation: Option<&str>) -> Vec<i64> {
+        let canonical = self.canonical_token(token);
+        match relation {
+            None => self
+                .concept_events
+                .get(canonical)
+                .map(|s| s.iter().copied().collect())
+                .unwrap_or_default(),
+            Some(rel) => self
+                .relations
+                .get(canonical)
+                .and_then(|m| m.get(rel))
+                .map(|s| s.iter().copied().collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Number of events bound to `token` without building the list.
+    fn binding_count(&self, token: &str) -> usize {
+        self.concept_events
+            .get(self.canonical_token(token))
+            .map_or(0, BTreeSet::len)
+    }
+
+    /// Concepts bound to an event, sorted — what a turn or a context block shows for it.
+    pub fn concepts_for_event(&self, event_id: i64) -> Vec<String> {
+        self.event_concepts
+            .get(&event_id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Concepts related to `token` in either direction, optionally through one relation, sorted.
+    pub fn neighbors(&self, token: &str, relation: Option<&str>) -> Vec<String> {
+        let canonical = self.canonical_token(token);
+        let mut out = BTreeSet::new();
+        for (from, to, rel) in &self.edges {
+            if relation.is_some_and(|r| r != rel) {
+                continue;
+            }
+            if from == canonical {
+                out.insert(to.clone());
+            } else if to == canonical {
+                out.insert(from.clone());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Commitment cids bound to any of `tokens` (alias-resolved), for thread-aware retrieval.
+    pub fn resolve_cids_for_concepts<S: AsRef<str>>(&self, tokens: &[S]) -> BTreeSet<String> {
+        tokens
+            .iter()
+            .filter_map(|t| self.concept_cids.get(self.canonical_token(t.as_ref())))
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// Concepts bound to a commitment cid.
+    pub fn concepts_for_cid(&self, cid: &str) -> BTreeSet<String> {
+        self.cid_concepts.get(cid).cloned().unwrap_or_default()
+    }
+
+    /// Defined tokens, sorted. Tokens that are only bound, never defined, are not concepts yet.
+    pub fn all_tokens(&self) -> Vec<String> {
+        self.definitions.keys().cloned().collect()
+    }
+
+    /// The current definition of `token` (alias-resolved).
+    pub fn definition(&self, token: &str) -> Option<&ConceptDefinition> {
+        self.definitions
+            .get(self.canonical_token(token))
+            .and_then(|v| v.last())
+    }
+
+    /// Every definition of `token` (alias-resolved), oldest first.
+    pub fn history(&self, token: &str) -> &[ConceptDefinition] {
+        self.definitions
+            .get(self.canonical_token(token))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The earliest event bound to `token` — where the concept entered the mind.
+    pub fn root_event_id(&self, token: &str) -> Option<i64> {
+        self.concept_events
+            .get(self.canonical_token(token))
+            .and_then(|s| s.first().copied())
+    }
+
+    /// The latest event bound to `token` — how recently the concept was used.
+    pub fn tail_event_id(&self, token: &str) -> Option<i64> {
+        self.concept_events
+            .get(self.canonical_token(token))
+            .and_then(|s| s.last().copied())
+    }
+
+    /// The recorded kind of `token` (`""` if none).
+    pub fn concept_kind(&self, token: &str) -> &str {
+        self.kinds
+            .get(self.canonical_token(token))
+            .map_or("", String::as_str)
+    }
+
+    /// The last event folded (0 before any).
+    pub fn last_event_id(&self) -> i64 {
+        self.last_event_id
+    }
+
+    /// Totals for dashboards and health checks (concept_graph.py `stats`).
+    pub fn stats(&self) -> ConceptStats {
+        let mut concepts_by_kind = BTreeMap::new();
+        for defs in self.definitions.values() {
+            if let Some(def) = defs.last() {
+                *concepts_by_kind
+                    .entry(def.concept_kind.clone())
+                    .or_insert(0) += 1;
+            }
+        }
+        let mut edges_by_relation = BTreeMap::new();
+        for (_, _, rel) in &self.edges {
+            *edges_by_relation.entry(rel.clone()).or_insert(0) += 1;
+        }
+        ConceptStats {
+            total_concepts: self.definitions.len(),
+            total_aliases: self.aliases.len(),
+            total_edges: self.edges.len(),
+            total_bindings: self.concept_events.values().map(BTreeSet::len).sum(),
+            concepts_by_kind,
+            edges_by_relation,
+            last_event_id: self.last_event_id,
+        }
+    }
+
+    /// The reference's `compute_concept_metrics` (FORMATS.md §14.4), embedded in every RSM
+    /// snapshot: `concepts_used` (bindings per defined token), `concept_gaps` (fewer than two),
+    /// `concept_conflicts` (both a `supports` and a `conflicts_with` neighbour) and
+    /// `hot_concepts` (top five by count, then token). `{}` once the reference's rebuild would
+    /// have raised (see `broken_by`), as its snapshot catches the exception.
+    pub fn concept_metrics(&self) -> Value {
+        if self.broken_by.is_some() {
+            return json!({});
+        }
+        // Which canonical tokens touch a `supports` / `conflicts_with` edge: one pass over the
+        // edges instead of two neighbour scans per token.
+        let mut supports: BTreeSet<&str> = BTreeSet::new();
+        let mut conflicts: BTreeSet<&str> = BTreeSet::new();
+        for (from, to, rel) in &self.edges {
+            let set = match rel.as_str() {
+                "supports" => &mut supports,
+                "conflicts_with" => &mut conflicts,
+                _ => continue,
+            };
+            set.insert(from);
+            set.insert(to);
+        }
+        let mut used = Map::new();
+        let mut counts: Vec<(usize, &str)> = Vec::with_capacity(self.definitions.len());
+        let mut gaps = Vec::new();
+        let mut conflicted = Vec::new();
+        for token in self.definitions.keys() {
+            let n = self.binding_count(token);
+            used.insert(token.clone(), Value::from(n));
+            counts.push((n, token));
+            if n < GAP_BELOW {
+                gaps.push(Value::from(token.as_str()));
+            }
+            let canonical = self.canonical_token(token);
+            if supports.contains(canonical) && conflicts.contains(canonical) {
+                conflicted.push(Value::from(token.as_str()));
+            }
+        }
+        counts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        let hot: Vec<Value> = counts
+            .iter()
+            .take(HOT_CONCEPTS)
+            .map(|(_, t)| Value::from(*t))
+            .collect();
+        json!({
+            "concepts_used": used,
+            "concept_gaps": gaps,
+            "concept_conflicts": conflicted,
+            "hot_concepts": hot,
+        })
+    }
+
+    /// The first event that would have made the reference's graph rebuild raise, if any.
+    pub fn broken_by(&self) -> Option<i64> {
+        self.broken_by
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: i64, kind: &str, content: Value) -> Event {
+        Event {
+            id,
+            ts: String::new(),
+            kind: kind.into(),
+            content: content.to_string(),
+            meta: "{}".into(),
+            prev_hash: None,
+            hash: None,
+        }
+    }
+
+    fn define(id: i64, token: &str, kind: &str) -> Event {
+        ev(
+            id,
+            "concept_define",
+            json!({"token": token, "concept_kind": kind, "definition": "d", "attributes": {}, "version": 1}),
+        )
+    }
+
+    fn bind(id: i64, event_id: i64, tokens: &[&str], relation: &str) -> Event {
+        ev(
+            id,
+            "concept_bind_event",
+            json!({"event_id": event_id, "tokens": tokens, "relation": relation}),
+        )
+    }
+
+    fn fold(events: &[Event]) -> ConceptGraph {
+        let mut g = ConceptGraph::default();
+        for e in events {
+            g.apply(e);
+        }
+        g
+    }
+
+    #[test]
+    fn aliases_resolve_when_bindings_are_folded_and_cycles_stop() {
+        let g = fold(&[
+            define(1, "topic.a", "topic"),
+            ev(2, "concept_alias", json!({"from": "a", "to": "topic.a"})),
+            bind(3, 100, &["a", "topic.a"], "mentions"),
+            bind(4, 101, &["b"], ""),
+            ev(5, "concept_alias", json!({"from": "b", "to": "c"})),
+            ev(6, "concept_alias", json!({"from": "c", "to": "b"})),
+        ]);
+        assert_eq!(g.events_for_concept("a", None), vec![100]);
+        assert_eq!(g.events_for_concept("topic.a", Some("mentions")), vec![100]);
+        assert!(g.events_for_concept("topic.a", Some("other")).is_empty());
+        assert_eq!(g.concepts_for_event(100), vec!["topic.a".to_string()]);
+        // "b" was bound before the alias existed: the binding stays under "b".
+        assert_eq!(g.concepts_for_event(101), vec!["b".to_string()]);
+        // b → c → b: the walk stops instead of looping.
+        assert_eq!(g.canonical_token("b"), "b");
+        assert_eq!(g.root_event_id("topic.a"), Some(100));
+        assert_eq!(g.tail_event_id("a"), Some(100));
+    }
+
+    #[test]
+    fn metrics_count_defined_tokens_only_and_rank_hot_concepts() {
+        let mut events = vec![
+            define(1, "x", "topic"),
+            define(2, "y", "topic"),
+            define(3, "z", "policy"),
+            bind(4, 10, &["y", "x", "undefined"], "r"),
+            bind(5, 11, &["y", "x"], "r"),
+            bind(6, 12, &["y"], "r"),
+            ev(
+                7,
+                "concept_relate",
+                json!({"from": "x", "to": "y", "relation": "supports", "weight": 1.0}),
+            ),
+            ev(
+                8,
+                "concept_relate",
+                json!({"from": "z", "to": "x", "relation": "conflicts_with", "weight": 1.0}),
+            ),
+        ];
+        events.push(ev(
+            9,
+            "identity_adoption",
+            json!({"token": " identity.Echo "}),
+        ));
+        let g = fold(&events);
+        let m = g.concept_metrics();
+        assert_eq!(m["concepts_used"], json!({"x": 2, "y": 3, "z": 0}));
+        assert_eq!(m["concept_gaps"], json!(["z"]));
+        assert_eq!(m["concept_conflicts"], json!(["x"]));
+        assert_eq!(m["hot_concepts"], json!(["y", "x", "z"]));
+        assert_eq!(g.all_tokens(), vec!["x", "y", "z"]);
+        assert_eq!(g.neighbors("x", None), vec!["y", "z"]);
+        assert_eq!(g.neighbors("x", Some("supports")), vec!["y"]);
+        assert_eq!(g.concept_kind("identity.Echo"), "identity");
+        assert_eq!(g.events_for_concept("identity.Echo", None), vec![9]);
+        let s = g.stats();
+        assert_eq!(s.total_concepts, 3);
+        assert_eq!(s.total_bindings, 3 + 2 + 1 + 1);
+        assert_eq!(s.concepts_by_kind["topic"], 2);
+        assert_eq!(s.edges_by_relation["supports"], 1);
+        assert_eq!(s.last_event_id, 9);
+    }
+
+    #[test]
+    fn non_object_json_content_empties_the_metrics_like_the_reference_exception() {
+        let g = fold(&[
+            define(1, "x", "topic"),
+            ev(2, "concept_bind_event", json!([1, 2])),
+        ]);
+        assert_eq!(g.broken_by(), Some(2));
+        assert_eq!(g.concept_metrics(), json!({}));
+        // Plain text is not JSON: the reference returns quietly.
+        let mut e = ev(2, "concept_bind_event", json!(null));
+        e.content = "not json".into();
+        let g = fold(&[define(1, "x", "topic"), e]);
+        assert_eq!(g.broken_by(), None);
+    }
+
+    #[test]
+    fn replays_and_stale_ids_are_ignored() {
+        let mut g = fold(&[define(1, "x", "t"), bind(3, 10, &["x"], "")]);
+        let before = g.clone();
+        g.apply(&bind(2, 11, &["x"], ""));
+        g.apply(&bind(3, 12, &["x"], ""));
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn thread_bindings_map_cids_both_ways() {
+        let g = fold(&[ev(
+            1,
+            "concept_bind_thread",
+            json!({"cid": "abc", "relation": "relevant_to", "tokens": ["t"]}),
+        )]);
+        assert_eq!(g.concepts_for_cid("abc").len(), 1);
+        assert!(g.resolve_cids_for_concepts(&["t"]).contains("abc"));
+        assert_eq!(
+            g.events_for_concept("t", Some("relevant_to")),
+            vec![THREAD_BINDING_EVENT_ID]
+        );
+        assert!(g.events_for_concept("t", None).is_empty());
+    }
+
+    #[test]
+    fn serde_round_trip_keeps_the_whole_state() {
+        let g = fold(&[
+            define(1, "x", "t"),
+            bind(2, 10, &["x"], "r"),
+            ev(
+                3,
+                "concept_relate",
+                json!({"from": "x", "to": "y", "relation": "supports", "weight": 0.5}),
+            ),
+        ]);
+        let text = serde_json::to_string(&g).expect("serialise");
+        let back: ConceptGraph = serde_json::from_str(&text).expect("deserialise");
+        assert_eq!(back, g);
+    }
+}

@@ -1,1 +1,605 @@
-//! (being written)
+//! The Recursive Self-Model (FORMATS.md §5.2): behavioural tendencies, knowledge gaps,
+//! interaction meta-patterns and reflection intents, folded from events in id order. Its
+//! [`Rsm::snapshot`] is what the reference writes into every `summary_update` as
+//! `meta.rsm_state`; a fold over the events before such a summary reproduces that value exactly
+//! (checked on all fifteen summaries of the GPT-5.1 ledger).
+//!
+//! Every quirk of the reference is kept, because the snapshots are stored in ledgers and
+//! compared across implementations:
+//! - markers are counted with Python's `str.count` (non-overlapping, left to right) and summed,
+//!   so "adaptability" counts twice for `adaptability_emphasis` (`adaptability` + `adapt`) and
+//!   every "identity" counts for `instantiation_capacity` (it contains `entity`);
+//! - counters are capped at 50 after each event; a key appears only once it was incremented;
+//! - `uniqueness_emphasis` = `min(20, int(distinct 8-char hash prefixes / events * 10))`,
+//!   recomputed after every event (so 10 on any real ledger);
+//! - knowledge gaps count only inside a window of the last 500 folded events, and a topic is a
+//!   gap once its count exceeds 3; the snapshot's `intents` is that per-topic count map;
+//! - reflection intents are appended forever (full user texts included), as the reference does.
+//!
+//! The reference's `rebuild()` replaces the uniqueness set and total with those of the whole
+//! ledger even when it replays a prefix. That never reaches a snapshot: `uniqueness_emphasis` is
+//! only recomputed while observing an event, and after a prefix rebuild (`diff_rsm`) nothing
+//! more is observed. The summaries were computed live, over the ledger as it then was, which is
+//! the prefix. So a plain fold over events `< S` is the right reading, and it matches the
+//! fixture; there is no whole-ledger state here. (On the GPT-5.1 fixture the two readings cannot
+//! be told apart anyway: its 1199 hashes have distinct prefixes, so the score is 10 either way.)
+//!
+//! Lowercasing uses Rust's `str::to_lowercase`, which, like Python's `str.lower`, applies the
+//! full Unicode mappings including `İ` → `i̇` and the final-sigma rule. They can differ only
+//! where the two Unicode tables differ in version, and no such difference can create or remove
+//! an ASCII marker (the only characters that lowercase into ASCII letters are `A`-`Z`, `K`
+//! KELVIN SIGN and `İ`, mapped the same in both). Stripping uses Python's whitespace set.
+//! JSON is parsed with `serde_json`, which rejects `NaN`/`Infinity` and lone surrogates that
+//! CPython accepts; a reflection holding those loses its intent here.
+//!
+//! Memory: bounded except for what the reference keeps without bound — the reflection intents
+//! and the set of hash prefixes (stored as 4-byte integers; needed for an exact
+//! `uniqueness_emphasis`, and it must survive a checkpoint for a restored fold to stay exact).
+
+use super::concepts::ConceptGraph;
+use crate::event::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Counters never exceed this (rsm.py: "bounded runtime").
+const COUNTER_CAP: u64 = 50;
+/// `uniqueness_emphasis` never exceeds this.
+const UNIQUENESS_CAP: u64 = 20;
+/// Knowledge-gap evidence older than this many folded events is forgotten.
+const KNOWLEDGE_WINDOW: u64 = 500;
+/// A topic with more than this many recent failures is a knowledge gap.
+const GAP_THRESHOLD: u64 = 3;
+/// A reflection at most this many events after an identity query can show the meta-pattern.
+const IDENTITY_FOLLOWUP_LIMIT: u64 = 5;
+/// The only meta-pattern the reference knows.
+const META_PATTERN_LABEL: &str = "identity_queries_trigger_determinism_ref";
+/// The key the uniqueness score is stored under among the tendencies.
+const UNIQUENESS_KEY: &str = "uniqueness_emphasis";
+/// The tendency whose increments arm the meta-pattern.
+const IDENTITY_QUERY: &str = "identity_query";
+/// How many characters of a gap topic a covering reflection intent must start with.
+const COVER_PREFIX_CHARS: usize = 50;
+
+const DETERMINISM_MARKERS: &[&str] = &["determinism", "deterministic"];
+const MESSAGE_KINDS: &[&str] = &["assistant_message", "reflection"];
+
+/// `(tendency, kinds it watches, markers summed)` in the reference's order.
+const PATTERNS: &[(&str, &[&str], &[&str])] = &[
+    (IDENTITY_QUERY, &["user_message"], &["who are you"]),
+    ("determinism_emphasis", MESSAGE_KINDS, DETERMINISM_MARKERS),
+    ("stability_emphasis", MESSAGE_KINDS, &["stability"]),
+    (
+        "adaptability_emphasis",
+        MESSAGE_KINDS,
+        &["adaptability", "adapt"],
+    ),
+    (
+        "instantiation_capacity",
+        MESSAGE_KINDS,
+        &["instantiation", "entity"],
+    ),
+];
+
+/// The self-model as a pure fold. Serialisable as a whole so that a checkpoint can hold it and
+/// a fold resumed from the restored value continues exactly as an uninterrupted one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rsm {
+    /// Last folded id; events at or below it are ignored (rsm.py `observe`).
+    last_id: Option<i64>,
+    /// Events folded so far: both the reference's `_event_index` and `_total_events`, which
+    /// only differ after its whole-ledger `rebuild` overwrite (see the module doc).
+    events: u64,
+    /// Tendency counters, `uniqueness_emphasis` included; sorted as the snapshot lists them.
+    tendencies: BTreeMap<String, u64>,
+    /// The event index of the last event that incremented `identity_query`.
+    last_identity_query: Option<u64>,
+    /// Meta-pattern labels seen.
+    meta_patterns: BTreeSet<String>,
+    /// `(event index, topic)` of gap evidence inside the window, oldest first.
+    gap_window: VecDeque<(u64, String)>,
+    /// Evidence per topic inside the window (entries at zero are removed).
+    gap_counts: BTreeMap<String, u64>,
+    /// Distinct 8-character hash prefixes that are lowercase hex, as integers.
+    hex_prefixes: BTreeSet<u32>,
+    /// Distinct prefixes of any other shape (imported or hand-made hashes).
+    other_prefixes: BTreeSet<String>,
+    /// Every string `intent` of a JSON reflection, in order.
+    intents: Vec<String>,
+}
+
+/// What changed between two self-models (mirror.py `diff_rsm`), in its JSON shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RsmDiff {
+    /// `b − a` per tendency over the union of keys, non-zero changes only.
+    pub tendencies_delta: BTreeMap<String, i64>,
+    /// Knowledge gaps in `b` but not in `a`, sorted.
+    pub gaps_added: Vec<String>,
+    /// Knowledge gaps in `a` but not in `b`, sorted.
+    pub gaps_resolved: Vec<String>,
+}
+
+/// Python's `str.isspace` (FORMATS.md §1.11): Rust's whitespace plus U+001C..U+001F.
+fn py_isspace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `str.strip()` with no argument.
+fn py_strip(s: &str) -> &str {
+    s.trim_matches(py_isspace)
+}
+
+/// Python's `haystack.count(needle)` for a non-empty needle: non-overlapping, left to right.
+/// Matching UTF-8 bytes gives the same count as matching code points.
+fn py_count(haystack: &str, needle: &str) -> u64 {
+    haystack.matches(needle).count() as u64
+}
+
+/// The first `n` characters (code points) of `s`, like Python's `s[:n]`.
+fn prefix_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// A lowercase-hex 8-character prefix as an integer; other shapes stay strings.
+fn hex_prefix(prefix: &str) -> Option<u32> {
+    let lower_hex = prefix.len() == 8
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if lower_hex {
+        u32::from_str_radix(prefix, 16).ok()
+    } else {
+        None
+    }
+}
+
+impl Rsm {
+    /// Folds one event. `rsm_update` events are invisible to the model, and events with an id
+    /// at or below the last folded one are ignored, as in the reference.
+    pub fn apply(&mut self, ev: &Event) {
+        if ev.kind == "rsm_update" {
+            return;
+        }
+        if self.last_id.is_some_and(|last| ev.id <= last) {
+            return;
+        }
+        self.last_id = Some(ev.id);
+        self.events += 1;
+        let index = self.events;
+
+        if let Some(hash) = ev.hash.as_deref().filter(|h| !h.is_empty()) {
+            let prefix = prefix_chars(hash, 8);
+            match hex_prefix(prefix) {
+                Some(n) => {
+                    self.hex_prefixes.insert(n);
+                }
+                None => {
+                    self.other_prefixes.insert(prefix.to_string());
+                }
+            }
+        }
+
+        let content = py_strip(&ev.content);
+        let kind = ev.kind.as_str();
+        // Only these kinds look at the text; lowercasing anything else would be wasted work.
+        if matches!(kind, "user_message" | "assistant_message" | "reflection") {
+            let lower = content.to_lowercase();
+            self.track_tendencies(kind, &lower, index);
+            if kind == "reflection" {
+                self.track_meta_patterns(&lower, index);
+            }
+            if kind == "assistant_message" {
+                self.track_gap(ev, &lower, index);
+            }
+        }
+        self.trim_gap_window();
+
+        if kind == "reflection" {
+            if let Ok(Value::Object(data)) = serde_json::from_str::<Value>(content) {
+                if let Some(Value::String(intent)) = data.get("intent") {
+                    self.intents.push(intent.clone());
+                }
+            }
+        }
+
+        for count in self.tendencies.values_mut() {
+            *count = (*count).min(COUNTER_CAP);
+        }
+        let distinct = (self.hex_prefixes.len() + self.other_prefixes.len()) as f64;
+        // The reference's float arithmetic, truncated by `int()`.
+        let score = (distinct / self.events.max(1) as f64 * 10.0) as u64;
+        self.tendencies
+            .insert(UNIQUENESS_KEY.to_string(), score.min(UNIQUENESS_CAP));
+    }
+
+    fn track_tendencies(&mut self, kind: &str, lower: &str, index: u64) {
+        if lower.is_empty() {
+            return;
+        }
+        for (name, kinds, markers) in PATTERNS {
+            if !kinds.contains(&kind) {
+                continue;
+            }
+            let inc: u64 = markers.iter().map(|m| py_count(lower, m)).sum();
+            if inc > 0 {
+                *self.tendencies.entry((*name).to_string()).or_insert(0) += inc;
+                if *name == IDENTITY_QUERY {
+                    self.last_identity_query = Some(index);
+                }
+            }
+        }
+    }
+
+    fn track_meta_patterns(&mut self, lower: &str, index: u64) {
+        let Some(last) = self.last_identity_query else {
+            return;
+        };
+        if index - last <= IDENTITY_FOLLOWUP_LIMIT
+            && DETERMINISM_MARKERS.iter().any(|m| lower.contains(m))
+        {
+            self.meta_patterns.insert(META_PATTERN_LABEL.to_string());
+        }
+    }
+
+    fn track_gap(&mut self, ev: &Event, lower: &str, index: u64) {
+        if !lower.contains("claim: failed") && !lower.contains("unknown") {
+            return;
+        }
+        let meta = ev.meta_map().unwrap_or_default();
+        let topic = match meta.get("topic") {
+            Some(Value::String(t)) if !py_strip(t).is_empty() => py_strip(t).to_string(),
+            _ => "general".to_string(),
+        };
+        *self.gap_counts.entry(topic.clone()).or_insert(0) += 1;
+        self.gap_window.push_back((index, topic));
+    }
+
+    fn trim_gap_window(&mut self) {
+        let min_allowed = (self.events + 1).saturating_sub(KNOWLEDGE_WINDOW).max(1);
+        while let Some((at, _)) = self.gap_window.front() {
+            if *at >= min_allowed {
+                break;
+            }
+            let Some((_, topic)) = self.gap_window.pop_front() else {
+                break;
+            };
+            if let Some(count) = self.gap_counts.get_mut(&topic) {
+                *count -= 1;
+                if *count == 0 {
+                    self.gap_counts.remove(&topic);
+                }
+            }
+        }
+    }
+
+    /// The tendency counters, sorted by name.
+    pub fn tendencies(&self) -> &BTreeMap<String, u64> {
+        &self.tendencies
+    }
+
+    /// Topics with more than three failures among the last 500 events, sorted. (The reference's
+    /// own `RecursiveSelfModel.knowledge_gap_count` is the length of this list.)
+    pub fn knowledge_gaps(&self) -> Vec<String> {
+        self.gap_counts
+            .iter()
+            .filter(|(_, n)| **n > GAP_THRESHOLD)
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// The meta-pattern labels observed, sorted.
+    pub fn interaction_meta_patterns(&self) -> Vec<String> {
+        self.meta_patterns.iter().cloned().collect()
+    }
+
+    /// Every reflection intent, in ledger order.
+    pub fn reflection_intents(&self) -> &[String] {
+        &self.intents
+    }
+
+    /// The number of events folded.
+    pub fn events_folded(&self) -> u64 {
+        self.events
+    }
+
+    /// The id of the last folded event.
+    pub fn last_event_id(&self) -> Option<i64> {
+        self.last_id
+    }
+
+    /// The knowledge-gap count the reference's prompts and kernel use (mirror.py
+    /// `rsm_knowledge_gaps`, FORMATS.md §5.2): topics seen exactly once in the window that no
+    /// reflection intent covers, i.e. no intent starts with the topic's first 50 characters.
+    pub fn knowledge_gap_count(&self) -> usize {
+        self.gap_counts
+            .iter()
+            .filter(|(topic, n)| {
+                let head = prefix_chars(topic, COVER_PREFIX_CHARS);
+                **n == 1 && !self.intents.iter().any(|i| i.starts_with(head))
+            })
+            .count()
+    }
+
+    /// The reference snapshot (rsm.py `snapshot`): the value stored as `summary_update`
+    /// `meta.rsm_state`. The concept graph is passed in because the reference computes the
+    /// concept metrics from the ledger at the same moment; fold both over the same events.
+    pub fn snapshot(&self, concepts: &ConceptGraph) -> Value {
+        let tendencies: Map<String, Value> = self
+            .tendencies
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(*v)))
+            .collect();
+        let intents: Map<String, Value> = self
+            .gap_counts
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(*v)))
+            .collect();
+        let reflections: Vec<Value> = self
+            .intents
+            .iter()
+            .map(|i| json!({ "intent": i }))
+            .collect();
+        json!({
+            "behavioral_tendencies": tendencies,
+            "knowledge_gaps": self.knowledge_gaps(),
+            "interaction_meta_patterns": self.interaction_meta_patterns(),
+            "intents": intents,
+            "reflections": reflections,
+            "concept_metrics": concepts.concept_metrics(),
+        })
+    }
+}
+
+/// How the self-model moved from `a` to `b` (mirror.py `diff_rsm`, which folds the ledger up to
+/// two ids and compares; here the caller folds and passes both states).
+pub fn diff(a: &Rsm, b: &Rsm) -> RsmDiff {
+    let keys: BTreeSet<&String> = a.tendencies.keys().chain(b.tendencies.keys()).collect();
+    let get = |m: &BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0) as i64;
+    let tendencies_delta = keys
+        .into_iter()
+        .filter_map(|k| {
+            let change = get(&b.tendencies, k) - get(&a.tendencies, k);
+            (change != 0).then(|| (k.clone(), change))
+        })
+        .collect();
+    let gaps_a: BTreeSet<String> = a.knowledge_gaps().into_iter().collect();
+    let gaps_b: BTreeSet<String> = b.knowledge_gaps().into_iter().collect();
+    RsmDiff {
+        tendencies_delta,
+        gaps_added: gaps_b.difference(&gaps_a).cloned().collect(),
+        gaps_resolved: gaps_a.difference(&gaps_b).cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Ledger {
+        next: i64,
+        events: Vec<Event>,
+    }
+
+    impl Ledger {
+        fn new() -> Self {
+            Ledger {
+                next: 1,
+                events: Vec::new(),
+            }
+        }
+
+        fn push(&mut self, kind: &str, content: &str, meta: &str) -> &mut Self {
+            let id = self.next;
+            self.next += 1;
+            self.events.push(Event {
+                id,
+                ts: String::new(),
+                kind: kind.into(),
+                content: content.into(),
+                meta: meta.into(),
+                prev_hash: None,
+                hash: Some(format!(
+                    "{:08x}{}",
+                    (id as u32).wrapping_mul(2_654_435_761),
+                    "0".repeat(56)
+                )),
+            });
+            self
+        }
+
+        fn fold(&self) -> Rsm {
+            let mut r = Rsm::default();
+            for e in &self.events {
+                r.apply(e);
+            }
+            r
+        }
+    }
+
+    fn tendency(r: &Rsm, key: &str) -> Option<u64> {
+        r.tendencies().get(key).copied()
+    }
+
+    #[test]
+    fn entity_inside_identity_and_adapt_inside_adaptability_both_count() {
+        let mut l = Ledger::new();
+        l.push(
+            "assistant_message",
+            "My Identity is an entity; ADAPTABILITY lets me adapt.",
+            "{}",
+        );
+        let r = l.fold();
+        // identity → entity (1) + entity (1)
+        assert_eq!(tendency(&r, "instantiation_capacity"), Some(2));
+        // adaptability (1) + adapt in adaptability (1) + adapt (1)
+        assert_eq!(tendency(&r, "adaptability_emphasis"), Some(3));
+        // Keys appear only once incremented.
+        assert_eq!(tendency(&r, "stability_emphasis"), None);
+        assert_eq!(tendency(&r, "uniqueness_emphasis"), Some(10));
+    }
+
+    #[test]
+    fn counts_are_non_overlapping_and_restricted_by_kind() {
+        let mut l = Ledger::new();
+        l.push("user_message", "determinism deterministic", "{}");
+        l.push("reflection", "deterministic determinism", "{}");
+        l.push("user_message", "Who are you? who are you", "{}");
+        l.push("assistant_message", "who are you", "{}");
+        let r = l.fold();
+        // "deterministic" contains "determinis" but not "determinism": 1 + 1.
+        assert_eq!(tendency(&r, "determinism_emphasis"), Some(2));
+        assert_eq!(tendency(&r, "identity_query"), Some(2));
+        assert_eq!(py_count("aaaa", "aa"), 2);
+    }
+
+    #[test]
+    fn counters_cap_at_fifty() {
+        let mut l = Ledger::new();
+        l.push("reflection", &"stability ".repeat(80), "{}");
+        l.push("reflection", "stability", "{}");
+        assert_eq!(tendency(&l.fold(), "stability_emphasis"), Some(50));
+    }
+
+    #[test]
+    fn uniqueness_comes_from_hash_prefixes() {
+        let mut l = Ledger::new();
+        l.push("filler", "", "{}").push("filler", "", "{}");
+        l.push("filler", "", "{}").push("filler", "", "{}");
+        for e in &mut l.events {
+            e.hash = Some("deadbeef".repeat(8));
+        }
+        l.events[3].hash = None;
+        // One distinct prefix over four events: int(1/4*10) = 2.
+        assert_eq!(tendency(&l.fold(), "uniqueness_emphasis"), Some(2));
+    }
+
+    #[test]
+    fn meta_pattern_needs_a_determinism_reflection_within_five_events() {
+        let mut l = Ledger::new();
+        l.push("user_message", "who are you", "{}");
+        for _ in 0..4 {
+            l.push("filler", "", "{}");
+        }
+        l.push("reflection", "Deterministic replay.", "{}");
+        assert_eq!(
+            l.fold().interaction_meta_patterns(),
+            vec![META_PATTERN_LABEL]
+        );
+
+        let mut late = Ledger::new();
+        late.push("user_message", "who are you", "{}");
+        for _ in 0..5 {
+            late.push("filler", "", "{}");
+        }
+        late.push("reflection", "determinism", "{}");
+        assert!(late.fold().interaction_meta_patterns().is_empty());
+    }
+
+    #[test]
+    fn knowledge_gaps_need_four_hits_inside_the_500_window() {
+        let mut l = Ledger::new();
+        for _ in 0..4 {
+            l.push(
+                "assistant_message",
+                "CLAIM: FAILED here",
+                r#"{"topic":" math "}"#,
+            );
+        }
+        l.push("assistant_message", "unknown", "{}");
+        let r = l.fold();
+        assert_eq!(r.knowledge_gaps(), vec!["math"]);
+        let snap = r.snapshot(&ConceptGraph::default());
+        assert_eq!(snap["intents"], json!({"general": 1, "math": 4}));
+        assert_eq!(r.knowledge_gap_count(), 1, "general is a singleton");
+
+        // The first hit was event 1; after event 500 it is still inside, after 501 not.
+        for _ in 0..495 {
+            l.push("filler", "", "{}");
+        }
+        assert_eq!(l.fold().knowledge_gaps(), vec!["math"]);
+        l.push("filler", "", "{}");
+        let r = l.fold();
+        assert!(r.knowledge_gaps().is_empty());
+        assert_eq!(
+            r.snapshot(&ConceptGraph::default())["intents"],
+            json!({"general": 1, "math": 3})
+        );
+    }
+
+    #[test]
+    fn a_reflection_intent_covers_a_singleton_gap() {
+        let mut l = Ledger::new();
+        l.push("assistant_message", "unknown", r#"{"topic":"physics"}"#);
+        assert_eq!(l.fold().knowledge_gap_count(), 1);
+        l.push("reflection", r#"  {"intent":"physics questions"} "#, "{}");
+        let r = l.fold();
+        assert_eq!(r.knowledge_gap_count(), 0);
+        assert_eq!(r.reflection_intents(), ["physics questions"]);
+    }
+
+    #[test]
+    fn diff_reports_changed_tendencies_and_gaps() {
+        let mut l = Ledger::new();
+        l.push("reflection", "stability", "{}");
+        let a = l.fold();
+        for _ in 0..4 {
+            l.push("assistant_message", "unknown stability", "{}");
+        }
+        let b = l.fold();
+        let d = diff(&a, &b);
+        assert_eq!(
+            d.tendencies_delta,
+            BTreeMap::from([("stability_emphasis".into(), 4)])
+        );
+        assert_eq!(d.gaps_added, vec!["general"]);
+        assert!(d.gaps_resolved.is_empty());
+        let back = diff(&b, &a);
+        assert_eq!(back.tendencies_delta["stability_emphasis"], -4);
+        assert_eq!(back.gaps_resolved, vec!["general"]);
+        assert_eq!(diff(&a, &a), RsmDiff::default());
+        assert_eq!(
+            serde_json::to_value(&d).expect("json"),
+            json!({"tendencies_delta": {"stability_emphasis": 4}, "gaps_added": ["general"], "gaps_resolved": []})
+        );
+    }
+
+    #[test]
+    fn rsm_update_and_replayed_ids_are_ignored() {
+        let mut l = Ledger::new();
+        l.push("reflection", "stability", "{}");
+        l.push("rsm_update", "stability", "{}");
+        let r = l.fold();
+        assert_eq!(r.events_folded(), 1);
+        let mut again = r.clone();
+        again.apply(&l.events[0]);
+        assert_eq!(again, r);
+    }
+
+    #[test]
+    fn serde_round_trip_mid_fold_continues_like_a_full_fold() {
+        let mut l = Ledger::new();
+        l.push("user_message", "who are you", "{}");
+        l.push("reflection", r#"{"intent":"determinism"}"#, "{}");
+        for i in 0..600 {
+            l.push(
+                "assistant_message",
+                "unknown entity",
+                &format!(r#"{{"topic":"t{}"}}"#, i % 3),
+            );
+        }
+        let full = l.fold();
+        let mut half = Rsm::default();
+        for e in &l.events[..300] {
+            half.apply(e);
+        }
+        let text = serde_json::to_string(&half).expect("serialise");
+        let mut resumed: Rsm = serde_json::from_str(&text).expect("deserialise");
+        for e in &l.events[300..] {
+            resumed.apply(e);
+        }
+        assert_eq!(resumed, full);
+    }
+}

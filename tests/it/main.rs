@@ -11,4 +11,5 @@ mod man;
 mod policy;
 mod programs;
 mod replay;
+mod rsm;
 mod tamper;
