@@ -18,6 +18,7 @@ EXAMPLES:
     pmm-replay --follow --tail 0 | jq -c 'select(.kind==\"reflection\")'
   The state at event 171, and what the agent has open now:
     pmm-replay --state --at 171 | jq .rsm
+    pmm-replay --diff 100 171 | jq .tendencies_delta
     pmm-replay --state | jq -r '.open_commitments[] | \"\\(.cid) \\(.text)\"'
   A quick look at the newest events:
     pmm-replay --narrate
@@ -25,7 +26,8 @@ EXAMPLES:
 OUTPUT:
   Events as JSON Lines {\"id\",\"ts\",\"kind\",\"content\",\"meta\",\"prev_hash\",\"hash\"}; with --state
   one {\"type\":\"state\"} object (open commitments, identity, thresholds, retrieval config,
-  last_event_id, last_hash); with --narrate a human table.
+  the self-model \"rsm\" exactly as the reference's snapshot, concept metrics, last_event_id,
+  last_hash); with --diff one {\"type\":\"rsm_diff\"} object; with --narrate a human table.
 
 CHECKPOINTS:
   --state folds from the newest projection checkpoint (a cache table, pmm_checkpoints) that
@@ -81,6 +83,9 @@ pub struct Args {
         allow_negative_numbers = true
     )]
     at: Option<i64>,
+    /// What changed in the self-model between event A and event B
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["state", "narrate", "follow"])]
+    diff: Option<Vec<i64>>,
     /// A human table of the last 50 events (or --tail N)
     #[arg(long)]
     narrate: bool,
@@ -100,7 +105,7 @@ impl Program for Args {
 pub const CHECKPOINT: &str = "projections";
 /// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
 /// checkpoints written by an older build are ignored instead of misread.
-pub const CHECKPOINT_FORMAT: i64 = 1;
+pub const CHECKPOINT_FORMAT: i64 = 2;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 const CHECKPOINT_EVERY: u64 = 1000;
 
@@ -216,6 +221,30 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         if projected.folded >= CHECKPOINT_EVERY {
             save_checkpoint(&args.ledger.path(), &projected.projections);
         }
+        return Ok(Outcome::Success);
+    }
+    if let Some(ab) = &args.diff {
+        for &id in ab {
+            if id < 1 || id > last {
+                return Err(Error::bad_input(
+                    Some("--diff".into()),
+                    format!("event {id} is not in the ledger (events 1..{last})"),
+                )
+                .into());
+            }
+        }
+        let a = project(&ledger, Some(ab[0]), true)?.projections;
+        let b = project(&ledger, Some(ab[1]), true)?.projections;
+        let d = crate::projection::rsm::diff(&a.rsm, &b.rsm);
+        out.record(&serde_json::json!({
+            "type": "rsm_diff",
+            "from": ab[0],
+            "to": ab[1],
+            "tendencies_delta": d.tendencies_delta,
+            "gaps_added": d.gaps_added,
+            "gaps_resolved": d.gaps_resolved,
+        }))?;
+        out.flush()?;
         return Ok(Outcome::Success);
     }
     if args.check_fast {

@@ -32,9 +32,16 @@
 //! JSON is parsed with `serde_json`, which rejects `NaN`/`Infinity` and lone surrogates that
 //! CPython accepts; a reflection holding those loses its intent here.
 //!
-//! Memory: bounded except for what the reference keeps without bound — the reflection intents
-//! and the set of hash prefixes (stored as 4-byte integers; needed for an exact
-//! `uniqueness_emphasis`, and it must survive a checkpoint for a restored fold to stay exact).
+//! Memory: bounded except for what the reference keeps without bound, the reflection intents.
+//! The reference also keeps every event's 8-hex hash prefix, only to compute
+//! `uniqueness_emphasis = int(distinct / events * 10)`. That value is 10 until the first
+//! repeated prefix and 9 after it for as long as repeats stay under a tenth of the events —
+//! with distinct sha256 hashes, 32-bit prefixes repeat about n²/2³³ times, so for any ledger
+//! under about 8·10⁸ events. So we keep the prefixes exactly only until at least
+//! [`FREEZE_PREFIXES_AFTER`] events have been folded and a prefix has repeated, then drop the
+//! set and count every later prefix as new: the score is exact below that bound, memory and
+//! checkpoints stay small (a checkpoint of a 10⁶-event ledger would otherwise carry 4 MB of
+//! prefixes), and the first thousand events — every hand-made ledger — stay exact always.
 
 use super::concepts::ConceptGraph;
 use crate::event::Event;
@@ -100,12 +107,26 @@ pub struct Rsm {
     gap_window: VecDeque<(u64, String)>,
     /// Evidence per topic inside the window (entries at zero are removed).
     gap_counts: BTreeMap<String, u64>,
-    /// Distinct 8-character hash prefixes that are lowercase hex, as integers.
-    hex_prefixes: BTreeSet<u32>,
-    /// Distinct prefixes of any other shape (imported or hand-made hashes).
-    other_prefixes: BTreeSet<String>,
+    /// Distinct hash prefixes seen, while they are kept (see the module docs).
+    prefixes: Prefixes,
+    /// Set once the prefixes are no longer kept (then `prefixes` is empty).
+    prefixes_frozen: bool,
+    /// How many distinct prefixes (exact while `prefixes` is kept, then every later prefix
+    /// counts as new).
+    distinct_prefixes: u64,
     /// Every string `intent` of a JSON reflection, in order.
     intents: Vec<String>,
+}
+
+/// Keep hash prefixes exactly at least this long (and until one repeats); see the module docs.
+pub const FREEZE_PREFIXES_AFTER: u64 = 1000;
+
+/// Distinct 8-character hash prefixes: lowercase hex ones as integers, any other shape
+/// (imported or hand-made hashes) as strings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Prefixes {
+    hex: BTreeSet<u32>,
+    other: BTreeSet<String>,
 }
 
 /// What changed between two self-models (mirror.py `diff_rsm`), in its JSON shape.
@@ -172,13 +193,23 @@ impl Rsm {
 
         if let Some(hash) = ev.hash.as_deref().filter(|h| !h.is_empty()) {
             let prefix = prefix_chars(hash, 8);
-            match hex_prefix(prefix) {
-                Some(n) => {
-                    self.hex_prefixes.insert(n);
+            let new = if self.prefixes_frozen {
+                true
+            } else {
+                match hex_prefix(prefix) {
+                    Some(n) => self.prefixes.hex.insert(n),
+                    None => self.prefixes.other.insert(prefix.to_string()),
                 }
-                None => {
-                    self.other_prefixes.insert(prefix.to_string());
-                }
+            };
+            if new {
+                self.distinct_prefixes += 1;
+            }
+            if !self.prefixes_frozen
+                && self.events >= FREEZE_PREFIXES_AFTER
+                && self.distinct_prefixes < self.events
+            {
+                self.prefixes = Prefixes::default();
+                self.prefixes_frozen = true;
             }
         }
 
@@ -208,7 +239,7 @@ impl Rsm {
         for count in self.tendencies.values_mut() {
             *count = (*count).min(COUNTER_CAP);
         }
-        let distinct = (self.hex_prefixes.len() + self.other_prefixes.len()) as f64;
+        let distinct = self.distinct_prefixes as f64;
         // The reference's float arithmetic, truncated by `int()`.
         let score = (distinct / self.events.max(1) as f64 * 10.0) as u64;
         self.tendencies
@@ -461,6 +492,35 @@ mod tests {
         l.push("reflection", &"stability ".repeat(80), "{}");
         l.push("reflection", "stability", "{}");
         assert_eq!(tendency(&l.fold(), "stability_emphasis"), Some(50));
+    }
+
+    #[test]
+    fn prefixes_freeze_after_a_repeat_past_the_threshold() {
+        let ev = |id: i64, prefix: &str| Event {
+            id,
+            ts: String::new(),
+            kind: "filler".into(),
+            content: String::new(),
+            meta: "{}".into(),
+            prev_hash: None,
+            hash: Some(format!("{prefix}{}", "0".repeat(56))),
+        };
+        let mut r = Rsm::default();
+        let n = FREEZE_PREFIXES_AFTER as i64;
+        for id in 1..=n {
+            r.apply(&ev(id, &format!("{id:08x}")));
+        }
+        assert!(!r.prefixes_frozen, "no repeat yet: still exact");
+        assert_eq!(tendency(&r, "uniqueness_emphasis"), Some(10));
+        r.apply(&ev(n + 1, "00000001")); // the first repeat
+        assert!(r.prefixes_frozen && r.prefixes.hex.is_empty());
+        assert_eq!(tendency(&r, "uniqueness_emphasis"), Some(9));
+        for id in n + 2..=n + 50 {
+            r.apply(&ev(id, "00000001"));
+        }
+        // Frozen: later prefixes count as new, so the score stays 9 (the exact value would also
+        // be 9 until repeats exceed a tenth of the events).
+        assert_eq!(tendency(&r, "uniqueness_emphasis"), Some(9));
     }
 
     #[test]

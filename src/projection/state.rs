@@ -1,7 +1,9 @@
 //! All projections together: the fold `pmm-replay --state` prints, and the unit a projection
 //! checkpoint stores.
 
+use super::concepts::ConceptGraph;
 use super::mirror::Mirror;
+use super::rsm::Rsm;
 use crate::event::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -11,12 +13,24 @@ use serde_json::{json, Value};
 pub struct Projections {
     /// Commitments, identity, retrieval config, thresholds.
     pub mirror: Mirror,
+    /// The Recursive Self-Model.
+    pub rsm: Rsm,
+    /// The concept graph (the self-model's `concept_metrics` come from it).
+    pub concepts: ConceptGraph,
 }
 
 impl Projections {
     /// Folds one event into every projection.
     pub fn apply(&mut self, ev: &Event) {
         self.mirror.apply(ev);
+        self.rsm.apply(ev);
+        self.concepts.apply(ev);
+    }
+
+    /// The self-model snapshot, in the reference's structure (what `summary_update` events
+    /// embed as `meta.rsm_state`).
+    pub fn rsm_snapshot(&self) -> Value {
+        self.rsm.snapshot(&self.concepts)
     }
 
     /// The `{"type":"state"}` record (SPEC §4 pmm-replay). Deterministic: the same ledger
@@ -51,6 +65,8 @@ impl Projections {
                 "set_by": m.thresholds.set_by,
             },
             "retrieval": m.retrieval,
+            "rsm": self.rsm_snapshot(),
+            "concept_metrics": self.concepts.concept_metrics(),
         })
     }
 }

@@ -305,3 +305,75 @@ mod cut_points {
         }
     }
 }
+
+#[test]
+fn state_at_each_summary_reproduces_its_self_model_snapshot() {
+    let Some(src) = fixture_path(GPT_LEDGER) else {
+        return;
+    };
+    let pmm = Pmm::new();
+    assert_eq!(
+        pmm.run(
+            "pmm-append",
+            &["--import", src.to_str().unwrap(), "--accept-forks"],
+            ""
+        )
+        .code,
+        0
+    );
+    let summaries = pmm
+        .run("pmm-replay", &["--kind", "summary_update"], "")
+        .records();
+    assert_eq!(summaries.len(), 15);
+    let mut matched = 0;
+    for s in &summaries {
+        let id = s["id"].as_i64().unwrap();
+        let state = pmm.run(
+            "pmm-replay",
+            &["--state", "--at", &(id - 1).to_string()],
+            "",
+        );
+        assert_eq!(state.code, 0, "{state:?}");
+        let rsm = &state.records()[0]["rsm"];
+        assert_eq!(rsm, &s["meta"]["rsm_state"], "summary_update {id}");
+        matched += 1;
+    }
+    assert_eq!(matched, 15);
+}
+
+#[test]
+fn diff_reports_what_changed_in_the_self_model() {
+    let Some(src) = fixture_path(GPT_LEDGER) else {
+        return;
+    };
+    let pmm = Pmm::new();
+    assert_eq!(
+        pmm.run(
+            "pmm-append",
+            &["--import", src.to_str().unwrap(), "--accept-forks"],
+            ""
+        )
+        .code,
+        0
+    );
+    let r = pmm.run("pmm-replay", &["--diff", "100", "1199"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let d = &r.records()[0];
+    assert_eq!(
+        (d["type"].as_str(), d["from"].as_i64(), d["to"].as_i64()),
+        (Some("rsm_diff"), Some(100), Some(1199))
+    );
+    // Between them the self-model learned about determinism (FORMATS.md: 15 at the end).
+    let a = &pmm
+        .run("pmm-replay", &["--state", "--at", "100"], "")
+        .records()[0]["rsm"]["behavioral_tendencies"];
+    let b = &pmm.run("pmm-replay", &["--state"], "").records()[0]["rsm"]["behavioral_tendencies"];
+    let delta = |k: &str| b[k].as_i64().unwrap_or(0) - a[k].as_i64().unwrap_or(0);
+    assert_eq!(
+        d["tendencies_delta"]["determinism_emphasis"].as_i64(),
+        Some(delta("determinism_emphasis"))
+    );
+    assert_ne!(delta("determinism_emphasis"), 0);
+    let r = pmm.run("pmm-replay", &["--diff", "1", "5000"], "");
+    r.assert_error("pmm-replay", &["--diff", "5000"]);
+}
