@@ -1,1 +1,977 @@
-//! Deep verification of derived events (being written).
+//! Deep verification (`pmm-verify --deep`, SPEC §4): recompute every *derived* event from its
+//! inputs and report those that differ as [`Problem::DerivedMismatch`].
+//!
+//! A hash chain only proves that nothing changed after the fact; it says nothing about whether
+//! what was written was right. Derived events are the ones whose content follows from other
+//! data in the ledger, so they can be checked without the model that produced the rest:
+//!
+//! | event | field | recomputed from | FORMATS.md |
+//! |---|---|---|---|
+//! | `commitment_open` | `meta.cid` | sha1 of `meta.text` (not for internal `mc_` cids) | §3.2 |
+//! | `embedding_add` | whole content | the content of the event it names (hash64) | §9.2 |
+//! | `retrieval_selection` | `meta.digest` | its content + the turn's user message | §9.4 |
+//! | `checkpoint_manifest` | `root_hash` | the stored hashes of events `1..=up_to_id` | §8.9 |
+//! | `autonomy_stimulus` | `slot_id` (content and meta) | its `slot` | §8.1 |
+//! | `autonomy_tick` | `meta.slot_id` | its `meta.slot` | §8.1 |
+//! | `summary_update` | `meta.rsm_state` | the self-model over the events before it | §5.2 |
+//!
+//! The last row is a hook ([`SelfModel`]): the RSM projection lives elsewhere and plugs in.
+//!
+//! [`DeepChecker`] is a streaming fold like [`super::Verifier`]: feed it the events in ledger
+//! order and memory stays bounded whatever the ledger size. It keeps
+//! - the texts of the most recent events an embedding may name (user and assistant messages,
+//!   lifetime-memory chunks), up to [`TEXT_WINDOW_EVENTS`] of them and [`TEXT_WINDOW_BYTES`];
+//! - the last few user messages (the query of a retrieval digest);
+//! - a [`RootHasher`] and its state after each of the last [`ROOT_WINDOW`] events and after
+//!   the last few `summary_update`s (the reference checkpoints up to the latest summary); a
+//!   root is only finalised when a checkpoint asks for it.
+//!
+//! Anything out of reach of that state — an embedding of an old or later event, a checkpoint
+//! of a distant prefix — is deferred, and settled by a second pass over the same input
+//! ([`DeepChecker::second_pass`]), exactly as the chain verifier settles far-pointing links.
+
+use super::root::{RootHasher, RootSnapshot};
+use super::{Digest, Finding, Problem};
+use crate::canon;
+use crate::context::{embed, retrieval};
+use crate::event::Event;
+use crate::kernel::slot;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha1::{Digest as _, Sha1};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+/// How many embeddable texts (newest first) are kept for embeddings that come later. The
+/// reference embeds a message a few events after it, and the kernel's backfill reaches back
+/// at most 50 messages.
+pub const TEXT_WINDOW_EVENTS: usize = 4096;
+
+/// The most text bytes the embedding window holds; older texts are dropped beyond it.
+pub const TEXT_WINDOW_BYTES: usize = 32 << 20;
+
+/// How many recent prefix states are kept (about 120 bytes each).
+pub const ROOT_WINDOW: usize = 4096;
+
+/// How many `summary_update` prefix roots are kept, whatever their age.
+const SUMMARY_ROOTS: usize = 64;
+
+/// How many recent user messages are kept for retrieval digests.
+const USER_WINDOW: usize = 16;
+
+/// The kinds whose content an `embedding_add` may embed in the reference.
+const EMBEDDABLE: &[&str] = &["user_message", "assistant_message", "lifetime_memory"];
+
+/// The cid of a commitment opened with `text` (FORMATS.md §3.2): the first 8 hex digits of the
+/// sha1 of the stripped text alone — the same text gives the same cid, so a commitment can be
+/// named before it is opened.
+pub fn commitment_cid(text: &str) -> String {
+    let d = Sha1::digest(text.as_bytes());
+    let mut s = String::with_capacity(8);
+    for b in &d[..4] {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// The self-model check of `summary_update` events: a projection that folds over the ledger
+/// and says which `meta.rsm_state` each summary should carry (FORMATS.md §5.2, §7.4).
+///
+/// The RSM is written elsewhere; this is the seam it plugs into ([`DeepChecker::with_self_model`]).
+/// Without one, `summary_update` events are not checked and [`DeepCounts::rsm_snapshots`]
+/// stays 0. Memory is the implementation's business: it sees every event once, in order.
+pub trait SelfModel: Send {
+    /// Sees the next event, after the checker has checked it (so a `summary_update` is
+    /// checked against the events before it). `meta` is the parsed meta when the checker had
+    /// to parse it anyway; otherwise the implementation parses `ev.meta` if it needs it.
+    fn observe(&mut self, ev: &Event, meta: Option<&Map<String, Value>>);
+
+    /// The `rsm_state` that `summary` should carry, given every event observed so far, or
+    /// `None` to leave this one unchecked. `content` is the summary's parsed content (it names
+    /// `last_event_id`, the end of the window the reference looked at), when it parses.
+    fn expected_rsm_state(&mut self, summary: &Event, content: Option<&Value>) -> Option<Value>;
+}
+
+/// How many derived values were checked, by kind, and what came of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DeepCounts {
+    /// `commitment_open` cids recomputed (internal `mc_` cids are not derived from text).
+    pub cids: u64,
+    /// `embedding_add` contents recomputed.
+    pub embeddings: u64,
+    /// `retrieval_selection` digests recomputed.
+    pub retrieval_digests: u64,
+    /// `checkpoint_manifest` roots recomputed.
+    pub checkpoint_roots: u64,
+    /// `autonomy_stimulus` slot ids recomputed.
+    pub slot_ids: u64,
+    /// `autonomy_tick` slot ids recomputed.
+    pub tick_slot_ids: u64,
+    /// `summary_update` self-model snapshots compared (only with a [`SelfModel`]).
+    pub rsm_snapshots: u64,
+    /// `derived_mismatch` findings reported.
+    pub mismatches: u64,
+    /// Derived values that could not be checked: the input they need is not in the ledger or
+    /// was out of reach and no second pass was made (stdin), or the event is too malformed to
+    /// say what it derives from.
+    pub unresolved: u64,
+}
+
+/// An embedding whose source text was out of the window.
+struct PendingEmbedding {
+    id: i64,
+    target: i64,
+    model: String,
+    dims: i64,
+    found: String,
+}
+
+/// A checkpoint whose prefix root was out of the window.
+struct PendingRoot {
+    id: i64,
+    up_to: i64,
+    found: Value,
+}
+
+/// The streaming deep checker. See the module docs.
+pub struct DeepChecker {
+    counts: DeepCounts,
+    texts: VecDeque<(i64, String)>,
+    text_bytes: usize,
+    users: VecDeque<(i64, String)>,
+    hasher: RootHasher,
+    roots: VecDeque<(i64, RootSnapshot)>,
+    /// True while `roots` still holds every event since the start.
+    roots_complete: bool,
+    summary_roots: VecDeque<(i64, RootSnapshot)>,
+    pending_embeddings: Vec<PendingEmbedding>,
+    pending_roots: Vec<PendingRoot>,
+    self_model: Option<Box<dyn SelfModel>>,
+}
+
+impl Default for DeepChecker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for DeepChecker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeepChecker")
+            .field("counts", &self.counts)
+            .field("pending_embeddings", &self.pending_embeddings.len())
+            .field("pending_roots", &self.pending_roots.len())
+            .field("self_model", &self.self_model.is_some())
+            .finish()
+    }
+}
+
+/// What a second pass over the input must look up for the deferred checks, and what it found.
+pub struct DeepSecondPass {
+    texts_wanted: HashSet<i64>,
+    texts: HashMap<i64, String>,
+    roots_wanted: BTreeMap<i64, Option<Digest>>,
+    hasher: RootHasher,
+    embeddings: Vec<PendingEmbedding>,
+    roots: Vec<PendingRoot>,
+    fed: bool,
+}
+
+impl DeepSecondPass {
+    /// Feed every event of the input again, in order.
+    pub fn see(&mut self, ev: &Event) {
+        self.fed = true;
+        // Roots of prefixes that end before this event.
+        let done: Vec<i64> = self
+            .roots_wanted
+            .range(..ev.id)
+            .filter(|(_, d)| d.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        if !done.is_empty() {
+            let root = self.hasher.root();
+            for k in done {
+                self.roots_wanted.insert(k, Some(root));
+            }
+        }
+        self.hasher.push(ev.hash.as_deref());
+        if self.texts_wanted.contains(&ev.id) {
+            self.texts
+                .entry(ev.id)
+                .or_insert_with(|| ev.content.clone());
+        }
+    }
+
+    /// The event ids whose content the pass is looking for (for callers that can fetch events
+    /// by id instead of rereading everything, e.g. from SQLite). Feed those events with
+    /// [`DeepSecondPass::see_text`].
+    pub fn wanted_texts(&self) -> Vec<i64> {
+        let mut v: Vec<i64> = self.texts_wanted.iter().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Supplies the content of event `id` found by a direct lookup.
+    pub fn see_text(&mut self, id: i64, content: &str) {
+        if self.texts_wanted.contains(&id) {
+            self.texts.entry(id).or_insert_with(|| content.to_string());
+        }
+    }
+
+    /// True if some deferred check needs prefix roots, which only a full pass in order gives.
+    pub fn needs_full_pass(&self) -> bool {
+        !self.roots_wanted.is_empty()
+    }
+}
+
+fn mismatch(what: impl Into<String>, expected: Value, found: Value) -> Problem {
+    Problem::DerivedMismatch {
+        what: what.into(),
+        expected,
+        found,
+    }
+}
+
+fn canon_text(v: &Value) -> String {
+    canon::to_string(v).unwrap_or_else(|_| v.to_string())
+}
+
+impl DeepChecker {
+    /// A checker with no self-model hook.
+    pub fn new() -> Self {
+        DeepChecker {
+            counts: DeepCounts::default(),
+            texts: VecDeque::new(),
+            text_bytes: 0,
+            users: VecDeque::with_capacity(USER_WINDOW),
+            hasher: RootHasher::new(),
+            roots: VecDeque::new(),
+            roots_complete: true,
+            summary_roots: VecDeque::with_capacity(SUMMARY_ROOTS),
+            pending_embeddings: Vec::new(),
+            pending_roots: Vec::new(),
+            self_model: None,
+        }
+    }
+
+    /// Also checks `summary_update` self-model snapshots with `model`.
+    pub fn with_self_model(mut self, model: Box<dyn SelfModel>) -> Self {
+        self.self_model = Some(model);
+        self
+    }
+
+    /// What has been checked so far.
+    pub fn checked(&self) -> DeepCounts {
+        self.counts
+    }
+
+    fn emit(&mut self, out: &mut Vec<Finding>, id: i64, p: Problem) {
+        self.counts.mismatches += 1;
+        out.push(Finding::new(Some(id), p));
+    }
+
+    /// Checks the next event (in ledger order), appending any findings to `out`.
+    pub fn check(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        self.check_parsed(ev, None, out);
+    }
+
+    /// [`DeepChecker::check`] with the meta already parsed (readers often have it); `None`
+    /// parses the stored text where a check needs it.
+    pub fn check_parsed(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        let needs_meta = matches!(
+            ev.kind.as_str(),
+            "commitment_open"
+                | "retrieval_selection"
+                | "autonomy_stimulus"
+                | "autonomy_tick"
+                | "summary_update"
+        );
+        let parsed;
+        let meta = match meta {
+            Some(m) => Some(m),
+            None if needs_meta => {
+                parsed = ev.meta_map().ok();
+                parsed.as_ref()
+            }
+            None => None,
+        };
+        match ev.kind.as_str() {
+            "commitment_open" => self.check_cid(ev, meta, out),
+            "embedding_add" => self.check_embedding(ev, out),
+            "retrieval_selection" => self.check_digest(ev, meta, out),
+            "checkpoint_manifest" => self.check_root(ev, out),
+            "autonomy_stimulus" => self.check_stimulus(ev, meta, out),
+            "autonomy_tick" => self.check_tick(ev, meta, out),
+            "summary_update" => self.check_self_model(ev, meta, out),
+            _ => {}
+        }
+        self.remember(ev, meta);
+    }
+
+    /// Updates the state with an event once it has been checked.
+    fn remember(&mut self, ev: &Event, meta: Option<&Map<String, Value>>) {
+        self.hasher.push(ev.hash.as_deref());
+        let root = self.hasher.snapshot();
+        if self.roots.len() == ROOT_WINDOW {
+            self.roots.pop_front();
+            self.roots_complete = false;
+        }
+        self.roots.push_back((ev.id, root.clone()));
+        match ev.kind.as_str() {
+            "summary_update" => {
+                if self.summary_roots.len() == SUMMARY_ROOTS {
+                    self.summary_roots.pop_front();
+                }
+                self.summary_roots.push_back((ev.id, root));
+            }
+            "user_message" => {
+                if self.users.len() == USER_WINDOW {
+                    self.users.pop_front();
+                }
+                self.users.push_back((ev.id, ev.content.clone()));
+            }
+            _ => {}
+        }
+        if EMBEDDABLE.contains(&ev.kind.as_str()) {
+            self.texts.push_back((ev.id, ev.content.clone()));
+            self.text_bytes += ev.content.len();
+            while self.texts.len() > TEXT_WINDOW_EVENTS
+                || (self.text_bytes > TEXT_WINDOW_BYTES && self.texts.len() > 1)
+            {
+                if let Some((_, t)) = self.texts.pop_front() {
+                    self.text_bytes -= t.len();
+                }
+            }
+        }
+        if let Some(m) = self.self_model.as_mut() {
+            m.observe(ev, meta);
+        }
+    }
+
+    fn check_cid(&mut self, ev: &Event, meta: Option<&Map<String, Value>>, out: &mut Vec<Finding>) {
+        let Some(meta) = meta else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        let cid = meta.get("cid");
+        if let Some(Value::String(c)) = cid {
+            if c.starts_with("mc_") {
+                return; // internal: numbered, not derived from text
+            }
+        }
+        let Some(Value::String(text)) = meta.get("text") else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        self.counts.cids += 1;
+        let expected = commitment_cid(text);
+        if cid.and_then(Value::as_str) != Some(expected.as_str()) {
+            let found = cid.cloned().unwrap_or(Value::Null);
+            self.emit(
+                out,
+                ev.id,
+                mismatch("commitment_open.cid", expected.into(), found),
+            );
+        }
+    }
+
+    fn text_of(&self, id: i64) -> Option<&str> {
+        let i = self.texts.binary_search_by_key(&id, |(k, _)| *k).ok()?;
+        self.texts.get(i).map(|(_, t)| t.as_str())
+    }
+
+    fn check_embedding(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        let parsed: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
+        let fields = parsed.as_ref().and_then(|m| {
+            Some((
+                m.get("event_id")?.as_i64()?,
+                m.get("model")?.as_str()?.to_string(),
+                m.get("dims")?.as_i64()?,
+            ))
+        });
+        let Some((target, model, dims)) = fields else {
+            self.counts.embeddings += 1;
+            self.emit(
+                out,
+                ev.id,
+                mismatch(
+                    "embedding_add",
+                    "a JSON object with integer event_id and dims and a string model".into(),
+                    ev.content.clone().into(),
+                ),
+            );
+            return;
+        };
+        if target < ev.id {
+            if let Some(text) = self.text_of(target) {
+                let expected = embed::embedding_content(target, text, &model, dims);
+                self.counts.embeddings += 1;
+                let found = ev.content.clone();
+                self.compare_embedding(out, ev.id, &expected, &found);
+                return;
+            }
+        }
+        self.pending_embeddings.push(PendingEmbedding {
+            id: ev.id,
+            target,
+            model,
+            dims,
+            found: ev.content.clone(),
+        });
+    }
+
+    /// Reports the fields of an embedding that differ from the recomputed content (one finding
+    /// per field, so a changed vector entry reads as `embedding_add.vector`).
+    fn compare_embedding(&mut self, out: &mut Vec<Finding>, id: i64, expected: &str, found: &str) {
+        if expected == found {
+            return;
+        }
+        let exp: Map<String, Value> = serde_json::from_str(expected).unwrap_or_default();
+        let got: Option<Map<String, Value>> = serde_json::from_str(found).ok();
+        let mut any = false;
+        if let Some(got) = got {
+            let keys: std::collections::BTreeSet<&String> = exp.keys().chain(got.keys()).collect();
+            for k in keys {
+                let (e, f) = (exp.get(k), got.get(k));
+                if e.map(canon_text) != f.map(canon_text) {
+                    any = true;
+                    let p = mismatch(
+                        format!("embedding_add.{k}"),
+                        e.cloned().unwrap_or(Value::Null),
+                        f.cloned().unwrap_or(Value::Null),
+                    );
+                    self.emit(out, id, p);
+                }
+            }
+        }
+        if !any {
+            // Same values, different text (spacing, key order): the content is not what the
+            // reference writes.
+            let p = mismatch("embedding_add", expected.into(), found.into());
+            self.emit(out, id, p);
+        }
+    }
+
+    fn check_digest(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        let content: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
+        let inputs = content.as_ref().and_then(|c| {
+            let dims = c.get("dims")?.as_i64()?;
+            let model = c.get("model")?.as_str()?;
+            let turn = c.get("turn_id")?.as_i64()?;
+            let scores: Option<Vec<f64>> = c
+                .get("scores")?
+                .as_array()?
+                .iter()
+                .map(Value::as_f64)
+                .collect();
+            let selected: Option<Vec<i64>> = c
+                .get("selected")?
+                .as_array()?
+                .iter()
+                .map(Value::as_i64)
+                .collect();
+            Some((dims, model, turn, scores?, selected?))
+        });
+        let Some((dims, model, turn, scores, selected)) = inputs else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        // The turn's user message: the last one before the assistant message (`turn_id`).
+        let Some((_, query)) = self.users.iter().rev().find(|(id, _)| *id < turn) else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        let expected = retrieval::selection_digest(dims, model, query, &scores, &selected);
+        self.counts.retrieval_digests += 1;
+        let found = meta.and_then(|m| m.get("digest"));
+        if found.and_then(Value::as_str) != Some(expected.as_str()) {
+            let found = found.cloned().unwrap_or(Value::Null);
+            let p = mismatch("retrieval_selection.digest", expected.into(), found);
+            self.emit(out, ev.id, p);
+        }
+    }
+
+    /// The root of the prefix `..=up_to` from the state, if it is still there.
+    fn root_at(&self, up_to: i64) -> Option<Digest> {
+        if let Ok(i) = self.summary_roots.binary_search_by_key(&up_to, |(k, _)| *k) {
+            return self.summary_roots.get(i).map(|(_, s)| s.root());
+        }
+        let n = self.roots.partition_point(|(k, _)| *k <= up_to);
+        if n == 0 {
+            return self.roots_complete.then(|| RootHasher::new().root());
+        }
+        self.roots.get(n - 1).map(|(_, s)| s.root())
+    }
+
+    fn check_root(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        let content: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
+        let Some((up_to, found)) = content.as_ref().and_then(|c| {
+            Some((
+                c.get("up_to_id")?.as_i64()?,
+                c.get("root_hash").cloned().unwrap_or(Value::Null),
+            ))
+        }) else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        match (up_to < ev.id).then(|| self.root_at(up_to)).flatten() {
+            Some(root) => {
+                self.counts.checkpoint_roots += 1;
+                self.compare_root(out, ev.id, root, found);
+            }
+            None => self.pending_roots.push(PendingRoot {
+                id: ev.id,
+                up_to,
+                found,
+            }),
+        }
+    }
+
+    fn compare_root(&mut self, out: &mut Vec<Finding>, id: i64, root: Digest, found: Value) {
+        let expected = root.to_string();
+        if found.as_str() != Some(expected.as_str()) {
+            let p = mismatch("checkpoint_manifest.root_hash", expected.into(), found);
+            self.emit(out, id, p);
+        }
+    }
+
+    fn check_stimulus(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        let content: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
+        let Some(slot) = content
+            .as_ref()
+            .and_then(|c| c.get("slot"))
+            .and_then(Value::as_i64)
+        else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        self.counts.slot_ids += 1;
+        let expected = slot::reference_slot_id(slot);
+        let in_content = content.as_ref().and_then(|c| c.get("slot_id"));
+        let in_meta = meta.and_then(|m| m.get("slot_id"));
+        for (what, found) in [
+            ("autonomy_stimulus.slot_id", in_content),
+            ("autonomy_stimulus.meta.slot_id", in_meta),
+        ] {
+            if found.and_then(Value::as_str) != Some(expected.as_str()) {
+                let p = mismatch(
+                    what,
+                    expected.clone().into(),
+                    found.cloned().unwrap_or_default(),
+                );
+                self.emit(out, ev.id, p);
+            }
+        }
+    }
+
+    fn check_tick(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        let Some(slot) = meta.and_then(|m| m.get("slot")).and_then(Value::as_i64) else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        self.counts.tick_slot_ids += 1;
+        let expected = slot::reference_slot_id(slot);
+        let found = meta.and_then(|m| m.get("slot_id"));
+        if found.and_then(Value::as_str) != Some(expected.as_str()) {
+            let p = mismatch(
+                "autonomy_tick.meta.slot_id",
+                expected.into(),
+                found.cloned().unwrap_or_default(),
+            );
+            self.emit(out, ev.id, p);
+        }
+    }
+
+    /// The hook for the self-model snapshot of a `summary_update` (see [`SelfModel`]).
+    fn check_self_model(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        let Some(model) = self.self_model.as_mut() else {
+            return;
+        };
+        let content: Option<Value> = serde_json::from_str(&ev.content).ok();
+        let Some(expected) = model.expected_rsm_state(ev, content.as_ref()) else {
+            return;
+        };
+        self.counts.rsm_snapshots += 1;
+        let found = meta.and_then(|m| m.get("rsm_state"));
+        if found.map(canon_text) != Some(canon_text(&expected)) {
+            let p = mismatch(
+                "summary_update.rsm_state",
+                expected,
+                found.cloned().unwrap_or_default(),
+            );
+            self.emit(out, ev.id, p);
+        }
+    }
+
+    /// After the last event: what a second pass over the same input must settle, if anything
+    /// (embeddings of texts out of the window, checkpoints of prefixes out of it). `None` when
+    /// everything was checked in the first pass.
+    pub fn second_pass(&mut self) -> Option<DeepSecondPass> {
+        if self.pending_embeddings.is_empty() && self.pending_roots.is_empty() {
+            return None;
+        }
+        let embeddings = std::mem::take(&mut self.pending_embeddings);
+        let roots = std::mem::take(&mut self.pending_roots);
+        Some(DeepSecondPass {
+            texts_wanted: embeddings.iter().map(|p| p.target).collect(),
+            texts: HashMap::new(),
+            roots_wanted: roots.iter().map(|p| (p.up_to, None)).collect(),
+            hasher: RootHasher::new(),
+            embeddings,
+            roots,
+            fed: false,
+        })
+    }
+
+    /// Turns what the second pass found into findings. A pass that was never fed (the input
+    /// could not be read twice) settles nothing: its checks count as unresolved. An embedding
+    /// whose event is not in the ledger at all is reported as `embedding_add.event_id`
+    /// (expected null: there is no such event to embed).
+    pub fn settle(&mut self, mut pass: DeepSecondPass, out: &mut Vec<Finding>) {
+        if !pass.fed && pass.texts.is_empty() {
+            self.counts.unresolved += (pass.embeddings.len() + pass.roots.len()) as u64;
+            return;
+        }
+        // Prefixes that end at or after the last event.
+        let last = pass.hasher.root();
+        for d in pass.roots_wanted.values_mut() {
+            d.get_or_insert(last);
+        }
+        let mut found_all = Vec::new();
+        for p in pass.embeddings {
+            match pass.texts.get(&p.target) {
+                Some(text) => {
+                    self.counts.embeddings += 1;
+                    let expected = embed::embedding_content(p.target, text, &p.model, p.dims);
+                    found_all.push((p.id, Some((expected, p.found)), None));
+                }
+                None if pass.fed => {
+                    self.counts.embeddings += 1;
+                    let problem = mismatch("embedding_add.event_id", Value::Null, p.target.into());
+                    found_all.push((p.id, None, Some(problem)));
+                }
+                None => self.counts.unresolved += 1,
+            }
+        }
+        for p in pass.roots {
+            match pass.roots_wanted.get(&p.up_to).copied().flatten() {
+                Some(root) if pass.fed => {
+                    self.counts.checkpoint_roots += 1;
+                    let expected = root.to_string();
+                    if p.found.as_str() != Some(expected.as_str()) {
+                        let problem =
+                            mismatch("checkpoint_manifest.root_hash", expected.into(), p.found);
+                        found_all.push((p.id, None, Some(problem)));
+                    }
+                }
+                _ => self.counts.unresolved += 1,
+            }
+        }
+        found_all.sort_by_key(|(id, _, _)| *id);
+        for (id, compare, problem) in found_all {
+            if let Some((expected, found)) = compare {
+                self.compare_embedding(out, id, &expected, &found);
+            }
+            if let Some(p) = problem {
+                self.emit(out, id, p);
+            }
+        }
+    }
+
+    /// Closes the run and returns the counts. Checks still deferred (no second pass was made)
+    /// count as unresolved. Call [`DeepChecker::settle`] first if there was a second pass.
+    /// `out` mirrors [`super::Verifier::finish`]: nothing is reported here today, but checks
+    /// that can only conclude at the end (the self-model's, perhaps) will report through it.
+    pub fn finish(mut self, _out: &mut Vec<Finding>) -> DeepCounts {
+        self.counts.unresolved += (self.pending_embeddings.len() + self.pending_roots.len()) as u64;
+        self.counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::event_digest;
+
+    /// A chained list of events from (kind, content, meta) triples.
+    fn ledger(items: &[(&str, String, &str)]) -> Vec<Event> {
+        let mut out: Vec<Event> = Vec::new();
+        let mut scratch = Vec::new();
+        for (i, (kind, content, meta)) in items.iter().enumerate() {
+            let prev = out.last().and_then(|e| e.hash.clone());
+            let m = canon::parse_meta(meta).unwrap();
+            let d = event_digest(&mut scratch, kind, content, &m, prev.as_deref()).unwrap();
+            out.push(Event {
+                id: i as i64 + 1,
+                ts: "2025-11-24T05:55:41.199145Z".into(),
+                kind: kind.to_string(),
+                content: content.clone(),
+                meta: canon::to_string(&Value::Object(m)).unwrap(),
+                prev_hash: prev,
+                hash: Some(d.to_string()),
+            });
+        }
+        out
+    }
+
+    fn run(events: &[Event]) -> (Vec<Finding>, DeepCounts) {
+        let mut c = DeepChecker::new();
+        let mut out = Vec::new();
+        for ev in events {
+            c.check(ev, &mut out);
+        }
+        if let Some(mut pass) = c.second_pass() {
+            for ev in events {
+                pass.see(ev);
+            }
+            c.settle(pass, &mut out);
+        }
+        let counts = c.finish(&mut out);
+        (out, counts)
+    }
+
+    fn whats(f: &[Finding]) -> Vec<(i64, String)> {
+        f.iter()
+            .map(|f| match &f.problem {
+                Problem::DerivedMismatch { what, .. } => (f.id.unwrap_or(0), what.clone()),
+                p => panic!("unexpected {p:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cid_worked_examples() {
+        assert_eq!(commitment_cid("engage_with_PMM_creator_tests"), "e86ccfd1");
+        assert_eq!(commitment_cid("note this item"), "e2eb5791");
+    }
+
+    fn sample() -> Vec<Event> {
+        let sid = slot::reference_slot_id(200854);
+        let user = "hello there";
+        let digest = retrieval::selection_digest(64, "hash64", user, &[0.0], &[1]);
+        ledger(&[
+            ("user_message", user.into(), r#"{"role":"user"}"#),
+            ("embedding_add", embed::embedding_content(1, user, "hash64", 64), "{}"),
+            ("assistant_message", "hi".into(), r#"{"role":"assistant"}"#),
+            (
+                "retrieval_selection",
+                r#"{"dims":64,"model":"hash64","scores":[0.0],"selected":[1],"strategy":"vector","turn_id":3}"#.into(),
+                &format!(r#"{{"digest":"{digest}"}}"#),
+            ),
+            (
+                "commitment_open",
+                "Commitment opened: engage_with_PMM_creator_tests".into(),
+                r#"{"cid":"e86ccfd1","origin":"assistant","source":"assistant","text":"engage_with_PMM_creator_tests"}"#,
+            ),
+            (
+                "commitment_open",
+                "Internal commitment opened: x".into(),
+                r#"{"cid":"mc_000006","goal":"x","origin":"autonomy_kernel"}"#,
+            ),
+            (
+                "autonomy_stimulus",
+                format!(r#"{{"slot": 200854, "slot_id": "{sid}"}}"#),
+                &format!(r#"{{"slot_id":"{sid}","source":"autonomy_supervisor"}}"#),
+            ),
+            (
+                "autonomy_tick",
+                r#"{"decision":"idle","evidence":[],"reasoning":"x"}"#.into(),
+                &format!(r#"{{"slot":200854,"slot_id":"{sid}","source":"autonomy_kernel"}}"#),
+            ),
+            ("summary_update", "{}".into(), "{}"),
+        ])
+    }
+
+    fn with_manifest(mut events: Vec<Event>, up_to: i64, root: &str) -> Vec<Event> {
+        let items: Vec<(String, String, String)> = events
+            .drain(..)
+            .map(|e| (e.kind, e.content, e.meta))
+            .chain([(
+                "checkpoint_manifest".to_string(),
+                format!(
+                    r#"{{"covers":["rsm_state","open_commitments"],"root_hash":"{root}","up_to_id":{up_to}}}"#
+                ),
+                r#"{"source":"autonomy_kernel"}"#.to_string(),
+            )])
+            .collect();
+        let refs: Vec<(&str, String, &str)> = items
+            .iter()
+            .map(|(k, c, m)| (k.as_str(), c.clone(), m.as_str()))
+            .collect();
+        ledger(&refs)
+    }
+
+    #[test]
+    fn a_consistent_ledger_has_no_mismatch() {
+        let base = sample();
+        let root = super::super::root::root_hash(base.iter().map(|e| e.hash.as_deref()));
+        let events = with_manifest(base, 9, &root.to_string());
+        let (f, counts) = run(&events);
+        assert!(f.is_empty(), "{f:?}");
+        assert_eq!(
+            counts,
+            DeepCounts {
+                cids: 1,
+                embeddings: 1,
+                retrieval_digests: 1,
+                checkpoint_roots: 1,
+                slot_ids: 1,
+                tick_slot_ids: 1,
+                ..DeepCounts::default()
+            }
+        );
+    }
+
+    #[test]
+    fn each_tampered_value_is_one_finding() {
+        let mut events = with_manifest(sample(), 9, &"0".repeat(64));
+        events[1].content = events[1]
+            .content
+            .replacen("\"vector\":[", "\"vector\":[0,", 1);
+        events[3].meta = events[3].meta.replace("\"digest\":\"", "\"digest\":\"0");
+        events[4].meta = events[4].meta.replace("e86ccfd1", "e86ccfd2");
+        events[6].content = events[6]
+            .content
+            .replace("\"slot\": 200854", "\"slot\": 200855");
+        events[7].meta = events[7].meta.replace("200854", "200853");
+        let (f, counts) = run(&events);
+        assert_eq!(
+            whats(&f),
+            vec![
+                (2, "embedding_add.vector".to_string()),
+                (4, "retrieval_selection.digest".into()),
+                (5, "commitment_open.cid".into()),
+                (7, "autonomy_stimulus.slot_id".into()),
+                (7, "autonomy_stimulus.meta.slot_id".into()),
+                (8, "autonomy_tick.meta.slot_id".into()),
+                (10, "checkpoint_manifest.root_hash".into()),
+            ]
+        );
+        assert_eq!(counts.mismatches, 7);
+    }
+
+    #[test]
+    fn out_of_window_inputs_are_settled_by_a_second_pass() {
+        // An embedding of a later event and a checkpoint of a later prefix: deferred.
+        let text = "later text";
+        let mut items = vec![(
+            "embedding_add",
+            embed::embedding_content(2, text, "hash64", 64),
+            "{}",
+        )];
+        items.push(("user_message", text.into(), "{}"));
+        items.push((
+            "embedding_add",
+            embed::embedding_content(99, "x", "hash64", 64),
+            "{}",
+        ));
+        let events = ledger(&items);
+        let (f, counts) = run(&events);
+        assert_eq!(whats(&f), vec![(3, "embedding_add.event_id".to_string())]);
+        assert_eq!(counts.embeddings, 2);
+        assert_eq!(counts.unresolved, 0);
+
+        // Without a second pass they stay unresolved, with no finding.
+        let mut c = DeepChecker::new();
+        let mut out = Vec::new();
+        for ev in &events {
+            c.check(ev, &mut out);
+        }
+        let pass = c.second_pass().unwrap();
+        assert_eq!(pass.wanted_texts(), vec![2, 99]);
+        c.settle(pass, &mut out);
+        let counts = c.finish(&mut out);
+        assert!(out.is_empty());
+        assert_eq!((counts.embeddings, counts.unresolved), (0, 2));
+    }
+
+    #[test]
+    fn checkpoint_roots_beyond_the_window_are_deferred() {
+        let mut items: Vec<(&str, String, &str)> = (0..ROOT_WINDOW + 10)
+            .map(|i| ("test_event", format!("e{i}"), "{}"))
+            .collect();
+        items.push(("test_event", "last".into(), "{}"));
+        let base = ledger(&items);
+        let root = super::super::root::root_hash(base[..3].iter().map(|e| e.hash.as_deref()));
+        let events = with_manifest(base, 3, &root.to_string());
+        let mut c = DeepChecker::new();
+        let mut out = Vec::new();
+        for ev in &events {
+            c.check(ev, &mut out);
+        }
+        assert_eq!(c.checked().checkpoint_roots, 0);
+        let mut pass = c.second_pass().unwrap();
+        assert!(pass.needs_full_pass());
+        for ev in &events {
+            pass.see(ev);
+        }
+        c.settle(pass, &mut out);
+        let counts = c.finish(&mut out);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!((counts.checkpoint_roots, counts.unresolved), (1, 0));
+    }
+
+    struct Fixed(Value, usize);
+    impl SelfModel for Fixed {
+        fn observe(&mut self, _ev: &Event, _meta: Option<&Map<String, Value>>) {
+            self.1 += 1;
+        }
+        fn expected_rsm_state(&mut self, _s: &Event, _c: Option<&Value>) -> Option<Value> {
+            let mut v = self.0.clone();
+            v["seen"] = self.1.into();
+            Some(v)
+        }
+    }
+
+    #[test]
+    fn self_model_hook_checks_summaries_against_the_events_before_them() {
+        let events = ledger(&[
+            ("test_event", "a".into(), "{}"),
+            (
+                "summary_update",
+                "{}".into(),
+                r#"{"rsm_state":{"seen":1},"synth":"pmm"}"#,
+            ),
+            (
+                "summary_update",
+                "{}".into(),
+                r#"{"rsm_state":{"seen":1},"synth":"pmm"}"#,
+            ),
+        ]);
+        let mut c = DeepChecker::new().with_self_model(Box::new(Fixed(serde_json::json!({}), 0)));
+        let mut out = Vec::new();
+        for ev in &events {
+            c.check(ev, &mut out);
+        }
+        let counts = c.finish(&mut out);
+        assert_eq!(counts.rsm_snapshots, 2);
+        assert_eq!(
+            whats(&out),
+            vec![(3, "summary_update.rsm_state".to_string())]
+        );
+    }
+}

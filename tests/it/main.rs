@@ -6,6 +6,7 @@ mod harness;
 mod bad_input;
 mod canon;
 mod concurrency;
+mod derived;
 mod fixture;
 mod man;
 mod policy;
