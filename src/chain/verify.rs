@@ -214,6 +214,9 @@ pub struct Summary {
     pub malformed: u64,
     /// How many anchors were checked.
     pub anchors_checked: u64,
+    /// With `--deep`: how many derived values of each kind were recomputed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deep: Option<serde_json::Value>,
     /// True when there is no finding at all.
     pub ok: bool,
     /// sha256 of all hashes concatenated in id order (the reference telemetry's digest).

@@ -1,10 +1,14 @@
 //! `pmm-verify`: verify a ledger or an export.
 
+use crate::chain::deep::{DeepChecker, SelfModel};
 use crate::chain::{Anchor, Finding, Summary, Verifier};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::event::Event;
 use crate::interchange::{self, Input, Item};
+use crate::projection::state::Projections;
 use crate::Error;
 use anyhow::Context;
+use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 const AFTER_HELP: &str = "\
@@ -18,12 +22,15 @@ EXAMPLES:
     pmm-export --format jsonl | pmm-verify -
   Only the findings about links:
     pmm-verify ledger.json | jq -c 'select(.problem==\"broken_link\")'
+  Also recompute every derived event (cids, embeddings, digests, roots, slots, snapshots):
+    pmm-verify --deep | jq -c 'select(.type==\"summary\") | .deep'
 
 OUTPUT:
   One {\"type\":\"finding\",\"id\",\"problem\",...} line per problem: hash_mismatch, broken_link
   (with points_to: the event the prev_hash really names, or null), id_gap, genesis_prev_hash,
-  duplicate_hash, anchor_mismatch, malformed (with its line); then one {\"type\":\"summary\"} line
-  per input with counts, last_id, last_hash, ok and sha256_full_digest.
+  duplicate_hash, anchor_mismatch, malformed (with its line), and with --deep derived_mismatch
+  (what, expected, found); then one {\"type\":\"summary\"} line per input with counts, last_id,
+  last_hash, ok and sha256_full_digest (and with --deep, what was recomputed).
 
 EXIT STATUS:
   0  every input verifies clean
@@ -58,6 +65,25 @@ pub struct Args {
     /// lines (blank lines and # comments are skipped)
     #[arg(long, value_name = "FILE")]
     anchors_from: Option<PathBuf>,
+    /// Also recompute every derived event from its inputs (commitment cids, hash64
+    /// embeddings, retrieval digests, checkpoint roots, slot ids, self-model snapshots) and
+    /// report each that differs as a derived_mismatch
+    #[arg(long)]
+    deep: bool,
+}
+
+/// The self-model for `--deep`: our projections, folded alongside the check, give the
+/// snapshot each `summary_update` should embed.
+#[derive(Default)]
+struct ProjectionModel(Projections);
+
+impl SelfModel for ProjectionModel {
+    fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
+        self.0.apply(ev);
+    }
+    fn expected_rsm_state(&mut self, _summary: &Event, _content: Option<&Value>) -> Option<Value> {
+        Some(self.0.rsm_snapshot())
+    }
 }
 
 impl Program for Args {
@@ -115,11 +141,13 @@ fn emit(findings: &mut Vec<Finding>, out: &mut Out) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Verifies one input, printing findings as they are found, then its summary.
+/// Verifies one input, printing findings as they are found, then its summary. With `deep`,
+/// derived events are recomputed too.
 pub fn verify_input(
     input: &Input,
     anchors: Vec<Anchor>,
     quiet: bool,
+    deep: bool,
     out: &mut Out,
 ) -> anyhow::Result<Summary> {
     let size = input
@@ -132,10 +160,23 @@ pub fn verify_input(
     let mut findings: Vec<Finding> = Vec::new();
     let mut io_err = None;
     let tick = |n: u64| bar.set_position(n);
+    let mut checker =
+        deep.then(|| DeepChecker::new().with_self_model(Box::new(ProjectionModel::default())));
+    let mut derived: Vec<Finding> = Vec::new();
     interchange::read_with(input, &tick, &interchange::digest, &mut |item, digest| {
         match (item, digest) {
-            (Item::Event(r), Some(d)) => v.check_computed(&r.event, d, &mut findings),
-            (Item::Event(r), None) => v.check(&r.event, r.meta.as_ref(), &mut findings),
+            (Item::Event(r), d) => {
+                match d {
+                    Some(d) => v.check_computed(&r.event, d, &mut findings),
+                    None => v.check(&r.event, r.meta.as_ref(), &mut findings),
+                }
+                if let Some(c) = checker.as_mut() {
+                    c.check(&r.event, &mut derived);
+                    for f in derived.drain(..) {
+                        v.report(f.id, f.problem, &mut findings);
+                    }
+                }
+            }
             (Item::Malformed { line, id, error }, _) => v.malformed(id, line, error, &mut findings),
         }
         if let Err(e) = emit(&mut findings, out) {
@@ -148,18 +189,38 @@ pub fn verify_input(
     if let Some(e) = io_err {
         return Err(e.into());
     }
-    if let Some(mut pass) = v.second_pass() {
+    let chain_pass = v.second_pass();
+    let deep_pass = checker.as_mut().and_then(|c| c.second_pass());
+    if chain_pass.is_some() || deep_pass.is_some() {
+        let (mut chain_pass, mut deep_pass) = (chain_pass, deep_pass);
         if input.rereadable() {
+            // One more read settles both: far-pointing links and repeats, and derived events
+            // whose inputs had left the deep checker's window.
             interchange::read(input, &|_| {}, &mut |item| {
                 if let Item::Event(r) = item {
-                    pass.see(r.event.id, r.event.hash.as_deref());
+                    if let Some(p) = chain_pass.as_mut() {
+                        p.see(r.event.id, r.event.hash.as_deref());
+                    }
+                    if let Some(p) = deep_pass.as_mut() {
+                        p.see(&r.event);
+                    }
                 }
                 Ok(true)
             })?;
         }
-        v.settle(pass, &mut findings);
+        if let Some(p) = chain_pass {
+            v.settle(p, &mut findings);
+        }
+        if let (Some(c), Some(p)) = (checker.as_mut(), deep_pass) {
+            c.settle(p, &mut derived);
+            for f in derived.drain(..) {
+                v.report(f.id, f.problem, &mut findings);
+            }
+        }
     }
+    let deep_counts = checker.map(|c| c.finish(&mut derived));
     let mut summary = v.finish(&mut findings);
+    summary.deep = deep_counts.and_then(|c| serde_json::to_value(c).ok());
     emit(&mut findings, out)?;
     bar.finish_and_clear();
     summary.source = Some(input.name());
@@ -182,7 +243,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut out = Out::new();
     let mut ok = true;
     for input in &inputs {
-        ok &= verify_input(input, anchors.clone(), args.common.quiet, &mut out)?.ok;
+        ok &= verify_input(
+            input,
+            anchors.clone(),
+            args.common.quiet,
+            args.deep,
+            &mut out,
+        )?
+        .ok;
     }
     Ok(if ok {
         Outcome::Success

@@ -6,6 +6,7 @@ mod harness;
 mod bad_input;
 mod canon;
 mod concurrency;
+mod deep;
 mod derived;
 mod fixture;
 mod man;
