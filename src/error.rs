@@ -58,6 +58,10 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The tool worked and what was asked for is not there (a cid without a thread, an event
+    /// that is not a graph node): a negative answer, exit 1.
+    #[error("{0}")]
+    NotFound(String),
     /// Any other SQLite error.
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
@@ -73,10 +77,10 @@ impl Error {
     }
 
     /// The process exit status this error maps to (SPEC §3): 1 for a negative answer (policy
-    /// refusal), 2 for everything else.
+    /// refusal, nothing found), 2 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::PolicyViolation { .. } => 1,
+            Error::PolicyViolation { .. } | Error::NotFound(_) => 1,
             _ => 2,
         }
     }

@@ -2,6 +2,7 @@
 
 pub mod append;
 pub mod export;
+pub mod graph;
 pub mod metrics;
 pub mod replay;
 pub mod verify;
@@ -12,6 +13,7 @@ pub fn commands() -> Vec<clap::Command> {
     vec![
         append::Args::command(),
         export::Args::command(),
+        graph::Args::command(),
         metrics::Args::command(),
         replay::Args::command(),
         verify::Args::command(),

@@ -1,1 +1,552 @@
-//! (being written)
+//! The event graph (the reference's MemeGraph, FORMATS.md §6): which reply answers which
+//! message, which reply a commitment came from, which open a close ends, what a reflection is
+//! about. A fold over the events in id order; nodes are the events of the tracked kinds, edges
+//! point from the newer event to the older one.
+//!
+//! The reference finds each edge's target by scanning every node and reading its event back
+//! from the database; this fold keeps the few facts the rules need in maps instead (the latest
+//! user message, the latest reply or reflection, the first reply carrying each `COMMIT:` text,
+//! the first open of each cid), so building is linear and a node costs an id and a kind.
+
+use crate::event::Event;
+use crate::marker;
+use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction as PetDirection;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{self, Write};
+
+/// The kinds that become nodes (meme_graph.py `TRACKED_KINDS`); every other kind is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NodeKind {
+    /// `user_message`.
+    UserMessage,
+    /// `assistant_message`.
+    AssistantMessage,
+    /// `commitment_open`.
+    CommitmentOpen,
+    /// `commitment_close`.
+    CommitmentClose,
+    /// `identity_adoption`.
+    IdentityAdoption,
+    /// `reflection`.
+    Reflection,
+    /// `summary_update`.
+    SummaryUpdate,
+}
+
+impl NodeKind {
+    /// Every tracked kind.
+    pub const ALL: [NodeKind; 7] = [
+        NodeKind::UserMessage,
+        NodeKind::AssistantMessage,
+        NodeKind::CommitmentOpen,
+        NodeKind::CommitmentClose,
+        NodeKind::IdentityAdoption,
+        NodeKind::Reflection,
+        NodeKind::SummaryUpdate,
+    ];
+
+    /// The tracked kind named `kind`, or `None` for a kind the graph ignores.
+    pub fn from_kind(kind: &str) -> Option<NodeKind> {
+        Some(match kind {
+            "user_message" => NodeKind::UserMessage,
+            "assistant_message" => NodeKind::AssistantMessage,
+            "commitment_open" => NodeKind::CommitmentOpen,
+            "commitment_close" => NodeKind::CommitmentClose,
+            "identity_adoption" => NodeKind::IdentityAdoption,
+            "reflection" => NodeKind::Reflection,
+            "summary_update" => NodeKind::SummaryUpdate,
+            _ => return None,
+        })
+    }
+
+    /// The event kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeKind::UserMessage => "user_message",
+            NodeKind::AssistantMessage => "assistant_message",
+            NodeKind::CommitmentOpen => "commitment_open",
+            NodeKind::CommitmentClose => "commitment_close",
+            NodeKind::IdentityAdoption => "identity_adoption",
+            NodeKind::Reflection => "reflection",
+            NodeKind::SummaryUpdate => "summary_update",
+        }
+    }
+}
+
+impl std::fmt::Display for NodeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an edge means (FORMATS.md §6.2). Edges point from the newer event to the older one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EdgeLabel {
+    /// An assistant message to the latest user message before it.
+    RepliesTo,
+    /// An identity adoption to the latest assistant message or reflection before it.
+    AdoptsIdentityFor,
+    /// A commitment open to the first assistant message with its text on a `COMMIT:` line.
+    CommitsTo,
+    /// A commitment close to the first open of its cid.
+    Closes,
+    /// A reflection to the node named by its `meta.about_event`.
+    ReflectsOn,
+}
+
+impl EdgeLabel {
+    /// The reference's label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EdgeLabel::RepliesTo => "replies_to",
+            EdgeLabel::AdoptsIdentityFor => "adopts_identity_for",
+            EdgeLabel::CommitsTo => "commits_to",
+            EdgeLabel::Closes => "closes",
+            EdgeLabel::ReflectsOn => "reflects_on",
+        }
+    }
+}
+
+impl std::fmt::Display for EdgeLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A node: an event of a tracked kind. Content stays in the ledger; fetch it by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Node {
+    /// The event id.
+    pub id: i64,
+    /// The event kind.
+    pub kind: NodeKind,
+}
+
+/// Which edges of a node [`EventGraph::neighbors`] follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// Edges into the node: the newer events that point at it.
+    In,
+    /// Edges out of the node: the older events it points at.
+    Out,
+    /// Both.
+    #[default]
+    Both,
+}
+
+/// `graph_stats()` (FORMATS.md §6.3): node and edge counts, nodes per kind (only kinds that
+/// occur, in name order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GraphStats {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Number of edges.
+    pub edges: usize,
+    /// Nodes per kind.
+    pub counts_by_kind: BTreeMap<&'static str, usize>,
+}
+
+/// The event graph, built by folding events in id order with [`EventGraph::apply`].
+#[derive(Debug, Clone, Default)]
+pub struct EventGraph {
+    graph: DiGraph<Node, EdgeLabel>,
+    last_user: Option<NodeIndex>,
+    last_reply_or_reflection: Option<NodeIndex>,
+    first_reply_by_commit_text: HashMap<String, NodeIndex>,
+    first_open_by_cid: HashMap<String, NodeIndex>,
+}
+
+/// The meta fields the edge rules read. Meta that is not a JSON object reads as `{}`.
+fn meta_of(ev: &Event) -> Map<String, Value> {
+    if ev.meta.trim().is_empty() {
+        return Map::new();
+    }
+    serde_json::from_str(&ev.meta).unwrap_or_default()
+}
+
+/// A non-empty string field (the reference's `isinstance(x, str) and x`).
+fn non_empty_str<'a>(meta: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    meta.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The node id a truthy `about_event` names, with Python's equality: `5`, `5.0` and (for 1)
+/// `true` all find node 5 or 1; strings never match an integer node.
+fn about_event_id(v: &Value) -> Option<i64> {
+    match v {
+        Value::Bool(true) => Some(1),
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e18)
+                    .map(|f| f as i64)
+            })
+            .filter(|&id| id != 0),
+        _ => None,
+    }
+}
+
+impl EventGraph {
+    /// Folds one event in. Events of untracked kinds are ignored, and so is an event whose id
+    /// is not above the newest node's (the fold runs in id order; a repeat adds nothing, as the
+    /// reference's `add_event` ignores a node it has).
+    pub fn apply(&mut self, ev: &Event) {
+        let Some(kind) = NodeKind::from_kind(&ev.kind) else {
+            return;
+        };
+        if self
+            .graph
+            .raw_nodes()
+            .last()
+            .is_some_and(|n| ev.id <= n.weight.id)
+        {
+            return;
+        }
+        let ix = self.graph.add_node(Node { id: ev.id, kind });
+        match kind {
+            NodeKind::UserMessage => self.last_user = Some(ix),
+            NodeKind::AssistantMessage => {
+                if let Some(user) = self.last_user {
+                    self.graph.add_edge(ix, user, EdgeLabel::RepliesTo);
+                }
+                for text in marker::commit_texts(&ev.content) {
+                    self.first_reply_by_commit_text.entry(text).or_insert(ix);
+                }
+                self.last_reply_or_reflection = Some(ix);
+            }
+            NodeKind::IdentityAdoption => {
+                if let Some(anchor) = self.last_reply_or_reflection {
+                    self.graph
+                        .add_edge(ix, anchor, EdgeLabel::AdoptsIdentityFor);
+                }
+            }
+            NodeKind::CommitmentOpen => {
+                let meta = meta_of(ev);
+                if let Some(text) = non_empty_str(&meta, "text") {
+                    if let Some(&reply) = self.first_reply_by_commit_text.get(text) {
+                        self.graph.add_edge(ix, reply, EdgeLabel::CommitsTo);
+                    }
+                }
+                if let Some(cid) = non_empty_str(&meta, "cid") {
+                    self.first_open_by_cid.entry(cid.to_string()).or_insert(ix);
+                }
+            }
+            NodeKind::CommitmentClose => {
+                let meta = meta_of(ev);
+                if let Some(cid) = non_empty_str(&meta, "cid") {
+                    if let Some(&open) = self.first_open_by_cid.get(cid) {
+                        self.graph.add_edge(ix, open, EdgeLabel::Closes);
+                    }
+                }
+            }
+            NodeKind::Reflection => {
+                let meta = meta_of(ev);
+                // The node is already in the graph, so a reflection about itself gets a loop,
+                // as in the reference.
+                if let Some(target) = meta
+                    .get("about_event")
+                    .and_then(about_event_id)
+                    .and_then(|id| self.index_of(id))
+                {
+                    self.graph.add_edge(ix, target, EdgeLabel::ReflectsOn);
+                }
+                self.last_reply_or_reflection = Some(ix);
+            }
+            NodeKind::SummaryUpdate => {}
+        }
+    }
+
+    /// The graph of `events` (in id order).
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> EventGraph {
+        let mut g = EventGraph::default();
+        for ev in events {
+            g.apply(ev);
+        }
+        g
+    }
+
+    /// Nodes are added in rising id order, so the node list is sorted by id.
+    fn index_of(&self, id: i64) -> Option<NodeIndex> {
+        self.graph
+            .raw_nodes()
+            .binary_search_by_key(&id, |n| n.weight.id)
+            .ok()
+            .map(NodeIndex::new)
+    }
+
+    fn id(&self, ix: NodeIndex) -> i64 {
+        self.graph[ix].id
+    }
+
+    /// The node of event `id`, if that event is in the graph.
+    pub fn node(&self, id: i64) -> Option<Node> {
+        self.index_of(id).map(|ix| self.graph[ix])
+    }
+
+    /// Every node, in id order.
+    pub fn nodes(&self) -> impl Iterator<Item = Node> + '_ {
+        self.graph.raw_nodes().iter().map(|n| n.weight)
+    }
+
+    /// Every edge as `(from, to, label)`, in the order they were made (by `from`, rising).
+    pub fn edges(&self) -> impl Iterator<Item = (i64, i64, EdgeLabel)> + '_ {
+        self.graph
+            .raw_edges()
+            .iter()
+            .map(|e| (self.id(e.source()), self.id(e.target()), e.weight))
+    }
+
+    /// Node and edge counts and nodes per kind (`graph_stats`).
+    pub fn stats(&self) -> GraphStats {
+        let mut counts = [0usize; NodeKind::ALL.len()];
+        for n in self.graph.raw_nodes() {
+            counts[n.weight.kind as usize] += 1;
+        }
+        let counts_by_kind = NodeKind::ALL
+            .iter()
+            .zip(counts)
+            .filter(|(_, c)| *c > 0)
+            .map(|(k, c)| (k.as_str(), c))
+            .collect();
+        GraphStats {
+            nodes: self.graph.node_count(),
+            edges: self.graph.edge_count(),
+            counts_by_kind,
+        }
+    }
+
+    /// The ids next to event `id` along edges in `direction`, only nodes of `kind` when given;
+    /// sorted and unique. Empty when `id` is not a node.
+    pub fn neighbors(&self, id: i64, direction: Direction, kind: Option<NodeKind>) -> Vec<i64> {
+        let Some(ix) = self.index_of(id) else {
+            return Vec::new();
+        };
+        let mut out = BTreeSet::new();
+        let dirs: &[PetDirection] = match direction {
+            Direction::In => &[PetDirection::Incoming],
+            Direction::Out => &[PetDirection::Outgoing],
+            Direction::Both => &[PetDirection::Outgoing, PetDirection::Incoming],
+        };
+        for &d in dirs {
+            for n in self.graph.neighbors_directed(ix, d) {
+                if kind.is_none_or(|k| self.graph[n].kind == k) {
+                    out.insert(self.id(n));
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Ids of the nodes with an edge labelled `label` between them and `ix` in direction `d`
+    /// (seen from `ix`), ascending and unique.
+    fn linked(&self, ix: NodeIndex, d: PetDirection, label: EdgeLabel) -> Vec<i64> {
+        let set: BTreeSet<i64> = self
+            .graph
+            .edges_directed(ix, d)
+            .filter(|e| *e.weight() == label)
+            .map(|e| match d {
+                PetDirection::Outgoing => self.id(e.target()),
+                PetDirection::Incoming => self.id(e.source()),
+            })
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// The thread of commitment `cid` (`thread_for_cid`, FORMATS.md §6.3): the assistant
+    /// messages the first open of the cid commits to, the open, the closes of that open, then the
+    /// reflections on those assistant messages; each group ascending. Empty when no open has
+    /// the cid (`cid` is Python-stripped first).
+    pub fn thread(&self, cid: &str) -> Vec<i64> {
+        let cid = marker::py_strip(cid);
+        let Some(&open) = self.first_open_by_cid.get(cid) else {
+            return Vec::new();
+        };
+        let replies = self.linked(open, PetDirection::Outgoing, EdgeLabel::CommitsTo);
+        let closes = self.linked(open, PetDirection::Incoming, EdgeLabel::Closes);
+        let mut reflections = BTreeSet::new();
+        for &reply in &replies {
+            if let Some(ix) = self.index_of(reply) {
+                reflections.extend(self.linked(ix, PetDirection::Incoming, EdgeLabel::ReflectsOn));
+            }
+        }
+        let mut thread = replies;
+        thread.push(self.id(open));
+        thread.extend(closes);
+        thread.extend(reflections);
+        thread
+    }
+
+    /// The thread of `cid` and every direct neighbour of its events, ascending
+    /// (`subgraph_for_cid`, what the reference CLI's `/graph explain` prints). Empty when the
+    /// thread is.
+    pub fn subgraph(&self, cid: &str) -> Vec<i64> {
+        let mut set = BTreeSet::new();
+        for id in self.thread(cid) {
+            set.insert(id);
+            set.extend(self.neighbors(id, Direction::Both, None));
+        }
+        set.into_iter().collect()
+    }
+
+    /// Writes the graph as Graphviz DOT: nodes in id order labelled `<id> <kind>`, then edges
+    /// in order of their source labelled with their meaning. The same graph gives the same bytes.
+    pub fn write_dot<W: Write>(&self, w: &mut W) -> io::Result<()> {
+        writeln!(w, "digraph pmm {{")?;
+        writeln!(w, "  node [shape=box];")?;
+        for n in self.nodes() {
+            writeln!(
+                w,
+                "  {} [label=\"{} {}\", kind=\"{}\"];",
+                n.id, n.id, n.kind, n.kind
+            )?;
+        }
+        for (from, to, label) in self.edges() {
+            writeln!(w, "  {from} -> {to} [label=\"{label}\"];")?;
+        }
+        writeln!(w, "}}")
+    }
+
+    /// Writes the graph as one line of JSON in networkx's node-link form (so
+    /// `networkx.node_link_graph(json.loads(line), edges="links")` reads it back):
+    /// `{"type":"graph","directed":true,"multigraph":false,"graph":{},"nodes":[{"id","kind"}…],
+    /// "links":[{"source","target","label"}…]}`, nodes in id order, links in order of source.
+    /// No trailing newline.
+    pub fn write_json<W: Write>(&self, w: &mut W) -> io::Result<()> {
+        write!(
+            w,
+            "{{\"type\":\"graph\",\"directed\":true,\"multigraph\":false,\"graph\":{{}},\"nodes\":["
+        )?;
+        for (i, n) in self.nodes().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            write!(w, "{sep}{{\"id\":{},\"kind\":\"{}\"}}", n.id, n.kind)?;
+        }
+        write!(w, "],\"links\":[")?;
+        for (i, (from, to, label)) in self.edges().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            write!(
+                w,
+                "{sep}{{\"source\":{from},\"target\":{to},\"label\":\"{label}\"}}"
+            )?;
+        }
+        write!(w, "]}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(id: i64, kind: &str, content: &str, meta: Value) -> Event {
+        Event {
+            id,
+            ts: String::new(),
+            kind: kind.into(),
+            content: content.into(),
+            meta: meta.to_string(),
+            prev_hash: None,
+            hash: None,
+        }
+    }
+
+    fn sample() -> EventGraph {
+        EventGraph::from_events(&[
+            ev(1, "user_message", "hi", json!({})),
+            ev(
+                2,
+                "assistant_message",
+                "ok\nCOMMIT: a\n COMMIT: b",
+                json!({}),
+            ),
+            ev(3, "commitment_open", "", json!({"cid":"c1","text":"a"})),
+            ev(4, "commitment_open", "", json!({"cid":"c2","text":"b"})),
+            ev(5, "metrics_turn", "", json!({})),
+            ev(6, "reflection", "r", json!({"about_event": 2})),
+            ev(7, "identity_adoption", "", json!({})),
+            ev(8, "user_message", "again", json!({})),
+            ev(9, "assistant_message", "COMMIT: a", json!({})),
+            ev(10, "commitment_open", "", json!({"cid":"c1","text":"a"})),
+            ev(11, "commitment_close", "", json!({"cid":"c1"})),
+            ev(12, "reflection", "", json!({"about_event": "2"})),
+            ev(13, "reflection", "", json!({"about_event": 5})),
+            ev(14, "reflection", "", json!({"about_event": 2.0})),
+            ev(15, "summary_update", "", json!({})),
+        ])
+    }
+
+    #[test]
+    fn edge_rules() {
+        let g = sample();
+        let edges: Vec<_> = g.edges().collect();
+        assert_eq!(
+            edges,
+            vec![
+                (2, 1, EdgeLabel::RepliesTo),
+                (3, 2, EdgeLabel::CommitsTo),
+                (6, 2, EdgeLabel::ReflectsOn),
+                (7, 6, EdgeLabel::AdoptsIdentityFor),
+                (9, 8, EdgeLabel::RepliesTo),
+                (10, 2, EdgeLabel::CommitsTo),
+                (11, 3, EdgeLabel::Closes),
+                (14, 2, EdgeLabel::ReflectsOn),
+            ]
+        );
+        let s = g.stats();
+        assert_eq!((s.nodes, s.edges), (14, 8));
+        assert_eq!(s.counts_by_kind["reflection"], 4);
+        assert!(!s.counts_by_kind.contains_key("metrics_turn"));
+    }
+
+    #[test]
+    fn queries() {
+        let g = sample();
+        assert_eq!(g.thread("c1"), vec![2, 3, 11, 6, 14]);
+        assert_eq!(g.thread(" c1\n"), vec![2, 3, 11, 6, 14]);
+        assert_eq!(g.thread("c2"), vec![4]);
+        assert!(g.thread("nope").is_empty());
+        assert_eq!(g.subgraph("c1"), vec![1, 2, 3, 6, 7, 10, 11, 14]);
+        assert!(g.subgraph("").is_empty());
+        assert_eq!(g.neighbors(2, Direction::In, None), vec![3, 6, 10, 14]);
+        assert_eq!(g.neighbors(2, Direction::Out, None), vec![1]);
+        assert_eq!(
+            g.neighbors(2, Direction::Both, Some(NodeKind::Reflection)),
+            vec![6, 14]
+        );
+        assert!(g.neighbors(5, Direction::Both, None).is_empty());
+    }
+
+    #[test]
+    fn a_repeated_or_older_event_adds_nothing() {
+        let mut g = sample();
+        let before = g.stats();
+        g.apply(&ev(9, "assistant_message", "COMMIT: z", json!({})));
+        g.apply(&ev(3, "user_message", "", json!({})));
+        assert_eq!(g.stats(), before);
+    }
+
+    #[test]
+    fn dot_and_json_are_deterministic() {
+        let g = sample();
+        let mut dot = Vec::new();
+        g.write_dot(&mut dot).unwrap();
+        let dot = String::from_utf8(dot).unwrap();
+        assert!(dot.starts_with("digraph pmm {\n"));
+        assert!(dot.contains("  2 [label=\"2 assistant_message\", kind=\"assistant_message\"];\n"));
+        assert!(dot.contains("  11 -> 3 [label=\"closes\"];\n"));
+        assert!(dot.ends_with("}\n"));
+        let mut js = Vec::new();
+        g.write_json(&mut js).unwrap();
+        let v: Value = serde_json::from_slice(&js).unwrap();
+        assert_eq!(v["nodes"].as_array().unwrap().len(), 14);
+        assert_eq!(
+            v["links"][0],
+            json!({"source":2,"target":1,"label":"replies_to"})
+        );
+    }
+}

@@ -9,6 +9,7 @@ mod concurrency;
 mod deep;
 mod derived;
 mod fixture;
+mod graph;
 mod man;
 mod policy;
 mod programs;

@@ -1,0 +1,317 @@
+//! `pmm-graph`: query the event graph.
+
+use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::marker;
+use crate::projection::graph::{Direction, EventGraph, GraphStats, NodeKind};
+use crate::store::{Filter, Ledger};
+use crate::Error;
+use std::io::{self, Write};
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  How big the graph is:
+    pmm-graph stats | jq .counts_by_kind
+  Everything that happened to commitment e86ccfd1, as events, then as a table:
+    pmm-graph thread e86ccfd1
+    pmm-graph thread e86ccfd1 --text
+  The contents of the thread's reflections:
+    pmm-graph thread e86ccfd1 | jq -r 'select(.kind==\"reflection\") | .content'
+  The thread and everything next to it (the reference CLI's /graph explain):
+    pmm-graph explain e86ccfd1 --text
+  What points at event 94, and which open commitments came from it:
+    pmm-graph neighbors 94 --direction in --kind commitment_open | jq .meta.cid
+  The thread of every open commitment:
+    pmm-metrics | jq -r '.open_commitments[]' | xargs -n1 pmm-graph thread --text
+  A picture (Graphviz), and the graph for networkx:
+    pmm-graph export --format dot | dot -Tsvg > graph.svg
+    pmm-graph export --format json > graph.json
+
+OUTPUT:
+  stats      one {\"type\":\"graph_stats\",\"nodes\",\"edges\",\"counts_by_kind\"} line
+  thread     the thread's events, one JSON line each as pmm-export --format jsonl prints them:
+             the assistant message the first open of CID commits to, that open, its closes,
+             then the reflections on that assistant message (each group by id)
+  explain    the events of the thread and of all their direct neighbours, by id
+  neighbors  the events next to ID, by id
+  export     dot: a Graphviz digraph, nodes labelled \"<id> <kind>\", edges labelled with their
+             meaning; json: one line in networkx node-link form
+             {\"type\":\"graph\",\"directed\":true,...,\"nodes\":[{\"id\",\"kind\"}],
+             \"links\":[{\"source\",\"target\",\"label\"}]}
+  --text     a human rendering instead: \"[<id>] <kind> | <first line of content, 80 chars>\"
+             under a heading, or the stats as \"nodes: N\" lines (not for export)
+  Nodes are the events of kinds user_message, assistant_message, commitment_open,
+  commitment_close, identity_adoption, reflection and summary_update. Edges point from the
+  newer event to the older: replies_to (assistant message to the latest user message),
+  adopts_identity_for (identity adoption to the latest assistant message or reflection),
+  commits_to (open to the first assistant message with its text on a COMMIT: line), closes
+  (close to the first open of its cid), reflects_on (reflection to its meta.about_event).
+  The graph is built from the whole ledger on every run.
+
+EXIT STATUS:
+  0  answered (a closed pipe also ends quietly with 0); an event without neighbours prints
+     nothing and exits 0
+  1  nothing to answer about: no commitment_open has CID (thread, explain), or ID is not a
+     node of the graph (neighbors); stdout is empty and stderr says why
+  2  missing ledger, not a ledger, bad arguments (--text with export, an untracked --kind)
+
+ENVIRONMENT:
+  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)";
+
+/// Query the event graph: stats, the thread of a commitment, neighbours, Graphviz export.
+///
+/// Builds the reference's MemeGraph from the whole ledger (the events of the tracked kinds are
+/// nodes; edges link a reply to its message, a commitment to the reply that made it, a close
+/// to its open, a reflection to its subject) and answers one query about it.
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-graph", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Print a human rendering instead of JSON Lines
+    #[arg(long, global = true)]
+    text: bool,
+
+    #[command(subcommand)]
+    query: Option<Query>,
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// The queries.
+#[derive(Debug, Clone, clap::Subcommand)]
+enum Query {
+    /// Node and edge counts and nodes per kind
+    Stats,
+    /// The events of commitment CID's thread: the reply that made it, the open, its closes,
+    /// the reflections on the reply
+    Thread {
+        /// The commitment id (meta.cid of its commitment_open)
+        cid: String,
+    },
+    /// The thread of CID and every event directly linked to it, by id
+    Explain {
+        /// The commitment id (meta.cid of its commitment_open)
+        cid: String,
+    },
+    /// The events linked to event ID, by id
+    Neighbors {
+        /// The event id
+        id: i64,
+        /// Which links to follow: in (newer events pointing at ID), out (older events ID
+        /// points at), or both
+        #[arg(long, value_enum, default_value_t = Dir::Both)]
+        direction: Dir,
+        /// Only neighbours of this kind
+        #[arg(long, value_name = "KIND")]
+        kind: Option<String>,
+    },
+    /// The whole graph, as Graphviz DOT or JSON
+    Export {
+        /// Output format
+        #[arg(long, short = 'f', value_enum, default_value_t = GraphFormat::Json)]
+        format: GraphFormat,
+    },
+}
+
+/// `--direction`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Dir {
+    In,
+    Out,
+    Both,
+}
+
+impl Dir {
+    fn direction(self) -> Direction {
+        match self {
+            Dir::In => Direction::In,
+            Dir::Out => Direction::Out,
+            Dir::Both => Direction::Both,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Dir::In => "in",
+            Dir::Out => "out",
+            Dir::Both => "both",
+        }
+    }
+}
+
+/// `export --format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum GraphFormat {
+    Dot,
+    Json,
+}
+
+/// The stats record: `{"type":"graph_stats","nodes","edges","counts_by_kind"}`.
+#[derive(serde::Serialize)]
+struct StatsLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    stats: &'a GraphStats,
+}
+
+/// Builds the graph of the whole ledger.
+pub fn build(ledger: &Ledger, quiet: bool) -> crate::Result<EventGraph> {
+    let bar = crate::cli::progress(ledger.max_id()?.max(0) as u64, quiet, "reading");
+    let mut graph = EventGraph::default();
+    ledger.scan(&Filter::default(), |ev| {
+        if ev.id % 4096 == 0 {
+            bar.set_position(ev.id.max(0) as u64);
+        }
+        graph.apply(&ev);
+        Ok(true)
+    })?;
+    bar.finish_and_clear();
+    Ok(graph)
+}
+
+/// `[<id>] <kind> | <first line of content, 80 characters>`, the reference CLI's line.
+pub fn text_line(ev: &crate::event::Event) -> String {
+    let first = marker::splitlines(&ev.content)
+        .into_iter()
+        .next()
+        .unwrap_or("");
+    let first: String = first.chars().take(80).collect();
+    format!("[{}] {} | {}\n", ev.id, ev.kind, first)
+}
+
+/// Prints the events `ids` (as JSON lines, or text lines under `heading`).
+fn print_events(
+    ledger: &Ledger,
+    ids: &[i64],
+    text: Option<String>,
+    out: &mut Out,
+) -> anyhow::Result<()> {
+    if let Some(heading) = &text {
+        out.raw(heading.as_bytes())?;
+        out.raw(b"\n")?;
+    }
+    for &id in ids {
+        let Some(ev) = ledger.get(id)? else {
+            continue;
+        };
+        if text.is_some() {
+            out.raw(text_line(&ev).as_bytes())?;
+        } else {
+            out.event(&ev)?;
+        }
+    }
+    Ok(())
+}
+
+fn tracked_kind(kind: &str) -> crate::Result<NodeKind> {
+    NodeKind::from_kind(kind).ok_or_else(|| {
+        let names: Vec<&str> = NodeKind::ALL.iter().map(|k| k.as_str()).collect();
+        Error::bad_input(
+            Some("--kind".into()),
+            format!(
+                "'{kind}' is not a kind the graph tracks ({})",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
+/// Runs `pmm-graph`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    // Validate everything before reading the ledger. The query is optional to clap only so
+    // that `--completions` works without one.
+    let Some(query) = args.query.clone() else {
+        return Err(Error::bad_input(
+            None,
+            "a query is required: stats, thread, explain, neighbors or export (see 'pmm-graph --help')",
+        )
+        .into());
+    };
+    if args.text && matches!(query, Query::Export { .. }) {
+        return Err(Error::bad_input(
+            Some("--text".into()),
+            "export has no text rendering; use --format dot or --format json",
+        )
+        .into());
+    }
+    let kind = match &query {
+        Query::Neighbors { kind: Some(k), .. } => Some(tracked_kind(k)?),
+        _ => None,
+    };
+    let ledger = Ledger::open_reader(&args.ledger.path())?;
+    let graph = build(&ledger, args.common.quiet)?;
+    let mut out = Out::new();
+    match &query {
+        Query::Stats => {
+            let s = graph.stats();
+            if args.text {
+                let mut t = format!("nodes: {}\nedges: {}\ncounts_by_kind:\n", s.nodes, s.edges);
+                for (k, n) in &s.counts_by_kind {
+                    t.push_str(&format!("  {k}: {n}\n"));
+                }
+                out.raw(t.as_bytes())?;
+            } else {
+                out.record(&StatsLine {
+                    kind: "graph_stats",
+                    stats: &s,
+                })?;
+            }
+        }
+        Query::Thread { cid } | Query::Explain { cid } => {
+            let explain = matches!(query, Query::Explain { .. });
+            let ids = if explain {
+                graph.subgraph(cid)
+            } else {
+                graph.thread(cid)
+            };
+            if ids.is_empty() {
+                return Err(Error::NotFound(format!(
+                    "no thread for cid '{cid}': no commitment_open has that cid"
+                ))
+                .into());
+            }
+            let heading = if explain {
+                format!("Explanation for {cid}:")
+            } else {
+                format!("Thread for {cid}:")
+            };
+            print_events(&ledger, &ids, args.text.then_some(heading), &mut out)?;
+        }
+        Query::Neighbors { id, direction, .. } => {
+            if graph.node(*id).is_none() {
+                let why = match ledger.get(*id)? {
+                    None => format!("event {id} is not in the graph: there is no event {id}"),
+                    Some(ev) => format!(
+                        "event {id} is not in the graph: the graph does not track kind '{}'",
+                        ev.kind
+                    ),
+                };
+                return Err(Error::NotFound(why).into());
+            }
+            let ids = graph.neighbors(*id, direction.direction(), kind);
+            let heading = format!("Neighbors of {id} ({}):", direction.name());
+            print_events(&ledger, &ids, args.text.then_some(heading), &mut out)?;
+        }
+        Query::Export { format } => {
+            let mut w = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
+            match format {
+                GraphFormat::Dot => graph.write_dot(&mut w)?,
+                GraphFormat::Json => {
+                    graph.write_json(&mut w)?;
+                    w.write_all(b"\n")?;
+                }
+            }
+            w.flush()?;
+        }
+    }
+    out.flush()?;
+    Ok(Outcome::Success)
+}
