@@ -33,6 +33,11 @@
 #   3. Across sizes: one `pmm-append --kind user_message --content x` (process start included)
 #      on a copy of the largest ledger vs on a copy of the smallest, best of 5   ratio <= 1.5x
 #      (each copy grows by one event per run).
+#   2c. pmm-replay --state on a write-protected copy (no checkpoint can be saved: a full
+#       rebuild of every projection each run) vs pmm-replay > /dev/null (reading every event)
+#       ratio <= 3x, peak RSS <= 256 MiB; and pmm-graph stats against the same floor  <= 3x.
+#   3b. pmm-replay --state after 100 new events on a checkpointed copy of the largest ledger
+#       vs the same on the smallest, best of 5                                       ratio <= 1.5x
 #   4. At the largest size only, no target: `pmm-export --format json -o FILE` and
 #      `pmm-metrics --quiet`, with `cat EXPORT > FILE` as the floor for scale.
 #
@@ -292,6 +297,32 @@ for N in "${SIZE_LIST[@]}"; do
     fresh_floor_db
     rm -f -- "$W/rows.csv" "$FLOOR_DB" "$FLOOR_DB-wal" "$FLOOR_DB-shm"
 
+    # 2c. Full rebuild of every projection vs merely reading every event. The copy is
+    # write-protected, so --state can save no checkpoint and every run rebuilds from scratch.
+    STATE_DB="$W/state-$N.db"
+    cp -- "$DB" "$STATE_DB"
+    chmod a-w "$STATE_DB"
+    log "$H: pmm-replay --state (full rebuild) vs pmm-replay > /dev/null ($RUNS run(s))"
+    bench_pair "$RUNS" \
+        nop /dev/null /dev/null "$BIN/pmm-replay" --db "$STATE_DB" -- \
+        nop /dev/null /dev/null "$BIN/pmm-replay" --db "$STATE_DB" --state
+    r=$(ratio "$B_T" "$A_T")
+    row "$H" "\`pmm-replay --state\` full rebuild vs reading every event (\`pmm-replay > /dev/null\`)" \
+        "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 3×" "$(verdict "$r" 3)"
+    row "$H" "\`pmm-replay --state\` peak RSS" "$(mib "$B_RSS") MiB" "—" "—" "≤ 256 MiB" \
+        "$(verdict "$(mib "$B_RSS")" 256)"
+    if [[ -x $BIN/pmm-graph ]]; then
+        log "$H: pmm-graph stats vs pmm-replay > /dev/null ($RUNS run(s))"
+        bench_pair "$RUNS" \
+            nop /dev/null /dev/null "$BIN/pmm-replay" --db "$STATE_DB" -- \
+            nop /dev/null /dev/null "$BIN/pmm-graph" --db "$STATE_DB" stats
+        r=$(ratio "$B_T" "$A_T")
+        row "$H" "\`pmm-graph stats\` vs reading every event" \
+            "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 3×" "$(verdict "$r" 3)"
+    fi
+    chmod u+w "$STATE_DB"
+    rm -f -- "$STATE_DB" "$STATE_DB-wal" "$STATE_DB-shm"
+
     # Keep the smallest and largest ledgers (single append, export, metrics); drop the rest.
     if [[ $N != "$SMALL" && $N != "$LARGE" ]]; then
         rm -f -- "$DB" "$DB-wal" "$DB-shm" "$EXPORT"
@@ -321,6 +352,23 @@ if [[ $SMALL != "$LARGE" ]]; then
 else
     NOTES+=("one append: skipped (needs two sizes)")
 fi
+# 3b. --state after 100 new events on a checkpointed ledger: largest vs smallest.
+if [[ $SMALL != "$LARGE" ]]; then
+    log "pmm-replay --state after 100 new events on checkpointed ledgers: $HL vs $HS (best of $APPEND_RUNS)"
+    for N in "$SMALL" "$LARGE"; do
+        cp -- "$W/ledger-$N.db" "$W/ck-$N.db"
+        "$BIN/pmm-replay" --db "$W/ck-$N.db" --state >/dev/null   # folds everything, saves a checkpoint
+        python3 "$GEN" 100 --fixture "$FIXTURE" 2>/dev/null | "$BIN/pmm-append" --db "$W/ck-$N.db" --batch >/dev/null
+    done
+    bench_pair "$APPEND_RUNS" \
+        nop /dev/null /dev/null "$BIN/pmm-replay" --db "$W/ck-$SMALL.db" --state -- \
+        nop /dev/null /dev/null "$BIN/pmm-replay" --db "$W/ck-$LARGE.db" --state
+    r=$(ratio "$B_T" "$A_T")
+    row "$HL vs $HS" "\`pmm-replay --state\` after 100 new events on a checkpointed $HL ledger (floor: the same on $HS)" \
+        "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 1.5×" "$(verdict "$r" 1.5)"
+    rm -f -- "$W"/ck-*.db*
+fi
+
 if [[ $SMALL != "$LARGE" ]]; then
     rm -f -- "$W/ledger-$SMALL.db" "$W/ledger-$SMALL.db-wal" "$W/ledger-$SMALL.db-shm"
 fi

@@ -65,7 +65,7 @@ pub struct WriteArgs {
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
     /// Show no progress bar
-    #[arg(long, short)]
+    #[arg(long, short, global = true)]
     pub quiet: bool,
     /// Print a shell completion script for this program and exit
     #[arg(long, value_name = "SHELL")]
