@@ -26,7 +26,7 @@ EXAMPLES:
 OUTPUT:
   Events as JSON Lines {\"id\",\"ts\",\"kind\",\"content\",\"meta\",\"prev_hash\",\"hash\"}; with --state
   one {\"type\":\"state\"} object (open commitments, identity, thresholds, retrieval config,
-  the self-model \"rsm\" exactly as the reference's snapshot, concept metrics, last_event_id,
+  the self-model \"rsm\" exactly as the reference's snapshot, graph stats, concept metrics, last_event_id,
   last_hash); with --diff one {\"type\":\"rsm_diff\"} object; with --narrate a human table.
 
 CHECKPOINTS:
@@ -105,7 +105,7 @@ impl Program for Args {
 pub const CHECKPOINT: &str = "projections";
 /// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
 /// checkpoints written by an older build are ignored instead of misread.
-pub const CHECKPOINT_FORMAT: i64 = 2;
+pub const CHECKPOINT_FORMAT: i64 = 3;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 const CHECKPOINT_EVERY: u64 = 1000;
 

@@ -13,7 +13,7 @@ use crate::marker;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction as PetDirection;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Write};
@@ -435,6 +435,151 @@ impl EventGraph {
             )?;
         }
         write!(w, "]}}")
+    }
+}
+
+/// The graph's statistics as a small fold, for `pmm-replay --state` and its checkpoints: the
+/// same rules as [`EventGraph`] (they must agree; a test checks it), keeping only what the
+/// rules look up — the latest user message, the latest reply or reflection, first replies by
+/// COMMIT text, first opens by cid, and a bitset of node ids for `reflects_on` — not the graph.
+/// A checkpoint of a 10⁶-event ledger carries ~125 KB of bitset instead of the whole graph.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphCounts {
+    nodes: usize,
+    edges: usize,
+    counts_by_kind: BTreeMap<String, usize>,
+    last_node: Option<i64>,
+    last_user: Option<i64>,
+    last_reply_or_reflection: Option<i64>,
+    first_reply_by_commit_text: BTreeMap<String, i64>,
+    first_open_by_cid: BTreeMap<String, i64>,
+    /// Bit `id` is set when event `id` is a node.
+    node_bits: Vec<u64>,
+}
+
+impl GraphCounts {
+    fn is_node(&self, id: i64) -> bool {
+        id >= 0
+            && self
+                .node_bits
+                .get(id as usize / 64)
+                .is_some_and(|w| w & (1u64 << (id as usize % 64)) != 0)
+    }
+
+    fn add_node(&mut self, id: i64, kind: NodeKind) {
+        if id >= 0 {
+            let word = id as usize / 64;
+            if self.node_bits.len() <= word {
+                self.node_bits.resize(word + 1, 0);
+            }
+            self.node_bits[word] |= 1u64 << (id as usize % 64);
+        }
+        self.nodes += 1;
+        *self
+            .counts_by_kind
+            .entry(kind.as_str().to_string())
+            .or_default() += 1;
+        self.last_node = Some(id);
+    }
+
+    /// Folds one event in (events must come in id order; repeats and older ids are ignored).
+    pub fn apply(&mut self, ev: &Event) {
+        let Some(kind) = NodeKind::from_kind(&ev.kind) else {
+            return;
+        };
+        if self.last_node.is_some_and(|last| ev.id <= last) {
+            return;
+        }
+        self.add_node(ev.id, kind);
+        let edge = match kind {
+            NodeKind::UserMessage => {
+                self.last_user = Some(ev.id);
+                false
+            }
+            NodeKind::AssistantMessage => {
+                for text in marker::commit_texts(&ev.content) {
+                    self.first_reply_by_commit_text.entry(text).or_insert(ev.id);
+                }
+                self.last_reply_or_reflection = Some(ev.id);
+                self.last_user.is_some()
+            }
+            NodeKind::IdentityAdoption => self.last_reply_or_reflection.is_some(),
+            NodeKind::CommitmentOpen => {
+                let meta = meta_of(ev);
+                let edge = non_empty_str(&meta, "text")
+                    .is_some_and(|t| self.first_reply_by_commit_text.contains_key(t));
+                if let Some(cid) = non_empty_str(&meta, "cid") {
+                    self.first_open_by_cid
+                        .entry(cid.to_string())
+                        .or_insert(ev.id);
+                }
+                edge
+            }
+            NodeKind::CommitmentClose => {
+                let meta = meta_of(ev);
+                non_empty_str(&meta, "cid").is_some_and(|c| self.first_open_by_cid.contains_key(c))
+            }
+            NodeKind::Reflection => {
+                let meta = meta_of(ev);
+                let edge = meta
+                    .get("about_event")
+                    .and_then(about_event_id)
+                    .is_some_and(|id| self.is_node(id));
+                self.last_reply_or_reflection = Some(ev.id);
+                edge
+            }
+            NodeKind::SummaryUpdate => false,
+        };
+        if edge {
+            self.edges += 1;
+        }
+    }
+
+    /// `{"nodes","edges","counts_by_kind"}`, as [`EventGraph::stats`] gives it.
+    pub fn stats(&self) -> Value {
+        serde_json::json!({
+            "nodes": self.nodes,
+            "edges": self.edges,
+            "counts_by_kind": self.counts_by_kind,
+        })
+    }
+}
+
+#[cfg(test)]
+mod counts_tests {
+    use super::*;
+
+    #[test]
+    fn counts_agree_with_the_graph() {
+        let ev = |id: i64, kind: &str, content: &str, meta: &str| Event {
+            id,
+            ts: String::new(),
+            kind: kind.into(),
+            content: content.into(),
+            meta: meta.into(),
+            prev_hash: None,
+            hash: None,
+        };
+        let events = [
+            ev(1, "user_message", "hi", "{}"),
+            ev(2, "assistant_message", "ok\nCOMMIT: do x", "{}"),
+            ev(3, "commitment_open", "", r#"{"cid":"c1","text":"do x"}"#),
+            ev(4, "reflection", "{}", r#"{"about_event":2}"#),
+            ev(5, "metrics_turn", "", "{}"),
+            ev(6, "reflection", "{}", r#"{"about_event":5}"#),
+            ev(7, "commitment_close", "", r#"{"cid":"c1"}"#),
+            ev(8, "identity_adoption", "{}", "{}"),
+            ev(9, "reflection", "{}", r#"{"about_event":9}"#),
+            ev(9, "user_message", "repeat", "{}"),
+            ev(10, "summary_update", "{}", "{}"),
+        ];
+        let (mut g, mut c) = (EventGraph::default(), GraphCounts::default());
+        for e in &events {
+            g.apply(e);
+            c.apply(e);
+        }
+        assert_eq!(serde_json::to_value(g.stats()).unwrap(), c.stats());
+        assert_eq!(c.stats()["edges"], 6);
     }
 }
 

@@ -2,6 +2,7 @@
 //! checkpoint stores.
 
 use super::concepts::ConceptGraph;
+use super::graph::GraphCounts;
 use super::mirror::Mirror;
 use super::rsm::Rsm;
 use crate::event::Event;
@@ -17,6 +18,8 @@ pub struct Projections {
     pub rsm: Rsm,
     /// The concept graph (the self-model's `concept_metrics` come from it).
     pub concepts: ConceptGraph,
+    /// The event graph's statistics.
+    pub graph: GraphCounts,
 }
 
 impl Projections {
@@ -25,6 +28,7 @@ impl Projections {
         self.mirror.apply(ev);
         self.rsm.apply(ev);
         self.concepts.apply(ev);
+        self.graph.apply(ev);
     }
 
     /// The self-model snapshot, in the reference's structure (what `summary_update` events
@@ -66,6 +70,7 @@ impl Projections {
             },
             "retrieval": m.retrieval,
             "rsm": self.rsm_snapshot(),
+            "graph": self.graph.stats(),
             "concept_metrics": self.concepts.concept_metrics(),
         })
     }

@@ -74,6 +74,15 @@ fn state_on_the_reference_ledger_is_deterministic() {
     assert_eq!(s["thresholds"]["summary_interval"], 46);
     assert_eq!(s["thresholds"]["set_by"], 1086);
     assert_eq!(s["retrieval"]["strategy"], "vector");
+    // Graph stats from the state's compact fold equal the full graph's.
+    let g = &pmm.run("pmm-graph", &["stats"], "").records()[0];
+    assert_eq!(
+        (s["graph"]["nodes"].as_u64(), s["graph"]["edges"].as_u64()),
+        (Some(139), Some(53))
+    );
+    assert_eq!(s["graph"]["nodes"], g["nodes"]);
+    assert_eq!(s["graph"]["edges"], g["edges"]);
+    assert_eq!(s["graph"]["counts_by_kind"], g["counts_by_kind"]);
     // Before the first rule table change: the defaults.
     let early = &pmm
         .run("pmm-replay", &["--state", "--at", "3"], "")
