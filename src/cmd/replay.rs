@@ -105,7 +105,7 @@ impl Program for Args {
 pub const CHECKPOINT: &str = "projections";
 /// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
 /// checkpoints written by an older build are ignored instead of misread.
-pub const CHECKPOINT_FORMAT: i64 = 3;
+pub const CHECKPOINT_FORMAT: i64 = 4;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 const CHECKPOINT_EVERY: u64 = 1000;
 

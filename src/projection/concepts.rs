@@ -78,8 +78,12 @@ pub struct ConceptStats {
 pub struct ConceptGraph {
     /// Last folded id; events at or below it are ignored, as the reference's `sync` does.
     last_event_id: i64,
-    /// Every definition per defined token, oldest first; the last one is current.
-    definitions: BTreeMap<String, Vec<ConceptDefinition>>,
+    /// The current definition per defined token. Older versions are not kept: nothing in the
+    /// state or the self-model reads them, and a ledger that redefines its concepts often
+    /// (the reference ledger re-seeds all 41 five times) would grow every checkpoint.
+    definitions: BTreeMap<String, ConceptDefinition>,
+    /// How many definitions each token has had.
+    versions: BTreeMap<String, u64>,
     /// `concept_kind` per token: from definitions, or `identity` for adopted identities.
     kinds: BTreeMap<String, String>,
     /// alias → target; chains are followed at use time.
@@ -208,10 +212,8 @@ impl ConceptGraph {
             self.kinds
                 .insert(def.token.clone(), def.concept_kind.clone());
         }
-        self.definitions
-            .entry(def.token.clone())
-            .or_default()
-            .push(def);
+        *self.versions.entry(def.token.clone()).or_default() += 1;
+        self.definitions.insert(def.token.clone(), def);
         Ok(())
     }
 
@@ -435,16 +437,15 @@ impl ConceptGraph {
 
     /// The current definition of `token` (alias-resolved).
     pub fn definition(&self, token: &str) -> Option<&ConceptDefinition> {
-        self.definitions
-            .get(self.canonical_token(token))
-            .and_then(|v| v.last())
+        self.definitions.get(self.canonical_token(token))
     }
 
-    /// Every definition of `token` (alias-resolved), oldest first.
-    pub fn history(&self, token: &str) -> &[ConceptDefinition] {
-        self.definitions
+    /// How many definitions `token` (alias-resolved) has had.
+    pub fn versions(&self, token: &str) -> u64 {
+        self.versions
             .get(self.canonical_token(token))
-            .map_or(&[], Vec::as_slice)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The earliest event bound to `token` — where the concept entered the mind.
@@ -476,12 +477,10 @@ impl ConceptGraph {
     /// Totals for dashboards and health checks (concept_graph.py `stats`).
     pub fn stats(&self) -> ConceptStats {
         let mut concepts_by_kind = BTreeMap::new();
-        for defs in self.definitions.values() {
-            if let Some(def) = defs.last() {
-                *concepts_by_kind
-                    .entry(def.concept_kind.clone())
-                    .or_insert(0) += 1;
-            }
+        for def in self.definitions.values() {
+            *concepts_by_kind
+                .entry(def.concept_kind.clone())
+                .or_insert(0) += 1;
         }
         let mut edges_by_relation = BTreeMap::new();
         for (_, _, rel) in &self.edges {
@@ -716,5 +715,30 @@ mod tests {
         let text = serde_json::to_string(&g).expect("serialise");
         let back: ConceptGraph = serde_json::from_str(&text).expect("deserialise");
         assert_eq!(back, g);
+    }
+
+    #[test]
+    fn redefinitions_replace_the_current_definition_and_count_versions() {
+        let define = |id: i64, def: &str| Event {
+            id,
+            ts: String::new(),
+            kind: "concept_define".into(),
+            content: format!(
+                r#"{{"concept_kind":"topic","definition":"{def}","token":"t.a","version":1}}"#
+            ),
+            meta: "{}".into(),
+            prev_hash: None,
+            hash: None,
+        };
+        let mut g = ConceptGraph::default();
+        g.apply(&define(1, "first"));
+        g.apply(&define(2, "second"));
+        assert_eq!(
+            g.definition("t.a").map(|d| d.definition.as_str()),
+            Some("second")
+        );
+        assert_eq!(g.versions("t.a"), 2);
+        assert_eq!(g.versions("t.b"), 0);
+        assert_eq!(g.all_tokens(), ["t.a"]);
     }
 }

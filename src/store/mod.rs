@@ -88,7 +88,12 @@ fn text(v: ValueRef<'_>) -> Option<String> {
         ValueRef::Null => None,
         ValueRef::Integer(i) => Some(i.to_string()),
         ValueRef::Real(f) => Some(f.to_string()),
-        ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        // Valid UTF-8 (everything we write) takes the fast check; anything else is kept
+        // readable rather than refused.
+        ValueRef::Text(b) | ValueRef::Blob(b) => Some(match std::str::from_utf8(b) {
+            Ok(t) => t.to_owned(),
+            Err(_) => String::from_utf8_lossy(b).into_owned(),
+        }),
     }
 }
 
