@@ -105,19 +105,9 @@ fn verify_reports_exactly_the_three_forks_in_file_and_ledger() {
 
 #[test]
 fn metrics_on_the_reference_ledger() {
-    let Some(src) = fixture_path(GPT_LEDGER) else {
+    let Some(pmm) = Pmm::with_reference_ledger() else {
         return;
     };
-    let pmm = Pmm::new();
-    assert_eq!(
-        pmm.run(
-            "pmm-append",
-            &["--import", src.to_str().unwrap(), "--accept-forks"],
-            ""
-        )
-        .code,
-        0
-    );
     let r = pmm.run("pmm-metrics", &["--deterministic"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let m = &r.records()[0];

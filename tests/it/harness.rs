@@ -88,6 +88,20 @@ impl Pmm {
         Pmm { dir, db }
     }
 
+    /// A workspace whose ledger is the reference fixture, imported with its forks; `None`
+    /// (after saying why) when the fixture is absent, as [`fixture_path`] decides.
+    pub fn with_reference_ledger() -> Option<Self> {
+        let src = fixture_path(GPT_LEDGER)?;
+        let pmm = Pmm::new();
+        let r = pmm.run(
+            "pmm-append",
+            &["--import", src.to_str()?, "--accept-forks"],
+            "",
+        );
+        assert_eq!(r.code, 0, "importing the reference ledger: {r:?}");
+        Some(pmm)
+    }
+
     /// A path inside the workspace.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)

@@ -1,6 +1,6 @@
 //! pmm-replay: event streams, state, follow.
 
-use crate::harness::{fixture_path, Pmm, GPT_LEDGER};
+use crate::harness::Pmm;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -43,19 +43,9 @@ fn events_filters_tail_and_narrate() {
 
 #[test]
 fn state_on_the_reference_ledger_is_deterministic() {
-    let Some(src) = fixture_path(GPT_LEDGER) else {
+    let Some(pmm) = Pmm::with_reference_ledger() else {
         return;
     };
-    let pmm = Pmm::new();
-    assert_eq!(
-        pmm.run(
-            "pmm-append",
-            &["--import", src.to_str().unwrap(), "--accept-forks"],
-            ""
-        )
-        .code,
-        0
-    );
     let a = pmm.run("pmm-replay", &["--state"], "");
     assert_eq!(a.code, 0, "{a:?}");
     let b = pmm.run("pmm-replay", &["--state"], "");
@@ -317,19 +307,9 @@ mod cut_points {
 
 #[test]
 fn state_at_each_summary_reproduces_its_self_model_snapshot() {
-    let Some(src) = fixture_path(GPT_LEDGER) else {
+    let Some(pmm) = Pmm::with_reference_ledger() else {
         return;
     };
-    let pmm = Pmm::new();
-    assert_eq!(
-        pmm.run(
-            "pmm-append",
-            &["--import", src.to_str().unwrap(), "--accept-forks"],
-            ""
-        )
-        .code,
-        0
-    );
     let summaries = pmm
         .run("pmm-replay", &["--kind", "summary_update"], "")
         .records();
@@ -352,19 +332,9 @@ fn state_at_each_summary_reproduces_its_self_model_snapshot() {
 
 #[test]
 fn diff_reports_what_changed_in_the_self_model() {
-    let Some(src) = fixture_path(GPT_LEDGER) else {
+    let Some(pmm) = Pmm::with_reference_ledger() else {
         return;
     };
-    let pmm = Pmm::new();
-    assert_eq!(
-        pmm.run(
-            "pmm-append",
-            &["--import", src.to_str().unwrap(), "--accept-forks"],
-            ""
-        )
-        .code,
-        0
-    );
     let r = pmm.run("pmm-replay", &["--diff", "100", "1199"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let d = &r.records()[0];
