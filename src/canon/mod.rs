@@ -14,7 +14,7 @@
 //!
 //! Values come from `serde_json` built with `arbitrary_precision`, so a number arrives here as the
 //! text it was written with and nothing is lost on the way. Input CPython could not have produced
-//! is refused: NaN and Infinity (the parser rejects them, and [`write`] rejects numbers that
+//! is refused: NaN and Infinity (the parser rejects them, and [`write()`] rejects numbers that
 //! overflow to infinity), lone surrogates (the parser rejects them).
 
 use serde_json::{Map, Number, Value};
