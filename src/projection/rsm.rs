@@ -46,7 +46,7 @@
 use super::concepts::ConceptGraph;
 use crate::event::Event;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 /// Counters never exceed this (rsm.py: "bounded runtime").
@@ -360,29 +360,56 @@ impl Rsm {
     /// `meta.rsm_state`. The concept graph is passed in because the reference computes the
     /// concept metrics from the ledger at the same moment; fold both over the same events.
     pub fn snapshot(&self, concepts: &ConceptGraph) -> Value {
-        let tendencies: Map<String, Value> = self
-            .tendencies
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::from(*v)))
-            .collect();
-        let intents: Map<String, Value> = self
-            .gap_counts
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::from(*v)))
-            .collect();
-        let reflections: Vec<Value> = self
-            .intents
-            .iter()
-            .map(|i| json!({ "intent": i }))
-            .collect();
-        json!({
-            "behavioral_tendencies": tendencies,
-            "knowledge_gaps": self.knowledge_gaps(),
-            "interaction_meta_patterns": self.interaction_meta_patterns(),
-            "intents": intents,
-            "reflections": reflections,
-            "concept_metrics": concepts.concept_metrics(),
-        })
+        serde_json::to_value(self.snapshot_view(concepts)).unwrap_or_else(|_| json!({}))
+    }
+
+    /// The snapshot as a borrowing view that serializes to exactly [`Rsm::snapshot`]'s JSON
+    /// without building a value tree first: a ledger of 10⁶ events carries ~55k reflection
+    /// intents, and a map per intent costs more than everything else in `--state` together.
+    pub fn snapshot_view<'a>(&'a self, concepts: &'a ConceptGraph) -> SnapshotView<'a> {
+        SnapshotView {
+            rsm: self,
+            concepts,
+        }
+    }
+}
+
+/// See [`Rsm::snapshot_view`].
+pub struct SnapshotView<'a> {
+    rsm: &'a Rsm,
+    concepts: &'a ConceptGraph,
+}
+
+impl serde::Serialize for SnapshotView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Reflections<'a>(&'a [String]);
+        impl serde::Serialize for Reflections<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                #[derive(serde::Serialize)]
+                struct Intent<'a> {
+                    intent: &'a str,
+                }
+                let mut seq = s.serialize_seq(Some(self.0.len()))?;
+                for intent in self.0 {
+                    seq.serialize_element(&Intent { intent })?;
+                }
+                seq.end()
+            }
+        }
+        // Keys in code-point order, as a `serde_json::Map` orders them, so that the view and
+        // the value serialize to the same bytes.
+        let mut m = s.serialize_map(Some(6))?;
+        m.serialize_entry("behavioral_tendencies", &self.rsm.tendencies)?;
+        m.serialize_entry("concept_metrics", &self.concepts.concept_metrics())?;
+        m.serialize_entry("intents", &self.rsm.gap_counts)?;
+        m.serialize_entry(
+            "interaction_meta_patterns",
+            &self.rsm.interaction_meta_patterns(),
+        )?;
+        m.serialize_entry("knowledge_gaps", &self.rsm.knowledge_gaps())?;
+        m.serialize_entry("reflections", &Reflections(&self.rsm.intents))?;
+        m.end()
     }
 }
 

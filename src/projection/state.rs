@@ -4,7 +4,7 @@
 use super::concepts::ConceptGraph;
 use super::graph::GraphCounts;
 use super::mirror::Mirror;
-use super::rsm::Rsm;
+use super::rsm::{Rsm, SnapshotView};
 use crate::event::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -37,11 +37,12 @@ impl Projections {
         self.rsm.snapshot(&self.concepts)
     }
 
-    /// The `{"type":"state"}` record (SPEC §4 pmm-replay). Deterministic: the same ledger
-    /// gives the same bytes on every run and machine.
-    pub fn state_record(&self) -> Value {
+    /// The `{"type":"state"}` record (SPEC §4 pmm-replay), as a borrowing view that
+    /// serializes straight from the folds. Deterministic: the same ledger gives the same bytes
+    /// on every run and machine.
+    pub fn state_record(&self) -> StateRecord<'_> {
         let m = &self.mirror;
-        let open: Vec<Value> = m
+        let open = m
             .open_in_order()
             .into_iter()
             .map(|c| {
@@ -54,24 +55,42 @@ impl Projections {
                 })
             })
             .collect();
-        json!({
-            "type": "state",
-            "last_event_id": m.last_event_id,
-            "last_hash": m.last_hash,
-            "open_commitments": open,
-            "closed_commitments": m.closed.len(),
-            "identity": {"name": m.identity.name, "adopted": m.identity.adopted},
-            "thresholds": {
+        StateRecord {
+            closed_commitments: m.closed.len(),
+            concept_metrics: self.concepts.concept_metrics(),
+            graph: self.graph.stats(),
+            identity: json!({"name": m.identity.name, "adopted": m.identity.adopted}),
+            last_event_id: m.last_event_id,
+            last_hash: m.last_hash.as_deref(),
+            open_commitments: open,
+            retrieval: m.retrieval.as_ref(),
+            rsm: self.rsm.snapshot_view(&self.concepts),
+            thresholds: json!({
                 "reflection_interval": m.thresholds.reflection_interval,
                 "summary_interval": m.thresholds.summary_interval,
                 "commitment_staleness": m.thresholds.commitment_staleness,
                 "commitment_auto_close": m.thresholds.commitment_auto_close,
                 "set_by": m.thresholds.set_by,
-            },
-            "retrieval": m.retrieval,
-            "rsm": self.rsm_snapshot(),
-            "graph": self.graph.stats(),
-            "concept_metrics": self.concepts.concept_metrics(),
-        })
+            }),
+            record: "state",
+        }
     }
+}
+
+/// The `{"type":"state"}` record. Fields are declared in code-point order, the order a
+/// `serde_json::Map` gives, so that the bytes do not depend on how the record is built.
+#[derive(Serialize)]
+pub struct StateRecord<'a> {
+    closed_commitments: usize,
+    concept_metrics: Value,
+    graph: Value,
+    identity: Value,
+    last_event_id: i64,
+    last_hash: Option<&'a str>,
+    open_commitments: Vec<Value>,
+    retrieval: Option<&'a Value>,
+    rsm: SnapshotView<'a>,
+    thresholds: Value,
+    #[serde(rename = "type")]
+    record: &'static str,
 }
