@@ -158,13 +158,8 @@ mod tests {
 
     fn ev(id: i64, kind: &str, content: &str, meta: &str) -> Event {
         Event {
-            id,
-            ts: String::new(),
-            kind: kind.into(),
-            content: content.into(),
-            meta: meta.into(),
-            prev_hash: None,
             hash: Some(format!("{id:064}")),
+            ..Event::sample(id, kind, content, meta)
         }
     }
 

@@ -137,6 +137,22 @@ impl Event {
     }
 }
 
+#[cfg(test)]
+impl Event {
+    /// A hand-made event for unit tests: no timestamp, no links, no hash.
+    pub(crate) fn sample(id: i64, kind: &str, content: &str, meta: &str) -> Event {
+        Event {
+            id,
+            ts: String::new(),
+            kind: kind.into(),
+            content: content.into(),
+            meta: meta.into(),
+            prev_hash: None,
+            hash: None,
+        }
+    }
+}
+
 fn json_str(out: &mut Vec<u8>, s: &str) {
     // serde_json's string escaping: minimal escapes, raw UTF-8. Writing to a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);

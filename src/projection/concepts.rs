@@ -560,15 +560,7 @@ mod tests {
     use super::*;
 
     fn ev(id: i64, kind: &str, content: Value) -> Event {
-        Event {
-            id,
-            ts: String::new(),
-            kind: kind.into(),
-            content: content.to_string(),
-            meta: "{}".into(),
-            prev_hash: None,
-            hash: None,
-        }
+        Event::sample(id, kind, &content.to_string(), "{}")
     }
 
     fn define(id: i64, token: &str, kind: &str) -> Event {

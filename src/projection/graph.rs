@@ -551,15 +551,7 @@ mod counts_tests {
 
     #[test]
     fn counts_agree_with_the_graph() {
-        let ev = |id: i64, kind: &str, content: &str, meta: &str| Event {
-            id,
-            ts: String::new(),
-            kind: kind.into(),
-            content: content.into(),
-            meta: meta.into(),
-            prev_hash: None,
-            hash: None,
-        };
+        let ev = Event::sample;
         let events = [
             ev(1, "user_message", "hi", "{}"),
             ev(2, "assistant_message", "ok\nCOMMIT: do x", "{}"),
@@ -589,15 +581,7 @@ mod tests {
     use serde_json::json;
 
     fn ev(id: i64, kind: &str, content: &str, meta: Value) -> Event {
-        Event {
-            id,
-            ts: String::new(),
-            kind: kind.into(),
-            content: content.into(),
-            meta: meta.to_string(),
-            prev_hash: None,
-            hash: None,
-        }
+        Event::sample(id, kind, content, &meta.to_string())
     }
 
     fn sample() -> EventGraph {
