@@ -117,6 +117,12 @@ fn parse_object(content: &str) -> Result<Option<Map<String, Value>>, ()> {
     }
 }
 
+/// [`parse_object`], reading empty content as `{}` (as the identity and thread handlers of
+/// the reference do).
+fn parse_object_or_empty(content: &str) -> Result<Option<Map<String, Value>>, ()> {
+    parse_object(if content.is_empty() { "{}" } else { content })
+}
+
 /// Python truthiness of an optional JSON value, for the reference's `if not x` checks.
 fn truthy(v: Option<&Value>) -> bool {
     match v {
@@ -266,12 +272,7 @@ impl ConceptGraph {
     }
 
     fn adopt_identity(&mut self, ev: &Event) -> Result<(), ()> {
-        let content = if ev.content.is_empty() {
-            "{}"
-        } else {
-            &ev.content
-        };
-        let Some(data) = parse_object(content)? else {
+        let Some(data) = parse_object_or_empty(&ev.content)? else {
             return Ok(());
         };
         let Some(Value::String(token)) = data.get("token") else {
@@ -310,12 +311,7 @@ impl ConceptGraph {
     }
 
     fn bind_thread(&mut self, ev: &Event) -> Result<(), ()> {
-        let content = if ev.content.is_empty() {
-            "{}"
-        } else {
-            &ev.content
-        };
-        let Some(data) = parse_object(content)? else {
+        let Some(data) = parse_object_or_empty(&ev.content)? else {
             return Ok(());
         };
         if !truthy(data.get("cid")) {

@@ -1,7 +1,7 @@
 //! `pmm-graph`: every edge rule, the exact order of thread and explain, stats on the reference
 //! ledger, DOT and JSON export, errors and their exit codes.
 
-use crate::harness::{fixture_path, Pmm, Run, GPT_LEDGER};
+use crate::harness::{Pmm, Run};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -315,16 +315,9 @@ fn an_empty_ledger_has_an_empty_graph() {
 
 #[test]
 fn reference_ledger_graph_matches_an_independent_count() {
-    let Some(src) = fixture_path(GPT_LEDGER) else {
+    let Some(pmm) = Pmm::with_reference_ledger() else {
         return;
     };
-    let pmm = Pmm::new();
-    let r = pmm.run(
-        "pmm-append",
-        &["--import", src.to_str().unwrap(), "--accept-forks"],
-        "",
-    );
-    assert_eq!(r.code, 0, "{r:?}");
     // Counted by a separate Python transcription of meme_graph.py's rules over the export.
     let r = graph(&pmm, &["stats"]);
     assert_eq!(r.code, 0, "{r:?}");
