@@ -201,6 +201,15 @@ impl Out {
         self.inner.write_all(&self.line)
     }
 
+    /// Lets `f` write straight into the buffered stdout (for a record too large to build in
+    /// memory first).
+    pub fn with_writer(
+        &mut self,
+        f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<()> {
+        f(&mut self.inner)
+    }
+
     /// Writes raw bytes.
     pub fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.inner.write_all(bytes)

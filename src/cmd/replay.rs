@@ -105,7 +105,7 @@ impl Program for Args {
 pub const CHECKPOINT: &str = "projections";
 /// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
 /// checkpoints written by an older build are ignored instead of misread.
-pub const CHECKPOINT_FORMAT: i64 = 4;
+pub const CHECKPOINT_FORMAT: i64 = 5;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 const CHECKPOINT_EVERY: u64 = 1000;
 
@@ -129,12 +129,14 @@ pub fn project(ledger: &Ledger, at: Option<i64>, use_checkpoint: bool) -> crate:
     let mut start = None;
     let mut p = Projections::default();
     if use_checkpoint {
-        if let Some((id, bytes)) = ledger.load_checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, target)? {
-            // An unreadable checkpoint is only a cache miss.
-            if let Ok(restored) = serde_json::from_slice::<Projections>(&bytes) {
-                p = restored;
-                start = Some(id);
-            }
+        // An unreadable checkpoint is only a cache miss.
+        if let Some((id, restored)) =
+            ledger.load_checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, target, |_, bytes| {
+                Projections::from_checkpoint(bytes)
+            })?
+        {
+            p = restored;
+            start = Some(id);
         }
     }
     let filter = Filter {
@@ -158,9 +160,7 @@ pub fn project(ledger: &Ledger, at: Option<i64>, use_checkpoint: bool) -> crate:
 /// Saves a checkpoint of `p` when the ledger file can be written; a reader that cannot write
 /// simply goes without (it rebuilds next time).
 fn save_checkpoint(path: &std::path::Path, p: &Projections) {
-    let Ok(bytes) = serde_json::to_vec(p) else {
-        return;
-    };
+    let bytes = p.to_checkpoint();
     let writable = std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly());
     if !writable {
         return;
@@ -216,7 +216,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             }
         }
         let projected = project(&ledger, args.at, true)?;
-        out.record(&projected.projections.state_record())?;
+        out.with_writer(|w| {
+            projected.projections.state_record().write_json(w)?;
+            w.write_all(b"\n")
+        })?;
         out.flush()?;
         if projected.folded >= CHECKPOINT_EVERY {
             save_checkpoint(&args.ledger.path(), &projected.projections);

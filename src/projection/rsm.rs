@@ -47,7 +47,8 @@ use super::concepts::ConceptGraph;
 use crate::event::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::io::{self, Write};
 
 /// Counters never exceed this (rsm.py: "bounded runtime").
 const COUNTER_CAP: u64 = 50;
@@ -115,7 +116,77 @@ pub struct Rsm {
     /// counts as new).
     distinct_prefixes: u64,
     /// Every string `intent` of a JSON reflection, in order.
-    intents: Vec<String>,
+    intents: IntentLog,
+}
+
+/// The reflection intents, interned: each distinct intent once, and the sequence as indexes
+/// into them. The list grows without bound (about 45k intents at 10⁶ events), but most of it
+/// repeats: the kernel's reflections carry a handful of fixed intents ("retrieval verification
+/// OK", "<kind>_analysis"); only the per-turn reflections carry new text (the user's message).
+/// Interning keeps memory and checkpoints proportional to the distinct text, and printing the
+/// list a copy per element.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IntentLog {
+    distinct: Vec<String>,
+    seq: Vec<u32>,
+    /// `distinct` inverted; rebuilt on the first push after a checkpoint is restored.
+    #[serde(skip)]
+    index: HashMap<String, u32>,
+}
+
+impl PartialEq for IntentLog {
+    fn eq(&self, other: &Self) -> bool {
+        self.distinct == other.distinct && self.seq == other.seq
+    }
+}
+
+impl IntentLog {
+    fn push(&mut self, intent: &str) {
+        if self.index.len() != self.distinct.len() {
+            self.index = (0..)
+                .zip(&self.distinct)
+                .map(|(i, s)| (s.clone(), i))
+                .collect();
+        }
+        let n = match self.index.get(intent) {
+            Some(&n) => n,
+            None => {
+                let n = self.distinct.len() as u32;
+                self.distinct.push(intent.to_string());
+                self.index.insert(intent.to_string(), n);
+                n
+            }
+        };
+        self.seq.push(n);
+    }
+
+    /// The intents in order.
+    fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        self.seq.iter().map(|&n| self.distinct[n as usize].as_str())
+    }
+
+    /// Writes the snapshot's `reflections` list: `[{"intent":"…"},…]`.
+    fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+        let rendered: Vec<Vec<u8>> = self
+            .distinct
+            .iter()
+            .map(|s| {
+                let mut b = b"{\"intent\":".to_vec();
+                // Serializing a &str into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut b, s);
+                b.push(b'}');
+                b
+            })
+            .collect();
+        out.write_all(b"[")?;
+        for (i, &n) in self.seq.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            out.write_all(&rendered[n as usize])?;
+        }
+        out.write_all(b"]")
+    }
 }
 
 /// Keep hash prefixes exactly at least this long (and until one repeats); see the module docs.
@@ -233,7 +304,7 @@ impl Rsm {
         if kind == "reflection" {
             if let Ok(Value::Object(data)) = serde_json::from_str::<Value>(content) {
                 if let Some(Value::String(intent)) = data.get("intent") {
-                    self.intents.push(intent.clone());
+                    self.intents.push(intent);
                 }
             }
         }
@@ -329,8 +400,8 @@ impl Rsm {
     }
 
     /// Every reflection intent, in ledger order.
-    pub fn reflection_intents(&self) -> &[String] {
-        &self.intents
+    pub fn reflection_intents(&self) -> Vec<&str> {
+        self.intents.iter().collect()
     }
 
     /// The number of events folded.
@@ -351,7 +422,7 @@ impl Rsm {
             .iter()
             .filter(|(topic, n)| {
                 let head = prefix_chars(topic, COVER_PREFIX_CHARS);
-                **n == 1 && !self.intents.iter().any(|i| i.starts_with(head))
+                **n == 1 && !self.intents.distinct.iter().any(|i| i.starts_with(head))
             })
             .count()
     }
@@ -360,12 +431,15 @@ impl Rsm {
     /// `meta.rsm_state`. The concept graph is passed in because the reference computes the
     /// concept metrics from the ledger at the same moment; fold both over the same events.
     pub fn snapshot(&self, concepts: &ConceptGraph) -> Value {
-        serde_json::to_value(self.snapshot_view(concepts)).unwrap_or_else(|_| json!({}))
+        let mut bytes = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = self.snapshot_view(concepts).write_json(&mut bytes);
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({}))
     }
 
-    /// The snapshot as a borrowing view that serializes to exactly [`Rsm::snapshot`]'s JSON
-    /// without building a value tree first: a ledger of 10⁶ events carries ~55k reflection
-    /// intents, and a map per intent costs more than everything else in `--state` together.
+    /// The snapshot as a borrowing view that writes exactly [`Rsm::snapshot`]'s JSON without
+    /// building a value tree first: a ledger of 10⁶ events carries ~55k reflection intents,
+    /// and a map per intent costs more than everything else in `--state` together.
     pub fn snapshot_view<'a>(&'a self, concepts: &'a ConceptGraph) -> SnapshotView<'a> {
         SnapshotView {
             rsm: self,
@@ -380,36 +454,35 @@ pub struct SnapshotView<'a> {
     concepts: &'a ConceptGraph,
 }
 
-impl serde::Serialize for SnapshotView<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
-        struct Reflections<'a>(&'a [String]);
-        impl serde::Serialize for Reflections<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                #[derive(serde::Serialize)]
-                struct Intent<'a> {
-                    intent: &'a str,
-                }
-                let mut seq = s.serialize_seq(Some(self.0.len()))?;
-                for intent in self.0 {
-                    seq.serialize_element(&Intent { intent })?;
-                }
-                seq.end()
-            }
+impl SnapshotView<'_> {
+    /// Appends the snapshot as compact JSON (serde_json's escaping, keys in code-point order
+    /// as a `serde_json::Map` orders them), the intents copied in as one block.
+    pub fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+        fn field<T: Serialize + ?Sized>(
+            out: &mut dyn Write,
+            key: &str,
+            value: &T,
+        ) -> io::Result<()> {
+            out.write_all(key.as_bytes())?;
+            serde_json::to_writer(&mut *out, value).map_err(io::Error::other)
         }
-        // Keys in code-point order, as a `serde_json::Map` orders them, so that the view and
-        // the value serialize to the same bytes.
-        let mut m = s.serialize_map(Some(6))?;
-        m.serialize_entry("behavioral_tendencies", &self.rsm.tendencies)?;
-        m.serialize_entry("concept_metrics", &self.concepts.concept_metrics())?;
-        m.serialize_entry("intents", &self.rsm.gap_counts)?;
-        m.serialize_entry(
-            "interaction_meta_patterns",
-            &self.rsm.interaction_meta_patterns(),
+        field(out, "{\"behavioral_tendencies\":", &self.rsm.tendencies)?;
+        field(
+            out,
+            ",\"concept_metrics\":",
+            &self.concepts.concept_metrics(),
         )?;
-        m.serialize_entry("knowledge_gaps", &self.rsm.knowledge_gaps())?;
-        m.serialize_entry("reflections", &Reflections(&self.rsm.intents))?;
-        m.end()
+        field(out, ",\"intents\":", &self.rsm.gap_counts)?;
+        field(
+            out,
+            ",\"interaction_meta_patterns\":",
+            &self.rsm.meta_patterns,
+        )?;
+        field(out, ",\"knowledge_gaps\":", &self.rsm.knowledge_gaps())?;
+        out.write_all(b",\"reflections\":")?;
+        self.rsm.intents.write_json(out)?;
+        out.write_all(b"}")?;
+        Ok(())
     }
 }
 
@@ -627,6 +700,10 @@ mod tests {
         let r = l.fold();
         assert_eq!(r.knowledge_gap_count(), 0);
         assert_eq!(r.reflection_intents(), ["physics questions"]);
+        assert_eq!(
+            r.snapshot(&ConceptGraph::default())["reflections"],
+            json!([{"intent": "physics questions"}])
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::rsm::{Rsm, SnapshotView};
 use crate::event::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::io::{self, Write};
 
 /// Every projection, folded together over events in id order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -72,14 +73,11 @@ impl Projections {
                 "commitment_auto_close": m.thresholds.commitment_auto_close,
                 "set_by": m.thresholds.set_by,
             }),
-            record: "state",
         }
     }
 }
 
-/// The `{"type":"state"}` record. Fields are declared in code-point order, the order a
-/// `serde_json::Map` gives, so that the bytes do not depend on how the record is built.
-#[derive(Serialize)]
+/// The `{"type":"state"}` record: see [`Projections::state_record`].
 pub struct StateRecord<'a> {
     closed_commitments: usize,
     concept_metrics: Value,
@@ -91,6 +89,54 @@ pub struct StateRecord<'a> {
     retrieval: Option<&'a Value>,
     rsm: SnapshotView<'a>,
     thresholds: Value,
-    #[serde(rename = "type")]
-    record: &'static str,
+}
+
+impl StateRecord<'_> {
+    /// Appends the record as one compact JSON object (no newline), keys in code-point order
+    /// as a `serde_json::Map` orders them, so that the bytes do not depend on how the record
+    /// is built.
+    pub fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+        fn field<T: Serialize + ?Sized>(
+            out: &mut dyn Write,
+            key: &str,
+            value: &T,
+        ) -> io::Result<()> {
+            out.write_all(key.as_bytes())?;
+            serde_json::to_writer(&mut *out, value).map_err(io::Error::other)
+        }
+        field(out, "{\"closed_commitments\":", &self.closed_commitments)?;
+        field(out, ",\"concept_metrics\":", &self.concept_metrics)?;
+        field(out, ",\"graph\":", &self.graph)?;
+        field(out, ",\"identity\":", &self.identity)?;
+        field(out, ",\"last_event_id\":", &self.last_event_id)?;
+        field(out, ",\"last_hash\":", &self.last_hash)?;
+        field(out, ",\"open_commitments\":", &self.open_commitments)?;
+        field(out, ",\"retrieval\":", &self.retrieval)?;
+        out.write_all(b",\"rsm\":")?;
+        self.rsm.write_json(out)?;
+        field(out, ",\"thresholds\":", &self.thresholds)?;
+        out.write_all(b",\"type\":\"state\"}")?;
+        Ok(())
+    }
+
+    /// The record as a JSON value.
+    pub fn to_value(&self) -> Value {
+        let mut bytes = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = self.write_json(&mut bytes);
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+}
+
+impl Projections {
+    /// The bytes of a projection checkpoint (JSON).
+    pub fn to_checkpoint(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads checkpoint bytes written by [`Projections::to_checkpoint`]; `None` when they are
+    /// not such bytes (a checkpoint is a cache: the caller rebuilds instead).
+    pub fn from_checkpoint(bytes: &[u8]) -> Option<Projections> {
+        serde_json::from_slice(bytes).ok()
+    }
 }
