@@ -1,5 +1,6 @@
 //! `pmm-append`: append events; import a reference export or another ledger.
 
+use crate::store::Reads;
 use crate::chain::{Finding, Problem, Verifier};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::{self, NewEvent};

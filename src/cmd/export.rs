@@ -1,5 +1,6 @@
 //! `pmm-export`: export a ledger.
 
+use crate::store::Reads;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
 use crate::interchange::{self, ExportContext, ExportFormat};
 use crate::store::{Filter, Ledger};

@@ -1,5 +1,6 @@
 //! `pmm-graph`: query the event graph.
 
+use crate::store::Reads;
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::marker;
 use crate::projection::graph::{Direction, EventGraph, GraphStats, NodeKind};

@@ -1,5 +1,6 @@
 //! `pmm-metrics`: deterministic ledger metrics.
 
+use crate::store::Reads;
 use crate::chain::Verifier;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::NewEvent;

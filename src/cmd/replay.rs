@@ -1,8 +1,8 @@
 //! `pmm-replay`: stream events; project state at any event; follow new events.
 
+use crate::store::{project, save_projection_checkpoint, Reads, CHECKPOINT_EVERY};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
-use crate::projection::state::Projections;
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use std::sync::atomic::Ordering;
@@ -101,81 +101,6 @@ impl Program for Args {
     }
 }
 
-/// The name of our projection checkpoints in `pmm_checkpoints`.
-pub const CHECKPOINT: &str = "projections";
-/// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
-/// checkpoints written by an older build are ignored instead of misread.
-pub const CHECKPOINT_FORMAT: i64 = 5;
-/// Save a new checkpoint when a rebuild had to fold at least this many events.
-const CHECKPOINT_EVERY: u64 = 1000;
-
-/// Projections as of an event, and how they were obtained.
-pub struct Projected {
-    /// The state.
-    pub projections: Projections,
-    /// The checkpoint it started from, if any.
-    pub from_checkpoint: Option<i64>,
-    /// Events folded on top of it.
-    pub folded: u64,
-}
-
-/// Folds events up to `at` (or all) into projections, starting from the newest checkpoint
-/// that still matches the ledger when `use_checkpoint` is set.
-pub fn project(ledger: &Ledger, at: Option<i64>, use_checkpoint: bool) -> crate::Result<Projected> {
-    let target = match at {
-        Some(a) => a,
-        None => ledger.max_id()?,
-    };
-    let mut start = None;
-    let mut p = Projections::default();
-    if use_checkpoint {
-        // An unreadable checkpoint is only a cache miss.
-        if let Some((id, restored)) =
-            ledger.load_checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, target, |_, bytes| {
-                Projections::from_checkpoint(bytes)
-            })?
-        {
-            p = restored;
-            start = Some(id);
-        }
-    }
-    let filter = Filter {
-        since: start.map(|s| s + 1),
-        until: Some(target),
-        ..Filter::default()
-    };
-    let mut folded = 0;
-    ledger.scan(&filter, |ev| {
-        p.apply(&ev);
-        folded += 1;
-        Ok(true)
-    })?;
-    Ok(Projected {
-        projections: p,
-        from_checkpoint: start,
-        folded,
-    })
-}
-
-/// Saves a checkpoint of `p` when the ledger file can be written; a reader that cannot write
-/// simply goes without (it rebuilds next time).
-fn save_checkpoint(path: &std::path::Path, p: &Projections) {
-    let bytes = p.to_checkpoint();
-    let writable = std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly());
-    if !writable {
-        return;
-    }
-    if let Ok(mut ledger) = Ledger::open_writer(path, 200) {
-        let _ = ledger.save_checkpoint(
-            CHECKPOINT,
-            CHECKPOINT_FORMAT,
-            p.mirror.last_event_id,
-            &bytes,
-            3,
-        );
-    }
-}
-
 fn narrate_line(ev: &Event) -> String {
     let one_line = |s: &str, n: usize| {
         let flat: String = s
@@ -222,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         })?;
         out.flush()?;
         if projected.folded >= CHECKPOINT_EVERY {
-            save_checkpoint(&args.ledger.path(), &projected.projections);
+            save_projection_checkpoint(&args.ledger.path(), &projected.projections);
         }
         return Ok(Outcome::Success);
     }

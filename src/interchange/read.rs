@@ -1,5 +1,6 @@
 //! Streaming readers with format auto-detection.
 
+use crate::store::Reads;
 use crate::canon;
 use crate::event::Event;
 use crate::store::{Filter, Ledger};

@@ -6,7 +6,12 @@
 //! the other's file. Our own tables are caches, never authoritative, and are created by an
 //! append-only list of migrations keyed on `PRAGMA user_version`.
 
+mod checkpoint;
 mod policy;
+
+pub use checkpoint::{
+    project, save_projection_checkpoint, Projected, CHECKPOINT, CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
+};
 
 pub use policy::{Policy, Verdict};
 
@@ -243,136 +248,6 @@ impl Ledger {
         &self.path
     }
 
-    fn err(&self, e: rusqlite::Error) -> Error {
-        map_err(e, &self.path, self.busy_ms)
-    }
-
-    /// The newest event, if any.
-    pub fn head(&self) -> Result<Option<Head>> {
-        head(&self.conn).map_err(|e| self.err(e))
-    }
-
-    /// The highest id (0 when empty) — the reference's `count()`.
-    pub fn max_id(&self) -> Result<i64> {
-        Ok(self.head()?.map_or(0, |h| h.id))
-    }
-
-    /// One event by id.
-    pub fn get(&self, id: i64) -> Result<Option<Event>> {
-        self.conn
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM events WHERE id = ?1"),
-                [id],
-                row_to_event,
-            )
-            .optional()
-            .map_err(|e| self.err(e))
-    }
-
-    /// The id of the event whose hash is `hash` (an index lookup).
-    pub fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
-        self.conn
-            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| self.err(e))
-    }
-
-    /// The newest events of `kind`, newest first, at most `limit`.
-    pub fn last_of_kind(&self, kind: &str, limit: usize) -> Result<Vec<Event>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM events WHERE kind = ?1 ORDER BY id DESC LIMIT ?2"
-            ))
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![kind, limit as i64], row_to_event)
-            .map_err(|e| self.err(e))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))
-    }
-
-    /// Calls `f` for every event that passes `filter`, in id order. `f` returns `false` to stop.
-    pub fn scan<F>(&self, filter: &Filter, mut f: F) -> Result<()>
-    where
-        F: FnMut(Event) -> Result<bool>,
-    {
-        let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");
-        if !filter.kinds.is_empty() {
-            let marks: Vec<String> = (0..filter.kinds.len())
-                .map(|i| format!("?{}", i + 3))
-                .collect();
-            sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
-        }
-        sql.push_str(" ORDER BY id");
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut args: Vec<rusqlite::types::Value> = vec![
-            filter.since.unwrap_or(i64::MIN).into(),
-            filter.until.unwrap_or(i64::MAX).into(),
-        ];
-        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(args))
-            .map_err(|e| self.err(e))?;
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let ev = row_to_event(row).map_err(|e| self.err(e))?;
-            if !f(ev)? {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// The newest usable projection checkpoint named `name` at or before event `max_id`,
-    /// handed to `read` as its event id and state bytes (borrowed from SQLite, so a large
-    /// state is not copied on the way); `read` returning `None` counts as no checkpoint. A
-    /// checkpoint whose recorded event hash no longer matches the ledger, or whose `format`
-    /// is not `format`, is ignored (it is a cache, never authoritative). `None` also when the
-    /// ledger has no checkpoint table (a reference ledger, or one no writer of ours has
-    /// opened).
-    pub fn load_checkpoint<T>(
-        &self,
-        name: &str,
-        format: i64,
-        max_id: i64,
-        read: impl FnOnce(i64, &[u8]) -> Option<T>,
-    ) -> Result<Option<(i64, T)>> {
-        let has_table: bool = self
-            .conn
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
-        if !has_table {
-            return Ok(None);
-        }
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT c.event_id, c.state FROM pmm_checkpoints c JOIN events e ON e.id = c.event_id
-                 WHERE c.name = ?1 AND c.format = ?2 AND c.event_id <= ?3 AND e.hash = c.event_hash
-                 ORDER BY c.event_id DESC LIMIT 1",
-            )
-            .map_err(|e| self.err(e))?;
-        let mut rows = stmt
-            .query(params![name, format, max_id])
-            .map_err(|e| self.err(e))?;
-        let Some(row) = rows.next().map_err(|e| self.err(e))? else {
-            return Ok(None);
-        };
-        let id: i64 = row.get(0).map_err(|e| self.err(e))?;
-        let bytes = row.get_ref(1).map_err(|e| self.err(e))?;
-        let bytes = match bytes {
-            rusqlite::types::ValueRef::Blob(b) | rusqlite::types::ValueRef::Text(b) => b,
-            _ => return Ok(None),
-        };
-        Ok(read(id, bytes).map(|t| (id, t)))
-    }
-
     /// Stores a projection checkpoint for event `event_id` (with that event's hash, so a later
     /// reader can tell whether it still matches), keeping only the newest `keep` of that name.
     pub fn save_checkpoint(
@@ -412,33 +287,6 @@ impl Ledger {
                 .map_err(|e| map_err(e, &self.path, self.busy_ms)),
             Err(e) => Err(map_err(e, &self.path, self.busy_ms)),
         }
-    }
-
-    /// The last `n` events that pass `filter`, oldest first.
-    pub fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
-        let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");
-        if !filter.kinds.is_empty() {
-            let marks: Vec<String> = (0..filter.kinds.len())
-                .map(|i| format!("?{}", i + 4))
-                .collect();
-            sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
-        }
-        sql.push_str(" ORDER BY id DESC LIMIT ?3");
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let mut args: Vec<rusqlite::types::Value> = vec![
-            filter.since.unwrap_or(i64::MIN).into(),
-            filter.until.unwrap_or(i64::MAX).into(),
-            (n.min(i64::MAX as usize) as i64).into(),
-        ];
-        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(args), row_to_event)
-            .map_err(|e| self.err(e))?;
-        let mut events = rows
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.err(e))?;
-        events.reverse();
-        Ok(events)
     }
 
     /// Appends one event in its own `BEGIN IMMEDIATE` transaction. A write the policy forbids
@@ -484,6 +332,187 @@ impl Ledger {
         let event = batch.append_violation(v, clock)?;
         batch.commit()?;
         Ok(v.clone().into_error(event.id))
+    }
+}
+
+/// Reading events, the same on a [`Ledger`] and inside a write transaction ([`Batch`]: it
+/// sees the ledger as the transaction does, its own appends included).
+pub trait Reads {
+    /// The connection to read through.
+    fn conn(&self) -> &Connection;
+    /// Maps a SQLite error for this ledger.
+    fn err(&self, e: rusqlite::Error) -> Error;
+
+    /// The newest event, if any.
+    fn head(&self) -> Result<Option<Head>> {
+        head(&self.conn()).map_err(|e| self.err(e))
+    }
+
+    /// The highest id (0 when empty) — the reference's `count()`.
+    fn max_id(&self) -> Result<i64> {
+        Ok(self.head()?.map_or(0, |h| h.id))
+    }
+
+    /// One event by id.
+    fn get(&self, id: i64) -> Result<Option<Event>> {
+        self.conn()
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM events WHERE id = ?1"),
+                [id],
+                row_to_event,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The id of the event whose hash is `hash` (an index lookup).
+    fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+        self.conn()
+            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The newest events of `kind`, newest first, at most `limit`.
+    fn last_of_kind(&self, kind: &str, limit: usize) -> Result<Vec<Event>> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM events WHERE kind = ?1 ORDER BY id DESC LIMIT ?2"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![kind, limit as i64], row_to_event)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Calls `f` for every event that passes `filter`, in id order. `f` returns `false` to stop.
+    fn scan<F>(&self, filter: &Filter, mut f: F) -> Result<()>
+    where
+        F: FnMut(Event) -> Result<bool>,
+    {
+        let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");
+        if !filter.kinds.is_empty() {
+            let marks: Vec<String> = (0..filter.kinds.len())
+                .map(|i| format!("?{}", i + 3))
+                .collect();
+            sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
+        }
+        sql.push_str(" ORDER BY id");
+        let mut stmt = self.conn().prepare(&sql).map_err(|e| self.err(e))?;
+        let mut args: Vec<rusqlite::types::Value> = vec![
+            filter.since.unwrap_or(i64::MIN).into(),
+            filter.until.unwrap_or(i64::MAX).into(),
+        ];
+        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(args))
+            .map_err(|e| self.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+            let ev = row_to_event(row).map_err(|e| self.err(e))?;
+            if !f(ev)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last `n` events that pass `filter`, oldest first.
+    fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
+        let mut sql = format!("SELECT {COLUMNS} FROM events WHERE id >= ?1 AND id <= ?2");
+        if !filter.kinds.is_empty() {
+            let marks: Vec<String> = (0..filter.kinds.len())
+                .map(|i| format!("?{}", i + 4))
+                .collect();
+            sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT ?3");
+        let mut stmt = self.conn().prepare(&sql).map_err(|e| self.err(e))?;
+        let mut args: Vec<rusqlite::types::Value> = vec![
+            filter.since.unwrap_or(i64::MIN).into(),
+            filter.until.unwrap_or(i64::MAX).into(),
+            (n.min(i64::MAX as usize) as i64).into(),
+        ];
+        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(args), row_to_event)
+            .map_err(|e| self.err(e))?;
+        let mut events = rows
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))?;
+        events.reverse();
+        Ok(events)
+    }
+
+
+    /// The newest usable projection checkpoint named `name` at or before event `max_id`,
+    /// handed to `read` as its event id and state bytes (borrowed from SQLite, so a large
+    /// state is not copied on the way); `read` returning `None` counts as no checkpoint. A
+    /// checkpoint whose recorded event hash no longer matches the ledger, or whose `format`
+    /// is not `format`, is ignored (it is a cache, never authoritative). `None` also when the
+    /// ledger has no checkpoint table (a reference ledger, or one no writer of ours has
+    /// opened).
+    fn load_checkpoint<T>(
+        &self,
+        name: &str,
+        format: i64,
+        max_id: i64,
+        read: impl FnOnce(i64, &[u8]) -> Option<T>,
+    ) -> Result<Option<(i64, T)>> {
+        let has_table: bool = self
+            .conn()
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if !has_table {
+            return Ok(None);
+        }
+        let mut stmt = self
+            .conn()
+            .prepare(
+                "SELECT c.event_id, c.state FROM pmm_checkpoints c JOIN events e ON e.id = c.event_id
+                 WHERE c.name = ?1 AND c.format = ?2 AND c.event_id <= ?3 AND e.hash = c.event_hash
+                 ORDER BY c.event_id DESC LIMIT 1",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt
+            .query(params![name, format, max_id])
+            .map_err(|e| self.err(e))?;
+        let Some(row) = rows.next().map_err(|e| self.err(e))? else {
+            return Ok(None);
+        };
+        let id: i64 = row.get(0).map_err(|e| self.err(e))?;
+        let bytes = row.get_ref(1).map_err(|e| self.err(e))?;
+        let bytes = match bytes {
+            rusqlite::types::ValueRef::Blob(b) | rusqlite::types::ValueRef::Text(b) => b,
+            _ => return Ok(None),
+        };
+        Ok(read(id, bytes).map(|t| (id, t)))
+    }
+}
+
+impl Reads for Ledger {
+    fn conn(&self) -> &Connection {
+        &self.conn
+    }
+    fn err(&self, e: rusqlite::Error) -> Error {
+        map_err(e, &self.path, self.busy_ms)
+    }
+}
+
+impl Reads for Batch<'_> {
+    fn conn(&self) -> &Connection {
+        &self.tx
+    }
+    fn err(&self, e: rusqlite::Error) -> Error {
+        map_err(e, &self.path, self.busy_ms)
     }
 }
 
@@ -574,10 +603,6 @@ pub struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    fn err(&self, e: rusqlite::Error) -> Error {
-        map_err(e, &self.path, self.busy_ms)
-    }
-
     /// The head as this transaction sees it.
     pub fn head(&self) -> Option<&Head> {
         self.head.as_ref()
@@ -677,16 +702,6 @@ impl Batch<'_> {
             hash: ev.hash.clone(),
         });
         Ok(())
-    }
-
-    /// The id of the event with `hash`, as this transaction sees the ledger.
-    pub fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
-        self.tx
-            .query_row("SELECT id FROM events WHERE hash = ?1", [hash], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| self.err(e))
     }
 
     /// Makes everything appended in this transaction durable at once.
