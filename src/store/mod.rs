@@ -345,7 +345,7 @@ pub trait Reads {
 
     /// The newest event, if any.
     fn head(&self) -> Result<Option<Head>> {
-        head(&self.conn()).map_err(|e| self.err(e))
+        head(self.conn()).map_err(|e| self.err(e))
     }
 
     /// The highest id (0 when empty) — the reference's `count()`.
