@@ -21,6 +21,7 @@ pub mod kernel;
 pub mod marker;
 pub mod metrics;
 pub mod projection;
+pub mod turn;
 pub mod store;
 
 pub use error::{Error, Result};

@@ -131,10 +131,19 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
     if is_broken_pipe(e) {
         return ExitCode::SUCCESS;
     }
-    let code = e
-        .chain()
-        .find_map(|c| c.downcast_ref::<crate::Error>())
-        .map_or(2, |pe| pe.exit_code());
+    let generation_failed = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<crate::turn::TurnError>(),
+            Some(crate::turn::TurnError::Generation { .. })
+        )
+    });
+    let code = if generation_failed {
+        3
+    } else {
+        e.chain()
+            .find_map(|c| c.downcast_ref::<crate::Error>())
+            .map_or(2, |pe| pe.exit_code())
+    };
     let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
     let mut msg = String::new();
     for part in chain {

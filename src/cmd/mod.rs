@@ -1,10 +1,12 @@
 //! One module per program: clap `Args` (whose doc comments are the help) and `run`.
 
 pub mod append;
+pub mod chat;
 pub mod export;
 pub mod graph;
 pub mod metrics;
 pub mod replay;
+pub mod turn;
 pub mod verify;
 
 /// Every program's clap command, for man pages and completions.
@@ -16,6 +18,7 @@ pub fn commands() -> Vec<clap::Command> {
         graph::Args::command(),
         metrics::Args::command(),
         replay::Args::command(),
+        turn::Args::command(),
         verify::Args::command(),
     ]
 }

@@ -81,8 +81,16 @@ impl SelfModel for ProjectionModel {
     fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
         self.0.apply(ev);
     }
-    fn expected_rsm_state(&mut self, _summary: &Event, _content: Option<&Value>) -> Option<Value> {
-        Some(self.0.rsm_snapshot())
+    fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
+        // Our own summaries keep only the newest intents and say how many there were.
+        let ours = summary
+            .meta_map()
+            .is_ok_and(|m| m.contains_key("rsm_reflections_total"));
+        Some(if ours {
+            self.0.rsm.summary_snapshot(&self.0.concepts).0
+        } else {
+            self.0.rsm_snapshot()
+        })
     }
 }
 

@@ -535,6 +535,16 @@ impl GraphCounts {
         }
     }
 
+    /// Nodes of `kind` (a ledger kind such as `user_message`).
+    pub fn count_of(&self, kind: &str) -> usize {
+        self.counts_by_kind.get(kind).copied().unwrap_or(0)
+    }
+
+    /// Node and edge counts.
+    pub fn size(&self) -> (usize, usize) {
+        (self.nodes, self.edges)
+    }
+
     /// `{"nodes","edges","counts_by_kind"}`, as [`EventGraph::stats`] gives it.
     pub fn stats(&self) -> Value {
         serde_json::json!({

@@ -49,6 +49,24 @@ pub struct Identity {
     pub name_event: Option<i64>,
     /// Tokens adopted through `identity_adoption` events, in adoption order.
     pub adopted: Vec<String>,
+    /// The earliest `identity_proposal` claim event per token (FORMATS.md §4.3).
+    #[serde(default)]
+    pub proposals: BTreeMap<String, i64>,
+    /// The earliest `identity_ratify` claim event per token.
+    #[serde(default)]
+    pub ratifications: BTreeMap<String, i64>,
+}
+
+impl Identity {
+    /// Tokens proposed and ratified but not adopted yet, sorted, with their proposal and
+    /// ratification events: what the next `identity_adoption` events must record.
+    pub fn pending_adoptions(&self) -> Vec<(String, i64, i64)> {
+        self.proposals
+            .iter()
+            .filter(|(t, _)| !self.adopted.contains(t))
+            .filter_map(|(t, &p)| self.ratifications.get(t).map(|&r| (t.clone(), p, r)))
+            .collect()
+    }
 }
 
 /// The autonomy thresholds in force (defaults 10/50/20/27, FORMATS.md §8.3).
@@ -114,6 +132,10 @@ pub struct Mirror {
     pub retrieval: Option<Value>,
     /// Thresholds in force.
     pub thresholds: Thresholds,
+    /// Per cid: how many times it was opened and how many closes it got (the history behind
+    /// a new commitment's `impact_score`, FORMATS.md §3.3.1).
+    #[serde(default)]
+    pub history: BTreeMap<String, (u64, u64)>,
     /// The last event folded in.
     pub last_event_id: i64,
     /// Its hash.
@@ -139,6 +161,7 @@ impl Mirror {
                     .or_else(|| meta_str(&meta, "goal"))
                     .unwrap_or_default();
                 self.closed.remove(&cid);
+                self.history.entry(cid.clone()).or_default().0 += 1;
                 self.open.insert(
                     cid.clone(),
                     Commitment {
@@ -157,6 +180,9 @@ impl Mirror {
                 let Some(cid) = meta_str(&meta, "cid") else {
                     return;
                 };
+                if let Some(h) = self.history.get_mut(&cid) {
+                    h.1 += 1;
+                }
                 if let Some(mut c) = self.open.remove(&cid) {
                     c.closed_at = Some(ev.id);
                     c.reason = meta_str(&meta, "reason");
@@ -165,7 +191,12 @@ impl Mirror {
             }
             "claim" => {
                 let meta = ev.meta_map().unwrap_or_default();
-                if meta_str(&meta, "claim_type").as_deref() != Some("name_change") {
+                let claim_type = meta_str(&meta, "claim_type").unwrap_or_default();
+                if claim_type == "identity_proposal" || claim_type == "identity_ratify" {
+                    self.note_identity_claim(ev, &claim_type);
+                    return;
+                }
+                if claim_type != "name_change" {
                     return;
                 }
                 let payload = ev.content.split_once('=').map(|(_, p)| p).unwrap_or("");
@@ -226,6 +257,37 @@ impl Mirror {
             }
             _ => {}
         }
+    }
+
+    /// An `identity_proposal` / `identity_ratify` claim (FORMATS.md §4.3): the content must be
+    /// `CLAIM:<same type>=<object with a non-empty string token>`; the earliest per token counts.
+    fn note_identity_claim(&mut self, ev: &Event, claim_type: &str) {
+        let Some(rest) = ev.content.strip_prefix("CLAIM:") else {
+            return;
+        };
+        let Some((header, payload)) = rest.split_once('=') else {
+            return;
+        };
+        if header.trim() != claim_type {
+            return;
+        }
+        let Ok(Value::Object(data)) = serde_json::from_str::<Value>(payload) else {
+            return;
+        };
+        let Some(token) = data
+            .get("token")
+            .and_then(Value::as_str)
+            .map(crate::marker::py_strip)
+            .filter(|t| !t.is_empty())
+        else {
+            return;
+        };
+        let map = if claim_type == "identity_proposal" {
+            &mut self.identity.proposals
+        } else {
+            &mut self.identity.ratifications
+        };
+        map.entry(token.to_string()).or_insert(ev.id);
     }
 
     /// Open commitments in the order they were opened.

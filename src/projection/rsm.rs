@@ -165,8 +165,9 @@ impl IntentLog {
         self.seq.iter().map(|&n| self.distinct[n as usize].as_str())
     }
 
-    /// Writes the snapshot's `reflections` list: `[{"intent":"…"},…]`.
-    fn write_json(&self, out: &mut dyn Write) -> io::Result<()> {
+    /// Writes the snapshot's `reflections` list: `[{"intent":"…"},…]`, only the newest
+    /// `keep` when given.
+    fn write_json(&self, out: &mut dyn Write, keep: Option<usize>) -> io::Result<()> {
         let rendered: Vec<Vec<u8>> = self
             .distinct
             .iter()
@@ -179,7 +180,8 @@ impl IntentLog {
             })
             .collect();
         out.write_all(b"[")?;
-        for (i, &n) in self.seq.iter().enumerate() {
+        let skip = keep.map_or(0, |k| self.seq.len().saturating_sub(k));
+        for (i, &n) in self.seq.iter().skip(skip).enumerate() {
             if i > 0 {
                 out.write_all(b",")?;
             }
@@ -444,14 +446,39 @@ impl Rsm {
         SnapshotView {
             rsm: self,
             concepts,
+            keep: None,
         }
     }
+
+    /// The snapshot our own `summary_update` events carry: the reference's structure with only
+    /// the newest [`SUMMARY_REFLECTIONS`] reflection intents (the reference embeds every
+    /// intent since genesis in every summary, so each one grows with the ledger — FORMATS.md
+    /// §17 item 29), and how many there are in all.
+    pub fn summary_snapshot(&self, concepts: &ConceptGraph) -> (Value, usize) {
+        let mut bytes = Vec::new();
+        let view = SnapshotView {
+            rsm: self,
+            concepts,
+            keep: Some(SUMMARY_REFLECTIONS),
+        };
+        // Writing into a Vec cannot fail.
+        let _ = view.write_json(&mut bytes);
+        (
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({})),
+            self.intents.seq.len(),
+        )
+    }
 }
+
+/// How many reflection intents our `summary_update` snapshots keep (the newest ones); the
+/// meta says how many there were (`rsm_reflections_total`).
+pub const SUMMARY_REFLECTIONS: usize = 20;
 
 /// See [`Rsm::snapshot_view`].
 pub struct SnapshotView<'a> {
     rsm: &'a Rsm,
     concepts: &'a ConceptGraph,
+    keep: Option<usize>,
 }
 
 impl SnapshotView<'_> {
@@ -480,7 +507,7 @@ impl SnapshotView<'_> {
         )?;
         field(out, ",\"knowledge_gaps\":", &self.rsm.knowledge_gaps())?;
         out.write_all(b",\"reflections\":")?;
-        self.rsm.intents.write_json(out)?;
+        self.rsm.intents.write_json(out, self.keep)?;
         out.write_all(b"}")?;
         Ok(())
     }

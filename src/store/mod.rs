@@ -102,7 +102,17 @@ fn text(v: ValueRef<'_>) -> Option<String> {
     }
 }
 
+/// Events read from SQLite by this process so far (see [`rows_read`]).
+static ROWS_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many event rows this process has read from ledgers: the measure behind "a turn reads a
+/// bounded number of events, not the ledger" (checkpoints, heads and counts are not rows).
+pub fn rows_read() -> u64 {
+    ROWS_READ.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn row_to_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    ROWS_READ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Event {
         id: row.get(0)?,
         ts: text(row.get_ref(1)?).unwrap_or_default(),
@@ -372,6 +382,29 @@ pub trait Reads {
                 r.get(0)
             })
             .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// How many events of `kind` have an id above `after` (an index range count).
+    fn count_kind_after(&self, kind: &str, after: i64) -> Result<u64> {
+        self.conn()
+            .query_row(
+                "SELECT COUNT(*) FROM events WHERE kind = ?1 AND id > ?2",
+                params![kind, after],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Whether the ledger holds a `config` event that sets a write policy.
+    fn has_policy_config(&self) -> Result<bool> {
+        self.conn()
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM events WHERE kind = 'config' AND content LIKE '%\"policy\"%')",
+                [],
+                |r| r.get(0),
+            )
             .map_err(|e| self.err(e))
     }
 

@@ -116,6 +116,9 @@ impl Pmm {
             .env_remove("PMM_NOW")
             .env_remove("PMM_ADAPTER")
             .env_remove("PMM_MODEL")
+            .env_remove("OLLAMA_HOST")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
             .env("PMM_DB", &self.db)
             .env("PMM_NOW", "2025-11-24T05:55:41.194157Z");
         c

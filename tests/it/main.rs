@@ -16,3 +16,4 @@ mod programs;
 mod replay;
 mod rsm;
 mod tamper;
+mod turn;

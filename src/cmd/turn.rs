@@ -1,0 +1,230 @@
+//! `pmm-turn`: one conversational turn per message, through a model adapter.
+
+use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::llm::{self, AdapterKind, Config};
+use crate::store::Ledger;
+use crate::turn::{self, Options, TurnError};
+use crate::Error;
+use anyhow::Context;
+use std::io::{BufRead, IsTerminal};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  One turn with a local Ollama model; print only the reply:
+    pmm-turn --adapter ollama --model llama3.2 --text 'Who are you?'
+  An OpenAI-compatible server (llama.cpp, vLLM, LM Studio):
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 pmm-turn --adapter openai --model local 'hello'
+  A conversation from a file, one turn per line, replies scripted (offline, reproducible):
+    pmm-turn --adapter scripted --script replies.jsonl --plain < questions.txt
+  Follow what the turns commit to:
+    pmm-turn 'Plan the week' | jq -c 'select(.kind==\"commitment_open\") | .meta.text'
+  Talk interactively (slash commands: /help):
+    pmm-turn --chat
+
+INPUT:
+  The message argument is one turn. Without it, stdin is read: one turn per line, each a JSON
+  object {\"content\": STRING} (as pmm-replay prints user messages), or plain text with --plain.
+
+OUTPUT:
+  Per turn, the events it appended as JSON Lines, then
+  {\"type\":\"turn\",\"reply\",\"opened\",\"closed\",\"claims\":{\"valid\",\"failed\"},\"events\",\"first_id\",\"last_id\",\"rows_read\"}.
+  --text prints only the reply.
+
+MARKERS (in the model's reply, one per line; see docs/turn.md):
+  COMMIT: <text>   CLOSE: <cid>   CLAIM:<type>=<json>   REFLECT:<json>   REF: <ledger>#<id>
+
+EXIT STATUS:
+  0  every turn was answered and written
+  2  bad input, bad adapter setup (missing --script/--command), locked or unreadable ledger
+  3  the model failed after retries (unreachable, timed out, refused); the user message and a
+     generation_failure event are in the ledger
+
+ENVIRONMENT:
+  PMM_DB           the ledger when --db is not given (default .data/pmmdb/pmm.db)
+  PMM_NOW          pin the clock (RFC 3339)
+  PMM_ADAPTER      the adapter when --adapter is not given (default dummy)
+  PMM_MODEL        the model when --model is not given
+  OLLAMA_HOST      Ollama's address (default http://127.0.0.1:11434)
+  OPENAI_BASE_URL  the OpenAI-compatible API (default https://api.openai.com/v1)
+  OPENAI_API_KEY   its key (never written to the ledger, stdout or stderr)
+  A .env file in the current directory is read for variables that are not set.";
+
+/// Run conversational turns: message in, the turn's ledger events out.
+///
+/// Each turn appends the user's message (committed before the model is called, so it is never
+/// lost), retrieves a bounded context from the ledger, asks the model, and appends the reply
+/// and everything that follows from it — claims, commitments, references, the retrieval record,
+/// metrics, reflections, summaries — in one transaction. Markers are read from the model's
+/// reply only, never from the user's message.
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-turn", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
+    #[command(flatten)]
+    write: WriteArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// The user's message (one turn); without it, stdin is read, one turn per line
+    #[arg(value_name = "MESSAGE")]
+    message: Option<String>,
+    /// Stdin lines are plain text, not JSON objects
+    #[arg(long)]
+    plain: bool,
+    /// Print only the reply text
+    #[arg(long)]
+    text: bool,
+    /// Talk interactively (line editing, history, slash commands); the default when no message
+    /// is given and stdin is a terminal
+    #[arg(long, conflicts_with_all = ["message", "plain"])]
+    chat: bool,
+    /// The model adapter: ollama, openai, cmd, scripted or dummy
+    #[arg(long, env = "PMM_ADAPTER", value_name = "ADAPTER", value_parser = parse_adapter, default_value = "dummy")]
+    adapter: AdapterKind,
+    /// The model name (ollama default llama3.2, openai default gpt-4o-mini)
+    #[arg(long, env = "PMM_MODEL")]
+    model: Option<String>,
+    /// Seed for providers that accept one
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Sampling temperature
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Nucleus sampling
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f64,
+    /// Seconds to wait for each model call
+    #[arg(long, value_name = "SECS", default_value_t = 120.0)]
+    timeout: f64,
+    /// Retries after a connection error, 429 or 5xx (with backoff)
+    #[arg(long, default_value_t = 2)]
+    retries: u32,
+    /// scripted adapter: the replies file (JSON Lines: a string or {\"reply\"} per turn)
+    #[arg(long, value_name = "FILE")]
+    script: Option<PathBuf>,
+    /// cmd adapter: the program to run (via sh -c); it gets the prompt as JSON on stdin and
+    /// answers on stdout
+    #[arg(long, value_name = "COMMAND")]
+    command: Option<String>,
+}
+
+fn parse_adapter(s: &str) -> Result<AdapterKind, String> {
+    AdapterKind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == s)
+        .ok_or_else(|| format!("unknown adapter '{s}' (ollama, openai, cmd, scripted, dummy)"))
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+impl Args {
+    fn config(&self) -> anyhow::Result<Config> {
+        if !(self.timeout > 0.0 && self.timeout.is_finite()) {
+            return Err(Error::bad_input(Some("--timeout".into()), "must be a positive number of seconds").into());
+        }
+        let mut cfg = Config::from_env(self.adapter);
+        if self.model.is_some() {
+            cfg.model = self.model.clone();
+        }
+        cfg.timeout = Duration::from_secs_f64(self.timeout);
+        cfg.retries = self.retries;
+        if self.script.is_some() {
+            cfg.script = self.script.clone();
+        }
+        if self.command.is_some() {
+            cfg.command = self.command.clone();
+        }
+        Ok(cfg)
+    }
+
+    fn options(&self) -> Options {
+        Options {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            seed: self.seed,
+            clock: self.clock.clock(),
+        }
+    }
+}
+
+/// Prints one turn's outcome.
+fn print(out: &mut Out, text_only: bool, outcome: &turn::Outcome) -> std::io::Result<()> {
+    if text_only {
+        out.raw(outcome.reply.as_bytes())?;
+        if !outcome.reply.ends_with('\n') {
+            out.raw(b"\n")?;
+        }
+    } else {
+        for e in &outcome.events {
+            out.event(e)?;
+        }
+        out.record(&outcome.record())?;
+    }
+    out.flush()
+}
+
+/// Parses one stdin line into a message.
+fn message_of(line: &str, plain: bool, at: String) -> Result<String, Error> {
+    if plain {
+        return Ok(line.to_string());
+    }
+    match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(serde_json::Value::Object(o)) => match o.get("content") {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            _ => Err(Error::bad_input(Some(at), "expected {\"content\": STRING} (use --plain for plain text)")),
+        },
+        _ => Err(Error::bad_input(Some(at), "not a JSON object {\"content\": STRING} (use --plain for plain text)")),
+    }
+}
+
+/// Runs `pmm-turn`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let cfg = args.config()?;
+    let mut adapter = llm::adapter(&cfg).map_err(|e| Error::bad_input(Some("--adapter".into()), e.to_string()))?;
+    let path = args.ledger.path();
+    let stdin = std::io::stdin();
+    if args.chat || (args.message.is_none() && stdin.is_terminal()) {
+        let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+        return super::chat::run(&mut ledger, adapter.as_mut(), cfg, &args.options());
+    }
+    let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+    let opts = args.options();
+    let mut out = Out::new();
+    let mut one = |msg: &str, out: &mut Out| -> anyhow::Result<()> {
+        match turn::run(&mut ledger, adapter.as_mut(), msg, &opts) {
+            Ok(o) => Ok(print(out, args.text, &o)?),
+            Err(TurnError::Generation { error, events, failure }) => {
+                if !args.text {
+                    for e in &events {
+                        out.event(e)?;
+                    }
+                    out.flush()?;
+                }
+                Err(TurnError::Generation { error, events, failure }.into())
+            }
+            Err(e) => Err(e.into()),
+        }
+    };
+    if let Some(msg) = &args.message {
+        one(msg, &mut out)?;
+        return Ok(Outcome::Success);
+    }
+    for (i, line) in stdin.lock().lines().enumerate() {
+        let line = line.context("reading stdin")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let msg = message_of(&line, args.plain, format!("<stdin>:{}", i + 1))?;
+        one(&msg, &mut out)?;
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,225 @@
+//! The context block and the system prompt a turn sends (SPEC §4 pmm-turn, FORMATS.md §9.7,
+//! §10). The sections are the reference's, each only when it has content: Concepts, Threads,
+//! Graph, the state lines ("Ledger so far …", "Retrieval window this turn …", identity, the
+//! live self-model — dead in the reference, §17 item 25 — and open commitments), then the
+//! Evidence. The rules text is ours: it states the ledger's rules and the marker protocol.
+
+use super::select::Selection;
+use crate::projection::state::Projections;
+use std::collections::BTreeSet;
+
+/// Evidence lines are cut to this many characters (the reference's 300).
+pub const EVIDENCE_CHARS: usize = 300;
+/// At most this many concepts are listed.
+pub const MAX_CONCEPTS: usize = 12;
+/// At most this many open commitments are listed as threads.
+pub const MAX_THREADS: usize = 8;
+/// Segments too generic to match a concept on their own (FORMATS.md §9.6).
+const GENERIC_SEGMENTS: [&str; 7] = ["meta", "root", "core", "base", "type", "kind", "value"];
+/// Words that stand for the user's identity concept.
+const CREATOR_WORDS: [&str; 5] = ["creator", "author", "builder", "maker", "founder"];
+
+/// `text` cut to `n` characters, the last three replaced by `...` when it was longer.
+pub fn truncate_chars(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(n.saturating_sub(3)).collect();
+    s.push_str("...");
+    s
+}
+
+/// The defined concept tokens the user's text mentions (FORMATS.md §9.6): a token matches if
+/// it occurs in the lowercased text, or if its last dot-segment (unless generic) is one of the
+/// text's words or all of that segment's alphanumeric parts are; creator words bring in
+/// `user.identity`. Sorted.
+pub fn mentioned_concepts(defined: &[String], text: &str) -> Vec<String> {
+    let lower = text.to_lowercase();
+    let words: BTreeSet<String> = lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect();
+    let mut out = BTreeSet::new();
+    for tok in defined {
+        let t = tok.to_lowercase();
+        if t.is_empty() {
+            continue;
+        }
+        let last = t.rsplit('.').next().unwrap_or("");
+        let parts: Vec<&str> = last
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|p| !p.is_empty())
+            .collect();
+        let by_segment = !last.is_empty()
+            && !GENERIC_SEGMENTS.contains(&last)
+            && (words.contains(last)
+                || (!parts.is_empty() && parts.iter().all(|p| words.contains(*p))));
+        if lower.contains(&t) || by_segment {
+            out.insert(tok.clone());
+        }
+    }
+    if CREATOR_WORDS.iter().any(|w| words.contains(*w)) && defined.iter().any(|t| t == "user.identity") {
+        out.insert("user.identity".into());
+    }
+    out.into_iter().collect()
+}
+
+/// The context block for a turn: sections joined by a blank line, empty ones left out.
+/// `head_id` is the ledger's newest event (the user's message).
+pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: &str) -> String {
+    let mut sections: Vec<String> = Vec::new();
+
+    let concepts = mentioned_concepts(&p.concepts.all_tokens(), user_text);
+    if !concepts.is_empty() {
+        let mut s = String::from("## Concepts");
+        for tok in concepts.iter().take(MAX_CONCEPTS) {
+            s.push_str("\n- ");
+            s.push_str(tok);
+            if let Some(d) = p.concepts.definition(tok).filter(|d| !d.definition.is_empty()) {
+                s.push_str(": ");
+                s.push_str(&truncate_chars(&d.definition, 60));
+            }
+        }
+        sections.push(s);
+    }
+
+    let open = p.mirror.open_in_order();
+    if !open.is_empty() {
+        let mut s = String::from("## Threads");
+        for c in open.iter().take(MAX_THREADS) {
+            let goal = if c.text.is_empty() { "Unknown goal" } else { &c.text };
+            s.push_str(&format!(
+                "\n- {}: Active - {} (opened at event {})",
+                c.cid,
+                truncate_chars(goal, 80),
+                c.opened_at
+            ));
+        }
+        sections.push(s);
+    }
+
+    let (nodes, edges) = p.graph.size();
+    if nodes >= 5 {
+        sections.push(format!("## Graph\nGraph: {nodes} nodes, {edges} edges"));
+    }
+
+    sections.push(format!("Ledger so far: events 1..{head_id} (total {head_id})"));
+    if let (Some(first), Some(last)) = (sel.events.first(), sel.events.last()) {
+        sections.push(format!(
+            "Retrieval window this turn: events {}..{} ({} events selected)",
+            first.id,
+            last.id,
+            sel.events.len()
+        ));
+    }
+    let id = &p.mirror.identity;
+    if id.name.is_some() || !id.adopted.is_empty() {
+        let mut s = String::from("Identity:");
+        if let Some(name) = &id.name {
+            s.push_str(&format!(" name: {name}"));
+        }
+        if !id.adopted.is_empty() {
+            if id.name.is_some() {
+                s.push(';');
+            }
+            s.push_str(&format!(" adopted: {}", id.adopted.join(", ")));
+        }
+        sections.push(s);
+    }
+    let tendencies = p.rsm.tendencies();
+    if !tendencies.is_empty() {
+        let t: Vec<String> = tendencies.iter().map(|(k, v)| format!("{k} ({v})")).collect();
+        let gaps = p.rsm.knowledge_gaps();
+        let mut s = format!("Recursive Self-Model:\n- Tendencies: {}", t.join(", "));
+        if !gaps.is_empty() {
+            s.push_str(&format!("\n- Gaps: {}", gaps.join(", ")));
+        }
+        sections.push(s);
+    }
+    if !open.is_empty() {
+        let mut cids: Vec<&str> = open.iter().map(|c| c.cid.as_str()).collect();
+        cids.sort_unstable();
+        sections.push(format!("Open Commitments: {}", cids.join(", ")));
+    }
+
+    if !sel.events.is_empty() {
+        let mut s = String::from("## Evidence");
+        for e in &sel.events {
+            s.push_str(&format!(
+                "\n[{}] {}: {}",
+                e.id,
+                e.kind,
+                truncate_chars(&e.content, EVIDENCE_CHARS)
+            ));
+        }
+        sections.push(s);
+    }
+    sections.join("\n\n")
+}
+
+/// The rules: what the ledger is and how to write to it. Our own words.
+pub const RULES: &str = "\
+You are an agent whose whole memory is a ledger: an append-only, hash-chained list of events \
+(messages, commitments, claims, reflections, summaries). Nothing outside the ledger is part of \
+you, and nothing in it can be changed or deleted. The context above is drawn from it; event ids \
+appear in square brackets. When you state something about yourself or the past, point to the \
+event ids it rests on; if the ledger does not show it, say that you do not know.
+
+Answer the user in plain, natural language first. After your answer you may add control lines. \
+Each control line stands on its own line, starts with its keyword, and is not part of the prose:
+COMMIT: <what you will do>            opens a commitment (its id is the first 8 hex digits of the sha1 of the text)
+CLOSE: <commitment id>                closes one of the open commitments listed above
+CLAIM:<type>=<json>                   records a checked claim; types: event_existence {\"id\":N}, \
+reference {\"id\":N}, commitment_status {\"cid\":\"…\",\"open\":true|false}, name_change {\"new_name\":\"…\"}, \
+identity_proposal {\"token\":\"…\",\"description\":\"…\"}, identity_ratify {\"token\":\"…\"}
+REFLECT:<json object>                 a reflection, e.g. {\"observations\":[\"…\"],\"corrections\":[\"…\"],\"next\":[\"…\"]}
+REF: <ledger path>#<event id>         cites an event of another ledger (read only)
+A claim that does not check out is recorded as a correction, so claim only what the ledger shows. \
+An identity token is adopted once it has been both proposed and ratified. Never answer with \
+control lines alone.";
+
+/// The system prompt: the context block, a blank line, the rules (just the rules when the
+/// context is empty).
+pub fn system_prompt(context: &str) -> String {
+    if context.is_empty() {
+        RULES.to_string()
+    } else {
+        format!("{context}\n\n{RULES}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_counts_characters() {
+        assert_eq!(truncate_chars("abc", 3), "abc");
+        assert_eq!(truncate_chars("abcdé", 4), "a...");
+        assert_eq!(truncate_chars("ééééé", 5), "ééééé");
+    }
+
+    #[test]
+    fn concepts_match_by_substring_segment_or_creator_word() {
+        let defined: Vec<String> = ["user.identity", "topic.stability_metrics", "ontology.entity", "x.kind"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            mentioned_concepts(&defined, "I am your creator; tell me about stability metrics"),
+            ["topic.stability_metrics", "user.identity"]
+        );
+        assert_eq!(mentioned_concepts(&defined, "what kind of entity?"), ["ontology.entity"]);
+        assert!(mentioned_concepts(&defined, "nothing here").is_empty());
+    }
+
+    #[test]
+    fn empty_ledger_context_has_only_the_ledger_line() {
+        let p = Projections::default();
+        let c = context_block(&p, 1, &Selection::default(), "hi");
+        assert_eq!(c, "Ledger so far: events 1..1 (total 1)");
+        assert!(system_prompt(&c).starts_with("Ledger so far"));
+        assert!(system_prompt("").starts_with("You are an agent"));
+    }
+}

@@ -1,0 +1,147 @@
+//! Retrieval: which past events a turn shows the model (SPEC §4 pmm-turn, FORMATS.md §9).
+//!
+//! Bounded by construction: `fixed` reads the newest `limit` messages; `vector` scores the
+//! newest [`VECTOR_WINDOW`] messages against the user's text with hash64 (§9.2) and pins the
+//! newest [`PINNED_MEMORIES`] `lifetime_memory` chunks. Neither looks further back, whatever
+//! the ledger's size. Unlike the reference (§17 item 26) the recorded strategy is the one
+//! used, the scores are the real ones, and `fixed` runs no vector pipeline.
+
+use super::embed::{self, hash64};
+use crate::event::Event;
+use crate::store::{Filter, Reads};
+use crate::Result;
+use serde_json::Value;
+
+/// How many recent messages the vector strategy scores.
+pub const VECTOR_WINDOW: usize = 100;
+/// How many of the newest lifetime-memory chunks the vector strategy always includes.
+pub const PINNED_MEMORIES: usize = 2;
+/// The messages retrieval draws from.
+pub const MESSAGE_KINDS: [&str; 2] = ["user_message", "assistant_message"];
+
+/// The retrieval config in force (the newest `config` of type `retrieval`, FORMATS.md §9.1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrievalConfig {
+    /// `vector` or `fixed`.
+    pub strategy: String,
+    /// How many messages to select.
+    pub limit: usize,
+    /// Embedding model label (`hash64`).
+    pub model: String,
+    /// Embedding dimensions.
+    pub dims: i64,
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        RetrievalConfig {
+            strategy: "vector".into(),
+            limit: 7,
+            model: embed::MODEL.into(),
+            dims: embed::DEFAULT_DIMS as i64,
+        }
+    }
+}
+
+impl RetrievalConfig {
+    /// The reference's default config content, written on a ledger's first turn.
+    pub const DEFAULT_CONTENT: &'static str =
+        r#"{"dims":64,"limit":7,"model":"hash64","quant":"none","strategy":"vector","type":"retrieval"}"#;
+
+    /// Reads a `retrieval` config's content; missing or odd fields keep their defaults, as in
+    /// the reference (a missing `limit` means 20; a non-positive one keeps the default).
+    pub fn from_config(config: Option<&Value>) -> RetrievalConfig {
+        let mut c = RetrievalConfig::default();
+        let Some(Value::Object(m)) = config else {
+            return c;
+        };
+        if let Some(s) = m.get("strategy").and_then(Value::as_str) {
+            if s == "fixed" || s == "vector" {
+                c.strategy = s.into();
+            }
+        }
+        match m.get("limit").and_then(Value::as_i64) {
+            Some(n) if n > 0 => c.limit = n as usize,
+            Some(_) => {}
+            None => c.limit = 20,
+        }
+        if let Some(s) = m.get("model").and_then(Value::as_str) {
+            c.model = s.into();
+        }
+        if let Some(n) = m.get("dims").and_then(Value::as_i64) {
+            c.dims = n;
+        }
+        c
+    }
+
+    /// Whether turns embed their messages (`embedding_add`), as the reference does only for
+    /// the vector strategy.
+    pub fn embeds(&self) -> bool {
+        self.strategy == "vector"
+    }
+}
+
+/// What retrieval chose for one turn.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Selected ids in bucket order (pinned memories, then hits best first).
+    pub selected: Vec<i64>,
+    /// One score per selected id (0.0 under `fixed`).
+    pub scores: Vec<f64>,
+    /// The selected events, ascending by id (the Evidence section's order).
+    pub events: Vec<Event>,
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Selects the context for a user message whose event id is `user_id` (earlier events only).
+pub fn select<R: Reads>(r: &R, cfg: &RetrievalConfig, query: &str, user_id: i64) -> Result<Selection> {
+    let messages = Filter {
+        until: Some(user_id - 1),
+        kinds: MESSAGE_KINDS.iter().map(|k| k.to_string()).collect(),
+        ..Filter::default()
+    };
+    let mut picked: Vec<(Event, f64)> = Vec::new();
+    if cfg.strategy == "fixed" {
+        let mut recent = r.tail(&messages, cfg.limit)?;
+        recent.reverse();
+        picked.extend(recent.into_iter().map(|e| (e, 0.0)));
+    } else {
+        let dims = usize::try_from(cfg.dims).unwrap_or(embed::DEFAULT_DIMS);
+        let q = hash64(query, dims, &[]);
+        let score = |e: &Event| dot(&q, &hash64(&e.content, dims, &[]));
+        let memories = Filter {
+            until: Some(user_id - 1),
+            kinds: vec!["lifetime_memory".into()],
+            ..Filter::default()
+        };
+        let mut pinned = r.tail(&memories, PINNED_MEMORIES)?;
+        pinned.reverse();
+        for e in pinned {
+            let s = score(&e);
+            picked.push((e, s));
+        }
+        let mut hits: Vec<(Event, f64)> = r
+            .tail(&messages, VECTOR_WINDOW)?
+            .into_iter()
+            .map(|e| {
+                let s = score(&e);
+                (e, s)
+            })
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.id.cmp(&b.0.id)));
+        hits.truncate(cfg.limit.max(1));
+        picked.extend(hits);
+    }
+    let selected = picked.iter().map(|(e, _)| e.id).collect();
+    let scores = picked.iter().map(|(_, s)| *s).collect();
+    let mut events: Vec<Event> = picked.into_iter().map(|(e, _)| e).collect();
+    events.sort_by_key(|e| e.id);
+    Ok(Selection {
+        selected,
+        scores,
+        events,
+    })
+}
