@@ -11,6 +11,7 @@
 
 pub mod canon;
 pub mod chain;
+pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod context;
