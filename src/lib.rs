@@ -19,6 +19,7 @@ pub mod error;
 pub mod event;
 pub mod interchange;
 pub mod kernel;
+pub mod llm;
 pub mod marker;
 pub mod metrics;
 pub mod projection;

@@ -1,0 +1,282 @@
+//! The cmd adapter: any program as a model. Each turn runs `sh -c <command>` (so quoting, pipes
+//! and `$VARS` work as typed), writes the request as one JSON object and a newline on its stdin
+//! and takes its stdout as the reply, less one final line ending (`echo` and most programs add
+//! one that is not part of the reply; any further newlines are kept). A non-zero exit is an
+//! error carrying the first line of its stderr. The whole run is bounded by the timeout; after
+//! it the program and everything it started are killed. Never retried: the program may have
+//! side effects.
+
+use super::{millis, Adapter, Config, LlmError, Reply, Request};
+use serde_json::json;
+use std::io::{self, Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Most stdout taken as a reply (ureq's limit for HTTP bodies, for the same reason).
+const MAX_STDOUT: u64 = 10 * 1024 * 1024;
+/// Most stderr kept: only its first line is shown.
+const MAX_STDERR: u64 = 64 * 1024;
+/// Longest stderr line quoted in an error, in characters.
+const MAX_STDERR_LINE: usize = 200;
+
+/// The cmd adapter.
+pub(crate) struct Cmd {
+    command: String,
+    /// The first word of the command: what errors name, since the rest may hold secrets.
+    program: String,
+    model: String,
+    timeout: Duration,
+}
+
+impl Cmd {
+    /// Checks that there is a command.
+    pub(crate) fn new(cfg: &Config) -> Result<Cmd, LlmError> {
+        let command = cfg
+            .command
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| LlmError::Config("the cmd adapter needs a command to run".into()))?;
+        Ok(Cmd {
+            command: command.to_string(),
+            program: command
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            model: cfg.model_name().to_string(),
+            timeout: cfg.timeout,
+        })
+    }
+
+    fn error(&self, detail: impl Into<String>) -> LlmError {
+        LlmError::Command {
+            program: self.program.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Kills the program and everything it started, and reports the timeout.
+    fn kill(&self, mut child: Child) -> LlmError {
+        #[cfg(unix)]
+        if let Ok(pgid) = i32::try_from(child.id()) {
+            // SAFETY: kill(2) has no memory effects; the child leads its own process group
+            // (set at spawn), so -pgid reaches it and its descendants and nothing else.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        LlmError::Timeout {
+            provider: "cmd".into(),
+            endpoint: self.program.clone(),
+            timeout: self.timeout,
+            attempts: 1,
+        }
+    }
+}
+
+/// Which pipe a reader thread drained.
+enum Pipe {
+    Out,
+    Err,
+}
+
+/// What a reader thread got: up to its limit, and whether there was more.
+type Drained = io::Result<(Vec<u8>, bool)>;
+
+/// Reads up to `limit` bytes from `pipe`, then discards the rest so that the program never
+/// blocks on a full pipe.
+fn drain(mut pipe: impl Read, limit: u64) -> Drained {
+    let mut kept = Vec::new();
+    (&mut pipe).take(limit).read_to_end(&mut kept)?;
+    let more = io::copy(&mut pipe, &mut io::sink())? > 0;
+    Ok((kept, more))
+}
+
+impl Adapter for Cmd {
+    fn provider(&self) -> &str {
+        "cmd"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
+        let input = json!({
+            "system": req.system,
+            "user": req.user,
+            "model": self.model,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "seed": req.seed,
+            "turn": req.turn,
+            "messages": req.messages(),
+        });
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(&self.command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        #[cfg(unix)]
+        {
+            // Its own process group, so that a timeout can kill the whole pipeline, not just
+            // the shell (whose children would keep the pipes open).
+            use std::os::unix::process::CommandExt;
+            command.process_group(0);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| self.error(format!("cannot run sh: {e}")))?;
+
+        // Every pipe gets its own thread: a program that writes before it has read all its
+        // input must not deadlock against us. The threads are not joined after a kill; they end
+        // when the killed processes' pipes close.
+        if let Some(mut stdin) = child.stdin.take() {
+            let bytes = format!("{input}\n").into_bytes();
+            // A program that ignores its input closes the pipe early: not an error.
+            thread::spawn(move || stdin.write_all(&bytes));
+        }
+        let (tx, rx) = mpsc::channel::<(Pipe, Drained)>();
+        if let Some(out) = child.stdout.take() {
+            let tx = tx.clone();
+            thread::spawn(move || tx.send((Pipe::Out, drain(out, MAX_STDOUT))));
+        }
+        if let Some(err) = child.stderr.take() {
+            thread::spawn(move || tx.send((Pipe::Err, drain(err, MAX_STDERR))));
+        }
+
+        let (mut stdout, mut stderr) = (None, None);
+        while stdout.is_none() || stderr.is_none() {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok((Pipe::Out, r)) => stdout = Some(r),
+                Ok((Pipe::Err, r)) => stderr = Some(r),
+                Err(mpsc::RecvTimeoutError::Timeout) => return Err(self.kill(child)),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        // Both pipes are closed, so the program is exiting; still bounded by the deadline.
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => return Err(self.kill(child)),
+                Ok(None) => thread::sleep(Duration::from_millis(5)),
+                Err(e) => return Err(self.error(format!("cannot wait for it: {e}"))),
+            }
+        };
+        let latency_ms = millis(started.elapsed());
+
+        if !status.success() {
+            let stderr = match stderr {
+                Some(Ok((bytes, _))) => first_line(&bytes),
+                _ => String::new(),
+            };
+            let sep = if stderr.is_empty() { "" } else { ": " };
+            return Err(self.error(format!("{}{sep}{stderr}", describe(status))));
+        }
+        let (bytes, more) = match stdout {
+            Some(Ok(out)) => out,
+            Some(Err(e)) => return Err(self.error(format!("cannot read its stdout: {e}"))),
+            None => (Vec::new(), false),
+        };
+        if more {
+            return Err(self.error(format!(
+                "wrote more than {} MB to stdout",
+                MAX_STDOUT / 1024 / 1024
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| LlmError::BadResponse {
+            provider: "cmd".into(),
+            endpoint: self.program.clone(),
+            detail: format!("stdout is not UTF-8 ({e})"),
+        })?;
+        Ok(Reply {
+            text: strip_line_ending(text),
+            model: self.model.clone(),
+            in_tokens: None,
+            out_tokens: None,
+            latency_ms,
+            attempts: 1,
+        })
+    }
+}
+
+/// `text` less one final `\n` or `\r\n`.
+fn strip_line_ending(mut text: String) -> String {
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    text
+}
+
+/// The first non-blank line of `stderr`, trimmed and shortened.
+fn first_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    match line.char_indices().nth(MAX_STDERR_LINE) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_string(),
+    }
+}
+
+/// "exited with status 3" or "killed by signal 9".
+fn describe(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("killed by signal {signal}");
+        }
+    }
+    format!("failed ({status})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_one_line_ending_is_dropped() {
+        assert_eq!(strip_line_ending("hi\n".into()), "hi");
+        assert_eq!(strip_line_ending("hi\r\n".into()), "hi");
+        assert_eq!(strip_line_ending("hi\n\n".into()), "hi\n");
+        assert_eq!(strip_line_ending("hi".into()), "hi");
+        assert_eq!(strip_line_ending(String::new()), "");
+    }
+
+    #[test]
+    fn stderr_is_quoted_by_its_first_line() {
+        assert_eq!(first_line(b"\n  boom: no model\nmore\n"), "boom: no model");
+        assert_eq!(first_line(b""), "");
+        assert_eq!(first_line("é".repeat(300).as_bytes()).chars().count(), 201);
+    }
+
+    #[test]
+    fn a_blank_command_is_a_config_error() {
+        let mut cfg = Config::new(crate::llm::AdapterKind::Cmd);
+        assert!(Cmd::new(&cfg).err().unwrap().is_config());
+        cfg.command = Some("  ".into());
+        assert!(Cmd::new(&cfg).err().unwrap().is_config());
+        cfg.command = Some("./model.sh --key sk-1".into());
+        assert_eq!(Cmd::new(&cfg).unwrap().program, "./model.sh");
+    }
+}

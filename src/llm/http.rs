@@ -1,0 +1,417 @@
+//! The HTTP client the ollama and openai adapters share: one JSON POST with a per-attempt
+//! timeout, retries with exponential backoff, and errors that name the URL but never the key.
+
+use super::{millis, Config, LlmError};
+use serde_json::Value;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// Longest body excerpt an error carries, in characters.
+const MAX_EXCERPT: usize = 200;
+/// Longest wait between two attempts, whatever the backoff or `Retry-After` say: a turn is
+/// interactive, and a server that wants more should be reported rather than waited for.
+const MAX_DELAY: Duration = Duration::from_secs(30);
+/// Longest wait for a TCP connection: a host that drops SYNs should fail (and be retried) long
+/// before a model that is busy generating.
+const MAX_CONNECT: Duration = Duration::from_secs(10);
+
+/// A JSON-over-HTTP client for one provider.
+pub(crate) struct Http {
+    agent: ureq::Agent,
+    provider: &'static str,
+    /// Scrubbed from everything the server sends back before it can reach an error.
+    secret: Option<String>,
+    timeout: Duration,
+    retries: u32,
+    backoff: Duration,
+}
+
+/// A successful answer.
+pub(crate) struct Answer {
+    /// The response body.
+    pub json: Value,
+    /// Wall time of the attempt that succeeded.
+    pub latency_ms: u64,
+    /// 1 + retries used.
+    pub attempts: u32,
+}
+
+/// Why one attempt failed, before it is known whether it is the last.
+enum Failure {
+    /// No connection, or the connection dropped before an answer: retried.
+    Connect(String),
+    /// An HTTP error status: retried when 429 or 5xx.
+    Status {
+        code: u16,
+        excerpt: String,
+        retry_after: Option<Duration>,
+    },
+    /// The per-attempt timeout ran out: not retried (see the module docs).
+    Timeout,
+    /// An answer that is not what the protocol promises.
+    Bad(String),
+    /// A request that cannot be made at all (bad URL, proxy setup).
+    Config(String),
+}
+
+/// 429 (rate limited) and 5xx (server trouble) may pass on a later attempt; other statuses
+/// will not.
+pub(crate) fn retryable_status(code: u16) -> bool {
+    code == 429 || (500..600).contains(&code)
+}
+
+impl Http {
+    /// A client for `provider` with `cfg`'s timeout and retry policy; `secret` is the bearer
+    /// token, if any, so that it can be scrubbed from errors.
+    pub(crate) fn new(provider: &'static str, cfg: &Config, secret: Option<String>) -> Http {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(cfg.timeout)
+            .timeout_connect(cfg.timeout.min(MAX_CONNECT))
+            .user_agent(concat!("pmm/", env!("CARGO_PKG_VERSION")))
+            // A followed redirect turns the POST into a GET and fails somewhere confusing;
+            // reporting where it points tells the user which URL to configure.
+            .redirects(0)
+            .build();
+        Http {
+            agent,
+            provider,
+            secret: secret.filter(|s| !s.is_empty()),
+            timeout: cfg.timeout,
+            retries: cfg.retries,
+            backoff: cfg.backoff,
+        }
+    }
+
+    /// POSTs `body` to `url` (with `Authorization: Bearer <bearer>` when given) and returns the
+    /// JSON answer, retrying connection errors, 429 and 5xx.
+    pub(crate) fn post_json(
+        &self,
+        url: &str,
+        body: &Value,
+        bearer: Option<&str>,
+    ) -> Result<Answer, LlmError> {
+        let payload = body.to_string();
+        let auth = bearer.map(|k| format!("Bearer {k}"));
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let started = Instant::now();
+            let mut request = self
+                .agent
+                .post(url)
+                .set("Content-Type", "application/json")
+                .set("Accept", "application/json");
+            if let Some(auth) = &auth {
+                request = request.set("Authorization", auth);
+            }
+            let failure = match request.send_string(&payload) {
+                Ok(response) => match read_json(response) {
+                    Ok(json) => {
+                        return Ok(Answer {
+                            json,
+                            latency_ms: millis(started.elapsed()),
+                            attempts,
+                        })
+                    }
+                    Err(f) => f,
+                },
+                Err(ureq::Error::Status(code, response)) => Failure::Status {
+                    code,
+                    retry_after: retry_after(&response),
+                    excerpt: excerpt(
+                        &response.into_string().unwrap_or_default(),
+                        self.secret.as_deref(),
+                    ),
+                },
+                Err(ureq::Error::Transport(t)) => classify(&t),
+            };
+            let delay = match &failure {
+                Failure::Connect(_) => Some(None),
+                Failure::Status {
+                    code, retry_after, ..
+                } if retryable_status(*code) => Some(*retry_after),
+                _ => None,
+            };
+            match delay {
+                Some(server_wish) if attempts <= self.retries => {
+                    std::thread::sleep(self.delay(attempts, server_wish));
+                }
+                _ => return Err(self.error(url, failure, attempts)),
+            }
+        }
+    }
+
+    /// Wait before attempt `attempts + 1`: the backoff doubled per retry already made, or the
+    /// server's `Retry-After` when longer, never more than [`MAX_DELAY`].
+    fn delay(&self, attempts: u32, server_wish: Option<Duration>) -> Duration {
+        let factor = 1u32 << (attempts - 1).min(16);
+        let ours = self.backoff.saturating_mul(factor);
+        ours.max(server_wish.unwrap_or_default()).min(MAX_DELAY)
+    }
+
+    /// The error for the last attempt's failure.
+    fn error(&self, url: &str, failure: Failure, attempts: u32) -> LlmError {
+        let provider = self.provider.to_string();
+        let endpoint = shown_url(url);
+        let scrub = |s: String| redact(&s, self.secret.as_deref());
+        match failure {
+            Failure::Connect(detail) => LlmError::Unreachable {
+                provider,
+                endpoint,
+                detail: scrub(detail),
+                attempts,
+            },
+            Failure::Status { code, excerpt, .. } => LlmError::Status {
+                provider,
+                endpoint,
+                code,
+                body_excerpt: excerpt,
+                attempts,
+            },
+            Failure::Timeout => LlmError::Timeout {
+                provider,
+                endpoint,
+                timeout: self.timeout,
+                attempts,
+            },
+            Failure::Bad(detail) => LlmError::BadResponse {
+                provider,
+                endpoint,
+                detail: scrub(detail),
+            },
+            Failure::Config(detail) => {
+                LlmError::Config(format!("{provider} at {endpoint}: {}", scrub(detail)))
+            }
+        }
+    }
+
+    /// A [`LlmError::BadResponse`] for an answer the adapter could not use.
+    pub(crate) fn bad_response(&self, url: &str, detail: impl Into<String>) -> LlmError {
+        LlmError::BadResponse {
+            provider: self.provider.to_string(),
+            endpoint: shown_url(url),
+            detail: redact(&detail.into(), self.secret.as_deref()),
+        }
+    }
+}
+
+/// The body of a successful response as JSON.
+fn read_json(response: ureq::Response) -> Result<Value, Failure> {
+    if (300..400).contains(&response.status()) {
+        let target = response.header("Location").map(shown_url);
+        return Err(Failure::Bad(format!(
+            "HTTP {} redirect to {} (configure that URL instead)",
+            response.status(),
+            target.as_deref().unwrap_or("nowhere")
+        )));
+    }
+    let text = response.into_string().map_err(|e| match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Failure::Timeout,
+        io::ErrorKind::InvalidData => {
+            Failure::Bad("the body is not UTF-8 or is larger than 10 MB".into())
+        }
+        _ => Failure::Connect(format!("connection lost while reading the answer ({e})")),
+    })?;
+    serde_json::from_str(&text).map_err(|e| Failure::Bad(format!("the body is not JSON ({e})")))
+}
+
+/// Sorts a transport error into what the retry loop and the user need to know.
+fn classify(t: &ureq::Transport) -> Failure {
+    use ureq::ErrorKind as K;
+    let io = io_cause(t);
+    let timed_out = io.is_some_and(|e| {
+        matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        )
+    });
+    match t.kind() {
+        K::InvalidUrl | K::UnknownScheme | K::InsecureRequestHttpsOnly | K::InvalidProxyUrl => {
+            Failure::Config(t.message().unwrap_or("bad URL").to_string())
+        }
+        K::ProxyUnauthorized => Failure::Config("the proxy refused its credentials".into()),
+        K::Dns => Failure::Connect("cannot resolve the host".into()),
+        K::ConnectionFailed | K::ProxyConnect => Failure::Connect(match io {
+            _ if timed_out => "connection timed out".into(),
+            Some(e) if e.kind() == io::ErrorKind::ConnectionRefused => "connection refused".into(),
+            Some(e) => format!("cannot connect ({e})"),
+            None => format!("cannot connect ({})", t.message().unwrap_or("no detail")),
+        }),
+        K::Io if timed_out => Failure::Timeout,
+        K::Io => Failure::Connect(match io.map(io::Error::kind) {
+            Some(
+                io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::BrokenPipe,
+            ) => "connection closed without an answer".into(),
+            _ => format!(
+                "network error ({})",
+                io.map(ToString::to_string)
+                    .or_else(|| t.message().map(str::to_string))
+                    .unwrap_or_else(|| "no detail".into())
+            ),
+        }),
+        K::BadStatus | K::BadHeader => Failure::Bad(format!(
+            "not an HTTP answer ({})",
+            t.message().unwrap_or("malformed")
+        )),
+        K::TooManyRedirects => Failure::Bad("too many redirects".into()),
+        K::HTTP => Failure::Bad("unexpected HTTP error".into()),
+    }
+}
+
+/// The first `io::Error` in `t`'s cause chain: it says whether the failure was a timeout, a
+/// refusal or a reset.
+fn io_cause(t: &ureq::Transport) -> Option<&io::Error> {
+    let mut cause = std::error::Error::source(t);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io);
+        }
+        cause = e.source();
+    }
+    None
+}
+
+/// Seconds asked for by a `Retry-After` header (the HTTP-date form is ignored).
+fn retry_after(response: &ureq::Response) -> Option<Duration> {
+    response
+        .header("Retry-After")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
+/// What of an error body goes into an error: the error message when the body is a JSON error
+/// object (`{"error":"..."}` from ollama, `{"error":{"message":"..."}}` from OpenAI), else the
+/// body; on one line, at most [`MAX_EXCERPT`] characters, the secret replaced by `***`.
+pub(crate) fn excerpt(body: &str, secret: Option<&str>) -> String {
+    let message = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| error_message(&v));
+    // Redact before cutting, or a key straddling the cut would leave a prefix behind.
+    let text = redact(message.as_deref().unwrap_or(body), secret);
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(MAX_EXCERPT) {
+        Some((cut, _)) => format!("{}…", &one_line[..cut]),
+        None => one_line,
+    }
+}
+
+/// The message of a JSON error body, in the shapes ollama and OpenAI-compatible servers use.
+fn error_message(v: &Value) -> Option<String> {
+    match v.get("error")? {
+        Value::String(s) => Some(s.clone()),
+        e => e.get("message").and_then(Value::as_str).map(str::to_string),
+    }
+}
+
+/// `text` with every occurrence of `secret` replaced by `***`.
+pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if !s.is_empty() => text.replace(s, "***"),
+        _ => text.to_string(),
+    }
+}
+
+/// `url` fit for an error: without `user:password@`, query or fragment (where credentials
+/// hide).
+pub(crate) fn shown_url(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    format!("{scheme}://{host}{path}")
+}
+
+/// `raw` checked to be an http(s) URL with a host, with trailing slashes removed so that a
+/// path can be appended; `what` names the setting in the error.
+pub(crate) fn base_url(provider: &str, what: &str, raw: &str) -> Result<String, LlmError> {
+    let url = raw.trim().trim_end_matches('/');
+    let host = url
+        .split_once("://")
+        .filter(|(scheme, _)| {
+            scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+        })
+        .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or_default());
+    match host {
+        Some(h) if !h.rsplit('@').next().unwrap_or_default().is_empty() => Ok(url.to_string()),
+        _ => Err(LlmError::Config(format!(
+            "{provider}: {what} '{}' is not an http:// or https:// URL",
+            shown_url(url)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_urls_drop_credentials_and_queries() {
+        assert_eq!(
+            shown_url("https://user:sk-1@example.com:8443/v1/chat/completions?key=sk-1#x"),
+            "https://example.com:8443/v1/chat/completions"
+        );
+        assert_eq!(
+            shown_url("http://127.0.0.1:11434/api/chat"),
+            "http://127.0.0.1:11434/api/chat"
+        );
+        // An `@` in the path is not userinfo.
+        assert_eq!(shown_url("http://h/a@b"), "http://h/a@b");
+    }
+
+    #[test]
+    fn excerpts_are_short_single_lines_without_the_secret() {
+        let body = format!("line one\n\tsk-secret line two {}", "x".repeat(500));
+        let e = excerpt(&body, Some("sk-secret"));
+        assert!(!e.contains("sk-secret") && e.contains("***"), "{e}");
+        assert!(!e.contains('\n') && !e.contains('\t'));
+        assert_eq!(e.chars().count(), MAX_EXCERPT + 1); // the cut is marked with an ellipsis
+        assert_eq!(
+            excerpt(
+                r#"{"error":{"message":"bad key sk-secret","type":"x"}}"#,
+                Some("sk-secret")
+            ),
+            "bad key ***"
+        );
+        assert_eq!(
+            excerpt(r#"{"error":"model not found"}"#, None),
+            "model not found"
+        );
+        assert_eq!(excerpt("", None), "");
+    }
+
+    #[test]
+    fn retry_delays_double_and_are_capped() {
+        let mut cfg = Config::new(crate::llm::AdapterKind::Ollama);
+        cfg.backoff = Duration::from_millis(500);
+        let http = Http::new("ollama", &cfg, None);
+        assert_eq!(http.delay(1, None), Duration::from_millis(500));
+        assert_eq!(http.delay(2, None), Duration::from_millis(1000));
+        assert_eq!(http.delay(3, None), Duration::from_millis(2000));
+        assert_eq!(
+            http.delay(1, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+        assert_eq!(http.delay(40, None), MAX_DELAY);
+        assert_eq!(http.delay(1, Some(Duration::from_secs(3600))), MAX_DELAY);
+    }
+
+    #[test]
+    fn base_urls_must_be_http() {
+        assert_eq!(
+            base_url("openai", "base URL", "http://localhost:8080/v1/").unwrap(),
+            "http://localhost:8080/v1"
+        );
+        for bad in ["localhost:8080", "ftp://x", "http://", ""] {
+            let e = base_url("openai", "base URL", bad).unwrap_err();
+            assert!(e.is_config(), "{bad}: {e}");
+        }
+        let e = base_url("openai", "base URL", "htp://u:sk-9@h").unwrap_err();
+        assert!(!e.to_string().contains("sk-9"), "{e}");
+    }
+}

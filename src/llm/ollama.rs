@@ -1,0 +1,122 @@
+//! Ollama's native chat API: `POST {host}/api/chat`, one non-streamed answer.
+
+use super::http::{base_url, Http};
+use super::{Adapter, Config, LlmError, Reply, Request};
+use serde_json::{json, Value};
+
+/// Ollama's own default port, added to a bare `$OLLAMA_HOST` such as `0.0.0.0` the way the
+/// ollama client does.
+const DEFAULT_PORT: u16 = 11434;
+
+/// The ollama adapter.
+pub(crate) struct Ollama {
+    http: Http,
+    url: String,
+    model: String,
+}
+
+impl Ollama {
+    /// Checks the host and builds the adapter.
+    pub(crate) fn new(cfg: &Config) -> Result<Ollama, LlmError> {
+        let base = base_url("ollama", "host", &with_scheme(&cfg.ollama_host))?;
+        Ok(Ollama {
+            http: Http::new("ollama", cfg, None),
+            url: format!("{base}/api/chat"),
+            model: cfg.model_name().to_string(),
+        })
+    }
+}
+
+/// `$OLLAMA_HOST` as a URL: ollama itself accepts `host`, `host:port` and full URLs.
+fn with_scheme(host: &str) -> String {
+    let host = host.trim();
+    if host.contains("://") {
+        return host.to_string();
+    }
+    let authority = host.split('/').next().unwrap_or_default();
+    // `[::1]` has colons but no port; `[::1]:80` and `h:80` have one.
+    let has_port = match authority.rsplit_once(':') {
+        Some((h, port)) => {
+            (!h.contains(':') || h.ends_with(']')) && port.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    };
+    if has_port {
+        format!("http://{host}")
+    } else {
+        let rest = &host[authority.len()..];
+        format!("http://{authority}:{DEFAULT_PORT}{rest}")
+    }
+}
+
+impl Adapter for Ollama {
+    fn provider(&self) -> &str {
+        "ollama"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
+        let mut options = json!({"temperature": req.temperature, "top_p": req.top_p});
+        if let Some(seed) = req.seed {
+            options["seed"] = seed.into();
+        }
+        let body = json!({
+            "model": self.model,
+            "messages": req.messages(),
+            "stream": false,
+            "options": options,
+        });
+        let answer = self.http.post_json(&self.url, &body, None)?;
+        let json = &answer.json;
+        let text = json
+            .pointer("/message/content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                let why = match json.get("error").and_then(Value::as_str) {
+                    Some(e) => format!("error: {e}"),
+                    None => "no message.content".into(),
+                };
+                self.http.bad_response(&self.url, why)
+            })?;
+        Ok(Reply {
+            text: text.to_string(),
+            model: json
+                .get("model")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .unwrap_or(&self.model)
+                .to_string(),
+            in_tokens: json.get("prompt_eval_count").and_then(Value::as_u64),
+            out_tokens: json.get("eval_count").and_then(Value::as_u64),
+            latency_ms: answer.latency_ms,
+            attempts: answer.attempts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_hosts_become_urls() {
+        assert_eq!(with_scheme("127.0.0.1:11434"), "http://127.0.0.1:11434");
+        assert_eq!(with_scheme("0.0.0.0"), "http://0.0.0.0:11434");
+        assert_eq!(with_scheme("gpu-box:8080"), "http://gpu-box:8080");
+        assert_eq!(with_scheme("[::1]"), "http://[::1]:11434");
+        assert_eq!(with_scheme("[::1]:99"), "http://[::1]:99");
+        assert_eq!(with_scheme("https://ollama.lan/"), "https://ollama.lan/");
+    }
+
+    #[test]
+    fn the_chat_url_is_built_from_the_host() {
+        let mut cfg = Config::new(crate::llm::AdapterKind::Ollama);
+        cfg.ollama_host = "localhost:1234/".into();
+        let a = Ollama::new(&cfg).unwrap();
+        assert_eq!(a.url, "http://localhost:1234/api/chat");
+        assert_eq!(a.model(), "llama3.2");
+    }
+}

@@ -1,0 +1,121 @@
+//! OpenAI-compatible Chat Completions: `POST {base_url}/chat/completions`. The same wire format
+//! serves OpenAI, llama.cpp's server, vLLM and LM Studio.
+
+use super::http::{base_url, Http};
+use super::{Adapter, Config, LlmError, Reply, Request};
+use serde_json::{json, Value};
+
+/// The openai adapter. Not `Debug`: it holds the key.
+pub(crate) struct OpenAi {
+    http: Http,
+    url: String,
+    model: String,
+    key: Option<String>,
+}
+
+impl OpenAi {
+    /// Checks the base URL and builds the adapter. Without a key no `Authorization` header is
+    /// sent, which is what local servers expect.
+    pub(crate) fn new(cfg: &Config) -> Result<OpenAi, LlmError> {
+        let base = base_url("openai", "base URL", &cfg.openai_base_url)?;
+        // Trimmed: a key pasted into `.env` often brings a stray space or `\r` along.
+        let key = cfg
+            .openai_api_key
+            .as_deref()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_string);
+        if key
+            .as_deref()
+            .is_some_and(|k| k.chars().any(char::is_control))
+        {
+            // ureq would refuse the header later with an error naming neither cause nor fix.
+            return Err(LlmError::Config(
+                "openai: the API key contains control characters (a line break inside it?)".into(),
+            ));
+        }
+        Ok(OpenAi {
+            http: Http::new("openai", cfg, key.clone()),
+            url: format!("{base}/chat/completions"),
+            model: cfg.model_name().to_string(),
+            key,
+        })
+    }
+}
+
+impl Adapter for OpenAi {
+    fn provider(&self) -> &str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
+        let mut body = json!({
+            "model": self.model,
+            "messages": req.messages(),
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+        });
+        if let Some(seed) = req.seed {
+            body["seed"] = seed.into();
+        }
+        let answer = self.http.post_json(&self.url, &body, self.key.as_deref())?;
+        let json = &answer.json;
+        let text = json
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                let refusal = json
+                    .pointer("/choices/0/message/refusal")
+                    .and_then(Value::as_str);
+                let why = match refusal {
+                    Some(r) => format!("the model refused: {r}"),
+                    None => "no choices[0].message.content".into(),
+                };
+                self.http.bad_response(&self.url, why)
+            })?;
+        let usage = |field: &str| {
+            json.pointer(&format!("/usage/{field}"))
+                .and_then(Value::as_u64)
+        };
+        Ok(Reply {
+            text: text.to_string(),
+            model: json
+                .get("model")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .unwrap_or(&self.model)
+                .to_string(),
+            in_tokens: usage("prompt_tokens"),
+            out_tokens: usage("completion_tokens"),
+            latency_ms: answer.latency_ms,
+            attempts: answer.attempts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_completions_url_is_built_from_the_base() {
+        let mut cfg = Config::new(crate::llm::AdapterKind::Openai);
+        cfg.openai_base_url = "http://127.0.0.1:8080/v1/".into();
+        let a = OpenAi::new(&cfg).unwrap();
+        assert_eq!(a.url, "http://127.0.0.1:8080/v1/chat/completions");
+        assert_eq!(a.model(), "gpt-4o-mini");
+    }
+
+    #[test]
+    fn a_key_with_a_newline_is_a_config_error_that_does_not_show_it() {
+        let mut cfg = Config::new(crate::llm::AdapterKind::Openai);
+        cfg.openai_api_key = Some("sk-ab\ncd".into());
+        let e = OpenAi::new(&cfg).err().unwrap();
+        assert!(e.is_config());
+        assert!(!e.to_string().contains("sk-ab"));
+    }
+}
