@@ -2,6 +2,7 @@
 //! module per area, sharing the harness.
 
 mod harness;
+mod stub;
 
 mod bad_input;
 mod canon;
@@ -10,6 +11,7 @@ mod deep;
 mod derived;
 mod fixture;
 mod graph;
+mod llm;
 mod man;
 mod policy;
 mod programs;

@@ -1,0 +1,251 @@
+//! Stub model servers for the adapter tests: a tiny HTTP/1.1 server on 127.0.0.1 (one thread,
+//! `std::net` only) that answers from a list and records what it was asked. Nothing leaves the
+//! machine.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The model name the stub reports in Ollama answers.
+pub const OLLAMA_MODEL: &str = "stub-llama:latest";
+/// Prompt and completion token counts in Ollama answers.
+pub const OLLAMA_TOKENS: (u64, u64) = (11, 7);
+/// The model name the stub reports in OpenAI answers.
+pub const OPENAI_MODEL: &str = "stub-gpt";
+/// Prompt and completion token counts in OpenAI answers.
+pub const OPENAI_TOKENS: (u64, u64) = (13, 5);
+
+/// One canned answer.
+#[derive(Debug, Clone)]
+pub enum StubResponse {
+    /// A successful `/api/chat` answer with this reply.
+    Ollama(String),
+    /// A successful `chat.completion` with this reply.
+    OpenAi(String),
+    /// This status with this body (as `application/json`, whatever it holds).
+    Status(u16, String),
+    /// A 307 redirect to this URL.
+    Redirect(String),
+    /// Read the request, then never answer (the connection is held until the stub is dropped).
+    Hang,
+    /// Read the request, then close the connection without a word.
+    Close,
+}
+
+/// A request the stub received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    /// Header names lowercased.
+    pub headers: BTreeMap<String, String>,
+    /// The body as JSON, or as a JSON string when it is not JSON.
+    pub body: Value,
+}
+
+impl Recorded {
+    /// A header by its (any case) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+}
+
+/// A running stub; stops when dropped.
+pub struct Stub {
+    addr: SocketAddr,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Stub {
+    /// Serves `responses` in order, one per connection, repeating the last one when they run
+    /// out.
+    pub fn start(responses: Vec<StubResponse>) -> Stub {
+        assert!(!responses.is_empty(), "a stub needs at least one response");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let recorded = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (recorded, stop) = (recorded.clone(), stop.clone());
+            std::thread::spawn(move || serve(listener, responses, recorded, stop))
+        };
+        Stub {
+            addr,
+            recorded,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Everything received so far, in order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.recorded.lock().expect("stub lock").clone()
+    }
+
+    /// A URL on 127.0.0.1 where nothing listens: a port that was just bound and released.
+    pub fn down_url() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        drop(listener);
+        format!("http://{addr}")
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept so that the thread sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(
+    listener: TcpListener,
+    responses: Vec<StubResponse>,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut held = Vec::new(); // hung connections, closed when the stub stops
+    let mut next = 0;
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(mut conn) = conn else { continue };
+        // A client that stalls must not stall the stub.
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let Some(request) = read_request(&mut conn) else {
+            continue;
+        };
+        recorded.lock().expect("stub lock").push(request);
+        let response = &responses[next.min(responses.len() - 1)];
+        next += 1;
+        match response {
+            StubResponse::Hang => held.push(conn),
+            StubResponse::Close => {
+                let _ = conn.shutdown(Shutdown::Both);
+            }
+            StubResponse::Redirect(to) => {
+                let head = format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = conn.write_all(head.as_bytes());
+                let _ = conn.shutdown(Shutdown::Write);
+            }
+            StubResponse::Ollama(text) => reply(&mut conn, 200, &ollama_body(text)),
+            StubResponse::OpenAi(text) => reply(&mut conn, 200, &openai_body(text)),
+            StubResponse::Status(code, body) => reply(&mut conn, *code, body),
+        }
+    }
+}
+
+/// Reads the request line and headers, then exactly `Content-Length` bytes of body.
+fn read_request(conn: &mut TcpStream) -> Option<Recorded> {
+    let mut reader = BufReader::new(conn.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let path = parts.next()?.to_string();
+    let mut headers = BTreeMap::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let header = line.trim_end_matches(['\r', '\n']);
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+    }
+    let length: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    Some(Recorded {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
+fn reply(conn: &mut TcpStream, code: u16, body: &str) {
+    let reason = match code {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    };
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = conn.write_all(head.as_bytes());
+    let _ = conn.write_all(body.as_bytes());
+    let _ = conn.flush();
+    let _ = conn.shutdown(Shutdown::Write);
+}
+
+fn ollama_body(text: &str) -> String {
+    json!({
+        "model": OLLAMA_MODEL,
+        "created_at": "2025-11-24T05:55:41.194157Z",
+        "message": {"role": "assistant", "content": text},
+        "done_reason": "stop",
+        "done": true,
+        "total_duration": 1_000_000,
+        "prompt_eval_count": OLLAMA_TOKENS.0,
+        "eval_count": OLLAMA_TOKENS.1,
+    })
+    .to_string()
+}
+
+fn openai_body(text: &str) -> String {
+    json!({
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 1_763_963_741,
+        "model": OPENAI_MODEL,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+        }],
+        "usage": {
+            "prompt_tokens": OPENAI_TOKENS.0,
+            "completion_tokens": OPENAI_TOKENS.1,
+            "total_tokens": OPENAI_TOKENS.0 + OPENAI_TOKENS.1,
+        },
+    })
+    .to_string()
+}
