@@ -23,8 +23,8 @@ pub mod llm;
 pub mod marker;
 pub mod metrics;
 pub mod projection;
-pub mod turn;
 pub mod store;
+pub mod turn;
 
 pub use error::{Error, Result};
 

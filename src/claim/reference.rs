@@ -7,7 +7,7 @@
 //! at a model-chosen path could block the turn or read forever). Relative paths are resolved
 //! against the current directory, as the reference did; `~` is not expanded.
 
-use crate::store::Ledger;
+use crate::store::{Ledger, Reads};
 use crate::Error;
 use serde_json::{json, Map, Value};
 use std::path::Path;

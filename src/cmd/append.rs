@@ -1,10 +1,10 @@
 //! `pmm-append`: append events; import a reference export or another ledger.
 
-use crate::store::Reads;
 use crate::chain::{Finding, Problem, Verifier};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::{self, NewEvent};
 use crate::interchange::{self, Input, Item};
+use crate::store::Reads;
 use crate::store::{Filter, Ledger, Refusal};
 use crate::Error;
 use anyhow::Context;

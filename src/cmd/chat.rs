@@ -23,8 +23,19 @@ const HELP: &str = "\
 /exit         leave (also Ctrl-D)";
 
 fn one_line(e: &Event) -> String {
-    let c: String = e.content.chars().take(100).collect::<String>().replace('\n', " ");
-    format!("[{}] {} {}: {}", e.id, &e.ts.get(..19).unwrap_or(&e.ts), e.kind, c)
+    let c: String = e
+        .content
+        .chars()
+        .take(100)
+        .collect::<String>()
+        .replace('\n', " ");
+    format!(
+        "[{}] {} {}: {}",
+        e.id,
+        &e.ts.get(..19).unwrap_or(&e.ts),
+        e.kind,
+        c
+    )
 }
 
 /// The visible reply: the model's text without marker lines.
@@ -33,7 +44,9 @@ fn visible(reply: &str) -> String {
         .lines()
         .filter(|l| {
             let t = l.trim_start();
-            !["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "].iter().any(|p| t.starts_with(p))
+            !["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "]
+                .iter()
+                .any(|p| t.starts_with(p))
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -41,7 +54,13 @@ fn visible(reply: &str) -> String {
         .to_string()
 }
 
-fn command(ledger: &mut Ledger, adapter: &mut Box<dyn Adapter>, cfg: &mut Config, raw: &mut bool, line: &str) -> anyhow::Result<Option<String>> {
+fn command(
+    ledger: &mut Ledger,
+    adapter: &mut Box<dyn Adapter>,
+    cfg: &mut Config,
+    raw: &mut bool,
+    line: &str,
+) -> anyhow::Result<Option<String>> {
     let mut words = line.split_whitespace();
     let cmd = words.next().unwrap_or("").to_lowercase();
     let arg = words.collect::<Vec<_>>().join(" ");
@@ -60,7 +79,11 @@ fn command(ledger: &mut Ledger, adapter: &mut Box<dyn Adapter>, cfg: &mut Config
         }
         "/diag" => {
             let evs = ledger.last_of_kind("metrics_turn", 5)?;
-            evs.iter().rev().map(one_line).collect::<Vec<_>>().join("\n")
+            evs.iter()
+                .rev()
+                .map(one_line)
+                .collect::<Vec<_>>()
+                .join("\n")
         }
         "/goals" => {
             let p = store::project(&*ledger, None, true)?.projections;
@@ -69,14 +92,24 @@ fn command(ledger: &mut Ledger, adapter: &mut Box<dyn Adapter>, cfg: &mut Config
                 "no open commitments".into()
             } else {
                 open.iter()
-                    .map(|c| format!("{}  opened at {}  ({})  {}", c.cid, c.opened_at, c.origin, c.text))
+                    .map(|c| {
+                        format!(
+                            "{}  opened at {}  ({})  {}",
+                            c.cid, c.opened_at, c.origin, c.text
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("\n")
             }
         }
         "/rsm" => {
             let p = store::project(&*ledger, None, true)?.projections;
-            let t: Vec<String> = p.rsm.tendencies().iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let t: Vec<String> = p
+                .rsm
+                .tendencies()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             format!(
                 "tendencies: {}\nknowledge gaps: {}\nreflection intents: {}",
                 t.join(", "),
@@ -106,8 +139,10 @@ fn command(ledger: &mut Ledger, adapter: &mut Box<dyn Adapter>, cfg: &mut Config
                 let mut f = std::io::BufWriter::new(std::fs::File::create(&arg)?);
                 let mut n = 0;
                 ledger.scan(&Filter::default(), |e| {
-                    f.write_all(e.to_jsonl().as_bytes()).map_err(|err| crate::Error::io(&arg, err))?;
-                    f.write_all(b"\n").map_err(|err| crate::Error::io(&arg, err))?;
+                    f.write_all(e.to_jsonl().as_bytes())
+                        .map_err(|err| crate::Error::io(&arg, err))?;
+                    f.write_all(b"\n")
+                        .map_err(|err| crate::Error::io(&arg, err))?;
                     n += 1;
                     Ok(true)
                 })?;
@@ -121,7 +156,12 @@ fn command(ledger: &mut Ledger, adapter: &mut Box<dyn Adapter>, cfg: &mut Config
 }
 
 /// Runs the interactive session until `/exit` or end of input.
-pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, cfg: Config, opts: &Options) -> anyhow::Result<Outcome> {
+pub fn run(
+    ledger: &mut Ledger,
+    adapter: &mut dyn Adapter,
+    cfg: Config,
+    opts: &Options,
+) -> anyhow::Result<Outcome> {
     // The session may switch models (/model): it owns its adapter from here on.
     let mut cfg = cfg;
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg)?;
@@ -158,7 +198,14 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, cfg: Config, opts: &O
         }
         match turn::run(ledger, own.as_mut(), &line, opts) {
             Ok(o) => {
-                println!("{}", if raw { o.reply.clone() } else { visible(&o.reply) });
+                println!(
+                    "{}",
+                    if raw {
+                        o.reply.clone()
+                    } else {
+                        visible(&o.reply)
+                    }
+                );
                 if !o.opened.is_empty() || !o.closed.is_empty() || !o.failed_claims.is_empty() {
                     eprintln!(
                         "  [opened {:?}, closed {:?}, {} claim(s) recorded, {} failed]",
@@ -170,7 +217,10 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, cfg: Config, opts: &O
                 }
             }
             Err(TurnError::Generation { error, failure, .. }) => {
-                eprintln!("model failed: {error} (recorded as event {}); your message is kept", failure.id)
+                eprintln!(
+                    "model failed: {error} (recorded as event {}); your message is kept",
+                    failure.id
+                )
             }
             Err(e) => eprintln!("error: {e}"),
         }
@@ -187,6 +237,9 @@ mod tests {
 
     #[test]
     fn visible_reply_hides_marker_lines() {
-        assert_eq!(visible("Hello\nCOMMIT: x\n  CLAIM:a=1\nREF: a#1\nbye\n"), "Hello\nbye");
+        assert_eq!(
+            visible("Hello\nCOMMIT: x\n  CLAIM:a=1\nREF: a#1\nbye\n"),
+            "Hello\nbye"
+        );
     }
 }

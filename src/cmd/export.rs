@@ -1,8 +1,8 @@
 //! `pmm-export`: export a ledger.
 
-use crate::store::Reads;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
 use crate::interchange::{self, ExportContext, ExportFormat};
+use crate::store::Reads;
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use flate2::write::GzEncoder;

@@ -1,9 +1,9 @@
 //! `pmm-graph`: query the event graph.
 
-use crate::store::Reads;
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::marker;
 use crate::projection::graph::{Direction, EventGraph, GraphStats, NodeKind};
+use crate::store::Reads;
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use std::io::{self, Write};

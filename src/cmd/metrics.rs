@@ -1,12 +1,12 @@
 //! `pmm-metrics`: deterministic ledger metrics.
 
-use crate::store::Reads;
 use crate::chain::Verifier;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::NewEvent;
 use crate::interchange::{self, Input, Item};
 use crate::metrics::MetricsFold;
 use crate::store::Ledger;
+use crate::store::Reads;
 use std::time::Instant;
 
 const AFTER_HELP: &str = "\

@@ -1,8 +1,8 @@
 //! `pmm-replay`: stream events; project state at any event; follow new events.
 
-use crate::store::{project, save_projection_checkpoint, Reads, CHECKPOINT_EVERY};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
+use crate::store::{project, save_projection_checkpoint, Reads, CHECKPOINT_EVERY};
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use std::sync::atomic::Ordering;

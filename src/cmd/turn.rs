@@ -129,7 +129,25 @@ impl Program for Args {
 impl Args {
     fn config(&self) -> anyhow::Result<Config> {
         if !(self.timeout > 0.0 && self.timeout.is_finite()) {
-            return Err(Error::bad_input(Some("--timeout".into()), "must be a positive number of seconds").into());
+            return Err(Error::bad_input(
+                Some("--timeout".into()),
+                "must be a positive number of seconds",
+            )
+            .into());
+        }
+        if self.adapter == AdapterKind::Scripted && self.script.is_none() {
+            return Err(Error::bad_input(
+                Some("--script".into()),
+                "the scripted adapter needs --script FILE (one reply per turn)",
+            )
+            .into());
+        }
+        if self.adapter == AdapterKind::Cmd && self.command.is_none() {
+            return Err(Error::bad_input(
+                Some("--command".into()),
+                "the cmd adapter needs --command 'PROGRAM ARGS'",
+            )
+            .into());
         }
         let mut cfg = Config::from_env(self.adapter);
         if self.model.is_some() {
@@ -180,16 +198,23 @@ fn message_of(line: &str, plain: bool, at: String) -> Result<String, Error> {
     match serde_json::from_str::<serde_json::Value>(line) {
         Ok(serde_json::Value::Object(o)) => match o.get("content") {
             Some(serde_json::Value::String(s)) => Ok(s.clone()),
-            _ => Err(Error::bad_input(Some(at), "expected {\"content\": STRING} (use --plain for plain text)")),
+            _ => Err(Error::bad_input(
+                Some(at),
+                "expected {\"content\": STRING} (use --plain for plain text)",
+            )),
         },
-        _ => Err(Error::bad_input(Some(at), "not a JSON object {\"content\": STRING} (use --plain for plain text)")),
+        _ => Err(Error::bad_input(
+            Some(at),
+            "not a JSON object {\"content\": STRING} (use --plain for plain text)",
+        )),
     }
 }
 
 /// Runs `pmm-turn`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let cfg = args.config()?;
-    let mut adapter = llm::adapter(&cfg).map_err(|e| Error::bad_input(Some("--adapter".into()), e.to_string()))?;
+    let mut adapter = llm::adapter(&cfg)
+        .map_err(|e| Error::bad_input(Some("--adapter".into()), e.to_string()))?;
     let path = args.ledger.path();
     let stdin = std::io::stdin();
     if args.chat || (args.message.is_none() && stdin.is_terminal()) {
@@ -202,14 +227,23 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut one = |msg: &str, out: &mut Out| -> anyhow::Result<()> {
         match turn::run(&mut ledger, adapter.as_mut(), msg, &opts) {
             Ok(o) => Ok(print(out, args.text, &o)?),
-            Err(TurnError::Generation { error, events, failure }) => {
+            Err(TurnError::Generation {
+                error,
+                events,
+                failure,
+            }) => {
                 if !args.text {
                     for e in &events {
                         out.event(e)?;
                     }
                     out.flush()?;
                 }
-                Err(TurnError::Generation { error, events, failure }.into())
+                Err(TurnError::Generation {
+                    error,
+                    events,
+                    failure,
+                }
+                .into())
             }
             Err(e) => Err(e.into()),
         }

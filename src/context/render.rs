@@ -59,7 +59,9 @@ pub fn mentioned_concepts(defined: &[String], text: &str) -> Vec<String> {
             out.insert(tok.clone());
         }
     }
-    if CREATOR_WORDS.iter().any(|w| words.contains(*w)) && defined.iter().any(|t| t == "user.identity") {
+    if CREATOR_WORDS.iter().any(|w| words.contains(*w))
+        && defined.iter().any(|t| t == "user.identity")
+    {
         out.insert("user.identity".into());
     }
     out.into_iter().collect()
@@ -76,7 +78,11 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
         for tok in concepts.iter().take(MAX_CONCEPTS) {
             s.push_str("\n- ");
             s.push_str(tok);
-            if let Some(d) = p.concepts.definition(tok).filter(|d| !d.definition.is_empty()) {
+            if let Some(d) = p
+                .concepts
+                .definition(tok)
+                .filter(|d| !d.definition.is_empty())
+            {
                 s.push_str(": ");
                 s.push_str(&truncate_chars(&d.definition, 60));
             }
@@ -88,7 +94,11 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
     if !open.is_empty() {
         let mut s = String::from("## Threads");
         for c in open.iter().take(MAX_THREADS) {
-            let goal = if c.text.is_empty() { "Unknown goal" } else { &c.text };
+            let goal = if c.text.is_empty() {
+                "Unknown goal"
+            } else {
+                &c.text
+            };
             s.push_str(&format!(
                 "\n- {}: Active - {} (opened at event {})",
                 c.cid,
@@ -104,7 +114,9 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
         sections.push(format!("## Graph\nGraph: {nodes} nodes, {edges} edges"));
     }
 
-    sections.push(format!("Ledger so far: events 1..{head_id} (total {head_id})"));
+    sections.push(format!(
+        "Ledger so far: events 1..{head_id} (total {head_id})"
+    ));
     if let (Some(first), Some(last)) = (sel.events.first(), sel.events.last()) {
         sections.push(format!(
             "Retrieval window this turn: events {}..{} ({} events selected)",
@@ -129,7 +141,10 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
     }
     let tendencies = p.rsm.tendencies();
     if !tendencies.is_empty() {
-        let t: Vec<String> = tendencies.iter().map(|(k, v)| format!("{k} ({v})")).collect();
+        let t: Vec<String> = tendencies
+            .iter()
+            .map(|(k, v)| format!("{k} ({v})"))
+            .collect();
         let gaps = p.rsm.knowledge_gaps();
         let mut s = format!("Recursive Self-Model:\n- Tendencies: {}", t.join(", "));
         if !gaps.is_empty() {
@@ -202,15 +217,26 @@ mod tests {
 
     #[test]
     fn concepts_match_by_substring_segment_or_creator_word() {
-        let defined: Vec<String> = ["user.identity", "topic.stability_metrics", "ontology.entity", "x.kind"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let defined: Vec<String> = [
+            "user.identity",
+            "topic.stability_metrics",
+            "ontology.entity",
+            "x.kind",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(
-            mentioned_concepts(&defined, "I am your creator; tell me about stability metrics"),
+            mentioned_concepts(
+                &defined,
+                "I am your creator; tell me about stability metrics"
+            ),
             ["topic.stability_metrics", "user.identity"]
         );
-        assert_eq!(mentioned_concepts(&defined, "what kind of entity?"), ["ontology.entity"]);
+        assert_eq!(
+            mentioned_concepts(&defined, "what kind of entity?"),
+            ["ontology.entity"]
+        );
         assert!(mentioned_concepts(&defined, "nothing here").is_empty());
     }
 

@@ -45,8 +45,7 @@ impl Default for RetrievalConfig {
 
 impl RetrievalConfig {
     /// The reference's default config content, written on a ledger's first turn.
-    pub const DEFAULT_CONTENT: &'static str =
-        r#"{"dims":64,"limit":7,"model":"hash64","quant":"none","strategy":"vector","type":"retrieval"}"#;
+    pub const DEFAULT_CONTENT: &'static str = r#"{"dims":64,"limit":7,"model":"hash64","quant":"none","strategy":"vector","type":"retrieval"}"#;
 
     /// Reads a `retrieval` config's content; missing or odd fields keep their defaults, as in
     /// the reference (a missing `limit` means 20; a non-positive one keeps the default).
@@ -97,7 +96,12 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Selects the context for a user message whose event id is `user_id` (earlier events only).
-pub fn select<R: Reads>(r: &R, cfg: &RetrievalConfig, query: &str, user_id: i64) -> Result<Selection> {
+pub fn select<R: Reads>(
+    r: &R,
+    cfg: &RetrievalConfig,
+    query: &str,
+    user_id: i64,
+) -> Result<Selection> {
     let messages = Filter {
         until: Some(user_id - 1),
         kinds: MESSAGE_KINDS.iter().map(|k| k.to_string()).collect(),

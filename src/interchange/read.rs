@@ -1,8 +1,8 @@
 //! Streaming readers with format auto-detection.
 
-use crate::store::Reads;
 use crate::canon;
 use crate::event::Event;
+use crate::store::Reads;
 use crate::store::{Filter, Ledger};
 use crate::{Error, Result};
 use flate2::read::MultiGzDecoder;

@@ -122,7 +122,7 @@ pub struct Rsm {
 /// The reflection intents, interned: each distinct intent once, and the sequence as indexes
 /// into them. The list grows without bound (about 45k intents at 10⁶ events), but most of it
 /// repeats: the kernel's reflections carry a handful of fixed intents ("retrieval verification
-/// OK", "<kind>_analysis"); only the per-turn reflections carry new text (the user's message).
+/// OK", `<kind>_analysis`); only the per-turn reflections carry new text (the user's message).
 /// Interning keeps memory and checkpoints proportional to the distinct text, and printing the
 /// list a copy per element.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

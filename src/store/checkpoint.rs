@@ -24,7 +24,11 @@ pub struct Projected {
 
 /// Folds events up to `at` (or all) into projections, starting from the newest checkpoint
 /// that still matches the ledger when `use_checkpoint` is set.
-pub fn project<R: Reads>(ledger: &R, at: Option<i64>, use_checkpoint: bool) -> crate::Result<Projected> {
+pub fn project<R: Reads>(
+    ledger: &R,
+    at: Option<i64>,
+    use_checkpoint: bool,
+) -> crate::Result<Projected> {
     let target = match at {
         Some(a) => a,
         None => ledger.max_id()?,
@@ -78,4 +82,3 @@ pub fn save_projection_checkpoint(path: &std::path::Path, p: &Projections) {
         );
     }
 }
-

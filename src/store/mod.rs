@@ -481,7 +481,6 @@ pub trait Reads {
         Ok(events)
     }
 
-
     /// The newest usable projection checkpoint named `name` at or before event `max_id`,
     /// handed to `read` as its event id and state bytes (borrowed from SQLite, so a large
     /// state is not copied on the way); `read` returning `None` counts as no checkpoint. A

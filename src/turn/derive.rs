@@ -32,8 +32,14 @@ pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<Strin
     let reply = last("assistant_message")?;
     last("metrics_turn")?;
     let mut m = Map::new();
-    m.insert("intent".into(), first_chars(py_strip(&user.content), 256).into());
-    m.insert("outcome".into(), first_chars(py_strip(&reply.content), 256).into());
+    m.insert(
+        "intent".into(),
+        first_chars(py_strip(&user.content), 256).into(),
+    );
+    m.insert(
+        "outcome".into(),
+        first_chars(py_strip(&reply.content), 256).into(),
+    );
     m.insert("next".into(), "continue".into());
     let goals: Vec<Value> = p
         .mirror
@@ -46,7 +52,12 @@ pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<Strin
         m.insert("internal_goals".into(), Value::Array(goals));
     }
     if window.iter().filter(|e| e.kind == "reflection").count() >= 5 {
-        let det = p.rsm.tendencies().get("determinism_emphasis").copied().unwrap_or(0);
+        let det = p
+            .rsm
+            .tendencies()
+            .get("determinism_emphasis")
+            .copied()
+            .unwrap_or(0);
         let gaps = p.rsm.knowledge_gaps();
         let mut s = format!("RSM: {det} determinism refs, {} knowledge gaps", gaps.len());
         if !gaps.is_empty() {
@@ -107,13 +118,21 @@ fn trend(prev: &Value, cur: &Value) -> (Vec<String>, bool) {
     let t = |v: &Value| -> BTreeMap<String, i64> {
         v.get("behavioral_tendencies")
             .and_then(Value::as_object)
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_i64().unwrap_or(0))).collect())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_i64().unwrap_or(0)))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let gaps = |v: &Value| -> Vec<String> {
         v.get("knowledge_gaps")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|g| g.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let (a, b) = (t(prev), t(cur));
@@ -130,7 +149,11 @@ fn trend(prev: &Value, cur: &Value) -> (Vec<String>, bool) {
         if d.abs() > 10 {
             significant = true;
         }
-        parts.push(if d > 0 { format!("{k} +{d}") } else { format!("{k} {d}") });
+        parts.push(if d > 0 {
+            format!("{k} +{d}")
+        } else {
+            format!("{k} {d}")
+        });
         if k == "instantiation_capacity" {
             inst = d;
         }
@@ -156,7 +179,10 @@ fn trend(prev: &Value, cur: &Value) -> (Vec<String>, bool) {
 /// The `summary_update` when the gate of §7.4 lets one through: `(content, meta)`. The meta's
 /// snapshot keeps only the newest reflection intents and counts them all
 /// (`rsm_reflections_total`), so summaries stop growing with the ledger.
-pub fn summary_update(p: &Projections, inputs: &SummaryInputs) -> Option<(String, Map<String, Value>)> {
+pub fn summary_update(
+    p: &Projections,
+    inputs: &SummaryInputs,
+) -> Option<(String, Map<String, Value>)> {
     let (current, total) = p.rsm.summary_snapshot(&p.concepts);
     let previous = inputs
         .previous
@@ -165,7 +191,10 @@ pub fn summary_update(p: &Projections, inputs: &SummaryInputs) -> Option<(String
     let mut content = Map::new();
     content.insert("last_event_id".into(), inputs.last_event_id.into());
     content.insert("open_commitments".into(), p.mirror.open.len().into());
-    content.insert("reflections_since_last".into(), inputs.reflections_since.into());
+    content.insert(
+        "reflections_since_last".into(),
+        inputs.reflections_since.into(),
+    );
     match &previous {
         None => {
             if inputs.reflections_since < 3 && inputs.events_since <= 10 {
@@ -205,7 +234,10 @@ pub fn chunk_start(last_chunk: Option<&Event>) -> i64 {
 /// A `lifetime_memory` chunk (§7.5) from `candidates` (the events after [`chunk_start`], at
 /// most [`CHUNK_SCAN`] of them): `(content, meta)`, or `None` while fewer than [`CHUNK`]
 /// events that are not chunks themselves are there.
-pub fn lifetime_memory(candidates: &[Event], p: &Projections) -> Option<(String, Map<String, Value>)> {
+pub fn lifetime_memory(
+    candidates: &[Event],
+    p: &Projections,
+) -> Option<(String, Map<String, Value>)> {
     let span: Vec<&Event> = candidates
         .iter()
         .filter(|e| e.kind != "lifetime_memory")
@@ -257,10 +289,26 @@ pub fn lifetime_memory(candidates: &[Event], p: &Projections) -> Option<(String,
         lines.push(format!("Concepts: {}", concepts.join(", ")));
     }
     if !opened.is_empty() {
-        lines.push(format!("Commitments opened: {}", opened.iter().take(8).cloned().collect::<Vec<_>>().join(", ")));
+        lines.push(format!(
+            "Commitments opened: {}",
+            opened
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     if !closed.is_empty() {
-        lines.push(format!("Commitments closed: {}", closed.iter().take(8).cloned().collect::<Vec<_>>().join(", ")));
+        lines.push(format!(
+            "Commitments closed: {}",
+            closed
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     lines.push("Messages:".into());
     for e in &samples {
@@ -269,14 +317,24 @@ pub fn lifetime_memory(candidates: &[Event], p: &Projections) -> Option<(String,
             .ok()
             .and_then(|m| m.get("role").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_else(|| e.kind.clone());
-        lines.push(format!("- [{}] {role}: {}", e.id, truncate_chars(py_strip(&e.content), 240)));
+        lines.push(format!(
+            "- [{}] {role}: {}",
+            e.id,
+            truncate_chars(py_strip(&e.content), 240)
+        ));
     }
     let mut meta = Map::new();
     meta.insert("span_start".into(), start.into());
     meta.insert("span_end".into(), end.into());
     meta.insert("covered_until".into(), end.into());
-    meta.insert("sample_ids".into(), samples.iter().map(|e| Value::from(e.id)).collect());
-    meta.insert("concepts".into(), concepts.into_iter().map(Value::from).collect());
+    meta.insert(
+        "sample_ids".into(),
+        samples.iter().map(|e| Value::from(e.id)).collect(),
+    );
+    meta.insert(
+        "concepts".into(),
+        concepts.into_iter().map(Value::from).collect(),
+    );
     meta.insert("summary_kind".into(), "lifetime_memory".into());
     meta.insert("cids".into(), cids.into_iter().map(Value::from).collect());
     Some((lines.join("\n"), meta))
@@ -312,7 +370,10 @@ mod tests {
     #[test]
     fn synthesized_reflection_needs_the_three_kinds() {
         let p = Projections::default();
-        let mut w = vec![ev(1, "user_message", " hi "), ev(2, "assistant_message", "hello")];
+        let mut w = vec![
+            ev(1, "user_message", " hi "),
+            ev(2, "assistant_message", "hello"),
+        ];
         assert_eq!(synthesized_reflection(&w, &p), None);
         w.push(ev(3, "metrics_turn", "x"));
         assert_eq!(
@@ -324,9 +385,20 @@ mod tests {
     #[test]
     fn meta_summary_counts_windows_of_fifty() {
         let w: Vec<Event> = (1..=60)
-            .map(|i| ev(i, if i % 10 == 0 { "reflection" } else { "test_event" }, ""))
+            .map(|i| {
+                ev(
+                    i,
+                    if i % 10 == 0 {
+                        "reflection"
+                    } else {
+                        "test_event"
+                    },
+                    "",
+                )
+            })
             .collect();
-        let v: Value = serde_json::from_str(&meta_summary(&w, &Projections::default(), 60)).unwrap();
+        let v: Value =
+            serde_json::from_str(&meta_summary(&w, &Projections::default(), 60)).unwrap();
         assert_eq!(v["patterns"][0]["reflection"], 5);
         assert_eq!(v["patterns"][1]["reflection"], 1);
         assert_eq!(v["patterns_span"], json!([1, 60]));
@@ -336,11 +408,24 @@ mod tests {
     #[test]
     fn summary_gate_without_previous_needs_reflections_or_events() {
         let p = Projections::default();
-        let few = SummaryInputs { previous: None, events_since: 10, reflections_since: 2, last_event_id: 10 };
+        let few = SummaryInputs {
+            previous: None,
+            events_since: 10,
+            reflections_since: 2,
+            last_event_id: 10,
+        };
         assert!(summary_update(&p, &few).is_none());
-        let more = SummaryInputs { previous: None, events_since: 11, reflections_since: 0, last_event_id: 11 };
+        let more = SummaryInputs {
+            previous: None,
+            events_since: 11,
+            reflections_since: 0,
+            last_event_id: 11,
+        };
         let (content, meta) = summary_update(&p, &more).unwrap();
-        assert_eq!(content, r#"{"last_event_id":11,"open_commitments":0,"reflections_since_last":0}"#);
+        assert_eq!(
+            content,
+            r#"{"last_event_id":11,"open_commitments":0,"reflections_since_last":0}"#
+        );
         assert_eq!(meta["rsm_reflections_total"], 0);
     }
 
@@ -350,7 +435,15 @@ mod tests {
         let b = json!({"behavioral_tendencies": {"x": 13, "instantiation_capacity": 3}, "knowledge_gaps": ["g"]});
         let (parts, sig) = trend(&a, &b);
         assert!(sig);
-        assert_eq!(parts, ["instantiation_capacity +2", "x +12", "+2 instantiation", "new gap: g"]);
+        assert_eq!(
+            parts,
+            [
+                "instantiation_capacity +2",
+                "x +12",
+                "+2 instantiation",
+                "new gap: g"
+            ]
+        );
     }
 
     #[test]
@@ -358,10 +451,25 @@ mod tests {
         let p = Projections::default();
         let evs: Vec<Event> = (1..=119).map(|i| ev(i, "user_message", "m")).collect();
         assert!(lifetime_memory(&evs, &p).is_none());
-        let mut evs: Vec<Event> = (1..=130).map(|i| ev(i, if i % 2 == 0 { "user_message" } else { "test_event" }, "m")).collect();
+        let mut evs: Vec<Event> = (1..=130)
+            .map(|i| {
+                ev(
+                    i,
+                    if i % 2 == 0 {
+                        "user_message"
+                    } else {
+                        "test_event"
+                    },
+                    "m",
+                )
+            })
+            .collect();
         evs[5].kind = "lifetime_memory".into();
         let (content, meta) = lifetime_memory(&evs, &p).unwrap();
-        assert!(content.starts_with("Span 1..121 (120 events)\nMessages:\n- [2] user_message: m"), "{content}");
+        assert!(
+            content.starts_with("Span 1..121 (120 events)\nMessages:\n- [2] user_message: m"),
+            "{content}"
+        );
         assert_eq!(meta["covered_until"], 121);
         assert_eq!(chunk_start(None), 0);
     }

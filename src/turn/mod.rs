@@ -18,18 +18,17 @@
 pub mod derive;
 
 use crate::canon;
-use crate::claim::{self, ClaimContext, Verdict};
+use crate::claim::{self, ClaimContext};
+use crate::context::embed;
 use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
-use crate::context::embed;
 use crate::event::{Clock, Event, NewEvent};
 use crate::llm::{Adapter, LlmError, Request};
 use crate::marker;
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal};
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
@@ -60,20 +59,6 @@ impl Default for Options {
     }
 }
 
-/// A failed claim, as the `turn` record and the correction reflection list it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct FailedClaim {
-    /// The reply line it was on (1-based).
-    pub line: usize,
-    /// The claim type, when the line got that far.
-    #[serde(rename = "type")]
-    pub claim_type: Option<String>,
-    /// The line as written.
-    pub raw: String,
-    /// Why it failed.
-    pub reason: String,
-}
-
 /// What a turn did.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -88,7 +73,7 @@ pub struct Outcome {
     /// Claims recorded (`claim` events): `{"type","data","event"}`.
     pub valid_claims: Vec<Value>,
     /// Claims that failed.
-    pub failed_claims: Vec<FailedClaim>,
+    pub failed_claims: Vec<claim::FailedClaim>,
     /// Event rows this process read from the ledger during the turn.
     pub rows_read: u64,
 }
@@ -101,7 +86,9 @@ impl Outcome {
             "reply": self.reply,
             "opened": self.opened,
             "closed": self.closed,
-            "claims": {"valid": self.valid_claims, "failed": self.failed_claims},
+            "claims": {"valid": self.valid_claims, "failed": self.failed_claims.iter().map(|f| json!({
+                "line": f.line, "type": f.label, "raw": f.raw, "reason": f.reason,
+            })).collect::<Vec<_>>()},
             "events": self.events.len(),
             "first_id": self.events.first().map(|e| e.id),
             "last_id": self.events.last().map(|e| e.id),
@@ -122,7 +109,7 @@ pub enum TurnError {
         /// The events written (the user message …, the failure last).
         events: Vec<Event>,
         /// The `generation_failure` event.
-        failure: Event,
+        failure: Box<Event>,
     },
     /// The ledger could not be read or written.
     #[error(transparent)]
@@ -130,16 +117,29 @@ pub enum TurnError {
 }
 
 fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
 }
 
-fn new_event(kind: &str, content: impl Into<String>, m: Map<String, Value>) -> crate::Result<NewEvent> {
+fn new_event(
+    kind: &str,
+    content: impl Into<String>,
+    m: Map<String, Value>,
+) -> crate::Result<NewEvent> {
     NewEvent::new(kind, content, m).map_err(|e| crate::Error::bad_input(None, e))
 }
 
 /// Appends inside a batch; a policy refusal is an error here (the turn's writes are not
 /// forbidden by the default policy; a stricter one stops the turn, and nothing is written).
-fn put(batch: &mut Batch<'_>, p: &mut Projections, out: &mut Vec<Event>, ev: NewEvent, clock: &Clock) -> crate::Result<Event> {
+fn put(
+    batch: &mut Batch<'_>,
+    p: &mut Projections,
+    out: &mut Vec<Event>,
+    ev: NewEvent,
+    clock: &Clock,
+) -> crate::Result<Event> {
     match batch.append(&ev, clock) {
         Ok(e) => {
             p.apply(&e);
@@ -181,6 +181,9 @@ impl ClaimContext for LedgerClaims<'_, '_> {
     fn commitment_is_open(&self, cid: &str) -> bool {
         self.p.mirror.open.contains_key(cid)
     }
+    fn commitment_was_opened(&self, cid: &str) -> Option<bool> {
+        Some(self.p.mirror.open.contains_key(cid) || self.p.mirror.closed.contains_key(cid))
+    }
 }
 
 /// The assistant meta's structured-header keys (FORMATS.md §3.6): when the reply's first line
@@ -198,7 +201,12 @@ fn structured_header(reply: &str) -> Option<String> {
 }
 
 /// Runs one turn for `message` on `ledger` with `adapter`.
-pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: &Options) -> Result<Outcome, TurnError> {
+pub fn run(
+    ledger: &mut Ledger,
+    adapter: &mut dyn Adapter,
+    message: &str,
+    opts: &Options,
+) -> Result<Outcome, TurnError> {
     let rows_at_start = store::rows_read();
     let clock = &opts.clock;
     let mut events = Vec::new();
@@ -211,18 +219,38 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
         let mut batch = ledger.begin()?;
         catch_up(&batch, &mut p)?;
         if !batch.has_policy_config()? {
-            let ev = new_event("config", DEFAULT_POLICY, meta(&[("source", "autonomy_kernel".into())]))?;
+            let ev = new_event(
+                "config",
+                DEFAULT_POLICY,
+                meta(&[("source", "autonomy_kernel".into())]),
+            )?;
             put(&mut batch, &mut p, &mut events, ev, clock)?;
         }
         if p.mirror.retrieval.is_none() {
-            let ev = new_event("config", RetrievalConfig::DEFAULT_CONTENT, meta(&[("source", "autonomy_kernel".into())]))?;
+            let ev = new_event(
+                "config",
+                RetrievalConfig::DEFAULT_CONTENT,
+                meta(&[("source", "autonomy_kernel".into())]),
+            )?;
             put(&mut batch, &mut p, &mut events, ev, clock)?;
         }
-        let user = put(&mut batch, &mut p, &mut events, new_event("user_message", message, meta(&[("role", "user".into())]))?, clock)?;
+        let user = put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("user_message", message, meta(&[("role", "user".into())]))?,
+            clock,
+        )?;
         let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
         if cfg.embeds() {
             let content = embed::embedding_content(user.id, message, &cfg.model, cfg.dims);
-            put(&mut batch, &mut p, &mut events, new_event("embedding_add", content, Map::new())?, clock)?;
+            put(
+                &mut batch,
+                &mut p,
+                &mut events,
+                new_event("embedding_add", content, Map::new())?,
+                clock,
+            )?;
         }
         batch.commit()?;
         user
@@ -244,7 +272,10 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
     let prompt_sha256 = {
         use sha2::Digest as _;
         let mut h = sha2::Sha256::new();
-        h.update(canon::to_string(&json!({"system": request.system, "user": request.user})).unwrap_or_default());
+        h.update(
+            canon::to_string(&json!({"system": request.system, "user": request.user}))
+                .unwrap_or_default(),
+        );
         format!("{:x}", h.finalize())
     };
 
@@ -260,9 +291,23 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
                 ("provider", adapter.provider().into()),
                 ("source", "pmm-turn".into()),
             ]);
-            let failure = put(&mut batch, &mut p, &mut events, new_event("generation_failure", format!("generation failed: {error}"), m)?, clock)?;
+            let failure = put(
+                &mut batch,
+                &mut p,
+                &mut events,
+                new_event(
+                    "generation_failure",
+                    format!("generation failed: {error}"),
+                    m,
+                )?,
+                clock,
+            )?;
             batch.commit()?;
-            return Err(TurnError::Generation { error, events, failure });
+            return Err(TurnError::Generation {
+                error,
+                events,
+                failure: Box::new(failure),
+            });
         }
     };
     let text = reply.text.clone();
@@ -284,58 +329,71 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
         m.insert("assistant_schema".into(), "assistant.v1".into());
         m.insert("assistant_structured".into(), true.into());
     }
-    let assistant = put(&mut batch, &mut p, &mut events, new_event("assistant_message", text.as_str(), m)?, clock)?;
+    let assistant = put(
+        &mut batch,
+        &mut p,
+        &mut events,
+        new_event("assistant_message", text.as_str(), m)?,
+        clock,
+    )?;
     if cfg.embeds() {
         let content = embed::embedding_content(assistant.id, &text, &cfg.model, cfg.dims);
-        put(&mut batch, &mut p, &mut events, new_event("embedding_add", content, Map::new())?, clock)?;
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("embedding_add", content, Map::new())?,
+            clock,
+        )?;
     }
 
     let markers = marker::parse(&text);
 
-    // Claims, each on its own.
+    // Claims, each on its own: a bad one fails only itself.
     let mut valid_claims = Vec::new();
-    let mut failed = Vec::new();
-    for line in &markers.claims {
-        match &line.value {
-            Err(e) => failed.push(FailedClaim {
-                line: line.line,
-                claim_type: e.claim_type().map(str::to_string),
-                raw: e.raw().to_string(),
-                reason: e.to_string(),
-            }),
-            Ok(c) => {
-                let verdict = claim::validate(c, &LedgerClaims { batch: &batch, p: &p });
-                match verdict {
-                    Verdict::Valid => {
-                        let ev = new_event(
-                            "claim",
-                            claim::claim_content(c),
-                            meta(&[("claim_type", c.claim_type.clone().into()), ("validated", true.into())]),
-                        )?;
-                        let ce = put(&mut batch, &mut p, &mut events, ev, clock)?;
-                        let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
-                        let ev = new_event("concept_bind_event", canon::to_string(&bind).unwrap_or_default(), meta(&[("source", "auto_binder".into())]))?;
-                        put(&mut batch, &mut p, &mut events, ev, clock)?;
-                        valid_claims.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
-                    }
-                    Verdict::Failed(f) => failed.push(FailedClaim {
-                        line: line.line,
-                        claim_type: Some(c.claim_type.clone()),
-                        raw: c.raw.clone(),
-                        reason: f.to_string(),
-                    }),
-                }
-            }
-        }
+    let (valid, failed) = claim::check_all(
+        &markers.claims,
+        &LedgerClaims {
+            batch: &batch,
+            p: &p,
+        },
+    );
+    let valid: Vec<marker::ClaimMarker> = valid.into_iter().map(|l| l.value.clone()).collect();
+    for c in &valid {
+        let ev = new_event(
+            "claim",
+            claim::claim_content(c),
+            meta(&[
+                ("claim_type", c.claim_type.clone().into()),
+                ("validated", true.into()),
+            ]),
+        )?;
+        let ce = put(&mut batch, &mut p, &mut events, ev, clock)?;
+        let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
+        let ev = new_event(
+            "concept_bind_event",
+            canon::to_string(&bind).unwrap_or_default(),
+            meta(&[("source", "auto_binder".into())]),
+        )?;
+        put(&mut batch, &mut p, &mut events, ev, clock)?;
+        valid_claims.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
     }
     for (token, proposal, ratify) in p.mirror.identity.pending_adoptions() {
-        let content = canon::to_string(&json!({"reason": "identity_proposal+ratification", "token": token})).unwrap_or_default();
+        let content =
+            canon::to_string(&json!({"reason": "identity_proposal+ratification", "token": token}))
+                .unwrap_or_default();
         let m = meta(&[
             ("proposal_event_id", proposal.into()),
             ("ratify_event_id", ratify.into()),
             ("source", "identity_manager".into()),
         ]);
-        put(&mut batch, &mut p, &mut events, new_event("identity_adoption", content, m)?, clock)?;
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("identity_adoption", content, m)?,
+            clock,
+        )?;
     }
 
     // Commitments.
@@ -350,7 +408,17 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
             ("source", "assistant".into()),
             ("text", c.value.clone().into()),
         ]);
-        put(&mut batch, &mut p, &mut events, new_event("commitment_open", format!("Commitment opened: {}", c.value), m)?, clock)?;
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event(
+                "commitment_open",
+                format!("Commitment opened: {}", c.value),
+                m,
+            )?,
+            clock,
+        )?;
         opened.push(cid);
     }
     let mut closed = Vec::new();
@@ -358,8 +426,22 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
         if !p.mirror.open.contains_key(&c.value) {
             continue;
         }
-        let m = meta(&[("cid", c.value.clone().into()), ("origin", "assistant".into()), ("source", "assistant".into())]);
-        put(&mut batch, &mut p, &mut events, new_event("commitment_close", format!("Commitment closed: {}", c.value), m)?, clock)?;
+        let m = meta(&[
+            ("cid", c.value.clone().into()),
+            ("origin", "assistant".into()),
+            ("source", "assistant".into()),
+        ]);
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event(
+                "commitment_close",
+                format!("Commitment closed: {}", c.value),
+                m,
+            )?,
+            clock,
+        )?;
         closed.push(c.value.clone());
     }
 
@@ -379,9 +461,21 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
         "turn_id": assistant.id,
     });
     let digest = selection_digest(cfg.dims, &cfg.model, message, &sel.scores, &sel.selected);
-    put(&mut batch, &mut p, &mut events, new_event("retrieval_selection", canon::to_string(&content).unwrap_or_default(), meta(&[("digest", digest.into())]))?, clock)?;
+    put(
+        &mut batch,
+        &mut p,
+        &mut events,
+        new_event(
+            "retrieval_selection",
+            canon::to_string(&content).unwrap_or_default(),
+            meta(&[("digest", digest.into())]),
+        )?,
+        clock,
+    )?;
     let words = |s: &str| embed::py_split(s).count() as u64;
-    let in_tokens = reply.in_tokens.unwrap_or_else(|| words(&request.system) + words(&request.user));
+    let in_tokens = reply
+        .in_tokens
+        .unwrap_or_else(|| words(&request.system) + words(&request.user));
     let out_tokens = reply.out_tokens.unwrap_or_else(|| words(&text));
     let metrics = format!(
         "provider:{},model:{},in_tokens:{in_tokens},out_tokens:{out_tokens},lat_ms:{}",
@@ -389,12 +483,28 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
         reply.model,
         reply.latency_ms
     );
-    put(&mut batch, &mut p, &mut events, new_event("metrics_turn", metrics, Map::new())?, clock)?;
+    put(
+        &mut batch,
+        &mut p,
+        &mut events,
+        new_event("metrics_turn", metrics, Map::new())?,
+        clock,
+    )?;
 
     // Reflections.
     let window = batch.tail(&Filter::default(), derive::WINDOW)?;
     if let Some(content) = derive::synthesized_reflection(&window, &p) {
-        let refl = put(&mut batch, &mut p, &mut events, new_event("reflection", content, meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]))?, clock)?;
+        let refl = put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event(
+                "reflection",
+                content,
+                meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]),
+            )?,
+            clock,
+        )?;
         let mut window = window;
         if window.len() >= derive::WINDOW {
             window.remove(0);
@@ -402,15 +512,34 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
         window.push(refl.clone());
         let count = batch.head().map_or(0, |h| h.id);
         let content = derive::meta_summary(&window, &p, count);
-        put(&mut batch, &mut p, &mut events, new_event("meta_summary", content, meta(&[("about_event", refl.id.into()), ("source", "meta_reflection_engine".into())]))?, clock)?;
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event(
+                "meta_summary",
+                content,
+                meta(&[
+                    ("about_event", refl.id.into()),
+                    ("source", "meta_reflection_engine".into()),
+                ]),
+            )?,
+            clock,
+        )?;
     }
-    let failed_pairs: Vec<(usize, String, String)> = failed
-        .iter()
-        .map(|f| (f.line, f.raw.clone(), f.reason.clone()))
-        .collect();
     let reflect = markers.reflect.as_ref().and_then(|r| r.value.as_ref().ok());
-    if let Some(text) = claim::delta_reflection_text(&failed_pairs, &opened, &closed, reflect) {
-        put(&mut batch, &mut p, &mut events, new_event("reflection", text.as_str(), meta(&[("about_event", assistant.id.into())]))?, clock)?;
+    if let Some(text) = claim::delta_text(&failed, &opened, &closed, reflect) {
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event(
+                "reflection",
+                text.as_str(),
+                meta(&[("about_event", assistant.id.into())]),
+            )?,
+            clock,
+        )?;
         for r in marker::parse(&text).refs {
             append_ref(&mut batch, &mut p, &mut events, &r.value, clock)?;
         }
@@ -427,19 +556,44 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
         last_event_id: head,
     };
     if let Some((content, m)) = derive::summary_update(&p, &inputs) {
-        put(&mut batch, &mut p, &mut events, new_event("summary_update", content, m)?, clock)?;
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("summary_update", content, m)?,
+            clock,
+        )?;
     }
     let last_chunk = batch.last_of_kind("lifetime_memory", 1)?.into_iter().next();
     let start = derive::chunk_start(last_chunk.as_ref());
     let mut candidates = Vec::new();
-    batch.scan(&Filter { since: Some(start + 1), ..Filter::default() }, |e| {
-        candidates.push(e);
-        Ok(candidates.len() < derive::CHUNK_SCAN)
-    })?;
+    batch.scan(
+        &Filter {
+            since: Some(start + 1),
+            ..Filter::default()
+        },
+        |e| {
+            candidates.push(e);
+            Ok(candidates.len() < derive::CHUNK_SCAN)
+        },
+    )?;
     if let Some((content, m)) = derive::lifetime_memory(&candidates, &p) {
-        let chunk = put(&mut batch, &mut p, &mut events, new_event("lifetime_memory", content.as_str(), m)?, clock)?;
-        let emb = embed::embedding_content(chunk.id, &content, embed::MODEL, embed::DEFAULT_DIMS as i64);
-        put(&mut batch, &mut p, &mut events, new_event("embedding_add", emb, Map::new())?, clock)?;
+        let chunk = put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("lifetime_memory", content.as_str(), m)?,
+            clock,
+        )?;
+        let emb =
+            embed::embedding_content(chunk.id, &content, embed::MODEL, embed::DEFAULT_DIMS as i64);
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("embedding_add", emb, Map::new())?,
+            clock,
+        )?;
     }
     batch.commit()?;
 
@@ -458,12 +612,22 @@ pub fn run(ledger: &mut Ledger, adapter: &mut dyn Adapter, message: &str, opts: 
     })
 }
 
-fn append_ref(batch: &mut Batch<'_>, p: &mut Projections, out: &mut Vec<Event>, target: &str, clock: &Clock) -> crate::Result<()> {
+fn append_ref(
+    batch: &mut Batch<'_>,
+    p: &mut Projections,
+    out: &mut Vec<Event>,
+    target: &str,
+    clock: &Clock,
+) -> crate::Result<()> {
     let Some((path, id)) = claim::parse_ref(target) else {
         return Ok(());
     };
     let outcome = claim::resolve_ref(Path::new(&path), id);
-    let ev = new_event("inter_ledger_ref", format!("REF: {path}#{id}"), outcome.meta())?;
+    let ev = new_event(
+        "inter_ledger_ref",
+        claim::ref_content(&path, id),
+        outcome.meta_map(),
+    )?;
     put(batch, p, out, ev, clock)?;
     Ok(())
 }

@@ -16,7 +16,11 @@ fn kinds(events: &[Value]) -> Vec<String> {
 }
 
 fn turn_record(records: &[Value]) -> Value {
-    records.iter().find(|r| r["type"] == "turn").cloned().expect("turn record")
+    records
+        .iter()
+        .find(|r| r["type"] == "turn")
+        .cloned()
+        .expect("turn record")
 }
 
 fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -59,6 +63,8 @@ fn first_turn_writes_configs_then_the_turn_in_order() {
             "reflection",
             "meta_summary",
             "reflection",
+            // More than ten events and no summary yet: the reference's gate lets one through.
+            "summary_update",
         ]
     );
     let t = turn_record(&recs);
@@ -70,7 +76,10 @@ fn first_turn_writes_configs_then_the_turn_in_order() {
     assert_eq!(a["meta"]["top_p"], 1.0);
     assert_eq!(a["meta"]["prompt_sha256"].as_str().unwrap().len(), 64);
     let m = of_kind(&recs, "metrics_turn")[0];
-    assert!(m["content"].as_str().unwrap().starts_with("provider:dummy,model:,in_tokens:"));
+    assert!(m["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("provider:dummy,model:,in_tokens:"));
     let delta = of_kind(&recs, "reflection")[1];
     assert_eq!(delta["content"], "Opened commitments: e2eb5791.");
     // The second turn writes no configs again, and --deep finds nothing to object to.
@@ -92,7 +101,15 @@ fn identity_survives_a_swap_of_provider_and_model() {
         .cmd("pmm-turn")
         .env("OPENAI_BASE_URL", format!("{}/v1", openai.url()))
         .env("OPENAI_API_KEY", KEY)
-        .args(["--adapter", "openai", "--model", "gpt-test", "--seed", "7", "Your name is Echo."])
+        .args([
+            "--adapter",
+            "openai",
+            "--model",
+            "gpt-test",
+            "--seed",
+            "7",
+            "Your name is Echo.",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -101,28 +118,55 @@ fn identity_survives_a_swap_of_provider_and_model() {
     let reqs = openai.requests();
     assert_eq!(reqs.len(), 1);
     let req = &reqs[0];
-    assert_eq!((req.method.as_str(), req.path.as_str()), ("POST", "/v1/chat/completions"));
-    assert_eq!(req.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+    assert_eq!(
+        (req.method.as_str(), req.path.as_str()),
+        ("POST", "/v1/chat/completions")
+    );
+    assert_eq!(
+        req.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
     assert_eq!(req.body["model"], "gpt-test");
     assert_eq!(req.body["temperature"], 0.0);
     assert_eq!(req.body["seed"], 7);
     assert_eq!(req.body["messages"][0]["role"], "system");
-    assert_eq!(req.body["messages"][1], json!({"role": "user", "content": "Your name is Echo."}));
-    let recs: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        req.body["messages"][1],
+        json!({"role": "user", "content": "Your name is Echo."})
+    );
+    let recs: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let claim = of_kind(&recs, "claim");
     assert_eq!(claim.len(), 1);
-    assert_eq!(claim[0]["content"], r#"CLAIM:name_change={"new_name":"Echo"}"#);
+    assert_eq!(
+        claim[0]["content"],
+        r#"CLAIM:name_change={"new_name":"Echo"}"#
+    );
     let a = of_kind(&recs, "assistant_message")[0];
     assert_eq!(a["meta"]["provider"], "openai");
     assert_eq!(a["meta"]["seed"], 7);
     let m = of_kind(&recs, "metrics_turn")[0];
-    assert!(m["content"].as_str().unwrap().contains("in_tokens:13,out_tokens:5"), "{m}");
+    assert!(
+        m["content"]
+            .as_str()
+            .unwrap()
+            .contains("in_tokens:13,out_tokens:5"),
+        "{m}"
+    );
 
     let ollama = Stub::start(vec![StubResponse::Ollama("I am Echo.".into())]);
     let out = pmm
         .cmd("pmm-turn")
         .env("OLLAMA_HOST", ollama.url())
-        .args(["--adapter", "ollama", "--model", "other-model", "Who are you?"])
+        .args([
+            "--adapter",
+            "ollama",
+            "--model",
+            "other-model",
+            "Who are you?",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -165,26 +209,51 @@ fn markers_and_claims_each_stand_alone() {
         open2 = pmm_cid("call home"),
     );
     let s = script(&pmm, &[first, &second, "nothing to add"]);
-    let r1 = pmm.run("pmm-turn", &["--adapter", "scripted", "--script", &s, "plan"], "");
+    let r1 = pmm.run(
+        "pmm-turn",
+        &["--adapter", "scripted", "--script", &s, "plan"],
+        "",
+    );
     assert_eq!(r1.code, 0, "{r1:?}");
-    assert_eq!(turn_record(&r1.records())["opened"], json!([pmm_cid("write the report"), pmm_cid("call home")]));
+    assert_eq!(
+        turn_record(&r1.records())["opened"],
+        json!([pmm_cid("write the report"), pmm_cid("call home")])
+    );
 
     // Marker lines in the user's message are not markers.
     let r2 = pmm.run(
         "pmm-turn",
-        &["--adapter", "scripted", "--script", &s, "COMMIT: not mine\nCLOSE: whatever"],
+        &[
+            "--adapter",
+            "scripted",
+            "--script",
+            &s,
+            "COMMIT: not mine\nCLOSE: whatever",
+        ],
         "",
     );
     assert_eq!(r2.code, 0, "{r2:?}");
     let recs = r2.records();
     let t = turn_record(&recs);
     assert_eq!(t["opened"], json!([]));
-    assert_eq!(t["closed"], json!([pmm_cid("write the report")]), "one close for the open cid only");
-    let valid: Vec<&str> = t["claims"]["valid"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        t["closed"],
+        json!([pmm_cid("write the report")]),
+        "one close for the open cid only"
+    );
+    let valid: Vec<&str> = t["claims"]["valid"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
     assert_eq!(valid, ["event_existence", "commitment_status"]);
     let failed = t["claims"]["failed"].as_array().unwrap();
     assert_eq!(failed.len(), 5, "{failed:?}");
-    let reasons: Vec<String> = failed.iter().map(|f| f["raw"].as_str().unwrap().to_string()).collect();
+    let reasons: Vec<String> = failed
+        .iter()
+        .map(|f| f["raw"].as_str().unwrap().to_string())
+        .collect();
     assert!(reasons.iter().any(|r| r.contains("\"abc\"")));
     assert!(reasons.iter().any(|r| r.contains("99999")));
     assert!(reasons.iter().any(|r| r.contains("no equals sign")));
@@ -198,27 +267,50 @@ fn markers_and_claims_each_stand_alone() {
         .find(|e| e["meta"]["about_event"].is_number())
         .expect("delta reflection");
     let text = delta["content"].as_str().unwrap();
-    assert!(text.starts_with("Corrections: invalid claims detected"), "{text}");
-    for needle in ["abc", "99999", "no equals sign", "bad json", "favourite_colour", "Observations: o1.", "Next: n1."] {
+    assert!(
+        text.starts_with("Corrections: invalid claims detected"),
+        "{text}"
+    );
+    for needle in [
+        "abc",
+        "99999",
+        "no equals sign",
+        "bad json",
+        "favourite_colour",
+        "Observations: o1.",
+        "Next: n1.",
+    ] {
         assert!(text.contains(needle), "{needle} missing from {text}");
     }
     // REF: the existing ledger is verified and untouched; the missing one is not created.
     let refs = of_kind(&recs, "inter_ledger_ref");
     assert_eq!(refs.len(), 2);
     assert_eq!(refs[0]["meta"]["verified"], true);
-    assert_eq!(refs[0]["meta"]["target_hash"], other.run("pmm-replay", &["--since", "2", "--until", "2"], "").records()[0]["hash"]);
+    assert_eq!(
+        refs[0]["meta"]["target_hash"],
+        other
+            .run("pmm-replay", &["--since", "2", "--until", "2"], "")
+            .records()[0]["hash"]
+    );
     assert_eq!(refs[1]["meta"]["verified"], false);
     assert!(!std::path::Path::new(&missing).exists());
     assert!(!pmm.path("nope").exists());
     assert_eq!(std::fs::read(&other.db).unwrap(), before);
     // The user message kept its marker text verbatim.
-    assert_eq!(of_kind(&recs, "user_message")[0]["content"], "COMMIT: not mine\nCLOSE: whatever");
+    assert_eq!(
+        of_kind(&recs, "user_message")[0]["content"],
+        "COMMIT: not mine\nCLOSE: whatever"
+    );
     verify_clean(&pmm);
 }
 
 fn pmm_cid(text: &str) -> String {
     use sha1::{Digest, Sha1};
-    Sha1::digest(text.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
+    Sha1::digest(text.as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[test]
@@ -236,7 +328,11 @@ fn a_500_then_a_200_gives_one_reply() {
         .unwrap();
     assert_eq!(r.status.code(), Some(0), "{r:?}");
     assert_eq!(stub.requests().len(), 2);
-    let recs: Vec<Value> = String::from_utf8(r.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let recs: Vec<Value> = String::from_utf8(r.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(of_kind(&recs, "assistant_message").len(), 1);
     verify_clean(&pmm);
 }
@@ -248,7 +344,11 @@ fn assert_recorded_failure(pmm: &Pmm, out: std::process::Output, needle: &str) {
     assert!(stderr.contains(needle), "{stderr}");
     let events = pmm.run("pmm-replay", &[], "").records();
     let k = kinds(&events);
-    assert_eq!(k.last().map(String::as_str), Some("generation_failure"), "{k:?}");
+    assert_eq!(
+        k.last().map(String::as_str),
+        Some("generation_failure"),
+        "{k:?}"
+    );
     assert!(k.contains(&"user_message".to_string()));
     assert!(!k.contains(&"assistant_message".to_string()));
     verify_clean(pmm);
@@ -273,18 +373,33 @@ fn a_server_that_never_answers_times_out_and_exits_3() {
     let out = pmm
         .cmd("pmm-turn")
         .env("OPENAI_BASE_URL", stub.url())
-        .args(["--adapter", "openai", "--timeout", "1", "--retries", "0", "hello?"])
+        .args([
+            "--adapter",
+            "openai",
+            "--timeout",
+            "1",
+            "--retries",
+            "0",
+            "hello?",
+        ])
         .output()
         .unwrap();
-    assert_recorded_failure(&pmm, out, "timed out");
+    assert_recorded_failure(&pmm, out, "no answer within 1 s");
 }
 
 #[test]
 fn stdin_lines_are_turns_and_a_bad_line_stops_with_its_number() {
     let pmm = Pmm::new();
-    let r = pmm.run("pmm-turn", &["--text"], "{\"content\":\"one\"}\n\n{\"content\":\"two\"}\nnot json\n{\"content\":\"never\"}\n");
+    let r = pmm.run(
+        "pmm-turn",
+        &["--text"],
+        "{\"content\":\"one\"}\n\n{\"content\":\"two\"}\nnot json\n{\"content\":\"never\"}\n",
+    );
     r.assert_error("pmm-turn", &["<stdin>:4", "--plain"]);
-    assert_eq!(r.stdout, "Echo: one\nCOMMIT: note this item\nEcho: two\nCOMMIT: note this item\n");
+    assert_eq!(
+        r.stdout,
+        "Echo: one\nCOMMIT: note this item\nEcho: two\nCOMMIT: note this item\n"
+    );
     let plain = pmm.run("pmm-turn", &["--text", "--plain"], "just text\n");
     assert_eq!(plain.code, 0, "{plain:?}");
     assert_eq!(plain.stdout, "Echo: just text\nCOMMIT: note this item\n");
@@ -308,8 +423,15 @@ fn a_turn_reads_a_bounded_number_of_events() {
         let pmm = Pmm::new();
         let mut lines = String::with_capacity(n * 80);
         for i in 0..n {
-            let kind = ["user_message", "assistant_message", "reflection", "metrics_turn"][i % 4];
-            lines.push_str(&format!("{{\"kind\":\"{kind}\",\"content\":\"event {i}\"}}\n"));
+            let kind = [
+                "user_message",
+                "assistant_message",
+                "reflection",
+                "metrics_turn",
+            ][i % 4];
+            lines.push_str(&format!(
+                "{{\"kind\":\"{kind}\",\"content\":\"event {i}\"}}\n"
+            ));
         }
         let r = pmm.run("pmm-append", &["--batch"], &lines);
         assert_eq!(r.code, 0);
@@ -321,5 +443,8 @@ fn a_turn_reads_a_bounded_number_of_events() {
         rows.push(turn_record(&r.records())["rows_read"].as_u64().unwrap());
     }
     assert!(rows[1] <= 1_200, "a turn read {} events of 10^4", rows[1]);
-    assert!(rows[1] <= rows[0] + 100, "reads grew with the ledger: {rows:?}");
+    assert!(
+        rows[1] <= rows[0] + 100,
+        "reads grew with the ledger: {rows:?}"
+    );
 }
