@@ -38,6 +38,8 @@
 #       ratio <= 3x, peak RSS <= 256 MiB; and pmm-graph stats against the same floor  <= 3x.
 #   3b. pmm-replay --state after 100 new events on a checkpointed copy of the largest ledger
 #       vs the same on the smallest, best of 5                                       ratio <= 1.5x
+#   3c. one `pmm-turn --adapter dummy` (process start included) on the largest ledger vs on a
+#       10^3 one, after a warm-up turn on each, best of 5    ratio <= 1.5x, and <= 50 ms
 #   4. At the largest size only, no target: `pmm-export --format json -o FILE` and
 #      `pmm-metrics --quiet`, with `cat EXPORT > FILE` as the floor for scale.
 #
@@ -106,7 +108,7 @@ if ((BUILD)); then
     log "cargo build --release"
     (cd "$REPO" && cargo build --release --quiet)
 fi
-for b in pmm-append pmm-verify pmm-export pmm-metrics; do
+for b in pmm-append pmm-verify pmm-export pmm-metrics pmm-replay pmm-graph pmm-turn; do
     [[ -x $BIN/$b ]] || die "$BIN/$b is missing (build with cargo build --release)"
 done
 GEN="$REPO/scripts/gen-ledger.py"
@@ -368,6 +370,28 @@ if [[ $SMALL != "$LARGE" ]]; then
         "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 1.5×" "$(verdict "$r" 1.5)"
     rm -f -- "$W"/ck-*.db*
 fi
+
+# 3c. One turn (dummy model, process start included): the largest ledger vs a 10^3 one.
+log "one pmm-turn --adapter dummy: $HL vs 10^3 (best of $APPEND_RUNS)"
+python3 "$GEN" 1000 --chain --fixture "$FIXTURE" >"$W/gen-turn.jsonl" 2>/dev/null
+"$BIN/pmm-append" --db "$W/turn-small.db" --import "$W/gen-turn.jsonl" --quiet >/dev/null
+rm -f -- "$W/gen-turn.jsonl"
+cp -- "$W/ledger-$LARGE.db" "$W/turn-large.db"
+for T in small large; do
+    # The first turn on a ledger without a checkpoint folds it once and saves one.
+    "$BIN/pmm-turn" --db "$W/turn-$T.db" --adapter dummy "warm up" >/dev/null
+done
+bench_pair "$APPEND_RUNS" \
+    nop /dev/null /dev/null "$BIN/pmm-turn" --db "$W/turn-small.db" --adapter dummy "How are you?" -- \
+    nop /dev/null /dev/null "$BIN/pmm-turn" --db "$W/turn-large.db" --adapter dummy "How are you?"
+r=$(ratio "$B_T" "$A_T")
+row "$HL vs 10^3" "one \`pmm-turn --adapter dummy\` on a $HL ledger (floor: the same on 10^3)" \
+    "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 1.5×" "$(verdict "$r" 1.5)"
+ms=$(awk -v t="$B_T" 'BEGIN{printf "%.1f", t*1000}')
+row "$HL" "one \`pmm-turn --adapter dummy\` wall time" "${ms} ms" "—" "—" "≤ 50 ms" "$(if le "$B_T" 0.05; then echo ok; else echo OVER; fi)"
+rows=$("$BIN/pmm-turn" --db "$W/turn-large.db" --adapter dummy "rows?" | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows_read"])')
+NOTES+=("one turn on 10^3: $(secs "$A_T") s / $(mib "$A_RSS") MiB; a turn on $HL read $rows event rows (retrieval window, chunk scan, the events since the checkpoint)")
+rm -f -- "$W"/turn-*.db*
 
 if [[ $SMALL != "$LARGE" ]]; then
     rm -f -- "$W/ledger-$SMALL.db" "$W/ledger-$SMALL.db-wal" "$W/ledger-$SMALL.db-shm"

@@ -84,10 +84,20 @@ pub fn hash64_weighted(
     weight: &dyn Fn(&str) -> f64,
 ) -> Vec<f64> {
     let dims = dims.max(MIN_DIMS);
-    let mut agg = vec![0.0f64; dims];
     // Long texts repeat their words: each distinct token is hashed once (the sum is still
     // taken token by token, in order, so the floating-point result is the same).
-    let mut cache: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut cache: HashMap<String, Vec<f64>> = HashMap::new();
+    aggregate(text, dims, extra_tokens, weight, &mut cache)
+}
+
+fn aggregate(
+    text: &str,
+    dims: usize,
+    extra_tokens: &[&str],
+    weight: &dyn Fn(&str) -> f64,
+    cache: &mut HashMap<String, Vec<f64>>,
+) -> Vec<f64> {
+    let mut agg = vec![0.0f64; dims];
     let mut any = false;
     for tok in extra_tokens
         .iter()
@@ -96,7 +106,10 @@ pub fn hash64_weighted(
         .chain(py_split(text))
     {
         any = true;
-        let v = cache.entry(tok).or_insert_with(|| token_vector(tok, dims));
+        if !cache.contains_key(tok) {
+            cache.insert(tok.to_string(), token_vector(tok, dims));
+        }
+        let v = &cache[tok];
         let w = weight(tok);
         for (slot, x) in agg.iter_mut().zip(v.iter()) {
             if w == 1.0 {
@@ -118,6 +131,30 @@ pub fn hash64_weighted(
         return vec![0.0; dims];
     }
     agg.iter().map(|x| x / norm).collect()
+}
+
+/// [`hash64`] for many texts: token vectors are kept across calls, so a retrieval that scores
+/// a hundred messages hashes each distinct word once (64 sha256 digests a word), not once per
+/// message. Gives exactly [`hash64`]'s vectors.
+#[derive(Debug, Default)]
+pub struct Hash64 {
+    dims: usize,
+    cache: HashMap<String, Vec<f64>>,
+}
+
+impl Hash64 {
+    /// An embedder with `max(8, dims)` components.
+    pub fn new(dims: usize) -> Self {
+        Hash64 {
+            dims: dims.max(MIN_DIMS),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// `hash64(text, dims, &[])`.
+    pub fn vector(&mut self, text: &str) -> Vec<f64> {
+        aggregate(text, self.dims, &[], &|_| 1.0, &mut self.cache)
+    }
 }
 
 /// int8 quantisation: the components scaled so that the largest magnitude becomes ±127,
@@ -187,6 +224,14 @@ mod tests {
         \"vector\":[37,-55,51,37,-1,13,41,-18,83,74,30,-61,50,2,-60,1,127,27,72,60,74,34,-53,27,-43,\
         23,24,91,-3,66,-49,38,-32,-1,-23,-40,-62,-68,87,26,-73,15,-6,84,-16,85,-74,-42,34,-30,-21,\
         32,8,15,-27,17,107,0,-45,-30,3,9,-17,11]}";
+
+    #[test]
+    fn the_caching_embedder_gives_the_same_vectors() {
+        let mut e = Hash64::new(64);
+        for t in [TEXT_92, "a b a", "", "b a b a c"] {
+            assert_eq!(e.vector(t), hash64(t, 64, &[]));
+        }
+    }
 
     #[test]
     fn reproduces_the_ledger_embedding_with_scale_0_002535373() {

@@ -6,7 +6,7 @@
 //! the ledger's size. Unlike the reference (§17 item 26) the recorded strategy is the one
 //! used, the scores are the real ones, and `fixed` runs no vector pipeline.
 
-use super::embed::{self, hash64};
+use super::embed::{self, Hash64};
 use crate::event::Event;
 use crate::store::{Filter, Reads};
 use crate::Result;
@@ -114,8 +114,9 @@ pub fn select<R: Reads>(
         picked.extend(recent.into_iter().map(|e| (e, 0.0)));
     } else {
         let dims = usize::try_from(cfg.dims).unwrap_or(embed::DEFAULT_DIMS);
-        let q = hash64(query, dims, &[]);
-        let score = |e: &Event| dot(&q, &hash64(&e.content, dims, &[]));
+        let mut embedder = Hash64::new(dims);
+        let q = embedder.vector(query);
+        let mut score = |e: &Event| dot(&q, &embedder.vector(&e.content));
         let memories = Filter {
             until: Some(user_id - 1),
             kinds: vec!["lifetime_memory".into()],
