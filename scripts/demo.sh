@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# An offline tour of the pmm ledger programs on a fresh temporary ledger:
+# An offline tour of the pmm programs on fresh temporary ledgers:
 # append events (one, a pipeline, a batch), watch the write policy refuse a write, verify,
-# tamper with an export and watch verification catch it, export, and read the metrics.
+# tamper with an export and watch verification catch it, export, and read the metrics; then
+# hold a short conversation with pmm-turn and scripted replies (no model needed), in which the
+# agent opens and closes a commitment and takes a name, and check its state and derived events.
 #
 # Uses the pmm-* programs on PATH (cargo install --path . --locked), or set PMM_BIN to a
 # folder that holds them (e.g. PMM_BIN=target/debug). Needs nothing else; uses jq when present.
@@ -9,7 +11,7 @@ set -euo pipefail
 unset RUST_BACKTRACE   # errors stay one line in the tour
 
 if [ -n "${PMM_BIN:-}" ]; then PATH="$(cd "$PMM_BIN" && pwd):$PATH"; fi
-for p in pmm-append pmm-verify pmm-export pmm-metrics; do
+for p in pmm-append pmm-verify pmm-export pmm-metrics pmm-turn pmm-replay; do
   command -v "$p" >/dev/null || { echo "demo: $p not found: run 'cargo install --path . --locked' or set PMM_BIN" >&2; exit 2; }
 done
 
@@ -69,5 +71,56 @@ pmm-export --format md
 step "metrics"
 pmm-metrics --deterministic | show .
 
-step "done: the ledger verifies"
-pmm-verify --quiet > /dev/null && echo "ok"
+# A conversation on a ledger of its own. The scripted adapter gives the Nth reply of the file
+# to the ledger's Nth user message; the replies carry the markers a model would write.
+chat="$work/conversation.db"
+cat > "$work/replies.jsonl" <<'EOF'
+"Hello Scott. I will start by learning the test plan.\nCOMMIT: learn the test plan"
+"Then that is done.\nCLOSE: cc9d9a3f\nREFLECT:{\"observations\":[\"the plan is learned\"],\"next\":\"run the tests\"}"
+"Echo it is.\nCLAIM:name_change={\"new_name\":\"Echo\"}"
+"I am Echo. I learned the test plan and closed that commitment.\nCLAIM:commitment_status={\"cid\":\"cc9d9a3f\",\"open\":false}\nCLAIM:event_existence={\"id\":3}"
+EOF
+turn() { pmm-turn --db "$chat" --adapter scripted --script "$work/replies.jsonl" "$@"; }
+# The turn record (the last line a turn prints) must contain every argument.
+expect() {
+  record=$(tail -n 1)
+  for want in "$@"; do
+    case "$record" in
+      *"$want"*) ;;
+      *) echo "demo: expected $want in the turn record, got: $record" >&2; exit 1 ;;
+    esac
+  done
+  printf '%s\n' "$record" | show '{reply, opened, closed, valid: [.claims.valid[].type], failed: .claims.failed}'
+}
+
+step "a conversation, turn 1: the reply opens a commitment (cid = sha1 of its text, first 8 hex)"
+turn "Hello, I am Scott. Please learn the test plan." | expect '"opened":["cc9d9a3f"]'
+
+step "turn 2: the reply closes it and reflects"
+turn "The plan is in the repository; you have read it." | expect '"closed":["cc9d9a3f"]'
+
+step "turn 3: the reply claims a new name, and the claim is checked and recorded"
+turn "From now on your name is Echo." | expect '"failed":[]' '"type":"name_change"'
+
+step "turn 4: the reply claims what the ledger shows, and both claims hold"
+turn "Who are you, and what have you done so far?" |
+  expect '"failed":[]' '"type":"commitment_status"' '"type":"event_existence"'
+
+step "the projected state: the identity is Echo, nothing is left open"
+state=$(pmm-replay --db "$chat" --state)
+identity=$(printf '%s\n' "$state" | grep -o '"identity":{[^}]*}')
+echo "$identity"
+case "$identity" in
+  *'"name":"Echo"'*) ;;
+  *) echo "demo: the identity should be Echo" >&2; exit 1 ;;
+esac
+case "$state" in
+  *'"open_commitments":[]'*) ;;
+  *) echo "demo: no commitment should be open" >&2; exit 1 ;;
+esac
+
+step "every derived event of the conversation (cids, embeddings, digests, snapshots) checks out"
+pmm-verify --db "$chat" --deep | tail -n 1 | show '{events, ok, deep}'
+
+step "done: both ledgers verify"
+pmm-verify --quiet > /dev/null && pmm-verify --db "$chat" --deep --quiet > /dev/null && echo "ok"
