@@ -3,7 +3,7 @@
 //! The reference opened the target with its writer, which creates the file and the schema
 //! when the path does not exist: a model could create SQLite files anywhere the process may
 //! write (FORMATS.md §17 item 9). Here a target is only ever opened with
-//! [`Ledger::open_reader`], and only when it is an existing regular file (a FIFO or a device
+//! [`Ledger::open_untouched`] (read-only, and leaving not even SQLite's `-wal`/`-shm` files behind), and only when it is an existing regular file (a FIFO or a device
 //! at a model-chosen path could block the turn or read forever). Relative paths are resolved
 //! against the current directory, as the reference did; `~` is not expanded.
 
@@ -91,7 +91,7 @@ pub fn resolve_ref(path: &Path, id: i64) -> RefOutcome {
         Ok(md) if !md.is_file() => return unverified("not a ledger: not a regular file".into()),
         Ok(_) => {}
     }
-    let ledger = match Ledger::open_reader(path) {
+    let ledger = match Ledger::open_untouched(path) {
         Ok(l) => l,
         Err(Error::MissingLedger(_)) => return unverified("no such ledger".into()),
         Err(Error::NotALedger { why, .. }) => return unverified(format!("not a ledger: {why}")),
@@ -184,14 +184,9 @@ mod tests {
         assert!(!absent.verified());
 
         assert_eq!(std::fs::read(&path).unwrap(), before);
-        // SQLite's read-only open of a WAL database at rest creates its -wal and -shm index
-        // files (open_reader cannot avoid that without `immutable=1`); nothing else appears.
-        let sidecars = ["other.db-shm", "other.db-wal"];
-        let after: Vec<String> = dir_listing(dir.path())
-            .into_iter()
-            .filter(|f| !sidecars.contains(&f.as_str()))
-            .collect();
-        assert_eq!(after, files);
+        // Not even SQLite's -wal and -shm files appear (the ledger is at rest: opened
+        // immutable).
+        assert_eq!(dir_listing(dir.path()), files);
     }
 
     #[test]

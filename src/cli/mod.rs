@@ -83,7 +83,7 @@ pub trait Program: clap::Parser {
 pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> ExitCode {
     // A .env file in the current directory fills in variables that are not set; it never
     // overrides the environment.
-    let _ = dotenvy::dotenv();
+    let _ = dotenvy::from_path(".env");
     let matches = match A::command().try_get_matches() {
         Ok(m) => m,
         Err(e) if !e.use_stderr() => {

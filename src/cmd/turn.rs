@@ -150,8 +150,9 @@ impl Args {
             .into());
         }
         let mut cfg = Config::from_env(self.adapter);
-        if self.model.is_some() {
-            cfg.model = self.model.clone();
+        // An empty --model / $PMM_MODEL means "the adapter's default", not a model named "".
+        if let Some(m) = self.model.as_deref().filter(|m| !m.trim().is_empty()) {
+            cfg.model = Some(m.to_string());
         }
         cfg.timeout = Duration::from_secs_f64(self.timeout);
         cfg.retries = self.retries;

@@ -215,6 +215,48 @@ impl Ledger {
         tx.commit()
     }
 
+    /// Opens another program's ledger for one look, leaving no trace: like
+    /// [`Ledger::open_reader`], but when no writer has the file open (no `-wal` file beside
+    /// it) it is opened `immutable`, because SQLite's read-only open of a WAL database at rest
+    /// would otherwise create its `-wal` and `-shm` files next to it. For `REF:` targets,
+    /// which a model names.
+    pub fn open_untouched(path: &Path) -> Result<Ledger> {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        if Path::new(&wal).exists() || !path.is_file() {
+            return Ledger::open_reader(path);
+        }
+        let abs = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+        let mut uri = String::from("file:");
+        for b in abs.to_string_lossy().bytes() {
+            if b.is_ascii_alphanumeric() || b"/._-~".contains(&b) {
+                uri.push(b as char);
+            } else {
+                uri.push_str(&format!("%{b:02X}"));
+            }
+        }
+        uri.push_str("?immutable=1");
+        let conn = Connection::open_with_flags(
+            &uri,
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
+        let ledger = Ledger {
+            conn,
+            path: path.into(),
+            busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
+        };
+        if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
+            return Err(Error::NotALedger {
+                path: path.into(),
+                why: "no events table".into(),
+            });
+        }
+        Ok(ledger)
+    }
+
     /// Opens an existing ledger read-only. Never creates a file.
     pub fn open_reader(path: &Path) -> Result<Ledger> {
         match std::fs::metadata(path) {
@@ -241,9 +283,6 @@ impl Ledger {
             .conn
             .busy_timeout(std::time::Duration::from_millis(ledger.busy_ms))
             .map_err(|e| ledger.err(e))?;
-        // Read pages through a memory map instead of one pread(2) per page: a checkpoint of a
-        // 10^6-event ledger spans ~1,100 overflow pages.
-        let _ = ledger.conn.pragma_update(None, "mmap_size", 1i64 << 30);
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
                 path: path.into(),
