@@ -40,6 +40,8 @@
 #       vs the same on the smallest, best of 5                                       ratio <= 1.5x
 #   3c. one `pmm-turn --adapter dummy` (process start included) on the largest ledger vs on a
 #       10^3 one, after a warm-up turn on each, best of 5    ratio <= 1.5x, and <= 50 ms
+#   3d. one `pmm-tick` (process start included, each run the next slot) on the largest ledger
+#       vs on a 10^3 one, after a warm-up tick on each, best of 5               ratio <= 1.5x
 #   4. At the largest size only, no target: `pmm-export --format json -o FILE` and
 #      `pmm-metrics --quiet`, with `cat EXPORT > FILE` as the floor for scale.
 #
@@ -392,6 +394,34 @@ row "$HL" "one \`pmm-turn --adapter dummy\` wall time" "${ms} ms" "—" "—" "�
 rows=$("$BIN/pmm-turn" --db "$W/turn-large.db" --adapter dummy "rows?" | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows_read"])')
 NOTES+=("one turn on 10^3: $(secs "$A_T") s / $(mib "$A_RSS") MiB; a turn on $HL read $rows event rows (retrieval window, chunk scan, the events since the checkpoint)")
 rm -f -- "$W"/turn-*.db*
+
+# 3d. One pmm-tick on the largest ledger vs on a 10^3 one. Each run ticks the next slot (a
+# slot already ticked is a cheaper no-op), through the same one-line wrapper on both sides.
+log "one pmm-tick: $HL vs 10^3 (best of $APPEND_RUNS)"
+python3 "$GEN" 1000 --chain --fixture "$FIXTURE" >"$W/gen-tick.jsonl" 2>/dev/null
+"$BIN/pmm-append" --db "$W/tick-small.db" --import "$W/gen-tick.jsonl" --quiet >/dev/null
+rm -f -- "$W/gen-tick.jsonl"
+cp -- "$W/ledger-$LARGE.db" "$W/tick-large.db"
+for T in small large; do
+    echo 1 >"$W/tick-$T.slot"
+    cat >"$W/tick-$T.sh" <<SH
+#!/bin/sh
+n=\$(cat "$W/tick-$T.slot"); echo \$((n + 1)) >"$W/tick-$T.slot"
+exec "$BIN/pmm-tick" --db "$W/tick-$T.db" --slot "\$n"
+SH
+    chmod +x "$W/tick-$T.sh"
+    # The first tick on a ledger without a checkpoint folds it once and saves one.
+    "$W/tick-$T.sh" >/dev/null
+done
+bench_pair "$APPEND_RUNS" \
+    nop /dev/null /dev/null "$W/tick-small.sh" -- \
+    nop /dev/null /dev/null "$W/tick-large.sh"
+r=$(ratio "$B_T" "$A_T")
+row "$HL vs 10^3" "one \`pmm-tick\` on a $HL ledger (floor: the same on 10^3)" \
+    "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 1.5×" "$(verdict "$r" 1.5)"
+rows=$("$W/tick-large.sh" | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin).get("rows_read"))')
+NOTES+=("one tick on 10^3: $(secs "$A_T") s / $(mib "$A_RSS") MiB; a tick on $HL read $rows event rows")
+rm -f -- "$W"/tick-*
 
 if [[ $SMALL != "$LARGE" ]]; then
     rm -f -- "$W/ledger-$SMALL.db" "$W/ledger-$SMALL.db-wal" "$W/ledger-$SMALL.db-shm"

@@ -560,7 +560,7 @@ impl DeepChecker {
             return;
         };
         self.counts.slot_ids += 1;
-        let expected = slot::reference_slot_id(slot);
+        let expected = slot_id_of(slot, meta);
         let in_content = content.as_ref().and_then(|c| c.get("slot_id"));
         let in_meta = meta.and_then(|m| m.get("slot_id"));
         for (what, found) in [
@@ -589,7 +589,7 @@ impl DeepChecker {
             return;
         };
         self.counts.tick_slot_ids += 1;
-        let expected = slot::reference_slot_id(slot);
+        let expected = slot_id_of(slot, meta);
         let found = meta.and_then(|m| m.get("slot_id"));
         if found.and_then(Value::as_str) != Some(expected.as_str()) {
             let p = mismatch(
@@ -709,6 +709,15 @@ impl DeepChecker {
     pub fn finish(mut self, _out: &mut Vec<Finding>) -> DeepCounts {
         self.counts.unresolved += (self.pending_embeddings.len() + self.pending_roots.len()) as u64;
         self.counts
+    }
+}
+
+/// The slot id a stimulus or tick should carry: the reference's epoch and interval, or the
+/// interval `pmm-tick --interval` recorded in `meta.interval`.
+fn slot_id_of(n: i64, meta: Option<&Map<String, Value>>) -> String {
+    match meta.and_then(|m| m.get("interval")).and_then(Value::as_i64) {
+        Some(interval) => slot::slot_id(slot::EPOCH, interval, n),
+        None => slot::reference_slot_id(n),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod export;
 pub mod graph;
 pub mod metrics;
 pub mod replay;
+pub mod tick;
 pub mod turn;
 pub mod verify;
 
@@ -18,6 +19,7 @@ pub fn commands() -> Vec<clap::Command> {
         graph::Args::command(),
         metrics::Args::command(),
         replay::Args::command(),
+        tick::Args::command(),
         turn::Args::command(),
         verify::Args::command(),
     ]

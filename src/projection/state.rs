@@ -1,6 +1,7 @@
 //! All projections together: the fold `pmm-replay --state` prints, and the unit a projection
 //! checkpoint stores.
 
+use super::autonomy::AutonomyLog;
 use super::concepts::ConceptGraph;
 use super::graph::GraphCounts;
 use super::mirror::Mirror;
@@ -21,6 +22,9 @@ pub struct Projections {
     pub concepts: ConceptGraph,
     /// The event graph's statistics.
     pub graph: GraphCounts,
+    /// What the autonomy kernel decides from.
+    #[serde(default)]
+    pub autonomy: AutonomyLog,
 }
 
 impl Projections {
@@ -30,6 +34,7 @@ impl Projections {
         self.rsm.apply(ev);
         self.concepts.apply(ev);
         self.graph.apply(ev);
+        self.autonomy.apply(ev);
     }
 
     /// The self-model snapshot, in the reference's structure (what `summary_update` events
@@ -56,7 +61,18 @@ impl Projections {
                 })
             })
             .collect();
+        let a = &self.autonomy;
         StateRecord {
+            autonomy: json!({
+                "ticks_total": a.ticks_total,
+                "reflect_count": a.reflect_count,
+                "idle_count": a.idle_count,
+                "intention_summarize_count": a.intention_summarize_count,
+                "summarize_count": a.summarize_count,
+                "last_kernel_reflection": a.last_reflection_id,
+                "last_summary": a.last_summary,
+                "last_slot": a.last_stimulus.as_ref().map(|s| s.1),
+            }),
             closed_commitments: m.closed.len(),
             concept_metrics: self.concepts.concept_metrics(),
             graph: self.graph.stats(),
@@ -79,6 +95,7 @@ impl Projections {
 
 /// The `{"type":"state"}` record: see [`Projections::state_record`].
 pub struct StateRecord<'a> {
+    autonomy: Value,
     closed_commitments: usize,
     concept_metrics: Value,
     graph: Value,
@@ -104,7 +121,8 @@ impl StateRecord<'_> {
             out.write_all(key.as_bytes())?;
             serde_json::to_writer(&mut *out, value).map_err(io::Error::other)
         }
-        field(out, "{\"closed_commitments\":", &self.closed_commitments)?;
+        field(out, "{\"autonomy\":", &self.autonomy)?;
+        field(out, ",\"closed_commitments\":", &self.closed_commitments)?;
         field(out, ",\"concept_metrics\":", &self.concept_metrics)?;
         field(out, ",\"graph\":", &self.graph)?;
         field(out, ",\"identity\":", &self.identity)?;

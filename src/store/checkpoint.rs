@@ -8,7 +8,7 @@ use crate::projection::state::Projections;
 pub const CHECKPOINT: &str = "projections";
 /// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
 /// checkpoints written by an older build are ignored instead of misread.
-pub const CHECKPOINT_FORMAT: i64 = 6;
+pub const CHECKPOINT_FORMAT: i64 = 7;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 pub const CHECKPOINT_EVERY: u64 = 1000;
 

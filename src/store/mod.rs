@@ -436,6 +436,19 @@ pub trait Reads {
             .map_err(|e| self.err(e))
     }
 
+    /// The newest event of `kind` whose content contains `needle` (through the kind index,
+    /// then a scan of that kind's rows: meant for rare look-ups such as an old autonomy slot).
+    fn find_kind_containing(&self, kind: &str, needle: &str) -> Result<Option<i64>> {
+        self.conn()
+            .query_row(
+                "SELECT id FROM events WHERE kind = ?1 AND instr(content, ?2) > 0 ORDER BY id DESC LIMIT 1",
+                params![kind, needle],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// Whether the ledger holds a `config` event that sets a write policy.
     fn has_policy_config(&self) -> Result<bool> {
         self.conn()

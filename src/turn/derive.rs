@@ -112,6 +112,8 @@ pub struct SummaryInputs<'a> {
     pub reflections_since: u64,
     /// The newest event id.
     pub last_event_id: i64,
+    /// Write the summary whatever the gate says (a `summarize` tick: the kernel has decided).
+    pub force: bool,
 }
 
 fn trend(prev: &Value, cur: &Value) -> (Vec<String>, bool) {
@@ -197,13 +199,13 @@ pub fn summary_update(
     );
     match &previous {
         None => {
-            if inputs.reflections_since < 3 && inputs.events_since <= 10 {
+            if !inputs.force && inputs.reflections_since < 3 && inputs.events_since <= 10 {
                 return None;
             }
         }
         Some(prev) => {
             let (parts, significant) = trend(prev, &current);
-            if !significant && inputs.reflections_since < 3 {
+            if !inputs.force && !significant && inputs.reflections_since < 3 {
                 return None;
             }
             if !parts.is_empty() {
@@ -413,13 +415,16 @@ mod tests {
             events_since: 10,
             reflections_since: 2,
             last_event_id: 10,
+            force: false,
         };
         assert!(summary_update(&p, &few).is_none());
+        assert!(summary_update(&p, &SummaryInputs { force: true, ..few }).is_some());
         let more = SummaryInputs {
             previous: None,
             events_since: 11,
             reflections_since: 0,
             last_event_id: 11,
+            force: false,
         };
         let (content, meta) = summary_update(&p, &more).unwrap();
         assert_eq!(

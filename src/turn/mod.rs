@@ -116,14 +116,14 @@ pub enum TurnError {
     Store(#[from] crate::Error),
 }
 
-fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
+pub(crate) fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect()
 }
 
-fn new_event(
+pub(crate) fn new_event(
     kind: &str,
     content: impl Into<String>,
     m: Map<String, Value>,
@@ -133,7 +133,7 @@ fn new_event(
 
 /// Appends inside a batch; a policy refusal is an error here (the turn's writes are not
 /// forbidden by the default policy; a stricter one stops the turn, and nothing is written).
-fn put(
+pub(crate) fn put(
     batch: &mut Batch<'_>,
     p: &mut Projections,
     out: &mut Vec<Event>,
@@ -155,7 +155,7 @@ fn put(
 }
 
 /// Folds events past the projections' last id into them (what other processes appended).
-fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
+pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
     let since = p.mirror.last_event_id + 1;
     r.scan(
         &Filter {
@@ -554,6 +554,7 @@ pub fn run(
         events_since: head - after,
         reflections_since: batch.count_kind_after("reflection", after)?,
         last_event_id: head,
+        force: false,
     };
     if let Some((content, m)) = derive::summary_update(&p, &inputs) {
         put(

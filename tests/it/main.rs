@@ -18,4 +18,5 @@ mod programs;
 mod replay;
 mod rsm;
 mod tamper;
+mod tick;
 mod turn;

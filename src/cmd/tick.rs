@@ -1,0 +1,267 @@
+//! `pmm-tick`: one autonomy tick per run, or a supervisor loop (`--every`).
+
+use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::kernel::tick::{self, Ticked};
+use crate::kernel::Slot;
+use crate::store::Ledger;
+use crate::Error;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  One tick now (what cron runs); a second run in the same 10-second slot does nothing:
+    pmm-tick --db agent.db
+  What would the kernel do? (writes nothing):
+    pmm-tick --db agent.db --dry-run | jq .
+  Run as a supervisor, one tick a minute, until SIGINT/SIGTERM:
+    pmm-tick --db agent.db --every 1m --interval 60
+  Reflect more often; the change is an event, so replay and later ticks see it:
+    pmm-tick --db agent.db --set reflection_interval=5 --set summary_interval=40
+  Reproducible ticks (tests, demos): a pinned clock and explicit slots:
+    for s in 1 2 3; do pmm-tick --db agent.db --now 2025-11-24T06:00:00Z --slot $s; done
+  Watch the kernel's reasoning:
+    pmm-tick --every 10s | jq -c 'select(.kind==\"autonomy_tick\") | .content | fromjson'
+
+RULES (in order; see docs/autonomy.md):
+  1. no metrics_turn yet                                     -> idle
+  2. no kernel reflection since the latest metrics_turn       -> reflect
+  3. events since the last kernel reflection >= reflection_interval (10) -> reflect
+  4. events since the last summary >= summary_interval (50),
+     with a kernel reflection since it                        -> summarize
+  5. an open commitment with >= commitment_staleness (20) events since it -> reflect (review)
+  6. otherwise                                                -> idle
+  A reflect with nothing new to say (nothing changed, same stalled commitments) is an idle.
+  When more than one commitment is open, those older than commitment_auto_close (27) events
+  are closed, stalest first; the newest open commitment always stays.
+
+OUTPUT:
+  The events the tick appended as JSON Lines, then
+  {\"type\":\"tick\",\"slot\",\"slot_id\",\"decision\",\"reasoning\",\"evidence\",\"auto_closed\",\"events\",\"first_id\",\"last_id\",\"rows_read\"}
+  (a slot that was already ticked: \"decision\":null and \"skipped\"). --dry-run prints one
+  {\"type\":\"decision\",…} object; --set prints the config events and {\"type\":\"thresholds\",…}.
+
+EXIT STATUS:
+  0  ticked, or the slot already had its tick, or --every ended on SIGINT/SIGTERM
+  2  bad input (a bad --set, --slot or duration), a locked or unreadable ledger
+
+ENVIRONMENT:
+  PMM_DB   the ledger when --db is not given (default .data/pmmdb/pmm.db)
+  PMM_NOW  pin the clock (RFC 3339): the slot and every timestamp come from it
+  A .env file in the current directory is read for variables that are not set.";
+
+/// Run the autonomy kernel: one tick per run, for cron, or a supervisor loop with --every.
+///
+/// A tick belongs to a slot (whole intervals of 10 s since 2025-11-01T00:00:00Z). The kernel
+/// decides — idle, reflect or summarize — from the ledger alone, inside the write transaction,
+/// and the tick's events (stimulus, tick, closes, reflection or summary, metrics every 10th
+/// tick, checkpoint manifests) are written together or not at all. A slot that already has a
+/// stimulus is left alone, so cron may fire twice. Thresholds live in the ledger (--set).
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-tick", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
+    #[command(flatten)]
+    write: WriteArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Tick this slot instead of the clock's
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    slot: Option<i64>,
+    /// Slot length in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
+    interval: i64,
+    /// Run as a supervisor: a tick every DURATION (10s, 1m, 1h30m; a bare number is seconds)
+    /// until SIGINT or SIGTERM, which end it after the current tick with exit 0
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["slot", "dry_run", "set"])]
+    every: Option<Duration>,
+    /// Print the decision as JSON and write nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// Set a threshold (reflection_interval, summary_interval, commitment_staleness,
+    /// commitment_auto_close) to a positive integer; repeatable; no tick is run
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_set, conflicts_with_all = ["slot", "dry_run"])]
+    set: Vec<(String, i64)>,
+}
+
+/// The threshold keys `--set` takes.
+pub const KEYS: [&str; 4] = [
+    "reflection_interval",
+    "summary_interval",
+    "commitment_staleness",
+    "commitment_auto_close",
+];
+
+fn parse_set(s: &str) -> Result<(String, i64), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}' is not KEY=VALUE"))?;
+    let k = k.trim();
+    if !KEYS.contains(&k) {
+        return Err(format!("unknown threshold '{k}' ({})", KEYS.join(", ")));
+    }
+    let n: i64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{k}: '{v}' is not an integer"))?;
+    if !(1..=1_000_000_000).contains(&n) {
+        return Err(format!("{k}: {n} is out of range (1 to 1000000000)"));
+    }
+    Ok((k.to_string(), n))
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
+        Ok(_) => return Err(format!("'{s}' is not a positive duration")),
+        Err(_) => humantime::parse_duration(s.trim()).map_err(|e| format!("'{s}': {e}"))?,
+    };
+    if d.is_zero() {
+        return Err(format!("'{s}' is not a positive duration"));
+    }
+    Ok(d)
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+fn print(out: &mut Out, t: &Ticked) -> std::io::Result<()> {
+    if let Ticked::Done(o) = t {
+        for e in &o.events {
+            out.event(e)?;
+        }
+    }
+    out.record(&t.record())?;
+    out.flush()
+}
+
+/// Runs `pmm-tick`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let path = args.ledger.path();
+    let clock = args.clock.clock();
+    let mut out = Out::new();
+    let slot_now = || match args.slot {
+        Some(n) => Slot::new(n, args.interval),
+        None => Slot::at(clock.now(), args.interval),
+    };
+
+    if args.dry_run {
+        if !path.is_file() {
+            return Err(Error::bad_input(
+                Some(path.display().to_string()),
+                "no such ledger (a dry run creates nothing)",
+            )
+            .into());
+        }
+        let ledger = Ledger::open_reader(&path)?;
+        let slot = slot_now();
+        let (d, already) = tick::dry_run(&ledger, &slot)?;
+        let mut v = serde_json::to_value(&d)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("type".into(), "decision".into());
+            o.insert("slot".into(), slot.slot.into());
+            o.insert("slot_id".into(), slot.slot_id.clone().into());
+            o.insert("already_ticked".into(), json!(already));
+        }
+        out.record(&v)?;
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
+
+    let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+    if !args.set.is_empty() {
+        let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &clock)?;
+        for e in &events {
+            out.event(e)?;
+        }
+        out.record(&json!({
+            "type": "thresholds",
+            "changed": !events.is_empty(),
+            "reflection_interval": th.reflection_interval,
+            "summary_interval": th.summary_interval,
+            "commitment_staleness": th.commitment_staleness,
+            "commitment_auto_close": th.commitment_auto_close,
+            "set_by": th.set_by,
+        }))?;
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
+
+    let Some(every) = args.every else {
+        let t = tick::run(&mut ledger, &slot_now(), &clock)?;
+        print(&mut out, &t)?;
+        return Ok(Outcome::Success);
+    };
+
+    // The supervisor: a tick, then a sleep that a signal cuts short. A signal during a tick
+    // lets it finish (it only sets the flag), so no tick is ever partial.
+    let stop = cli::stop_flag()?;
+    let mut ticked_once = false;
+    while !stop.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        match tick::run(&mut ledger, &slot_now(), &clock) {
+            Ok(t) => {
+                print(&mut out, &t)?;
+                ticked_once = true;
+            }
+            // The first tick failing means a bad setup: stop. Later failures (a ledger
+            // locked for longer than --busy-timeout) are reported and the loop goes on.
+            Err(e) if !ticked_once => return Err(e.into()),
+            Err(e) => eprintln!("pmm-tick: warning: tick skipped: {e}"),
+        }
+        while !stop.load(Ordering::SeqCst) && started.elapsed() < every {
+            if cli::stdout_closed() {
+                return Ok(Outcome::Success);
+            }
+            let left = every.saturating_sub(started.elapsed());
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_takes_known_keys_and_positive_integers() {
+        assert_eq!(
+            parse_set("reflection_interval=5"),
+            Ok(("reflection_interval".into(), 5))
+        );
+        assert_eq!(
+            parse_set(" summary_interval = 40 ").unwrap().1,
+            40,
+            "spaces are forgiven"
+        );
+        for bad in [
+            "reflection_interval",
+            "x=1",
+            "summary_interval=0",
+            "commitment_staleness=-3",
+            "commitment_auto_close=ten",
+        ] {
+            assert!(parse_set(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["0", "-1", "soon", "0s", ""] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

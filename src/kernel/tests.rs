@@ -1,0 +1,293 @@
+use super::*;
+
+fn th() -> Thresholds {
+    Thresholds::default()
+}
+
+fn slot() -> Slot {
+    Slot::new(100, 10)
+}
+
+fn open(cid: &str, at: i64) -> OpenCommitment {
+    OpenCommitment {
+        cid: cid.into(),
+        opened_at: at,
+        origin: "assistant".into(),
+        exec_bound: false,
+    }
+}
+
+fn kernel_ref(id: i64, stalled: &[&str]) -> Option<KernelReflection> {
+    Some(KernelReflection {
+        id,
+        stalled: stalled.iter().map(|s| s.to_string()).collect(),
+        delta_hash: None,
+    })
+}
+
+fn changes(kinds: &[(&str, u64)]) -> Vec<(String, u64)> {
+    kinds.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+}
+
+#[test]
+fn rule_1_no_turn_yet_is_idle() {
+    let v = View {
+        head: 5,
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Idle);
+    assert_eq!(d.reasoning, "no metrics_turn recorded yet");
+    assert!(d.evidence.is_empty());
+}
+
+#[test]
+fn rule_2_a_turn_without_a_kernel_reflection_after_it_reflects() {
+    let mut v = View {
+        head: 20,
+        last_metrics_turn: Some(15),
+        changes: changes(&[
+            ("user_message", 1),
+            ("assistant_message", 1),
+            ("metrics_turn", 1),
+        ]),
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Reflect);
+    assert_eq!(d.reasoning, "no autonomous reflection recorded yet");
+    assert_eq!(d.evidence, vec![15]);
+    let r = d.reflection.unwrap();
+    assert_eq!(r["intent"], "user_message_analysis");
+    assert_eq!(r["changes"]["metrics_turn"], 1);
+    assert_eq!(r["since_event"], Value::Null);
+
+    v.last_kernel_reflection = kernel_ref(10, &[]);
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Reflect);
+    assert_eq!(
+        d.reasoning,
+        "no autonomous reflection since the latest metrics_turn (15)"
+    );
+}
+
+#[test]
+fn rule_3_the_reflection_interval_reflects() {
+    let v = View {
+        head: 30,
+        last_metrics_turn: Some(15),
+        last_kernel_reflection: kernel_ref(20, &[]),
+        changes: changes(&[("claim", 2), ("commitment_open", 2)]),
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Reflect);
+    assert_eq!(d.reasoning, "reflection_interval reached (10)");
+    assert_eq!(d.evidence, vec![30]);
+    // Ties go to the kind seen first.
+    assert_eq!(d.reflection.unwrap()["intent"], "claim_analysis");
+    let v = View { head: 29, ..v };
+    assert_eq!(decide(&v, &th(), &slot()).decision, Action::Idle);
+}
+
+#[test]
+fn a_reflect_that_would_repeat_the_previous_one_is_idle() {
+    let v = View {
+        head: 40,
+        last_metrics_turn: Some(15),
+        last_kernel_reflection: kernel_ref(20, &[]),
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Idle);
+    assert_eq!(
+        d.reasoning,
+        "reflection_interval reached (20), but nothing changed since kernel reflection 20"
+    );
+    assert_eq!(d.evidence, vec![20]);
+    assert!(d.reflection.is_none());
+}
+
+#[test]
+fn rule_4_the_summary_interval_summarizes_after_a_kernel_reflection() {
+    let v = View {
+        head: 105,
+        last_metrics_turn: Some(90),
+        last_kernel_reflection: kernel_ref(100, &[]),
+        last_summary: Some(50),
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Summarize);
+    assert_eq!(d.reasoning, "summary_interval reached (55)");
+    // Without a kernel reflection since the summary, no summary.
+    let v = View {
+        last_summary: Some(100),
+        last_kernel_reflection: kernel_ref(99, &[]),
+        head: 105,
+        ..v
+    };
+    assert_eq!(decide(&v, &th(), &slot()).decision, Action::Idle);
+}
+
+#[test]
+fn rule_5_a_stalled_commitment_is_reviewed_once() {
+    let mut v = View {
+        head: 60,
+        last_metrics_turn: Some(30),
+        last_kernel_reflection: kernel_ref(55, &[]),
+        last_summary: Some(58),
+        open: vec![open("aaaa0001", 40)],
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Reflect);
+    assert_eq!(
+        d.reasoning,
+        "1 stalled commitments (age \u{2265} 20 events); prioritizing aaaa0001"
+    );
+    assert_eq!(d.evidence, vec![40]);
+    let r = d.reflection.unwrap();
+    assert_eq!(r["intent"], "commitment_review");
+    assert_eq!(r["stalled"], json!(["aaaa0001"]));
+    assert_eq!(r["stale"], 1);
+    assert_eq!(r["outcome"], "1 open, stale=1");
+    // Once reviewed, the same stalled set with nothing new is not reviewed again.
+    v.last_kernel_reflection = kernel_ref(59, &["aaaa0001"]);
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Idle);
+    assert!(d
+        .reasoning
+        .ends_with("but nothing changed since kernel reflection 59"));
+    // The kernel's own goals are not reviewed.
+    v.open[0].origin = "autonomy_kernel".into();
+    v.last_kernel_reflection = kernel_ref(55, &[]);
+    assert_eq!(
+        decide(&v, &th(), &slot()).reasoning,
+        "no autonomous action needed"
+    );
+}
+
+#[test]
+fn rule_6_otherwise_idle() {
+    let v = View {
+        head: 60,
+        last_metrics_turn: Some(30),
+        last_kernel_reflection: kernel_ref(55, &[]),
+        last_summary: Some(58),
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Idle);
+    assert_eq!(d.reasoning, "no autonomous action needed");
+}
+
+#[test]
+fn auto_close_needs_two_open_and_leaves_the_newest() {
+    let mut v = View {
+        head: 100,
+        open: vec![open("old", 10)],
+        ..View::default()
+    };
+    // One open commitment, however old, stays open.
+    assert!(decide(&v, &th(), &slot()).auto_close.is_empty());
+    v.open = vec![
+        open("b", 20),
+        open("a", 10),
+        open("young", 80),
+        open("newest", 90),
+    ];
+    v.open.sort_by_key(|c| c.opened_at);
+    let d = decide(&v, &th(), &slot());
+    let closed: Vec<(&str, i64)> = d
+        .auto_close
+        .iter()
+        .map(|a| (a.cid.as_str(), a.age))
+        .collect();
+    assert_eq!(closed, vec![("a", 90), ("b", 80)]);
+    // Even the newest open commitment past the threshold stays.
+    v.open = vec![open("a", 10), open("b", 20)];
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.auto_close.len(), 1);
+    assert_eq!(d.auto_close[0].cid, "a");
+    // Exec-bound commitments are exempt.
+    v.open[0].exec_bound = true;
+    assert!(decide(&v, &th(), &slot()).auto_close.is_empty());
+}
+
+#[test]
+fn auto_closed_commitments_are_neither_stalled_nor_counted() {
+    let v = View {
+        head: 100,
+        last_metrics_turn: Some(30),
+        last_kernel_reflection: kernel_ref(95, &[]),
+        last_summary: Some(96),
+        open: vec![open("a", 10), open("b", 85)],
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.auto_close.len(), 1);
+    // `b` is not stalled (15 < 20): nothing to review; the close alone is not a reflection.
+    assert_eq!(d.decision, Action::Idle);
+    let v = View { head: 106, ..v };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Reflect);
+    let r = d.reflection.unwrap();
+    assert_eq!(r["auto_closed"], json!(["a"]));
+    assert_eq!(r["commitments_reviewed"], 1);
+    assert_eq!(r["stalled"], json!(["b"]));
+}
+
+#[test]
+fn thresholds_change_the_rules() {
+    let v = View {
+        head: 25,
+        last_metrics_turn: Some(15),
+        last_kernel_reflection: kernel_ref(20, &[]),
+        changes: changes(&[("claim", 1)]),
+        ..View::default()
+    };
+    assert_eq!(decide(&v, &th(), &slot()).decision, Action::Idle);
+    let t = Thresholds {
+        reflection_interval: 5,
+        ..th()
+    };
+    assert_eq!(decide(&v, &t, &slot()).decision, Action::Reflect);
+}
+
+#[test]
+fn slots_are_named_as_the_reference_names_them() {
+    let s = Slot::new(200854, 10);
+    assert_eq!(s.slot_id, slot::reference_slot_id(200854));
+    let t = chrono::DateTime::from_timestamp(slot::EPOCH_UNIX + 25, 0).unwrap();
+    assert_eq!(Slot::at(t, 10).slot, 2);
+    assert_eq!(Slot::at(t, 60).slot, 0);
+}
+
+#[test]
+fn a_repeated_reflect_gives_way_to_a_due_summary() {
+    // Quiet since kernel reflection 100, which came after summary 50: the reflect of rule 3
+    // would say nothing new, so rule 4's summary goes ahead — once.
+    let v = View {
+        head: 160,
+        last_metrics_turn: Some(90),
+        last_kernel_reflection: kernel_ref(100, &[]),
+        last_summary: Some(50),
+        ..View::default()
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Summarize);
+    assert_eq!(d.reasoning, "summary_interval reached (110)");
+    // After the summary (not itself a change), nothing is due until something happens.
+    let v = View {
+        head: 230,
+        last_summary: Some(161),
+        ..v
+    };
+    let d = decide(&v, &th(), &slot());
+    assert_eq!(d.decision, Action::Idle);
+    assert_eq!(
+        d.reasoning,
+        "reflection_interval reached (130), but nothing changed since kernel reflection 100"
+    );
+}

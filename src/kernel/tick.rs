@@ -1,0 +1,376 @@
+//! The tick (SPEC §4 pmm-tick): one decision for one slot and every event it implies, decided
+//! and written inside one write transaction, so that the decision always sees the true head
+//! and a tick is in the ledger whole or not at all.
+//!
+//! In order: `autonomy_stimulus`; `autonomy_rule_table` when the thresholds in force differ
+//! from the newest rule table; `autonomy_tick {decision, evidence, reasoning}`; auto-close
+//! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; on every 10th
+//! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
+
+use super::{decide, Action, Decision, Slot, View};
+use crate::canon;
+use crate::event::{Clock, Event};
+use crate::projection::mirror::Thresholds;
+use crate::projection::state::Projections;
+use crate::store::{self, Ledger, Reads};
+use crate::turn::{catch_up, derive, meta, new_event, put};
+use serde_json::{json, Map, Value};
+
+/// Environment variable (a testing aid): milliseconds to wait inside the tick's transaction,
+/// after its events are written and before they are committed, so that a test can kill the
+/// process in the middle of a tick.
+pub const PAUSE_ENV: &str = "PMM_TEST_TICK_PAUSE_MS";
+
+/// `autonomy_metrics` is written on every this many ticks.
+pub const METRICS_EVERY: u64 = 10;
+
+/// Events after the newest manifest before a new one is due (FORMATS.md §8.9).
+pub const MANIFEST_EVERY: i64 = 50;
+
+/// What a tick did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The slot.
+    pub slot: Slot,
+    /// The decision.
+    pub decision: Decision,
+    /// Every event appended, in order.
+    pub events: Vec<Event>,
+    /// Event rows this process read.
+    pub rows_read: u64,
+}
+
+/// The result of [`run`].
+#[derive(Debug, Clone)]
+pub enum Ticked {
+    /// The tick was written.
+    Done(Outcome),
+    /// The slot already has a stimulus (cron fired twice): nothing was written.
+    AlreadyTicked {
+        /// The slot.
+        slot: Slot,
+        /// Its stimulus.
+        stimulus: i64,
+    },
+}
+
+impl Ticked {
+    /// The `{"type":"tick",…}` record.
+    pub fn record(&self) -> Value {
+        match self {
+            Ticked::Done(o) => json!({
+                "type": "tick",
+                "slot": o.slot.slot,
+                "slot_id": o.slot.slot_id,
+                "decision": o.decision.decision.as_str(),
+                "reasoning": o.decision.reasoning,
+                "evidence": o.decision.evidence,
+                "auto_closed": o.decision.auto_close.iter().map(|a| a.cid.as_str()).collect::<Vec<_>>(),
+                "events": o.events.len(),
+                "first_id": o.events.first().map(|e| e.id),
+                "last_id": o.events.last().map(|e| e.id),
+                "rows_read": o.rows_read,
+            }),
+            Ticked::AlreadyTicked { slot, stimulus } => json!({
+                "type": "tick",
+                "slot": slot.slot,
+                "slot_id": slot.slot_id,
+                "decision": Value::Null,
+                "skipped": format!("slot {} already has a stimulus (event {stimulus})", slot.slot),
+                "events": 0,
+            }),
+        }
+    }
+}
+
+/// The stimulus already written for `slot`, if any: the newest stimulus when it is this slot;
+/// for an older slot, a look-up among the stimuli (rare: cron and `--every` move forwards).
+fn stimulus_for<R: Reads>(r: &R, p: &Projections, slot: &Slot) -> crate::Result<Option<i64>> {
+    match &p.autonomy.last_stimulus {
+        None => Ok(None),
+        Some((id, _, sid)) if *sid == slot.slot_id => Ok(Some(*id)),
+        Some((_, n, _)) if *n < slot.slot => Ok(None),
+        Some(_) => r.find_kind_containing("autonomy_stimulus", &slot.slot_id),
+    }
+}
+
+fn slot_meta(slot: &Slot, pairs: &[(&str, Value)]) -> Map<String, Value> {
+    let mut m = meta(pairs);
+    if slot.interval != super::slot::INTERVAL_SECS {
+        m.insert("interval".into(), slot.interval.into());
+    }
+    m
+}
+
+/// The decision for `slot` on `ledger` without writing anything, and the stimulus the slot
+/// already has, if any.
+pub fn dry_run(ledger: &Ledger, slot: &Slot) -> crate::Result<(Decision, Option<i64>)> {
+    let p = store::project(ledger, None, true)?.projections;
+    let already = stimulus_for(ledger, &p, slot)?;
+    Ok((decide(&View::of(&p), &p.mirror.thresholds, slot), already))
+}
+
+/// `sha256(C([{"content","kind","meta"}, …]))` of the newest changes (the reference's
+/// `delta_hash`, FORMATS.md §8.5, over changes rather than over every non-reflection event, so
+/// that the ticks themselves do not move it).
+fn delta_hash<R: Reads>(r: &R, ids: &[i64]) -> crate::Result<String> {
+    let mut items = Vec::new();
+    for &id in ids {
+        if let Some(e) = r.get(id)? {
+            let meta = serde_json::from_str::<Value>(&e.meta).unwrap_or(Value::Null);
+            items.push(json!({"content": e.content, "kind": e.kind, "meta": meta}));
+        }
+    }
+    let text = canon::to_string(&Value::Array(items)).unwrap_or_default();
+    Ok(crate::chain::Digest::of(text.as_bytes()).to_string())
+}
+
+/// Runs the tick for `slot`.
+pub fn run(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
+    let rows_at_start = store::rows_read();
+    let projected = store::project(&*ledger, None, true)?;
+    let mut p = projected.projections;
+    let folded_before = projected.folded;
+    let mut events = Vec::new();
+
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, &mut p)?;
+    if let Some(stimulus) = stimulus_for(&batch, &p, slot)? {
+        return Ok(Ticked::AlreadyTicked {
+            slot: slot.clone(),
+            stimulus,
+        });
+    }
+    let th = p.mirror.thresholds.clone();
+    let decision = decide(&View::of(&p), &th, slot);
+
+    let stimulus = format!(
+        "{{\"slot\": {}, \"slot_id\": \"{}\"}}",
+        slot.slot, slot.slot_id
+    );
+    let m = slot_meta(
+        slot,
+        &[
+            ("slot_id", slot.slot_id.clone().into()),
+            ("source", "autonomy_supervisor".into()),
+        ],
+    );
+    let ev = new_event("autonomy_stimulus", stimulus, m)?;
+    put(&mut batch, &mut p, &mut events, ev, clock)?;
+    let rule_table = th.rule_table_text();
+    if p.autonomy.last_rule_table.as_deref() != Some(rule_table.as_str()) {
+        let m = meta(&[("source", "autonomy_kernel".into())]);
+        let ev = new_event("autonomy_rule_table", rule_table, m)?;
+        put(&mut batch, &mut p, &mut events, ev, clock)?;
+    }
+    let m = slot_meta(
+        slot,
+        &[
+            ("slot", slot.slot.into()),
+            ("slot_id", slot.slot_id.clone().into()),
+            ("source", "autonomy_kernel".into()),
+        ],
+    );
+    let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
+    put(
+        &mut batch,
+        &mut p,
+        &mut events,
+        new_event("autonomy_tick", content, m)?,
+        clock,
+    )?;
+
+    for c in &decision.auto_close {
+        let m = meta(&[
+            ("age", c.age.into()),
+            ("cid", c.cid.clone().into()),
+            ("origin", c.origin.clone().into()),
+            ("reason", "auto_close_idle_opt".into()),
+            ("source", "autonomy_kernel".into()),
+            ("threshold", th.commitment_auto_close.into()),
+        ]);
+        let ev = new_event(
+            "commitment_close",
+            format!("Commitment closed: {}", c.cid),
+            m,
+        )?;
+        put(&mut batch, &mut p, &mut events, ev, clock)?;
+    }
+
+    match decision.decision {
+        Action::Reflect => {
+            let payload = decision.reflection.clone().unwrap_or(Value::Null);
+            let delta = delta_hash(&batch, &p.autonomy.recent_changes)?;
+            let m = meta(&[
+                (
+                    "auto_close_threshold",
+                    th.commitment_auto_close.to_string().into(),
+                ),
+                ("delta_hash", delta.into()),
+                ("slot_id", slot.slot_id.clone().into()),
+                ("source", "autonomy_kernel".into()),
+                (
+                    "staleness_threshold",
+                    th.commitment_staleness.to_string().into(),
+                ),
+                ("synth", "pmm".into()),
+            ]);
+            let content = canon::to_string(&payload).unwrap_or_default();
+            put(
+                &mut batch,
+                &mut p,
+                &mut events,
+                new_event("reflection", content, m)?,
+                clock,
+            )?;
+        }
+        Action::Summarize => {
+            let previous = match p.autonomy.last_summary {
+                Some(id) => batch.get(id)?,
+                None => None,
+            };
+            let after = previous.as_ref().map_or(0, |e| e.id);
+            let head = p.mirror.last_event_id;
+            let inputs = derive::SummaryInputs {
+                previous: previous.as_ref(),
+                events_since: head - after,
+                reflections_since: batch.count_kind_after("reflection", after)?,
+                last_event_id: head,
+                force: true,
+            };
+            if let Some((content, m)) = derive::summary_update(&p, &inputs) {
+                put(
+                    &mut batch,
+                    &mut p,
+                    &mut events,
+                    new_event("summary_update", content, m)?,
+                    clock,
+                )?;
+            }
+        }
+        Action::Idle => {}
+    }
+
+    if p.autonomy.ticks_total % METRICS_EVERY == 0 {
+        let ev = new_event(
+            "autonomy_metrics",
+            metrics_content(&p),
+            meta(&[("source", "autonomy_tracker".into())]),
+        )?;
+        put(&mut batch, &mut p, &mut events, ev, clock)?;
+    }
+    if let Some((content, m)) = manifest(&p) {
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("checkpoint_manifest", content, m)?,
+            clock,
+        )?;
+    }
+
+    if let Some(ms) = std::env::var(PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    batch.commit()?;
+    if folded_before >= store::CHECKPOINT_EVERY / 4 {
+        store::save_projection_checkpoint(ledger.path(), &p);
+    }
+    Ok(Ticked::Done(Outcome {
+        slot: slot.clone(),
+        decision,
+        events,
+        rows_read: store::rows_read() - rows_at_start,
+    }))
+}
+
+/// The `autonomy_metrics` content (FORMATS.md §8.7), from counts rebuilt from the ledger.
+pub fn metrics_content(p: &Projections) -> String {
+    let a = &p.autonomy;
+    let v = json!({
+        "idle_count": a.idle_count,
+        "intention_summarize_count": a.intention_summarize_count,
+        "last_reflection_id": a.last_reflection_id,
+        "open_commitments": p.mirror.open.len(),
+        "reflect_count": a.reflect_count,
+        "summarize_count": a.summarize_count,
+        "ticks_total": a.ticks_total,
+    });
+    canon::to_string(&v).unwrap_or_default()
+}
+
+/// A `checkpoint_manifest` when one is due (FORMATS.md §8.9): there is a summary, and either
+/// [`MANIFEST_EVERY`] events have passed since the newest manifest or that summary was
+/// triggered by a significant change; never a repeat of the newest manifest.
+fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
+    let a = &p.autonomy;
+    let up_to = a.last_summary?;
+    let root = a.summary_root.clone()?;
+    let since = p.mirror.last_event_id - a.last_manifest.as_ref().map_or(0, |m| m.0);
+    if since < MANIFEST_EVERY && !a.last_summary_triggered {
+        return None;
+    }
+    if a.last_manifest
+        .as_ref()
+        .is_some_and(|(_, u, r)| *u == up_to && *r == root)
+    {
+        return None;
+    }
+    let v =
+        json!({"covers": ["rsm_state", "open_commitments"], "root_hash": root, "up_to_id": up_to});
+    Some((
+        canon::to_string(&v).ok()?,
+        meta(&[("source", "autonomy_kernel".into())]),
+    ))
+}
+
+/// Sets autonomy thresholds: a `config` of type `autonomy_thresholds` with the given keys
+/// (source `pmm-tick`) and the `autonomy_rule_table` of the thresholds now in force, in one
+/// transaction. Nothing is written when the values are already in force.
+pub fn set_thresholds(
+    ledger: &mut Ledger,
+    changes: &[(String, i64)],
+    clock: &Clock,
+) -> crate::Result<(Thresholds, Vec<Event>)> {
+    let mut p = store::project(&*ledger, None, true)?.projections;
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, &mut p)?;
+    let mut events = Vec::new();
+    let current = p.mirror.thresholds.clone();
+    let value = |k: &str| match k {
+        "reflection_interval" => current.reflection_interval,
+        "summary_interval" => current.summary_interval,
+        "commitment_staleness" => current.commitment_staleness,
+        _ => current.commitment_auto_close,
+    };
+    if changes.iter().all(|(k, v)| value(k) == *v) {
+        return Ok((current, events));
+    }
+    let mut content = Map::new();
+    content.insert("type".into(), "autonomy_thresholds".into());
+    for (k, v) in changes {
+        content.insert(k.clone(), (*v).into());
+    }
+    let ev = new_event(
+        "config",
+        canon::to_string(&Value::Object(content)).unwrap_or_default(),
+        meta(&[("source", "pmm-tick".into())]),
+    )?;
+    put(&mut batch, &mut p, &mut events, ev, clock)?;
+    let text = p.mirror.thresholds.rule_table_text();
+    if p.autonomy.last_rule_table.as_deref() != Some(text.as_str()) {
+        let m = meta(&[("source", "autonomy_kernel".into())]);
+        put(
+            &mut batch,
+            &mut p,
+            &mut events,
+            new_event("autonomy_rule_table", text, m)?,
+            clock,
+        )?;
+    }
+    batch.commit()?;
+    Ok((p.mirror.thresholds.clone(), events))
+}

@@ -1,0 +1,286 @@
+//! The autonomy fold: what the kernel decides from (SPEC §4 pmm-tick) — the newest
+//! `metrics_turn`, kernel reflection, summary, checkpoint manifest, rule table and stimulus, the
+//! tick counters `autonomy_metrics` reports (FORMATS.md §8.7), what changed since the last
+//! kernel reflection, and the running checkpoint root (§8.9).
+//!
+//! Everything here is rebuilt from the ledger, so the counters survive restarts (the
+//! reference's tracker starts from zero in every process, §17 item 22), and it is part of the
+//! projection checkpoint, so a tick on a ledger of any size reads only the events since it.
+
+use crate::chain::root::StoredRoot;
+use crate::event::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// Kinds that are the autonomy loop's own bookkeeping. They do not count as something that
+/// changed (a tick does not give the kernel anything new to reflect on), and they are left
+/// out of a kernel reflection's `delta_hash`; nor do reflections and summaries, which are
+/// derived from the events they are about (a summary written in a quiet hour must not make
+/// the next tick reflect on it, or the two would alternate forever).
+pub const BOOKKEEPING: [&str; 8] = [
+    "autonomy_stimulus",
+    "autonomy_tick",
+    "autonomy_metrics",
+    "autonomy_rule_table",
+    "checkpoint_manifest",
+    "outcome_observation",
+    "stability_metrics",
+    "metrics_update",
+];
+
+/// How many of the newest changes a kernel reflection's `delta_hash` covers (the reference's 3).
+pub const DELTA_EVENTS: usize = 3;
+
+/// The newest kernel reflection (`reflection` with `meta.source == "autonomy_kernel"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelReflection {
+    /// Its id.
+    pub id: i64,
+    /// Cids its content lists as stalled (`"stalled"`), sorted.
+    pub stalled: Vec<String>,
+    /// `meta.delta_hash`, when present.
+    pub delta_hash: Option<String>,
+}
+
+/// The autonomy fold (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AutonomyLog {
+    /// The newest `metrics_turn` (a turn happened).
+    pub last_metrics_turn: Option<i64>,
+    /// The newest kernel reflection.
+    pub last_kernel_reflection: Option<KernelReflection>,
+    /// The newest `summary_update`.
+    pub last_summary: Option<i64>,
+    /// Whether its content says `"rsm_triggered": true`.
+    pub last_summary_triggered: bool,
+    /// The checkpoint root of the prefix ending at the newest `summary_update` (hex).
+    pub summary_root: Option<String>,
+    /// The newest `checkpoint_manifest`: its id, `up_to_id` and `root_hash`.
+    pub last_manifest: Option<(i64, i64, String)>,
+    /// The text of the newest `autonomy_rule_table`.
+    pub last_rule_table: Option<String>,
+    /// The newest `autonomy_stimulus`: its id, slot and slot id.
+    pub last_stimulus: Option<(i64, i64, String)>,
+    /// `autonomy_tick` events.
+    pub ticks_total: u64,
+    /// Ticks that decided `reflect`.
+    pub reflect_count: u64,
+    /// Ticks that decided `summarize`.
+    pub intention_summarize_count: u64,
+    /// Every other tick (`idle`, and anything unreadable).
+    pub idle_count: u64,
+    /// `summary_update` events.
+    pub summarize_count: u64,
+    /// The newest kernel reflection's id (`last_reflection_id` of `autonomy_metrics`).
+    pub last_reflection_id: Option<i64>,
+    /// Changes (events that are not [`BOOKKEEPING`] nor reflections) since the newest kernel
+    /// reflection, per kind, in the order each kind first appeared.
+    pub changes: Vec<(String, u64)>,
+    /// The newest [`DELTA_EVENTS`] changes (ids), oldest first; what `delta_hash` covers.
+    pub recent_changes: Vec<i64>,
+    /// Cids bound to an executor by a `config` of type `exec_bind` (exempt from auto-close).
+    pub exec_bound: BTreeSet<String>,
+    /// The running checkpoint root over every event's hash.
+    pub root: StoredRoot,
+}
+
+fn meta_of(ev: &Event) -> serde_json::Map<String, Value> {
+    ev.meta_map().unwrap_or_default()
+}
+
+fn is_kernel(ev: &Event) -> bool {
+    meta_of(ev).get("source").and_then(Value::as_str) == Some("autonomy_kernel")
+}
+
+impl AutonomyLog {
+    /// Folds one event in (events in id order).
+    pub fn apply(&mut self, ev: &Event) {
+        self.root.push(ev.hash.as_deref());
+        let bookkeeping = BOOKKEEPING.contains(&ev.kind.as_str());
+        match ev.kind.as_str() {
+            "metrics_turn" => self.last_metrics_turn = Some(ev.id),
+            "reflection" if is_kernel(ev) => {
+                let content: Option<Value> = serde_json::from_str(&ev.content).ok();
+                let mut stalled: Vec<String> = content
+                    .as_ref()
+                    .and_then(|c| c.get("stalled"))
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                stalled.sort();
+                self.last_kernel_reflection = Some(KernelReflection {
+                    id: ev.id,
+                    stalled,
+                    delta_hash: meta_of(ev)
+                        .get("delta_hash")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                });
+                self.last_reflection_id = Some(ev.id);
+                self.changes.clear();
+            }
+            "summary_update" => {
+                self.last_summary = Some(ev.id);
+                self.summarize_count += 1;
+                self.last_summary_triggered = serde_json::from_str::<Value>(&ev.content)
+                    .ok()
+                    .and_then(|c| c.get("rsm_triggered").and_then(Value::as_bool))
+                    .unwrap_or(false)
+                    || ev.content.contains("rsm_triggered:1");
+                self.summary_root = Some(self.root.root().to_string());
+            }
+            "checkpoint_manifest" => {
+                if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
+                    let up_to = c.get("up_to_id").and_then(Value::as_i64).unwrap_or(0);
+                    let root = c
+                        .get("root_hash")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    self.last_manifest = Some((ev.id, up_to, root));
+                }
+            }
+            "autonomy_rule_table" => self.last_rule_table = Some(ev.content.clone()),
+            "autonomy_stimulus" => {
+                if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
+                    if let (Some(slot), Some(id)) = (
+                        c.get("slot").and_then(Value::as_i64),
+                        c.get("slot_id").and_then(Value::as_str),
+                    ) {
+                        self.last_stimulus = Some((ev.id, slot, id.to_string()));
+                    }
+                }
+            }
+            "autonomy_tick" => {
+                self.ticks_total += 1;
+                let decision = serde_json::from_str::<Value>(&ev.content)
+                    .ok()
+                    .and_then(|c| {
+                        c.get("decision")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    });
+                match decision.as_deref() {
+                    Some("reflect") => self.reflect_count += 1,
+                    Some("summarize") => self.intention_summarize_count += 1,
+                    _ => self.idle_count += 1,
+                }
+            }
+            "config" => {
+                if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
+                    if c.get("type").and_then(Value::as_str) == Some("exec_bind") {
+                        if let Some(cid) = c.get("cid").and_then(Value::as_str) {
+                            self.exec_bound.insert(cid.to_string());
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        if !bookkeeping && ev.kind != "reflection" && ev.kind != "summary_update" {
+            match self.changes.iter_mut().find(|(k, _)| *k == ev.kind) {
+                Some((_, n)) => *n += 1,
+                None => self.changes.push((ev.kind.clone(), 1)),
+            }
+            self.recent_changes.push(ev.id);
+            if self.recent_changes.len() > DELTA_EVENTS {
+                self.recent_changes.remove(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: i64, kind: &str, content: &str, meta: &str) -> Event {
+        Event {
+            hash: Some(format!("{id:064x}")),
+            ..Event::sample(id, kind, content, meta)
+        }
+    }
+
+    #[test]
+    fn counts_ticks_changes_and_kernel_reflections() {
+        let mut a = AutonomyLog::default();
+        a.apply(&ev(1, "user_message", "hi", "{}"));
+        a.apply(&ev(2, "assistant_message", "hello", "{}"));
+        a.apply(&ev(3, "metrics_turn", "x", "{}"));
+        a.apply(&ev(
+            4,
+            "autonomy_stimulus",
+            r#"{"slot": 7, "slot_id": "ab"}"#,
+            "{}",
+        ));
+        a.apply(&ev(5, "autonomy_tick", r#"{"decision":"reflect"}"#, "{}"));
+        assert_eq!(a.last_metrics_turn, Some(3));
+        assert_eq!(a.last_stimulus, Some((4, 7, "ab".into())));
+        assert_eq!(a.changes.len(), 3);
+        assert_eq!(a.recent_changes, vec![1, 2, 3]);
+        a.apply(&ev(
+            6,
+            "reflection",
+            r#"{"stalled":["b","a"]}"#,
+            r#"{"source":"autonomy_kernel","delta_hash":"d"}"#,
+        ));
+        assert!(a.changes.is_empty());
+        let k = a.last_kernel_reflection.clone().unwrap();
+        assert_eq!(
+            (k.id, k.stalled, k.delta_hash),
+            (6, vec!["a".into(), "b".into()], Some("d".into()))
+        );
+        // A turn's reflection is not the kernel's, and is no change either.
+        a.apply(&ev(7, "reflection", "{}", r#"{"source":"pmm-turn"}"#));
+        assert_eq!(a.last_reflection_id, Some(6));
+        assert!(a.changes.is_empty());
+        a.apply(&ev(8, "autonomy_tick", r#"{"decision":"idle"}"#, "{}"));
+        a.apply(&ev(9, "autonomy_tick", "not json", "{}"));
+        a.apply(&ev(
+            10,
+            "autonomy_tick",
+            r#"{"decision":"summarize"}"#,
+            "{}",
+        ));
+        assert_eq!(
+            (
+                a.ticks_total,
+                a.reflect_count,
+                a.idle_count,
+                a.intention_summarize_count
+            ),
+            (4, 1, 2, 1)
+        );
+        a.apply(&ev(11, "commitment_open", "x", "{}"));
+        a.apply(&ev(12, "commitment_open", "y", "{}"));
+        a.apply(&ev(13, "claim", "z", "{}"));
+        assert_eq!(
+            a.changes,
+            vec![("commitment_open".to_string(), 2), ("claim".to_string(), 1)]
+        );
+        assert_eq!(a.recent_changes, vec![11, 12, 13]);
+    }
+
+    #[test]
+    fn the_summary_root_is_the_root_of_the_prefix_ending_there() {
+        let events: Vec<Event> = (1..=5)
+            .map(|i| {
+                let kind = if i == 4 { "summary_update" } else { "claim" };
+                ev(i, kind, r#"{"rsm_triggered":true}"#, "{}")
+            })
+            .collect();
+        let mut a = AutonomyLog::default();
+        for e in &events {
+            a.apply(e);
+        }
+        let expected = crate::chain::root::root_hash(events[..4].iter().map(|e| e.hash.as_deref()));
+        assert_eq!(a.summary_root, Some(expected.to_string()));
+        assert!(a.last_summary_triggered);
+        assert_eq!(a.summarize_count, 1);
+    }
+}
