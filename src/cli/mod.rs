@@ -111,7 +111,7 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
 
 /// Prints a usage error (bad flag, bad value, bad `$PMM_NOW`) in the one-line form of SPEC §3,
 /// `pmm-<tool>: error: <what>`, instead of clap's multi-line block; exit 2.
-fn usage_error(name: &str, e: &clap::Error) -> ExitCode {
+pub fn usage_error(name: &str, e: &clap::Error) -> ExitCode {
     let text = e.render().to_string();
     // Clap's first paragraph says what is wrong ("error: invalid value ..." and maybe a
     // "[possible values: ...]" line); the rest is usage and tips.
@@ -297,6 +297,20 @@ pub fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
     man.render_synopsis_section(&mut out)?;
     man.render_description_section(&mut out)?;
     man.render_options_section(&mut out)?;
+    // The commands with their one-line summaries (clap_mangen's own section would point each
+    // at a page `<program>-<command>(1)`, which only pmm's programs have).
+    let commands: Vec<&clap::Command> =
+        cmd.get_subcommands().filter(|c| !c.is_hide_set()).collect();
+    if !commands.is_empty() {
+        writeln!(out, ".SH COMMANDS")?;
+        for c in commands {
+            writeln!(out, ".TP")?;
+            writeln!(out, "\\fB{}\\fR", roff_line(c.get_name()))?;
+            if let Some(about) = c.get_about() {
+                writeln!(out, "{}", roff_line(&about.to_string()))?;
+            }
+        }
+    }
     for (title, body) in epilogue_sections(&epilogue) {
         writeln!(out, ".SH \"{}\"", title.replace('"', ""))?;
         writeln!(out, ".nf")?;

@@ -3,6 +3,7 @@
 pub mod append;
 pub mod chat;
 pub mod export;
+pub mod front;
 pub mod graph;
 pub mod metrics;
 pub mod replay;

@@ -10,6 +10,7 @@ mod concurrency;
 mod deep;
 mod derived;
 mod fixture;
+mod front;
 mod graph;
 mod llm;
 mod man;

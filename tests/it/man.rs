@@ -8,7 +8,9 @@ fn man_pages_match_the_clap_definitions() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
     let bless = std::env::var("PMM_BLESS").as_deref() == Ok("1");
     let mut stale = Vec::new();
-    for cmd in pmm::cmd::commands() {
+    let mut commands = pmm::cmd::commands();
+    commands.push(pmm::cmd::front::command());
+    for cmd in commands {
         let name = cmd.get_name().to_string();
         let page = pmm::cli::man_page(cmd.clone()).unwrap();
         let path = dir.join(format!("{name}.1"));
@@ -43,3 +45,4 @@ fn man_pages_match_the_clap_definitions() {
         "stale man pages (run `PMM_BLESS=1 cargo test --test it man_pages`): {stale:?}"
     );
 }
+
