@@ -50,6 +50,11 @@ pub enum Error {
     /// An import source that cannot be taken as it is.
     #[error("import refused: {0}")]
     ImportRefused(String),
+    /// The write policy refused an event inside a multi-event write (a turn, a tick) that was
+    /// therefore rolled back; the program records the `violation` (turning this into
+    /// [`Error::PolicyViolation`]) once the transaction is gone.
+    #[error("policy forbids actor '{}' writing '{}'; nothing of this write was committed", .0.actor, .0.kind)]
+    Refused(Box<crate::store::Violation>),
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

@@ -140,8 +140,16 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
     let code = if generation_failed {
         3
     } else {
+        // A turn's store error is transparent: it is not in the chain as a crate::Error.
         e.chain()
-            .find_map(|c| c.downcast_ref::<crate::Error>())
+            .find_map(|c| {
+                c.downcast_ref::<crate::Error>().or_else(|| {
+                    match c.downcast_ref::<crate::turn::TurnError>() {
+                        Some(crate::turn::TurnError::Store(inner)) => Some(inner),
+                        _ => None,
+                    }
+                })
+            })
             .map_or(2, |pe| pe.exit_code())
     };
     let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

@@ -44,6 +44,8 @@ OUTPUT:
 
 EXIT STATUS:
   0  ticked, or the slot already had its tick, or --every ended on SIGINT/SIGTERM
+  1  the ledger's write policy forbade one of the tick's (or --set's) events: nothing of it
+     was written, a violation event records the refusal
   2  bad input (a bad --set, --slot or duration), a locked or unreadable ledger
 
 ENVIRONMENT:

@@ -37,6 +37,8 @@ MARKERS (in the model's reply, one per line; see docs/turn.md):
 
 EXIT STATUS:
   0  every turn was answered and written
+  1  the ledger's write policy forbade one of the turn's events: that transaction was rolled
+     back and a violation event records the refusal
   2  bad input, bad adapter setup (missing --script/--command), locked or unreadable ledger
   3  the model failed after retries (unreachable, timed out, refused); the user message and a
      generation_failure event are in the ledger

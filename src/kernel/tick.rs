@@ -2,7 +2,8 @@
 //! and written inside one write transaction, so that the decision always sees the true head
 //! and a tick is in the ledger whole or not at all.
 //!
-//! In order: `autonomy_stimulus`; `autonomy_rule_table` when the thresholds in force differ
+//! In order: on a ledger's first use, the default policy and retrieval `config`s (SPEC §2.5);
+//! `autonomy_stimulus`; `autonomy_rule_table` when the thresholds in force differ
 //! from the newest rule table; `autonomy_tick {decision, evidence, reasoning}`; auto-close
 //! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; on every 10th
 //! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
@@ -13,7 +14,7 @@ use crate::event::{Clock, Event};
 use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
 use crate::store::{self, Ledger, Reads};
-use crate::turn::{catch_up, derive, meta, new_event, put};
+use crate::turn::{catch_up, derive, ensure_defaults, meta, new_event, put, record_refusal};
 use serde_json::{json, Map, Value};
 
 /// Environment variable (a testing aid): milliseconds to wait inside the tick's transaction,
@@ -83,13 +84,20 @@ impl Ticked {
     }
 }
 
-/// The stimulus already written for `slot`, if any: the newest stimulus when it is this slot;
-/// for an older slot, a look-up among the stimuli (rare: cron and `--every` move forwards).
+/// The stimulus already written for `slot`, if any. Without reading: the newest stimulus is
+/// this slot's (cron fired twice), or the slot is past every slot of its interval stimulated
+/// so far (cron and `--every` move forwards). Otherwise (an explicit older `--slot`, a clock
+/// set back), a look-up among the stimuli.
 fn stimulus_for<R: Reads>(r: &R, p: &Projections, slot: &Slot) -> crate::Result<Option<i64>> {
-    match &p.autonomy.last_stimulus {
+    let a = &p.autonomy;
+    if let Some((id, _, sid)) = &a.last_stimulus {
+        if *sid == slot.slot_id {
+            return Ok(Some(*id));
+        }
+    }
+    match a.max_slot.get(&slot.interval) {
         None => Ok(None),
-        Some((id, _, sid)) if *sid == slot.slot_id => Ok(Some(*id)),
-        Some((_, n, _)) if *n < slot.slot => Ok(None),
+        Some(max) if slot.slot > *max => Ok(None),
         Some(_) => r.find_kind_containing("autonomy_stimulus", &slot.slot_id),
     }
 }
@@ -125,8 +133,13 @@ fn delta_hash<R: Reads>(r: &R, ids: &[i64]) -> crate::Result<String> {
     Ok(crate::chain::Digest::of(text.as_bytes()).to_string())
 }
 
-/// Runs the tick for `slot`.
+/// Runs the tick for `slot`. A write the policy forbids rolls the tick back and is recorded
+/// as a `violation` ([`crate::Error::PolicyViolation`], exit 1).
 pub fn run(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
+    run_inner(ledger, slot, clock).map_err(|e| record_refusal(ledger, e, clock))
+}
+
+fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
     let rows_at_start = store::rows_read();
     let projected = store::project(&*ledger, None, true)?;
     let mut p = projected.projections;
@@ -143,6 +156,7 @@ pub fn run(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Tic
     }
     let th = p.mirror.thresholds.clone();
     let decision = decide(&View::of(&p), &th, slot);
+    ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
 
     let stimulus = format!(
         "{{\"slot\": {}, \"slot_id\": \"{}\"}}",
@@ -331,6 +345,14 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
 /// (source `pmm-tick`) and the `autonomy_rule_table` of the thresholds now in force, in one
 /// transaction. Nothing is written when the values are already in force.
 pub fn set_thresholds(
+    ledger: &mut Ledger,
+    changes: &[(String, i64)],
+    clock: &Clock,
+) -> crate::Result<(Thresholds, Vec<Event>)> {
+    set_inner(ledger, changes, clock).map_err(|e| record_refusal(ledger, e, clock))
+}
+
+fn set_inner(
     ledger: &mut Ledger,
     changes: &[(String, i64)],
     clock: &Clock,

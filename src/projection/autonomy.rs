@@ -62,6 +62,10 @@ pub struct AutonomyLog {
     pub last_rule_table: Option<String>,
     /// The newest `autonomy_stimulus`: its id, slot and slot id.
     pub last_stimulus: Option<(i64, i64, String)>,
+    /// Per slot interval (seconds; `meta.interval`, 10 without it): the highest slot that has
+    /// a stimulus.
+    #[serde(default)]
+    pub max_slot: std::collections::BTreeMap<i64, i64>,
     /// `autonomy_tick` events.
     pub ticks_total: u64,
     /// Ticks that decided `reflect`.
@@ -153,6 +157,12 @@ impl AutonomyLog {
                         c.get("slot_id").and_then(Value::as_str),
                     ) {
                         self.last_stimulus = Some((ev.id, slot, id.to_string()));
+                        let interval = meta_of(ev)
+                            .get("interval")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(crate::kernel::slot::INTERVAL_SECS);
+                        let max = self.max_slot.entry(interval).or_insert(slot);
+                        *max = (*max).max(slot);
                     }
                 }
             }

@@ -131,8 +131,8 @@ pub(crate) fn new_event(
     NewEvent::new(kind, content, m).map_err(|e| crate::Error::bad_input(None, e))
 }
 
-/// Appends inside a batch; a policy refusal is an error here (the turn's writes are not
-/// forbidden by the default policy; a stricter one stops the turn, and nothing is written).
+/// Appends inside a batch. A policy refusal is [`crate::Error::Refused`]: the whole write is
+/// rolled back, and [`record_refusal`] then appends the `violation` (SPEC §2.5).
 pub(crate) fn put(
     batch: &mut Batch<'_>,
     p: &mut Projections,
@@ -146,11 +146,44 @@ pub(crate) fn put(
             out.push(e.clone());
             Ok(e)
         }
-        Err(Refusal::Policy(v)) => Err(crate::Error::bad_input(
-            None,
-            format!("the ledger's write policy forbids actor '{}' writing '{}'; the turn was not written", v.actor, v.kind),
-        )),
+        Err(Refusal::Policy(v)) => Err(crate::Error::Refused(Box::new(v))),
         Err(Refusal::Error(e)) => Err(e),
+    }
+}
+
+/// On a ledger's first use by a runtime program (SPEC §2.5): the reference's default write
+/// policy and retrieval `config` events, when the ledger has none.
+pub(crate) fn ensure_defaults(
+    batch: &mut Batch<'_>,
+    p: &mut Projections,
+    events: &mut Vec<Event>,
+    clock: &Clock,
+) -> crate::Result<()> {
+    if !batch.has_policy_config()? {
+        let ev = new_event(
+            "config",
+            DEFAULT_POLICY,
+            meta(&[("source", "autonomy_kernel".into())]),
+        )?;
+        put(batch, p, events, ev, clock)?;
+    }
+    if p.mirror.retrieval.is_none() {
+        let ev = new_event(
+            "config",
+            RetrievalConfig::DEFAULT_CONTENT,
+            meta(&[("source", "autonomy_kernel".into())]),
+        )?;
+        put(batch, p, events, ev, clock)?;
+    }
+    Ok(())
+}
+
+/// After a write that [`put`] found forbidden was rolled back: appends the `violation` in a
+/// transaction of its own and gives the error to report (exit 1). Other errors pass through.
+pub(crate) fn record_refusal(ledger: &mut Ledger, e: crate::Error, clock: &Clock) -> crate::Error {
+    match e {
+        crate::Error::Refused(v) => ledger.record_violation(&v, clock).unwrap_or_else(|e| e),
+        other => other,
     }
 }
 
@@ -200,8 +233,21 @@ fn structured_header(reply: &str) -> Option<String> {
         .flatten()
 }
 
-/// Runs one turn for `message` on `ledger` with `adapter`.
+/// Runs one turn for `message` on `ledger` with `adapter`. A write the policy forbids rolls
+/// back that transaction and is recorded as a `violation` ([`crate::Error::PolicyViolation`]).
 pub fn run(
+    ledger: &mut Ledger,
+    adapter: &mut dyn Adapter,
+    message: &str,
+    opts: &Options,
+) -> Result<Outcome, TurnError> {
+    match run_inner(ledger, adapter, message, opts) {
+        Err(TurnError::Store(e)) => Err(TurnError::Store(record_refusal(ledger, e, &opts.clock))),
+        other => other,
+    }
+}
+
+fn run_inner(
     ledger: &mut Ledger,
     adapter: &mut dyn Adapter,
     message: &str,
@@ -218,22 +264,7 @@ pub fn run(
     let user = {
         let mut batch = ledger.begin()?;
         catch_up(&batch, &mut p)?;
-        if !batch.has_policy_config()? {
-            let ev = new_event(
-                "config",
-                DEFAULT_POLICY,
-                meta(&[("source", "autonomy_kernel".into())]),
-            )?;
-            put(&mut batch, &mut p, &mut events, ev, clock)?;
-        }
-        if p.mirror.retrieval.is_none() {
-            let ev = new_event(
-                "config",
-                RetrievalConfig::DEFAULT_CONTENT,
-                meta(&[("source", "autonomy_kernel".into())]),
-            )?;
-            put(&mut batch, &mut p, &mut events, ev, clock)?;
-        }
+        ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
         let user = put(
             &mut batch,
             &mut p,

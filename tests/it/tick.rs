@@ -95,8 +95,15 @@ fn the_rules_apply_in_order_on_a_real_ledger() {
         .collect();
     assert_eq!(
         kinds,
-        ["autonomy_stimulus", "autonomy_rule_table", "autonomy_tick"],
-        "the stimulus, the first rule table, the tick"
+        [
+            "config",
+            "config",
+            "autonomy_stimulus",
+            "autonomy_rule_table",
+            "autonomy_tick"
+        ],
+        "on first use the default policy and retrieval configs (SPEC §2.5), then the \
+         stimulus, the first rule table, the tick"
     );
 
     // Rule 2: a turn, then a kernel reflection about it.
@@ -574,4 +581,66 @@ fn bad_input_is_refused_with_exit_2() {
     r.assert_error("pmm-tick", &["no such ledger"]);
     assert!(!pmm.path("missing.db").exists());
     assert_eq!(pmm.count(), 1, "nothing was written");
+}
+
+#[test]
+fn a_slot_is_ticked_once_whatever_order_the_slots_come_in() {
+    let pmm = Pmm::new();
+    pmm.seed(2);
+    tick(&pmm, 100);
+    tick(&pmm, 50);
+    let r = tick(&pmm, 100);
+    assert!(r.of_type("tick")[0]["skipped"].is_string(), "{r:?}");
+    let r = tick(&pmm, 50);
+    assert!(r.of_type("tick")[0]["skipped"].is_string(), "{r:?}");
+    // Another interval numbers its slots afresh: its slot 100 is another slot.
+    let r = pmm.run("pmm-tick", &["--slot", "100", "--interval", "60"], "");
+    assert_eq!(r.code, 0);
+    assert_eq!(r.of_type("tick")[0]["decision"], "idle");
+    let sixty = of_kind(&r, "autonomy_stimulus");
+    assert_eq!(sixty[0]["meta"]["interval"], 60);
+    // Mixed intervals on the clock: each slot once.
+    for _ in 0..2 {
+        pmm.run("pmm-tick", &[], "");
+        pmm.run("pmm-tick", &["--interval", "60"], "");
+    }
+    let stimuli = replay(&pmm, &["--kind", "autonomy_stimulus"]);
+    let mut ids: Vec<&str> = stimuli
+        .iter()
+        .map(|e| e["meta"]["slot_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(stimuli.len(), 5, "100, 50, 100@60, the clock's @10 and @60");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "no slot twice");
+    verify_deep(&pmm);
+}
+
+#[test]
+fn a_tick_the_policy_forbids_is_a_violation_and_writes_nothing_else() {
+    let pmm = Pmm::new();
+    let s = script(&pmm, &["Hi."]);
+    turn(&pmm, &s, "hello");
+    // An operator forbids the kernel's config writes (the rule table is not sensitive, the
+    // threshold config is).
+    let policy = r#"{"kind":"config","content":"{\"forbid_sources\":{\"pmm-tick\":[\"config\"]},\"type\":\"policy\"}","meta":{"source":"operator"}}"#;
+    let r = pmm.run("pmm-append", &[], &format!("{policy}\n"));
+    assert_eq!(r.code, 0, "{r:?}");
+    let before = pmm.count();
+    let r = pmm.run("pmm-tick", &["--set", "summary_interval=40"], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains(
+            "policy forbids actor 'pmm-tick' writing 'config'; violation recorded as event"
+        ),
+        "{}",
+        r.stderr
+    );
+    let v = replay(&pmm, &["--kind", "violation"]);
+    assert_eq!(v.len(), 1);
+    assert_eq!(pmm.count(), before + 1, "only the violation");
+    assert_eq!(
+        replay(&pmm, &["--state"])[0]["thresholds"]["summary_interval"],
+        50
+    );
 }

@@ -448,3 +448,32 @@ fn a_turn_reads_a_bounded_number_of_events() {
         "reads grew with the ledger: {rows:?}"
     );
 }
+
+#[test]
+fn a_turn_the_policy_forbids_is_a_violation_and_exit_1() {
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-turn", &["hello"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    // Forbid the writer without a source (actor `unknown`) the retrieval record.
+    let policy = r#"{"kind":"config","content":"{\"forbid_sources\":{\"unknown\":[\"retrieval_selection\"]},\"type\":\"policy\"}","meta":{"source":"operator"}}"#;
+    assert_eq!(pmm.run("pmm-append", &[], &format!("{policy}\n")).code, 0);
+    let r = pmm.run("pmm-turn", &["again"], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains(
+            "policy forbids actor 'unknown' writing 'retrieval_selection'; violation recorded"
+        ),
+        "{}",
+        r.stderr
+    );
+    let kinds: Vec<String> = pmm
+        .run("pmm-replay", &["--tail", "3"], "")
+        .records()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    // The user's message (committed before the model was called) and its embedding, then
+    // the violation: nothing of the reply's transaction.
+    assert_eq!(kinds, ["user_message", "embedding_add", "violation"]);
+    verify_clean(&pmm);
+}
