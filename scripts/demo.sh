@@ -3,7 +3,9 @@
 # append events (one, a pipeline, a batch), watch the write policy refuse a write, verify,
 # tamper with an export and watch verification catch it, export, and read the metrics; then
 # hold a short conversation with pmm-turn and scripted replies (no model needed), in which the
-# agent opens and closes a commitment and takes a name, and check its state and derived events.
+# agent opens and closes a commitment and takes a name, and check its state and derived events;
+# then let the autonomy kernel tick on that ledger (pmm-tick: reflect, idle and say why, skip a
+# slot that already ticked, a dry run, a threshold set in the ledger).
 #
 # Uses the pmm-* programs on PATH (cargo install --path . --locked), or set PMM_BIN to a
 # folder that holds them (e.g. PMM_BIN=target/debug). Needs nothing else; uses jq when present.
@@ -11,7 +13,7 @@ set -euo pipefail
 unset RUST_BACKTRACE   # errors stay one line in the tour
 
 if [ -n "${PMM_BIN:-}" ]; then PATH="$(cd "$PMM_BIN" && pwd):$PATH"; fi
-for p in pmm-append pmm-verify pmm-export pmm-metrics pmm-turn pmm-replay; do
+for p in pmm-append pmm-verify pmm-export pmm-metrics pmm-turn pmm-replay pmm-tick; do
   command -v "$p" >/dev/null || { echo "demo: $p not found: run 'cargo install --path . --locked' or set PMM_BIN" >&2; exit 2; }
 done
 
@@ -119,7 +121,55 @@ case "$state" in
   *) echo "demo: no commitment should be open" >&2; exit 1 ;;
 esac
 
-step "every derived event of the conversation (cids, embeddings, digests, snapshots) checks out"
+# Autonomy on the conversation's ledger. Cron would run `pmm-tick` once a minute
+# (scripts/pmm-tick.cron); here the clock is pinned (PMM_NOW) and the slots are given, so the
+# ticks, like everything above, hash the same on every run.
+tick() { pmm-tick --db "$chat" "$@"; }
+# The tick record (the last line a tick prints) must contain every argument.
+decided() {
+  record=$(tail -n 1)
+  for want in "$@"; do
+    case "$record" in
+      *"$want"*) ;;
+      *) echo "demo: expected $want in the tick record, got: $record" >&2; exit 1 ;;
+    esac
+  done
+  printf '%s\n' "$record"
+}
+
+step "a tick: the kernel reflects on the conversation (no kernel reflection yet)"
+out=$(tick --slot 1)
+printf '%s\n' "$out" | decided '"decision":"reflect"' | show '{slot, decision, reasoning}'
+printf '%s\n' "$out" | show 'select(.kind=="reflection") | .content | fromjson | {intent, changes, outcome}'
+
+step "more ticks: nothing new happens, so when the interval comes round the kernel idles and says why"
+for s in 2 3 4 5 6; do tick --slot "$s" | decided '"decision":"idle"' | show '{slot, decision, reasoning}'; done
+tick --slot 7 | decided '"decision":"idle"' 'but nothing changed since kernel reflection' |
+  show '{slot, decision, reasoning}'
+
+step "cron may fire twice in a slot: the second tick writes nothing (exit 0)"
+tick --slot 7 | decided '"skipped":"slot 7 already has a stimulus' | show '{slot, skipped}'
+
+step "a dry run: what the tick for slot 8 would decide; the ledger is not touched"
+before=$(pmm-replay --db "$chat" | wc -l)
+tick --dry-run --slot 8 | show '{type, slot, decision, reasoning}'
+[ "$(pmm-replay --db "$chat" | wc -l)" -eq "$before" ] || { echo "demo: a dry run wrote" >&2; exit 1; }
+
+step "thresholds live in the ledger: --set appends them, and replay and every later tick see them"
+tick --set reflection_interval=5 --set summary_interval=40 |
+  show 'if .type then . else {id, kind, content} end'
+thresholds=$(pmm-replay --db "$chat" --state | grep -o '"thresholds":{[^}]*}')
+echo "$thresholds"
+case "$thresholds" in
+  *'"reflection_interval":5'*'"summary_interval":40'*) ;;
+  *) echo "demo: the thresholds should be 5 and 40" >&2; exit 1 ;;
+esac
+# The config is itself news, so the next tick reflects; then a quiet interval of 5 comes round.
+for s in 8 9 10; do tick --slot "$s" | decided | show '{slot, decision, reasoning}'; done
+tick --slot 11 | decided '"decision":"idle"' 'reflection_interval reached (5), but nothing changed' |
+  show '{slot, decision, reasoning}'
+
+step "every derived event of the conversation and its ticks (cids, embeddings, digests, snapshots, slot ids) checks out"
 pmm-verify --db "$chat" --deep | tail -n 1 | show '{events, ok, deep}'
 
 step "done: both ledgers verify"
