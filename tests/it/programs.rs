@@ -591,3 +591,70 @@ fn every_program_has_help_version_and_completions() {
         r.assert_error(prog, &["--no-such-flag"]);
     }
 }
+
+/// scripts/ci-verify.sh: the first run saves anchors, a grown ledger passes, a history
+/// rewritten with recomputed hashes fails on the anchor.
+#[test]
+fn ci_verify_script_catches_a_rewritten_history() {
+    let pmm = Pmm::new();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ci-verify.sh");
+    let ci = |export: &std::path::Path| {
+        std::process::Command::new("sh")
+            .arg(&script)
+            .arg(export)
+            .env("PMM_VERIFY", assert_cmd::cargo::cargo_bin("pmm-verify"))
+            .output()
+            .unwrap()
+    };
+    let export = pmm.path("ledger.jsonl");
+    pmm.seed(6);
+    let r = pmm.run(
+        "pmm-export",
+        &["--format", "jsonl", "-o", export.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = ci(&export);
+    assert!(out.status.success(), "{out:?}");
+    let anchors = std::fs::read_to_string(pmm.path("anchors.txt")).unwrap();
+    assert!(anchors.contains("\"last_id\":6"), "{anchors}");
+
+    pmm.seed(2);
+    pmm.run(
+        "pmm-export",
+        &["--format", "jsonl", "-o", export.to_str().unwrap()],
+        "",
+    );
+    assert!(ci(&export).status.success());
+
+    // Rewrite event 3 and recompute every hash after it: the chain alone verifies...
+    let events = pmm.run("pmm-replay", &[], "").records();
+    let mut lines = String::new();
+    for mut e in events {
+        if e["id"] == 3 {
+            e["content"] = "forged".into();
+        }
+        lines.push_str(&format!("{e}\n"));
+    }
+    let forged = Pmm::new();
+    assert_eq!(forged.run("pmm-append", &[], &lines).code, 0);
+    forged.run(
+        "pmm-export",
+        &["--format", "jsonl", "-o", export.to_str().unwrap()],
+        "",
+    );
+    let plain = pmm.run("pmm-verify", &[export.to_str().unwrap()], "");
+    assert_eq!(
+        plain.code, 0,
+        "a consistent forgery verifies on its own: {plain:?}"
+    );
+    // ... but not against the anchors of the previous run, which are left as they were.
+    let before = std::fs::read_to_string(pmm.path("anchors.txt")).unwrap();
+    let out = ci(&export);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("anchor_mismatch"));
+    assert_eq!(
+        std::fs::read_to_string(pmm.path("anchors.txt")).unwrap(),
+        before
+    );
+}
