@@ -15,6 +15,7 @@ use petgraph::visit::EdgeRef;
 use petgraph::Direction as PetDirection;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Write};
 
@@ -440,9 +441,10 @@ impl EventGraph {
 
 /// The graph's statistics as a small fold, for `pmm-replay --state` and its checkpoints: the
 /// same rules as [`EventGraph`] (they must agree; a test checks it), keeping only what the
-/// rules look up — the latest user message, the latest reply or reflection, first replies by
-/// COMMIT text, first opens by cid, and a bitset of node ids for `reflects_on` — not the graph.
-/// A checkpoint of a 10⁶-event ledger carries ~125 KB of bitset instead of the whole graph.
+/// rules look up — the latest user message, the latest reply or reflection, which COMMIT texts
+/// some reply carries, first opens by cid, and a bitset of node ids for `reflects_on` — not the
+/// graph. A checkpoint of a 10⁶-event ledger carries ~125 KB of bitset and ~120 KB of text
+/// digests (each one byte string in a checkpoint: `packed`) instead of the whole graph.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GraphCounts {
     nodes: usize,
@@ -451,10 +453,25 @@ pub struct GraphCounts {
     last_node: Option<i64>,
     last_user: Option<i64>,
     last_reply_or_reflection: Option<i64>,
-    first_reply_by_commit_text: BTreeMap<String, i64>,
+    /// The [`text_digest`] of every text on a `COMMIT:` line of an assistant message so far.
+    /// `commits_to` points at the first such reply, but a count only needs to know that one
+    /// exists, so neither the reply's id nor the text (~430 KB at 10⁶ events) is kept.
+    #[serde(with = "super::packed::digests")]
+    commit_texts: BTreeSet<u128>,
     first_open_by_cid: BTreeMap<String, i64>,
     /// Bit `id` is set when event `id` is a node.
+    #[serde(with = "super::packed::words")]
     node_bits: Vec<u64>,
+}
+
+/// The 128-bit digest [`GraphCounts`] remembers a COMMIT text by: the first 16 bytes of its
+/// sha256. Two different texts with the same digest would make an open of one count an edge
+/// to a reply carrying only the other; among the ~10⁴ distinct texts of a 10⁶-event ledger
+/// the chance of any such pair is below 10⁻³⁰, so it is ignored.
+fn text_digest(text: &str) -> u128 {
+    let mut head = [0u8; 16];
+    head.copy_from_slice(&Sha256::digest(text.as_bytes())[..16]);
+    u128::from_be_bytes(head)
 }
 
 impl GraphCounts {
@@ -498,7 +515,7 @@ impl GraphCounts {
             }
             NodeKind::AssistantMessage => {
                 for text in marker::commit_texts(&ev.content) {
-                    self.first_reply_by_commit_text.entry(text).or_insert(ev.id);
+                    self.commit_texts.insert(text_digest(&text));
                 }
                 self.last_reply_or_reflection = Some(ev.id);
                 self.last_user.is_some()
@@ -507,7 +524,7 @@ impl GraphCounts {
             NodeKind::CommitmentOpen => {
                 let meta = meta_of(ev);
                 let edge = non_empty_str(&meta, "text")
-                    .is_some_and(|t| self.first_reply_by_commit_text.contains_key(t));
+                    .is_some_and(|t| self.commit_texts.contains(&text_digest(t)));
                 if let Some(cid) = non_empty_str(&meta, "cid") {
                     self.first_open_by_cid
                         .entry(cid.to_string())
@@ -582,6 +599,42 @@ mod counts_tests {
         }
         assert_eq!(serde_json::to_value(g.stats()).unwrap(), c.stats());
         assert_eq!(c.stats()["edges"], 6);
+    }
+
+    #[test]
+    fn restored_counts_fold_on_like_uninterrupted_ones() {
+        let ev = Event::sample;
+        let events = [
+            ev(1, "user_message", "hi", "{}"),
+            ev(2, "assistant_message", "COMMIT: do x\nCOMMIT: do y", "{}"),
+            ev(700, "reflection", "{}", r#"{"about_event":2}"#),
+            // After the cut: edges that need the restored digests, cids and node bits.
+            ev(701, "commitment_open", "", r#"{"cid":"c1","text":"do y"}"#),
+            ev(702, "commitment_open", "", r#"{"cid":"c2","text":"do z"}"#),
+            ev(703, "commitment_close", "", r#"{"cid":"c1"}"#),
+            ev(704, "reflection", "{}", r#"{"about_event":700}"#),
+            ev(705, "reflection", "{}", r#"{"about_event":699}"#),
+        ];
+        let mut full = GraphCounts::default();
+        let mut head = GraphCounts::default();
+        for e in &events {
+            full.apply(e);
+        }
+        for e in &events[..3] {
+            head.apply(e);
+        }
+        let restored: [GraphCounts; 2] = [
+            serde_json::from_slice(&serde_json::to_vec(&head).unwrap()).unwrap(),
+            rmp_serde::from_slice(&rmp_serde::to_vec_named(&head).unwrap()).unwrap(),
+        ];
+        for mut r in restored {
+            assert_eq!(r, head);
+            for e in &events[3..] {
+                r.apply(e);
+            }
+            assert_eq!(r, full);
+        }
+        assert_eq!(full.size(), (8, 5));
     }
 }
 

@@ -6,5 +6,6 @@ pub mod autonomy;
 pub mod concepts;
 pub mod graph;
 pub mod mirror;
+mod packed;
 pub mod rsm;
 pub mod state;

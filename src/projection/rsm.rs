@@ -128,6 +128,9 @@ pub struct Rsm {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct IntentLog {
     distinct: Vec<String>,
+    /// In a checkpoint: one byte string of varints (a byte per element while there are at
+    /// most 128 distinct intents), decoded in one pass rather than parsed number by number.
+    #[serde(with = "super::packed::varints")]
     seq: Vec<u32>,
     /// `distinct` inverted; rebuilt on the first push after a checkpoint is restored.
     #[serde(skip)]

@@ -259,6 +259,61 @@ fn readers_that_cannot_write_still_work() {
     assert_eq!(n, 0, "a read-only ledger gets no checkpoint");
 }
 
+#[test]
+fn a_checkpoint_keeps_json_values_and_optional_fields_exactly() {
+    use pmm::event::Event;
+    use pmm::projection::state::Projections;
+    let ev = |id: i64, kind: &str, content: &str, meta: &str| Event {
+        id,
+        ts: String::new(),
+        kind: kind.into(),
+        content: content.into(),
+        meta: meta.into(),
+        prev_hash: None,
+        hash: Some(format!("{id:064x}")),
+    };
+    // Numbers a float or i64 would not keep (serde_json's arbitrary precision holds their text).
+    let retrieval = r#"{"type":"retrieval","limit":3,"w":0.1,"x":2.50,"neg":-0.0,
+        "big":123456789012345678901234567890,"tiny":1e-400,"huge":1E400,
+        "nested":{"list":[1,null,true,"é\u0000"]}}"#;
+    let define = r#"{"token":"topic.a","concept_kind":"topic","definition":"d",
+        "attributes":{"w":0.30000000000000004,"n":[1,2]},"version":1.0}"#;
+    let events = [
+        ev(1, "config", retrieval, "{}"),
+        ev(2, "commitment_open", "", r#"{"cid":"c1","text":"do x"}"#),
+        ev(3, "commitment_open", "", r#"{"cid":"c2","text":"do y"}"#),
+        ev(4, "commitment_close", "", r#"{"cid":"c1","reason":"done"}"#),
+        ev(5, "concept_define", define, "{}"),
+        ev(6, "reflection", r#"{"intent":"check"}"#, "{}"),
+        ev(7, "assistant_message", "ok\nCOMMIT: do y", "{}"),
+        ev(8, "commitment_open", "", r#"{"cid":"c3","text":"do y"}"#),
+        ev(9, "commitment_close", "", r#"{"cid":"c2"}"#),
+    ];
+    let (mut head, mut full) = (Projections::default(), Projections::default());
+    for e in &events[..6] {
+        head.apply(e);
+    }
+    for e in &events {
+        full.apply(e);
+    }
+    let mut restored = Projections::from_checkpoint(&head.to_checkpoint()).expect("reads back");
+    assert_eq!(restored, head);
+    assert_eq!(
+        restored.mirror.retrieval.as_ref().map(|v| v.to_string()),
+        head.mirror.retrieval.as_ref().map(|v| v.to_string())
+    );
+    for e in &events[6..] {
+        restored.apply(e);
+    }
+    assert_eq!(restored, full);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    restored.state_record().write_json(&mut a).unwrap();
+    full.state_record().write_json(&mut b).unwrap();
+    assert_eq!(String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap());
+    // A checkpoint of the old JSON format is not read as this one.
+    assert!(Projections::from_checkpoint(&serde_json::to_vec(&head).unwrap()).is_none());
+}
+
 mod cut_points {
     use crate::harness::{fixture_path, GPT_LEDGER};
     use pmm::event::Event;
