@@ -182,15 +182,24 @@ impl IntentLog {
                 b
             })
             .collect();
-        out.write_all(b"[")?;
+        // Assembled in blocks, one `write_all` each rather than two per intent: at 10⁶ events
+        // the list is ~45k intents and 3.7 MB, most of the `--state` record.
+        const BLOCK: usize = 1 << 16;
+        let mut block = Vec::with_capacity(BLOCK + 1024);
+        block.push(b'[');
         let skip = keep.map_or(0, |k| self.seq.len().saturating_sub(k));
         for (i, &n) in self.seq.iter().skip(skip).enumerate() {
             if i > 0 {
-                out.write_all(b",")?;
+                block.push(b',');
             }
-            out.write_all(&rendered[n as usize])?;
+            block.extend_from_slice(&rendered[n as usize]);
+            if block.len() >= BLOCK {
+                out.write_all(&block)?;
+                block.clear();
+            }
         }
-        out.write_all(b"]")
+        block.push(b']');
+        out.write_all(&block)
     }
 }
 
