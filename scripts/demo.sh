@@ -5,7 +5,8 @@
 # hold a short conversation with pmm-turn and scripted replies (no model needed), in which the
 # agent opens and closes a commitment and takes a name, and check its state and derived events;
 # then let the autonomy kernel tick on that ledger (pmm-tick: reflect, idle and say why, skip a
-# slot that already ticked, a dry run, a threshold set in the ledger).
+# slot that already ticked, a dry run, a threshold set in the ledger); and look at its event
+# graph (pmm-graph, drawn with Graphviz when it is installed).
 #
 # Uses the pmm-* programs on PATH (cargo install --path . --locked), or set PMM_BIN to a
 # folder that holds them (e.g. PMM_BIN=target/debug). Needs nothing else; uses jq when present.
@@ -13,7 +14,7 @@ set -euo pipefail
 unset RUST_BACKTRACE   # errors stay one line in the tour
 
 if [ -n "${PMM_BIN:-}" ]; then PATH="$(cd "$PMM_BIN" && pwd):$PATH"; fi
-for p in pmm-append pmm-verify pmm-export pmm-metrics pmm-turn pmm-replay pmm-tick; do
+for p in pmm-append pmm-verify pmm-export pmm-metrics pmm-turn pmm-replay pmm-tick pmm-graph; do
   command -v "$p" >/dev/null || { echo "demo: $p not found: run 'cargo install --path . --locked' or set PMM_BIN" >&2; exit 2; }
 done
 
@@ -168,6 +169,16 @@ esac
 for s in 8 9 10; do tick --slot "$s" | decided | show '{slot, decision, reasoning}'; done
 tick --slot 11 | decided '"decision":"idle"' 'reflection_interval reached (5), but nothing changed' |
   show '{slot, decision, reasoning}'
+
+step "the event graph: statistics, a commitment's thread and why it exists"
+pmm-graph --db "$chat" stats | show .
+cid=$(pmm-replay --db "$chat" --kind commitment_open | head -n 1 | grep -o '"cid":"[0-9a-f]*"' | cut -d'"' -f4)
+pmm-graph --db "$chat" thread "$cid" | show '{id, kind}'
+pmm-graph --db "$chat" explain "$cid" | show '{id, kind, content}' 
+if command -v dot >/dev/null; then
+  pmm-graph --db "$chat" export --format dot | dot -Tsvg > "$work/graph.svg"
+  echo "graph drawn with Graphviz: $(wc -c < "$work/graph.svg") bytes of SVG"
+fi
 
 step "every derived event of the conversation and its ticks (cids, embeddings, digests, snapshots, slot ids) checks out"
 pmm-verify --db "$chat" --deep | tail -n 1 | show '{events, ok, deep}'
