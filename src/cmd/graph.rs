@@ -2,7 +2,7 @@
 
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::marker;
-use crate::projection::graph::{Direction, EventGraph, GraphStats, NodeKind};
+use crate::projection::graph::{Direction, EventGraph, GraphCounts, GraphStats, NodeKind};
 use crate::store::Reads;
 use crate::store::{Filter, Ledger};
 use crate::Error;
@@ -178,6 +178,22 @@ pub fn build(ledger: &Ledger, quiet: bool) -> crate::Result<EventGraph> {
     Ok(graph)
 }
 
+/// The graph's statistics from the counting fold ([`GraphCounts`]: the same rules, a test
+/// keeps the two in agreement) over the whole ledger.
+pub fn count(ledger: &Ledger, quiet: bool) -> crate::Result<GraphStats> {
+    let bar = crate::cli::progress(ledger.max_id()?.max(0) as u64, quiet, "reading");
+    let mut counts = GraphCounts::default();
+    ledger.scan(&Filter::default(), |ev| {
+        if ev.id % 4096 == 0 {
+            bar.set_position(ev.id.max(0) as u64);
+        }
+        counts.apply(&ev);
+        Ok(true)
+    })?;
+    bar.finish_and_clear();
+    Ok(counts.graph_stats())
+}
+
 /// `[<id>] <kind> | <first line of content, 80 characters>`, the reference CLI's line.
 pub fn text_line(ev: &crate::event::Event) -> String {
     let first = marker::splitlines(&ev.content)
@@ -248,8 +264,27 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         _ => None,
     };
     let ledger = Ledger::open_reader(&args.ledger.path())?;
-    let graph = build(&ledger, args.common.quiet)?;
     let mut out = Out::new();
+    if matches!(query, Query::Stats) {
+        // The statistics need only the counting fold (a bitset of node ids, not the graph):
+        // memory stays small however large the ledger.
+        let s = count(&ledger, args.common.quiet)?;
+        if args.text {
+            let mut t = format!("nodes: {}\nedges: {}\ncounts_by_kind:\n", s.nodes, s.edges);
+            for (k, n) in &s.counts_by_kind {
+                t.push_str(&format!("  {k}: {n}\n"));
+            }
+            out.raw(t.as_bytes())?;
+        } else {
+            out.record(&StatsLine {
+                kind: "graph_stats",
+                stats: &s,
+            })?;
+        }
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
+    let graph = build(&ledger, args.common.quiet)?;
     match &query {
         Query::Stats => {
             let s = graph.stats();

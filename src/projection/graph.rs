@@ -562,6 +562,21 @@ impl GraphCounts {
         (self.nodes, self.edges)
     }
 
+    /// The statistics as [`EventGraph::stats`] gives them.
+    pub fn graph_stats(&self) -> GraphStats {
+        GraphStats {
+            nodes: self.nodes,
+            edges: self.edges,
+            counts_by_kind: NodeKind::ALL
+                .iter()
+                .filter_map(|k| {
+                    let n = self.count_of(k.as_str());
+                    (n > 0).then_some((k.as_str(), n))
+                })
+                .collect(),
+        }
+    }
+
     /// `{"nodes","edges","counts_by_kind"}`, as [`EventGraph::stats`] gives it.
     pub fn stats(&self) -> Value {
         serde_json::json!({
@@ -598,6 +613,7 @@ mod counts_tests {
             c.apply(e);
         }
         assert_eq!(serde_json::to_value(g.stats()).unwrap(), c.stats());
+        assert_eq!(g.stats(), c.graph_stats());
         assert_eq!(c.stats()["edges"], 6);
     }
 
