@@ -111,6 +111,15 @@ impl Event {
         let meta = self.meta.trim();
         if meta.is_empty() {
             out.extend_from_slice(b"{}");
+        } else if meta.contains(['\n', '\r']) {
+            // A stored meta text may be pretty-printed (a reference export's string meta is
+            // kept verbatim). JSON text has raw line breaks only as white space (inside a
+            // string they must be escaped), so they become spaces: the event stays on one
+            // line and the value is unchanged.
+            out.extend(
+                meta.bytes()
+                    .map(|b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+            );
         } else {
             out.extend_from_slice(meta.as_bytes());
         }

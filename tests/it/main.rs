@@ -11,6 +11,7 @@ mod deep;
 mod derived;
 mod fixture;
 mod front;
+mod fuzz;
 mod graph;
 mod llm;
 mod man;
