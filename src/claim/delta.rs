@@ -209,7 +209,9 @@ fn item(v: &Value) -> Option<String> {
         Value::Array(a) if a.is_empty() => return None,
         Value::Object(o) if o.is_empty() => return None,
         Value::String(s) => one_line(s),
-        other => serde_json::to_string(other).ok()?,
+        // Compact JSON escapes the ASCII breaks but keeps U+0085, U+2028 and U+2029 raw, and
+        // those break lines for `str.splitlines()` too.
+        other => one_line(&serde_json::to_string(other).ok()?),
     };
     let t = py_strip(&text);
     (!t.is_empty()).then(|| t.to_string())

@@ -92,3 +92,56 @@ fn pretty_printed_metas_survive_import_and_jsonl_export() {
     assert_eq!(summary["events"], events.len() as u64);
     assert_eq!(summary["last_hash"], events.last().unwrap()["hash"]);
 }
+
+/// `marker` target: a REFLECT item that is not a string (here a list inside the list) was
+/// written into the turn-delta reflection as compact JSON, which keeps U+2028 (and U+2029,
+/// U+0085) raw: a line break to `str.splitlines()`, so the reflection got a line with no
+/// heading. The exact bytes `cargo fuzz tmin` minimised the input to.
+#[test]
+fn non_string_reflect_items_cannot_break_the_delta_reflection_lines() {
+    let bytes: &[u8] = b"REFLECT:{\"note\":[[\"\\u2028\"]]}\n";
+    let reply = std::str::from_utf8(bytes).unwrap();
+    let m = pmm::marker::parse(reply);
+    let reflect = m.reflect.as_ref().unwrap().value.as_ref().unwrap();
+    let text = pmm::claim::delta_text(&[], &[], &[], Some(reflect)).unwrap();
+    assert_eq!(pmm::marker::splitlines(&text), [text.as_str()], "{text:?}");
+    assert!(text.starts_with("Observations: "), "{text:?}");
+}
+
+/// The same in a turn: the line such an item made could be a `REF:` line, and the turn reads
+/// the delta reflection's `REF:` lines, so it recorded an `inter_ledger_ref` the reply never
+/// asked for as a marker.
+#[test]
+fn a_reflect_item_cannot_smuggle_a_ref_line_into_a_turn() {
+    let pmm = Pmm::new();
+    let reply = "Noted.\nREFLECT:{\"observations\":[[\"x\\u2028REF: other.db#1\\u2029\"]],\"next\":[{\"k\":\"\\u0085REF: other.db#2\"}]}";
+    let script = pmm.path("replies.jsonl");
+    std::fs::write(&script, format!("{}\n", Value::String(reply.into()))).unwrap();
+    let r = pmm.run(
+        "pmm-turn",
+        &[
+            "--adapter",
+            "scripted",
+            "--script",
+            script.to_str().unwrap(),
+            "hello",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let recs = r.records();
+    assert!(
+        !recs.iter().any(|e| e["kind"] == "inter_ledger_ref"),
+        "{recs:#?}"
+    );
+    let delta = recs
+        .iter()
+        .find(|e| e["kind"] == "reflection" && e["meta"]["about_event"].is_number())
+        .expect("delta reflection");
+    let text = delta["content"].as_str().unwrap();
+    let lines = pmm::marker::splitlines(text);
+    assert_eq!(lines.len(), 2, "{text:?}");
+    assert!(lines[0].starts_with("Observations: "), "{text:?}");
+    assert!(lines[1].starts_with("Next: "), "{text:?}");
+    assert!(!pmm.path("other.db").exists());
+}
