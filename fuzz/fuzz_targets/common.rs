@@ -15,17 +15,20 @@ pub struct Read {
     pub digest: Option<Result<Digest, String>>,
 }
 
-fn dir() -> &'static tempfile::TempDir {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // A RAM disk when there is one: every execution writes its input to a file.
+/// Where inputs are written: a RAM disk when there is one. Files, not a directory: each is
+/// removed right after it is read, since libFuzzer ends the process without running
+/// destructors (a `TempDir` would be left behind by every run).
+fn path(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
         let shm = std::path::Path::new("/dev/shm");
         if shm.is_dir() {
-            tempfile::tempdir_in(shm).unwrap()
+            shm.into()
         } else {
-            tempfile::tempdir().unwrap()
+            std::env::temp_dir()
         }
-    })
+    });
+    dir.join(format!("pmm-fuzz-{}-{name}", std::process::id()))
 }
 
 /// Writes `data` to a file and reads it as `pmm-verify FILE` would, stopping after `stop_after`
@@ -35,7 +38,7 @@ pub fn read_bytes(
     data: &[u8],
     stop_after: Option<usize>,
 ) -> (pmm::Result<Format>, Vec<Read>) {
-    let path: PathBuf = dir().path().join(name);
+    let path = path(name);
     std::fs::write(&path, data).unwrap();
     let mut items = Vec::new();
     let result = interchange::read_with(
@@ -47,6 +50,7 @@ pub fn read_bytes(
             Ok(stop_after.is_none_or(|n| items.len() < n))
         },
     );
+    let _ = std::fs::remove_file(&path);
     (result, items)
 }
 
