@@ -1,6 +1,7 @@
 //! `pmm-graph`: query the event graph.
 
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::event::Event;
 use crate::marker;
 use crate::projection::graph::{Direction, EventGraph, GraphCounts, GraphStats, NodeKind};
 use crate::store::Reads;
@@ -163,34 +164,32 @@ struct StatsLine<'a> {
     stats: &'a GraphStats,
 }
 
-/// Builds the graph of the whole ledger.
-pub fn build(ledger: &Ledger, quiet: bool) -> crate::Result<EventGraph> {
+/// Folds every event of the ledger into `apply`, with a progress bar.
+fn fold(ledger: &Ledger, quiet: bool, mut apply: impl FnMut(&Event)) -> crate::Result<()> {
     let bar = crate::cli::progress(ledger.max_id()?.max(0) as u64, quiet, "reading");
-    let mut graph = EventGraph::default();
     ledger.scan(&Filter::default(), |ev| {
         if ev.id % 4096 == 0 {
             bar.set_position(ev.id.max(0) as u64);
         }
-        graph.apply(&ev);
+        apply(&ev);
         Ok(true)
     })?;
     bar.finish_and_clear();
+    Ok(())
+}
+
+/// Builds the graph of the whole ledger.
+pub fn build(ledger: &Ledger, quiet: bool) -> crate::Result<EventGraph> {
+    let mut graph = EventGraph::default();
+    fold(ledger, quiet, |ev| graph.apply(ev))?;
     Ok(graph)
 }
 
 /// The graph's statistics from the counting fold ([`GraphCounts`]: the same rules, a test
-/// keeps the two in agreement) over the whole ledger.
+/// keeps the two in agreement) over the whole ledger: no graph is built.
 pub fn count(ledger: &Ledger, quiet: bool) -> crate::Result<GraphStats> {
-    let bar = crate::cli::progress(ledger.max_id()?.max(0) as u64, quiet, "reading");
     let mut counts = GraphCounts::default();
-    ledger.scan(&Filter::default(), |ev| {
-        if ev.id % 4096 == 0 {
-            bar.set_position(ev.id.max(0) as u64);
-        }
-        counts.apply(&ev);
-        Ok(true)
-    })?;
-    bar.finish_and_clear();
+    fold(ledger, quiet, |ev| counts.apply(ev))?;
     Ok(counts.graph_stats())
 }
 

@@ -14,7 +14,9 @@ use crate::event::{Clock, Event};
 use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
 use crate::store::{self, Ledger, Reads};
-use crate::turn::{catch_up, derive, ensure_defaults, meta, new_event, put, record_refusal};
+use crate::turn::{
+    append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal,
+};
 use serde_json::{json, Map, Value};
 
 /// Environment variable (a testing aid): milliseconds to wait inside the tick's transaction,
@@ -238,30 +240,7 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
                 clock,
             )?;
         }
-        Action::Summarize => {
-            let previous = match p.autonomy.last_summary {
-                Some(id) => batch.get(id)?,
-                None => None,
-            };
-            let after = previous.as_ref().map_or(0, |e| e.id);
-            let head = p.mirror.last_event_id;
-            let inputs = derive::SummaryInputs {
-                previous: previous.as_ref(),
-                events_since: head - after,
-                reflections_since: batch.count_kind_after("reflection", after)?,
-                last_event_id: head,
-                force: true,
-            };
-            if let Some((content, m)) = derive::summary_update(&p, &inputs) {
-                put(
-                    &mut batch,
-                    &mut p,
-                    &mut events,
-                    new_event("summary_update", content, m)?,
-                    clock,
-                )?;
-            }
-        }
+        Action::Summarize => append_summary(&mut batch, &mut p, &mut events, clock, true)?,
         Action::Idle => {}
     }
 

@@ -187,6 +187,40 @@ pub(crate) fn record_refusal(ledger: &mut Ledger, e: crate::Error, clock: &Clock
     }
 }
 
+/// Appends a `summary_update` (FORMATS.md §7.4) against the newest summary when the gate lets
+/// it through, or whatever the gate says with `force` (a `summarize` tick).
+pub(crate) fn append_summary(
+    batch: &mut Batch<'_>,
+    p: &mut Projections,
+    events: &mut Vec<Event>,
+    clock: &Clock,
+    force: bool,
+) -> crate::Result<()> {
+    let previous = match p.autonomy.last_summary {
+        Some(id) => batch.get(id)?,
+        None => None,
+    };
+    let after = previous.as_ref().map_or(0, |e| e.id);
+    let head = p.mirror.last_event_id;
+    let inputs = derive::SummaryInputs {
+        previous: previous.as_ref(),
+        events_since: head - after,
+        reflections_since: batch.count_kind_after("reflection", after)?,
+        last_event_id: head,
+        force,
+    };
+    if let Some((content, m)) = derive::summary_update(p, &inputs) {
+        put(
+            batch,
+            p,
+            events,
+            new_event("summary_update", content, m)?,
+            clock,
+        )?;
+    }
+    Ok(())
+}
+
 /// Folds events past the projections' last id into them (what other processes appended).
 pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
     let since = p.mirror.last_event_id + 1;
@@ -577,25 +611,7 @@ fn run_inner(
     }
 
     // Summary and lifetime memory, when due.
-    let previous = batch.last_of_kind("summary_update", 1)?.into_iter().next();
-    let after = previous.as_ref().map_or(0, |e| e.id);
-    let head = batch.head().map_or(0, |h| h.id);
-    let inputs = derive::SummaryInputs {
-        previous: previous.as_ref(),
-        events_since: head - after,
-        reflections_since: batch.count_kind_after("reflection", after)?,
-        last_event_id: head,
-        force: false,
-    };
-    if let Some((content, m)) = derive::summary_update(&p, &inputs) {
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event("summary_update", content, m)?,
-            clock,
-        )?;
-    }
+    append_summary(&mut batch, &mut p, &mut events, clock, false)?;
     let last_chunk = batch.last_of_kind("lifetime_memory", 1)?.into_iter().next();
     let start = derive::chunk_start(last_chunk.as_ref());
     let mut candidates = Vec::new();
