@@ -15,7 +15,7 @@ EXAMPLES:
   The last 20 reflections:
     pmm-replay --kind reflection --tail 20 | jq -r .content
   Watch a live ledger (new events appear within a second; Ctrl-C ends it):
-    pmm-replay --follow --tail 0 | jq -c 'select(.kind==\"reflection\")'
+    pmm-replay --follow --tail 0 | jq --unbuffered -c 'select(.kind==\"reflection\")'
   The state at event 171, and what the agent has open now:
     pmm-replay --state --at 171 | jq .rsm
     pmm-replay --diff 100 171 | jq .tendencies_delta

@@ -16,6 +16,8 @@ EXAMPLES:
     pmm-turn --adapter ollama --model llama3.2 --text 'Who are you?'
   An OpenAI-compatible server (llama.cpp, vLLM, LM Studio):
     OPENAI_BASE_URL=http://127.0.0.1:8080/v1 pmm-turn --adapter openai --model local 'hello'
+  The same, with a small model kept from running on (at most 256 tokens a reply):
+    pmm-turn --adapter openai --model local --max-tokens 256 'hello'
   A conversation from a file, one turn per line, replies scripted (offline, reproducible):
     pmm-turn --adapter scripted --script replies.jsonl --plain < questions.txt
   Follow what the turns commit to:
@@ -100,6 +102,10 @@ pub struct Args {
     /// Nucleus sampling
     #[arg(long, default_value_t = 1.0)]
     top_p: f64,
+    /// The most tokens a reply may have (Ollama num_predict, OpenAI max_tokens; cmd programs
+    /// get it as max_tokens); recorded in the reply's meta. Unset: the server's own limit
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_tokens: Option<u32>,
     /// Seconds to wait for each model call
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     timeout: f64,
@@ -172,6 +178,7 @@ impl Args {
             temperature: self.temperature,
             top_p: self.top_p,
             seed: self.seed,
+            max_tokens: self.max_tokens,
             clock: self.clock.clock(),
         }
     }

@@ -114,6 +114,7 @@ impl Adapter for Cmd {
             "temperature": req.temperature,
             "top_p": req.top_p,
             "seed": req.seed,
+            "max_tokens": req.max_tokens,
             "turn": req.turn,
             "messages": req.messages(),
         });

@@ -45,12 +45,16 @@ pub struct Request {
     pub top_p: f64,
     /// A sampling seed, sent only when given.
     pub seed: Option<u64>,
+    /// The most tokens the reply may have (`num_predict` to Ollama, `max_tokens` to OpenAI),
+    /// sent only when given; without it the server's own limit applies.
+    pub max_tokens: Option<u32>,
     /// 1-based number of this turn in the ledger (the scripted adapter picks its reply by it).
     pub turn: u64,
 }
 
 impl Default for Request {
-    /// An empty first turn with pmm's sampling defaults: temperature 0, top_p 1, no seed.
+    /// An empty first turn with pmm's sampling defaults: temperature 0, top_p 1, no seed, no
+    /// token limit.
     fn default() -> Self {
         Request {
             system: String::new(),
@@ -58,6 +62,7 @@ impl Default for Request {
             temperature: 0.0,
             top_p: 1.0,
             seed: None,
+            max_tokens: None,
             turn: 1,
         }
     }

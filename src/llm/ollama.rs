@@ -63,6 +63,9 @@ impl Adapter for Ollama {
         if let Some(seed) = req.seed {
             options["seed"] = seed.into();
         }
+        if let Some(n) = req.max_tokens {
+            options["num_predict"] = n.into();
+        }
         let body = json!({
             "model": self.model,
             "messages": req.messages(),

@@ -62,6 +62,9 @@ impl Adapter for OpenAi {
         if let Some(seed) = req.seed {
             body["seed"] = seed.into();
         }
+        if let Some(n) = req.max_tokens {
+            body["max_tokens"] = n.into();
+        }
         let answer = self.http.post_json(&self.url, &body, self.key.as_deref())?;
         let json = &answer.json;
         let text = json

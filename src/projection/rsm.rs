@@ -126,6 +126,7 @@ pub struct Rsm {
 /// Interning keeps memory and checkpoints proportional to the distinct text, and printing the
 /// list a copy per element.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(try_from = "IntentLogParts")]
 pub struct IntentLog {
     distinct: Vec<String>,
     /// In a checkpoint: one byte string of varints (a byte per element while there are at
@@ -135,6 +136,34 @@ pub struct IntentLog {
     /// `distinct` inverted; rebuilt on the first push after a checkpoint is restored.
     #[serde(skip)]
     index: HashMap<String, u32>,
+}
+
+/// An [`IntentLog`] as a checkpoint holds it, before its indexes are checked: a checkpoint
+/// whose sequence points past the distinct intents (damaged, or forged with a matching hash)
+/// is refused, so the caller rebuilds instead of panicking on the first look-up.
+#[derive(Deserialize)]
+struct IntentLogParts {
+    distinct: Vec<String>,
+    #[serde(with = "super::packed::varints")]
+    seq: Vec<u32>,
+}
+
+impl TryFrom<IntentLogParts> for IntentLog {
+    type Error = String;
+
+    fn try_from(parts: IntentLogParts) -> Result<Self, Self::Error> {
+        let n = parts.distinct.len();
+        if let Some(bad) = parts.seq.iter().find(|&&i| i as usize >= n) {
+            return Err(format!(
+                "intent index {bad} out of range ({n} distinct intents)"
+            ));
+        }
+        Ok(IntentLog {
+            distinct: parts.distinct,
+            seq: parts.seq,
+            index: HashMap::new(),
+        })
+    }
 }
 
 impl PartialEq for IntentLog {
@@ -742,6 +771,28 @@ mod tests {
         assert_eq!(
             r.snapshot(&ConceptGraph::default())["reflections"],
             json!([{"intent": "physics questions"}])
+        );
+    }
+
+    #[test]
+    fn a_checkpointed_intent_log_with_an_index_out_of_range_is_refused() {
+        let mut log = IntentLog::default();
+        for i in ["a", "b", "a"] {
+            log.push(i);
+        }
+        let bytes = rmp_serde::to_vec_named(&log).unwrap();
+        let back: IntentLog = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, log);
+        assert_eq!(back.iter().collect::<Vec<_>>(), ["a", "b", "a"]);
+
+        // The same bytes with one more index, pointing past the two distinct intents.
+        let mut forged = log.clone();
+        forged.seq.push(2);
+        let bytes = rmp_serde::to_vec_named(&forged).unwrap();
+        let err = rmp_serde::from_slice::<IntentLog>(&bytes).unwrap_err();
+        assert!(
+            err.to_string().contains("intent index 2 out of range"),
+            "{err}"
         );
     }
 

@@ -44,6 +44,8 @@ pub struct Options {
     pub top_p: f64,
     /// Seed, passed to providers that take one.
     pub seed: Option<u64>,
+    /// The most tokens a reply may have; `None` leaves it to the server.
+    pub max_tokens: Option<u32>,
     /// Where timestamps come from.
     pub clock: Clock,
 }
@@ -54,6 +56,7 @@ impl Default for Options {
             temperature: 0.0,
             top_p: 1.0,
             seed: None,
+            max_tokens: None,
             clock: Clock::System,
         }
     }
@@ -332,6 +335,7 @@ fn run_inner(
         temperature: opts.temperature,
         top_p: opts.top_p,
         seed: opts.seed,
+        max_tokens: opts.max_tokens,
         turn: p.graph.count_of("user_message") as u64,
     };
     let prompt_sha256 = {
@@ -389,6 +393,9 @@ fn run_inner(
         ("seed", opts.seed.map_or(Value::Null, Value::from)),
         ("prompt_sha256", prompt_sha256.into()),
     ]);
+    if let Some(n) = opts.max_tokens {
+        m.insert("max_tokens".into(), n.into());
+    }
     if let Some(payload) = structured_header(&text) {
         m.insert("assistant_payload".into(), payload.into());
         m.insert("assistant_schema".into(), "assistant.v1".into());

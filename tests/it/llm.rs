@@ -85,7 +85,31 @@ fn ollama_sends_no_seed_when_none_is_given() {
     generate(&ollama(&stub.url()), &request(None)).unwrap();
     let options = &stub.requests()[0].body["options"];
     assert!(options.get("seed").is_none(), "{options}");
+    assert!(options.get("num_predict").is_none(), "{options}");
     assert!(options.get("temperature").is_some());
+}
+
+#[test]
+fn a_token_limit_goes_to_each_provider_in_its_own_words() {
+    let req = Request {
+        max_tokens: Some(64),
+        ..request(None)
+    };
+    let stub = Stub::start(vec![StubResponse::Ollama("ok".into())]);
+    generate(&ollama(&stub.url()), &req).unwrap();
+    let options = &stub.requests()[0].body["options"];
+    assert_eq!(options["num_predict"].as_u64(), Some(64), "{options}");
+
+    let stub = Stub::start(vec![StubResponse::OpenAi("ok".into())]);
+    generate(&openai(&stub.url(), None), &req).unwrap();
+    let body = &stub.requests()[0].body;
+    assert_eq!(body["max_tokens"].as_u64(), Some(64), "{body}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    generate(&cmd_config(&format!("cat > {}; echo ok", q(&input))), &req).unwrap();
+    let sent: Value = serde_json::from_str(&std::fs::read_to_string(&input).unwrap()).unwrap();
+    assert_eq!(sent["max_tokens"].as_u64(), Some(64), "{sent}");
 }
 
 #[test]
@@ -136,6 +160,7 @@ fn openai_without_a_key_sends_no_authorization_and_no_seed() {
     let r = &stub.requests()[0];
     assert_eq!(r.header("authorization"), None);
     assert!(r.body.get("seed").is_none(), "{}", r.body);
+    assert!(r.body.get("max_tokens").is_none(), "{}", r.body);
 }
 
 #[test]
@@ -436,6 +461,7 @@ fn cmd_keeps_newlines_beyond_the_last_and_sends_a_null_seed() {
     assert_eq!(reply.text, "a\n");
     let sent: Value = serde_json::from_str(&std::fs::read_to_string(&input).unwrap()).unwrap();
     assert_eq!(sent["seed"], Value::Null);
+    assert_eq!(sent["max_tokens"], Value::Null);
     assert_eq!(sent["model"], "");
 }
 

@@ -21,4 +21,5 @@ mod replay;
 mod rsm;
 mod tamper;
 mod tick;
+mod tour;
 mod turn;

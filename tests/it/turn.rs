@@ -337,6 +337,50 @@ fn a_500_then_a_200_gives_one_reply() {
     verify_clean(&pmm);
 }
 
+#[test]
+fn max_tokens_is_sent_and_recorded_and_zero_is_refused() {
+    let pmm = Pmm::new();
+    let stub = Stub::start(vec![StubResponse::OpenAi("short".into())]);
+    let turn = |args: &[&str]| {
+        pmm.cmd("pmm-turn")
+            .env("OPENAI_BASE_URL", format!("{}/v1", stub.url()))
+            .args(["--adapter", "openai"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let r = turn(&["--max-tokens", "32", "hi"]);
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    assert_eq!(stub.requests()[0].body["max_tokens"].as_u64(), Some(32));
+    let recs: Vec<Value> = String::from_utf8(r.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        of_kind(&recs, "assistant_message")[0]["meta"]["max_tokens"],
+        32
+    );
+
+    // Without the flag nothing is sent and nothing recorded (the reference's meta keys).
+    let r = turn(&["again"]);
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    assert!(stub.requests()[1].body.get("max_tokens").is_none());
+    let out = String::from_utf8(r.stdout).unwrap();
+    assert!(!out.contains("max_tokens"), "{out}");
+
+    let before = pmm.count();
+    for bad in ["0", "-1", "many", "4294967296"] {
+        let r = turn(&[&format!("--max-tokens={bad}"), "hi"]);
+        assert_eq!(r.status.code(), Some(2), "--max-tokens {bad}: {r:?}");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains("--max-tokens"), "{err}");
+    }
+    assert_eq!(pmm.count(), before, "a refused flag writes nothing");
+    assert_eq!(stub.requests().len(), 2);
+    verify_clean(&pmm);
+}
+
 fn assert_recorded_failure(pmm: &Pmm, out: std::process::Output, needle: &str) {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
