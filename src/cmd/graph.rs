@@ -23,7 +23,7 @@ EXAMPLES:
   What points at event 94, and which open commitments came from it:
     pmm-graph neighbors 94 --direction in --kind commitment_open | jq .meta.cid
   The thread of every open commitment:
-    pmm-metrics | jq -r '.open_commitments[]' | xargs -n1 pmm-graph thread --text
+    pmm-metrics | jq -r '.open_commitments[]' | xargs -r -n1 pmm-graph thread --text
   A picture (Graphviz), and the graph for networkx:
     pmm-graph export --format dot | dot -Tsvg > graph.svg
     pmm-graph export --format json > graph.json

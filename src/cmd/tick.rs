@@ -40,7 +40,8 @@ OUTPUT:
   The events the tick appended as JSON Lines, then
   {\"type\":\"tick\",\"slot\",\"slot_id\",\"decision\",\"reasoning\",\"evidence\",\"auto_closed\",\"events\",\"first_id\",\"last_id\",\"rows_read\"}
   (a slot that was already ticked: \"decision\":null and \"skipped\"). --dry-run prints one
-  {\"type\":\"decision\",…} object; --set prints the config events and {\"type\":\"thresholds\",…}.
+  {\"type\":\"decision\",…} object; --set prints the config and
+  autonomy_rule_table events it appended, then {\"type\":\"thresholds\",…}.
 
 EXIT STATUS:
   0  ticked, or the slot already had its tick, or --every ended on SIGINT/SIGTERM

@@ -112,7 +112,8 @@ pub struct Args {
     /// Retries after a connection error, 429 or 5xx (with backoff)
     #[arg(long, default_value_t = 2)]
     retries: u32,
-    /// scripted adapter: the replies file (JSON Lines: a string or {\"reply\"} per turn)
+    /// scripted adapter: the replies file (JSON Lines: a string or {"reply": STRING} per line;
+    /// line N answers the ledger's Nth turn)
     #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
     /// cmd adapter: the program to run (via sh -c); it gets the prompt as JSON on stdin and

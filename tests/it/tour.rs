@@ -6,9 +6,12 @@
 //! apart; the lines that would change the machine (crontab, systemctl) or need a real model
 //! server are named in [`step`] with the reason, and what can be checked of them is checked.
 //!
-//! It needs `jq` (the tour pipes into it): without it the test says so and skips, unless
-//! `PMM_REQUIRE_TOOLS=1` (set by `.ci/run`), where it fails. Graphviz's `dot` is optional: without
-//! it the DOT export is checked by its structure.
+//! The worked example of docs/autonomy.md is run the same way, from the commands the page gives,
+//! and the ids and hashes it quotes are checked.
+//!
+//! Both need `jq` (the pages pipe into it): without it the tests say so and skip, unless
+//! `PMM_REQUIRE_TOOLS=1` (set by `.ci/run`), where they fail. Graphviz's `dot` is optional:
+//! without it the DOT export is checked by its structure.
 
 use crate::harness::fixture_path;
 use crate::stub::{Stub, StubResponse, OLLAMA_MODEL};
@@ -384,13 +387,22 @@ fn follow(t: &Tour, line: &str, cmd: &str) {
     );
 }
 
+/// True when jq is there. Without it: a failure under `PMM_REQUIRE_TOOLS=1` (as `.ci/run` sets
+/// it), else a message and `false` (the caller skips).
+fn jq_or_skip(what: &str) -> bool {
+    if have("jq") {
+        return true;
+    }
+    if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
+        panic!("{what} needs jq (PMM_REQUIRE_TOOLS=1): apt-get install jq");
+    }
+    eprintln!("skipping: jq is not installed ({what} pipes into it)");
+    false
+}
+
 #[test]
 fn readme_tour_works_as_written() {
-    if !have("jq") {
-        if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
-            panic!("the README tour needs jq (PMM_REQUIRE_TOOLS=1): apt-get install jq");
-        }
-        eprintln!("skipping: jq is not installed (the README tour pipes into it)");
+    if !jq_or_skip("the README tour") {
         return;
     }
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
@@ -421,4 +433,89 @@ fn tour_lines_are_parsed_with_their_comments_apart() {
     assert_eq!(tour_lines(readme), vec!["a --b  # c", "d"]);
     assert_eq!(command_of("a --b  # c"), "a --b");
     assert_eq!(command_of("pmm-tick"), "pmm-tick");
+}
+
+/// The text between `start` (inclusive search start) and the next `end` after it.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let i = text
+        .find(start)
+        .unwrap_or_else(|| panic!("'{start}' not found"))
+        + start.len();
+    let j = text[i..]
+        .find(end)
+        .unwrap_or_else(|| panic!("'{end}' not found after '{start}'"));
+    &text[i..i + j]
+}
+
+/// docs/autonomy.md's worked example, run from its own "to follow along" commands: the ids,
+/// cids, decisions and the hashes it quotes (cut to 8 digits) must be what the programs make,
+/// and its determinism loop must print what the page shows.
+#[test]
+fn the_autonomy_page_example_runs_as_written() {
+    if !jq_or_skip("the autonomy page's determinism loop") {
+        return;
+    }
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/autonomy.md"))
+            .expect("docs/autonomy.md");
+    let t = Tour::new();
+    let script = between(&doc, "to follow along:\n\n```sh\n", "```");
+    t.ok(
+        "(docs/autonomy.md example)",
+        &format!("set -e\n{script}"),
+        "",
+    );
+    let db = t.file("example.db");
+    let events = jsonl(&t.ok(
+        "(events)",
+        &format!("pmm-replay --db '{}'", db.display()),
+        "",
+    ));
+    let event = |id: u64| {
+        events
+            .iter()
+            .find(|e| e["id"] == id)
+            .unwrap_or_else(|| panic!("no event {id}"))
+    };
+    assert_eq!(event(10)["meta"]["cid"], "8a574b28");
+    assert_eq!(event(12)["kind"], "metrics_turn");
+    assert_eq!(event(77)["meta"]["cid"], "f2e3c6ae");
+    assert_eq!(event(85)["kind"], "commitment_close");
+    assert_eq!(event(85)["meta"]["age"], 72);
+    assert_eq!(event(87)["kind"], "config");
+    assert!(event(100)["content"]
+        .as_str()
+        .is_some_and(|c| c.contains("\"intent\":\"commitment_review\"")));
+
+    // The two hashes the page quotes, as it quotes them.
+    let delta = between(&doc, "\"delta_hash\":\"", "…");
+    assert_eq!(
+        &event(19)["meta"]["delta_hash"].as_str().unwrap()[..8],
+        delta,
+        "docs/autonomy.md quotes another delta_hash for event 19"
+    );
+    let root = between(&doc, "\\\"root_hash\\\":\\\"", "…");
+    let manifest: Value =
+        serde_json::from_str(event(52)["content"].as_str().expect("content")).unwrap();
+    assert_eq!(
+        &manifest["root_hash"].as_str().unwrap()[..8],
+        root,
+        "docs/autonomy.md quotes another root_hash for event 52"
+    );
+    let state = one_json(&t.ok(
+        "(state at 86)",
+        &format!("pmm-replay --db '{}' --state --at 86", db.display()),
+        "",
+    ));
+    assert_eq!(state["thresholds"]["set_by"], 4);
+
+    // The determinism loop, and the two lines the page shows after it.
+    let block = between(&doc, "\n$ for db in a.db b.db;", "```");
+    let (cmd, shown) = block.split_once('\n').expect("the loop and its output");
+    let out = t.ok(
+        "(determinism loop)",
+        &format!("for db in a.db b.db;{cmd}"),
+        "",
+    );
+    assert_eq!(out.trim(), shown.trim());
 }
