@@ -10,8 +10,16 @@
 #
 # Uses the pmm-* programs on PATH (cargo install --path . --locked), or set PMM_BIN to a
 # folder that holds them (e.g. PMM_BIN=target/debug). Needs nothing else; uses jq when present.
+#
+# Usage: scripts/demo.sh   (no arguments; -h or --help prints this text)
 set -euo pipefail
 unset RUST_BACKTRACE   # errors stay one line in the tour
+
+case ${1:-} in
+  "") ;;
+  -h | --help) sed -n '2,/^set /{/^set /d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+  *) echo "demo: no arguments expected, got '$1' (see scripts/demo.sh --help)" >&2; exit 2 ;;
+esac
 
 if [ -n "${PMM_BIN:-}" ]; then PATH="$(cd "$PMM_BIN" && pwd):$PATH"; fi
 for p in pmm-append pmm-verify pmm-export pmm-metrics pmm-turn pmm-replay pmm-tick pmm-graph; do

@@ -17,10 +17,23 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
+case ${1:-} in
+-h | --help) sed -n '2,/^set /{/^set /d; s/^# \{0,1\}//; p}' "$0"; exit 0 ;;
+esac
 secs=${1:-600}
+if ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
+    echo "fuzz.sh: SECONDS must be a positive number, not '$secs' (see scripts/fuzz.sh --help)" >&2
+    exit 2
+fi
 shift $(($# > 0 ? 1 : 0))
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(canon jsonl reference_json marker)
+for t in "${targets[@]}"; do
+    case $t in
+    canon | jsonl | reference_json | marker) ;;
+    *) echo "fuzz.sh: unknown target '$t' (canon, jsonl, reference_json, marker)" >&2; exit 2 ;;
+    esac
+done
 
 export RUSTC_BOOTSTRAP=1
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
