@@ -25,6 +25,15 @@ if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
     [ $# -ge 1 ] && exit 0
     exit 2
 fi
+for a in "$@"; do
+    case $a in
+    -?*) echo "ci-verify: unknown option '$a' (usage: scripts/ci-verify.sh EXPORT [ANCHORS])" >&2; exit 2 ;;
+    esac
+done
+if [ $# -gt 2 ]; then
+    echo "ci-verify: too many arguments (usage: scripts/ci-verify.sh EXPORT [ANCHORS])" >&2
+    exit 2
+fi
 EXPORT=$1
 ANCHORS=${2:-$(dirname -- "$EXPORT")/anchors.txt}
 PMM_VERIFY=${PMM_VERIFY:-pmm-verify}

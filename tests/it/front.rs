@@ -371,3 +371,40 @@ fn a_known_program_that_is_not_installed_is_exit_2_and_path_is_searched() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.summary()["events"], 3);
 }
+
+/// The scripts a user runs (README, docs) teach with `--help` and refuse an argument they do not
+/// know with exit 2 before doing any work (no build, no download, no ledger).
+#[test]
+fn scripts_answer_help_and_refuse_unknown_arguments() {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    for name in [
+        "demo.sh",
+        "bench.sh",
+        "scale-proof.sh",
+        "e2e-real-model.sh",
+        "fuzz.sh",
+        "ci-verify.sh",
+    ] {
+        let run = |arg: &str| {
+            let out = Command::new("bash")
+                .arg(scripts.join(name))
+                .arg(arg)
+                .env_remove("PMM_BIN")
+                .current_dir(std::env::temp_dir())
+                .stdin(Stdio::null())
+                .output()
+                .expect("run bash");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let (code, stdout, _) = run("--help");
+        assert_eq!(code, Some(0), "{name} --help");
+        assert!(stdout.contains("Usage"), "{name} --help: {stdout}");
+        let (code, _, stderr) = run("--no-such-option");
+        assert_eq!(code, Some(2), "{name} --no-such-option: {stderr}");
+        assert!(stderr.contains("--no-such-option"), "{name}: {stderr}");
+    }
+}
