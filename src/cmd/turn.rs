@@ -17,7 +17,7 @@ EXAMPLES:
   An OpenAI-compatible server (llama.cpp, vLLM, LM Studio):
     OPENAI_BASE_URL=http://127.0.0.1:8080/v1 pmm-turn --adapter openai --model local 'hello'
   The same, with a small model kept from running on (at most 256 tokens a reply):
-    pmm-turn --adapter openai --model local --max-tokens 256 'hello'
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 pmm-turn --adapter openai --model local --max-tokens 256 'hi'
   A conversation from a file, one turn per line, replies scripted (offline, reproducible):
     pmm-turn --adapter scripted --script replies.jsonl --plain < questions.txt
   Follow what the turns commit to:
