@@ -23,6 +23,7 @@ pub mod llm;
 pub mod marker;
 pub mod metrics;
 pub mod projection;
+pub mod recall;
 pub mod store;
 pub mod turn;
 

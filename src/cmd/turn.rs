@@ -106,6 +106,12 @@ pub struct Args {
     /// get it as max_tokens); recorded in the reply's meta. Unset: the server's own limit
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     max_tokens: Option<u32>,
+
+    /// Characters of text recalled from the whole ledger for this turn (the hybrid strategy;
+    /// default: the retrieval config's budget, 8000). The newest messages come on top of it,
+    /// as chat history
+    #[arg(long, value_name = "CHARS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    budget: Option<u64>,
     /// Seconds to wait for each model call
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     timeout: f64,
@@ -180,6 +186,7 @@ impl Args {
             top_p: self.top_p,
             seed: self.seed,
             max_tokens: self.max_tokens,
+            budget: self.budget.map(|b| b as usize),
             clock: self.clock.clock(),
         }
     }

@@ -4,9 +4,9 @@
 //! live self-model — dead in the reference, §17 item 25 — and open commitments), then the
 //! Evidence. The rules text is ours: it states the ledger's rules and the marker protocol.
 
+pub use crate::recall::concepts::mentioned_concepts;
 use super::select::Selection;
 use crate::projection::state::Projections;
-use std::collections::BTreeSet;
 
 /// Evidence lines are cut to this many characters (the reference's 300).
 pub const EVIDENCE_CHARS: usize = 300;
@@ -14,11 +14,6 @@ pub const EVIDENCE_CHARS: usize = 300;
 pub const MAX_CONCEPTS: usize = 12;
 /// At most this many open commitments are listed as threads.
 pub const MAX_THREADS: usize = 8;
-/// Segments too generic to match a concept on their own (FORMATS.md §9.6).
-const GENERIC_SEGMENTS: [&str; 7] = ["meta", "root", "core", "base", "type", "kind", "value"];
-/// Words that stand for the user's identity concept.
-const CREATOR_WORDS: [&str; 5] = ["creator", "author", "builder", "maker", "founder"];
-
 /// `text` cut to `n` characters, the last three replaced by `...` when it was longer.
 pub fn truncate_chars(text: &str, n: usize) -> String {
     if text.chars().count() <= n {
@@ -27,44 +22,6 @@ pub fn truncate_chars(text: &str, n: usize) -> String {
     let mut s: String = text.chars().take(n.saturating_sub(3)).collect();
     s.push_str("...");
     s
-}
-
-/// The defined concept tokens the user's text mentions (FORMATS.md §9.6): a token matches if
-/// it occurs in the lowercased text, or if its last dot-segment (unless generic) is one of the
-/// text's words or all of that segment's alphanumeric parts are; creator words bring in
-/// `user.identity`. Sorted.
-pub fn mentioned_concepts(defined: &[String], text: &str) -> Vec<String> {
-    let lower = text.to_lowercase();
-    let words: BTreeSet<String> = lower
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_string)
-        .collect();
-    let mut out = BTreeSet::new();
-    for tok in defined {
-        let t = tok.to_lowercase();
-        if t.is_empty() {
-            continue;
-        }
-        let last = t.rsplit('.').next().unwrap_or("");
-        let parts: Vec<&str> = last
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|p| !p.is_empty())
-            .collect();
-        let by_segment = !last.is_empty()
-            && !GENERIC_SEGMENTS.contains(&last)
-            && (words.contains(last)
-                || (!parts.is_empty() && parts.iter().all(|p| words.contains(*p))));
-        if lower.contains(&t) || by_segment {
-            out.insert(tok.clone());
-        }
-    }
-    if CREATOR_WORDS.iter().any(|w| words.contains(*w))
-        && defined.iter().any(|t| t == "user.identity")
-    {
-        out.insert("user.identity".into());
-    }
-    out.into_iter().collect()
 }
 
 /// The context block for a turn: sections joined by a blank line, empty ones left out.
@@ -159,18 +116,52 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
     }
 
     if !sel.events.is_empty() {
-        let mut s = String::from("## Evidence");
-        for e in &sel.events {
-            s.push_str(&format!(
-                "\n[{}] {}: {}",
-                e.id,
-                e.kind,
-                truncate_chars(&e.content, EVIDENCE_CHARS)
-            ));
-        }
-        sections.push(s);
+        sections.push(if sel.via.is_empty() {
+            evidence(sel)
+        } else {
+            recalled_evidence(sel)
+        });
     }
     sections.join("\n\n")
+}
+
+/// The reference's Evidence section: `[id] kind: text`, text cut at 300 characters.
+fn evidence(sel: &Selection) -> String {
+    let mut s = String::from("## Evidence");
+    for e in &sel.events {
+        s.push_str(&format!(
+            "\n[{}] {}: {}",
+            e.id,
+            e.kind,
+            truncate_chars(&e.content, EVIDENCE_CHARS)
+        ));
+    }
+    s
+}
+
+/// The Evidence section of whole-ledger recall: in conversation time, under a heading per
+/// day, each event as `[id] HH:MM:SS kind: text`, the text verbatim up to
+/// [`crate::recall::EVIDENCE_CHARS`], so that dates answer "when" questions.
+fn recalled_evidence(sel: &Selection) -> String {
+    let mut s = String::from(
+        "## Evidence\nRecalled from the whole ledger for this message, oldest first: [event id] time, kind: text.",
+    );
+    let mut day = "";
+    for e in &sel.events {
+        let (d, t) = e.ts.split_once('T').unwrap_or((e.ts.as_str(), ""));
+        if d != day {
+            s.push_str(&format!("\n### {d}"));
+            day = d;
+        }
+        let time = t.get(..8).unwrap_or(t);
+        s.push_str(&format!(
+            "\n[{}] {time} {}: {}",
+            e.id,
+            e.kind,
+            truncate_chars(&e.content, crate::recall::EVIDENCE_CHARS)
+        ));
+    }
+    s
 }
 
 /// The rules: what the ledger is and how to write to it. Our own words.

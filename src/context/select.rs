@@ -8,6 +8,9 @@
 
 use super::embed::{self, Hash64};
 use crate::event::Event;
+use crate::projection::state::Projections;
+use crate::recall::{self, Query};
+use std::collections::BTreeSet;
 use crate::store::{Filter, Reads};
 use crate::Result;
 use serde_json::Value;
@@ -22,8 +25,11 @@ pub const MESSAGE_KINDS: [&str; 2] = ["user_message", "assistant_message"];
 /// The retrieval config in force (the newest `config` of type `retrieval`, FORMATS.md §9.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetrievalConfig {
-    /// `vector` or `fixed`.
+    /// `hybrid` (whole-ledger recall, [`crate::recall`]), `vector` or `fixed` (the
+    /// reference's, bounded to recent windows).
     pub strategy: String,
+    /// Characters of recalled text under `hybrid`.
+    pub budget: usize,
     /// How many messages to select.
     pub limit: usize,
     /// Embedding model label (`hash64`).
@@ -36,6 +42,7 @@ impl Default for RetrievalConfig {
     fn default() -> Self {
         RetrievalConfig {
             strategy: "vector".into(),
+            budget: crate::recall::DEFAULT_BUDGET,
             limit: 7,
             model: embed::MODEL.into(),
             dims: embed::DEFAULT_DIMS as i64,
@@ -44,8 +51,9 @@ impl Default for RetrievalConfig {
 }
 
 impl RetrievalConfig {
-    /// The reference's default config content, written on a ledger's first turn.
-    pub const DEFAULT_CONTENT: &'static str = r#"{"dims":64,"limit":7,"model":"hash64","quant":"none","strategy":"vector","type":"retrieval"}"#;
+    /// The default config content, written on a ledger's first turn: the reference's keys and
+    /// values, but the `hybrid` strategy (whole-ledger recall) and its `budget`.
+    pub const DEFAULT_CONTENT: &'static str = r#"{"budget":8000,"dims":64,"limit":7,"model":"hash64","quant":"none","strategy":"hybrid","type":"retrieval"}"#;
 
     /// Reads a `retrieval` config's content; missing or odd fields keep their defaults, as in
     /// the reference (a missing `limit` means 20; a non-positive one keeps the default).
@@ -55,7 +63,7 @@ impl RetrievalConfig {
             return c;
         };
         if let Some(s) = m.get("strategy").and_then(Value::as_str) {
-            if s == "fixed" || s == "vector" {
+            if s == "fixed" || s == "vector" || s == "hybrid" {
                 c.strategy = s.into();
             }
         }
@@ -69,6 +77,9 @@ impl RetrievalConfig {
         }
         if let Some(n) = m.get("dims").and_then(Value::as_i64) {
             c.dims = n;
+        }
+        if let Some(n) = m.get("budget").and_then(Value::as_u64) {
+            c.budget = (n as usize).clamp(1, crate::recall::MAX_BUDGET);
         }
         c
     }
@@ -89,6 +100,9 @@ pub struct Selection {
     pub scores: Vec<f64>,
     /// The selected events, ascending by id (the Evidence section's order).
     pub events: Vec<Event>,
+    /// Per selected id (same order as `selected`), why it was recalled; empty for the
+    /// reference's strategies.
+    pub via: Vec<Vec<String>>,
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -148,5 +162,60 @@ pub fn select<R: Reads>(
         selected,
         scores,
         events,
+        via: Vec::new(),
+    })
+}
+
+/// The newest messages before `user_id`, oldest first: at most `n`, and no more than
+/// `max_chars` of text in all (the oldest are dropped first). A turn sends them as chat
+/// messages whatever the strategy, so the model always sees what was just said.
+pub fn history<R: Reads>(r: &R, user_id: i64, n: usize, max_chars: usize) -> Result<Vec<Event>> {
+    let recent = r.tail(
+        &Filter {
+            until: Some(user_id - 1),
+            kinds: MESSAGE_KINDS.iter().map(|k| k.to_string()).collect(),
+            ..Filter::default()
+        },
+        n,
+    )?;
+    let mut used = 0;
+    let mut kept: Vec<Event> = Vec::new();
+    for e in recent.into_iter().rev() {
+        used += e.content.chars().count();
+        if used > max_chars {
+            break;
+        }
+        kept.push(e);
+    }
+    kept.reverse();
+    Ok(kept)
+}
+
+/// The `hybrid` strategy: whole-ledger recall ([`crate::recall`]) within `budget` characters,
+/// leaving out `exclude` (the history the turn sends anyway).
+pub fn select_hybrid<R: Reads>(
+    r: &R,
+    p: &Projections,
+    query: &str,
+    user_id: i64,
+    budget: usize,
+    exclude: BTreeSet<i64>,
+) -> Result<Selection> {
+    let q = Query {
+        budget,
+        exclude,
+        ..Query::new(query, user_id)
+    };
+    let recalled = recall::recall(r, p, &q)?;
+    let selected = recalled.iter().map(|x| x.event.id).collect();
+    let scores = recalled.iter().map(|x| x.score).collect();
+    let via = recalled.iter().map(|x| x.via.clone()).collect();
+    let mut events: Vec<Event> = recalled.into_iter().map(|x| x.event).collect();
+    events.sort_by_key(|e| e.id);
+    Ok(Selection {
+        selected,
+        scores,
+        events,
+        via,
     })
 }

@@ -39,6 +39,10 @@ pub struct Request {
     pub system: String,
     /// The user's message, verbatim.
     pub user: String,
+    /// The newest exchanges of the conversation before this message, oldest first, as
+    /// `(role, content)` with role `user` or `assistant`: sent as chat messages between the
+    /// system prompt and the user's message, so the model always sees what was just said.
+    pub history: Vec<(String, String)>,
     /// Sampling temperature; pmm asks for 0 so that replies are as repeatable as the model allows.
     pub temperature: f64,
     /// Nucleus sampling; 1 disables it.
@@ -59,6 +63,7 @@ impl Default for Request {
         Request {
             system: String::new(),
             user: String::new(),
+            history: Vec::new(),
             temperature: 0.0,
             top_p: 1.0,
             seed: None,
@@ -69,12 +74,15 @@ impl Default for Request {
 }
 
 impl Request {
-    /// The chat messages every provider is sent: the system prompt, then the user's message.
-    fn messages(&self) -> serde_json::Value {
-        serde_json::json!([
-            {"role": "system", "content": self.system},
-            {"role": "user", "content": self.user},
-        ])
+    /// The chat messages every provider is sent: the system prompt, the recent history, then
+    /// the user's message.
+    pub fn messages(&self) -> serde_json::Value {
+        let mut m = vec![serde_json::json!({"role": "system", "content": self.system})];
+        for (role, content) in &self.history {
+            m.push(serde_json::json!({"role": role, "content": content}));
+        }
+        m.push(serde_json::json!({"role": "user", "content": self.user}));
+        serde_json::Value::Array(m)
     }
 }
 

@@ -66,6 +66,7 @@ impl Adapter for Ollama {
         if let Some(n) = req.max_tokens {
             options["num_predict"] = n.into();
         }
+        options["num_ctx"] = num_ctx(req).into();
         let body = json!({
             "model": self.model,
             "messages": req.messages(),
@@ -121,5 +122,40 @@ mod tests {
         let a = Ollama::new(&cfg).unwrap();
         assert_eq!(a.url, "http://localhost:1234/api/chat");
         assert_eq!(a.model(), "llama3.2");
+    }
+}
+
+/// Ollama's context window for a request (`options.num_ctx`): Ollama cuts a longer prompt
+/// silently, keeping its end. Room for the whole prompt (at a conservative 3 characters a
+/// token) and the reply (`max_tokens`, else 1,024), rounded up to a multiple of 4,096 so
+/// that turns of similar size ask for the same window (a new size reloads the model), and
+/// never below 4,096 or above 131,072.
+pub(crate) fn num_ctx(req: &Request) -> u64 {
+    let chars: usize = req.system.chars().count()
+        + req.user.chars().count()
+        + req.history.iter().map(|(_, c)| c.chars().count() + 16).sum::<usize>();
+    let tokens = chars as u64 / 3 + 64 + u64::from(req.max_tokens.unwrap_or(1024));
+    tokens.div_ceil(4096).clamp(1, 32) * 4096
+}
+
+#[cfg(test)]
+mod ctx_tests {
+    use super::*;
+
+    #[test]
+    fn the_window_covers_the_prompt_and_the_reply() {
+        let small = Request::default();
+        assert_eq!(num_ctx(&small), 4096);
+        let big = Request {
+            system: "x".repeat(30_000),
+            max_tokens: Some(512),
+            ..Request::default()
+        };
+        assert_eq!(num_ctx(&big), 12_288);
+        let huge = Request {
+            system: "x".repeat(10_000_000),
+            ..Request::default()
+        };
+        assert_eq!(num_ctx(&huge), 131_072);
     }
 }

@@ -7,7 +7,10 @@
 //! append-only list of migrations keyed on `PRAGMA user_version`.
 
 mod checkpoint;
+mod fts;
 mod policy;
+
+pub use fts::{RECALLED_KINDS, TOKENIZER};
 
 pub use checkpoint::{
     project, save_projection_checkpoint, Projected, CHECKPOINT, CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
@@ -57,6 +60,8 @@ const MIGRATIONS: &[&str] = &[
         state BLOB NOT NULL,
         PRIMARY KEY (name, event_id)
     );",
+    // 2: the full-text index (store/fts.rs), filled by the next write's catch-up.
+    fts::MIGRATION,
 ];
 
 const COLUMNS: &str = "id, ts, kind, content, meta, prev_hash, hash";
@@ -365,13 +370,75 @@ impl Ledger {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| map_err(e, &path, busy_ms))?;
         let head = head(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+        let indexed = fts::has_index(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
         Ok(Batch {
             tx,
             head,
+            indexed,
             path,
             busy_ms,
             scratch: Vec::with_capacity(1024),
         })
+    }
+
+    /// How many events the full-text index is behind the head (`None`: no index).
+    pub fn index_lag(&self) -> Result<Option<u64>> {
+        let through = fts::through(&self.conn).map_err(|e| self.err(e))?;
+        let head = self.max_id()?;
+        Ok(through.map(|t| head.saturating_sub(t).max(0) as u64))
+    }
+
+    /// Brings the full-text index up to the head in one write transaction, `step` events at
+    /// a time, calling `progress(done, total)` (for the bar a writer shows the first time it
+    /// opens an older ledger). Writes do this on their own at every commit; this only lets
+    /// the long first build be seen.
+    pub fn catch_up_index(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        let batch = self.begin()?;
+        let head = batch.head.as_ref().map_or(0, |h| h.id);
+        fts::catch_up(&batch.tx, head, 20_000, progress).map_err(|e| batch.err(e))?;
+        batch.commit()
+    }
+
+    /// Rebuilds the full-text index from the ledger (`pmm-recall --reindex`): how many
+    /// events it now holds.
+    pub fn reindex(&mut self) -> Result<u64> {
+        let batch = self.begin()?;
+        let head = batch.head.as_ref().map_or(0, |h| h.id);
+        fts::rebuild(&batch.tx, head).map_err(|e| batch.err(e))?;
+        batch.commit()?;
+        self.recallable_count()
+    }
+
+    /// How many events of the recalled kinds the ledger holds.
+    pub fn recallable_count(&self) -> Result<u64> {
+        self.conn
+            .query_row("SELECT COUNT(*) FROM pmm_recallable", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Checks the full-text index against the ledger (`pmm-recall --check`): the findings,
+    /// empty when the index matches (it covers exactly up to the head, and FTS5's own
+    /// integrity check finds every event's tokens in it and nothing else).
+    pub fn check_index(&self) -> Result<Vec<String>> {
+        let Some(through) = fts::through(&self.conn).map_err(|e| self.err(e))? else {
+            return Ok(vec![
+                "the ledger has no full-text index (any writer builds it)".into()
+            ]);
+        };
+        let head = self.max_id()?;
+        let mut findings = Vec::new();
+        if through != head {
+            findings.push(format!(
+                "the index covers events up to {through}, the ledger's head is {head}"
+            ));
+        }
+        if let Some(why) = fts::integrity(&self.conn).map_err(|e| self.err(e))? {
+            findings.push(format!("the index does not match the ledger's text: {why}"));
+        }
+        Ok(findings)
     }
 
     /// Records a policy refusal found inside a batch that was rolled back: appends the
@@ -533,6 +600,68 @@ pub trait Reads {
         Ok(events)
     }
 
+    /// Up to `n` events of `kinds` next to event `id` (before it, newest first, or after it,
+    /// oldest first), looking at most `window` ids away: a hit's neighbouring messages.
+    fn adjacent(
+        &self,
+        id: i64,
+        kinds: &[&str],
+        n: usize,
+        forward: bool,
+        window: i64,
+    ) -> Result<Vec<Event>> {
+        let marks: Vec<String> = (0..kinds.len()).map(|i| format!("?{}", i + 4)).collect();
+        // `+kind`: walk the id range, never the kind index (a kind has half the ledger).
+        let (range, order) = if forward {
+            ("id > ?1 AND id <= ?1 + ?2", "ASC")
+        } else {
+            ("id < ?1 AND id >= ?1 - ?2", "DESC")
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM events WHERE {range} AND +kind IN ({}) ORDER BY id {order} LIMIT ?3",
+            marks.join(",")
+        );
+        let mut stmt = self.conn().prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let mut args: Vec<rusqlite::types::Value> =
+            vec![id.into(), window.into(), (n as i64).into()];
+        args.extend(kinds.iter().map(|k| k.to_string().into()));
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(args), row_to_event)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Opens the full-text index for searching. A ledger whose index is current is searched
+    /// as it is; one without an index, or whose index lags behind events another program
+    /// appended, gets the missing events indexed in a temporary table of this connection
+    /// (never in the file) when they are at most `max_unindexed`, and otherwise an error
+    /// saying how to build the index.
+    fn text_index(&self, max_unindexed: u64) -> Result<TextIndex<'_>> {
+        let conn = self.conn();
+        let through = fts::through(conn).map_err(|e| self.err(e))?;
+        let head = self.max_id()?;
+        let after = through.unwrap_or(0);
+        let lag = head.saturating_sub(after).max(0) as u64;
+        if lag > max_unindexed {
+            return Err(Error::bad_input(
+                None,
+                format!(
+                    "the full-text index is {lag} events behind the ledger (readers index at most {max_unindexed} on the fly): run `pmm-recall --reindex`, or any writer, on it first"
+                ),
+            ));
+        }
+        let temp = lag > 0;
+        if temp {
+            fts::temp_index(conn, after).map_err(|e| self.err(e))?;
+        }
+        Ok(TextIndex {
+            conn,
+            main: through.is_some(),
+            temp,
+        })
+    }
+
     /// The newest usable projection checkpoint named `name` at or before event `max_id`,
     /// handed to `read` as its event id and state bytes (borrowed from SQLite, so a large
     /// state is not copied on the way); `read` returning `None` counts as no checkpoint. A
@@ -597,6 +726,29 @@ impl Reads for Batch<'_> {
     }
     fn err(&self, e: rusqlite::Error) -> Error {
         map_err(e, &self.path, self.busy_ms)
+    }
+}
+
+/// The full-text index of one connection, ready for term look-ups ([`Reads::text_index`]).
+pub struct TextIndex<'a> {
+    conn: &'a Connection,
+    main: bool,
+    temp: bool,
+}
+
+impl TextIndex<'_> {
+    /// One term's scored postings before event `before` (BM25, higher is better), at most the
+    /// newest `limit` per table. `term` is one token; it is quoted, never read as FTS5 syntax.
+    pub fn term_hits(&self, term: &str, before: i64, limit: usize) -> Result<Vec<(i64, f64)>> {
+        let mut out = Vec::new();
+        for (on, table) in [(self.main, "main.pmm_fts"), (self.temp, "temp.pmm_fts_tmp")] {
+            if on {
+                out.extend(
+                    fts::term_hits(self.conn, table, term, before, limit).map_err(Error::Db)?,
+                );
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -681,6 +833,8 @@ impl From<Error> for Refusal {
 pub struct Batch<'a> {
     tx: rusqlite::Transaction<'a>,
     head: Option<Head>,
+    /// Whether the ledger has a full-text index to keep up to date.
+    indexed: bool,
     path: PathBuf,
     busy_ms: u64,
     scratch: Vec<u8>,
@@ -788,9 +942,15 @@ impl Batch<'_> {
         Ok(())
     }
 
-    /// Makes everything appended in this transaction durable at once.
+    /// Makes everything appended in this transaction durable at once, with the full-text
+    /// index brought up to the new head in the same transaction.
     pub fn commit(self) -> Result<()> {
         let (path, busy) = (self.path.clone(), self.busy_ms);
+        if self.indexed {
+            let head = self.head.as_ref().map_or(0, |h| h.id);
+            fts::catch_up(&self.tx, head, i64::MAX, &mut |_, _| {})
+                .map_err(|e| map_err(e, &path, busy))?;
+        }
         self.tx.commit().map_err(|e| map_err(e, &path, busy))
     }
 }

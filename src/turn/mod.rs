@@ -46,6 +46,9 @@ pub struct Options {
     pub seed: Option<u64>,
     /// The most tokens a reply may have; `None` leaves it to the server.
     pub max_tokens: Option<u32>,
+    /// Characters of recalled text (the `hybrid` strategy); `None` takes the retrieval
+    /// config's `budget`.
+    pub budget: Option<usize>,
     /// Where timestamps come from.
     pub clock: Clock,
 }
@@ -57,6 +60,7 @@ impl Default for Options {
             top_p: 1.0,
             seed: None,
             max_tokens: None,
+            budget: None,
             clock: Clock::System,
         }
     }
@@ -324,29 +328,13 @@ fn run_inner(
         user
     };
 
-    // 2. Retrieval and context.
+    // 2. Recall, the context block and the request.
     let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-    let sel: Selection = select::select(&*ledger, &cfg, message, user.id)?;
-    let context = render::context_block(&p, p.mirror.last_event_id, &sel, message);
-    let system = render::system_prompt(&context);
-    let request = Request {
-        system,
-        user: message.to_string(),
-        temperature: opts.temperature,
-        top_p: opts.top_p,
-        seed: opts.seed,
-        max_tokens: opts.max_tokens,
-        turn: p.graph.count_of("user_message") as u64,
-    };
-    let prompt_sha256 = {
-        use sha2::Digest as _;
-        let mut h = sha2::Sha256::new();
-        h.update(
-            canon::to_string(&json!({"system": request.system, "user": request.user}))
-                .unwrap_or_default(),
-        );
-        format!("{:x}", h.finalize())
-    };
+    let Prompt {
+        request,
+        sel,
+        prompt_sha256,
+    } = build_prompt(&*ledger, &p, &cfg, message, user.id, opts)?;
 
     // 3. The model.
     let reply = match adapter.generate(&request) {
@@ -524,7 +512,7 @@ fn run_inner(
 
     // Retrieval record and metrics.
     let scores: Vec<f64> = sel.scores.iter().map(|s| round6(*s)).collect();
-    let content = json!({
+    let mut content = json!({
         "dims": cfg.dims,
         "model": cfg.model,
         "scores": scores,
@@ -532,6 +520,11 @@ fn run_inner(
         "strategy": cfg.strategy,
         "turn_id": assistant.id,
     });
+    if !sel.via.is_empty() || cfg.strategy == "hybrid" {
+        content["via"] = json!(sel.via);
+        content["budget"] = json!(opts.budget.unwrap_or(cfg.budget));
+        content["history"] = json!(request.history.len());
+    }
     let digest = selection_digest(cfg.dims, &cfg.model, message, &sel.scores, &sel.selected);
     put(
         &mut batch,
@@ -664,6 +657,71 @@ fn run_inner(
         valid_claims,
         failed_claims: failed,
         rows_read: store::rows_read() - rows_at_start,
+    })
+}
+
+/// What a turn shows the model, and the record of why.
+struct Prompt {
+    request: Request,
+    sel: Selection,
+    prompt_sha256: String,
+}
+
+/// How many of the newest messages every prompt carries as chat history (3 exchanges).
+pub const HISTORY_MESSAGES: usize = 6;
+/// The most characters of history a prompt carries.
+pub const HISTORY_CHARS: usize = 6_000;
+
+/// Stage 2: the recent history, what retrieval chose, the context block, the request and
+/// its digest (`prompt_sha256`: the canonical JSON of the system prompt and the user's
+/// message, and of the history when there is one).
+fn build_prompt<R: Reads>(
+    r: &R,
+    p: &Projections,
+    cfg: &RetrievalConfig,
+    message: &str,
+    user_id: i64,
+    opts: &Options,
+) -> crate::Result<Prompt> {
+    let history = select::history(r, user_id, HISTORY_MESSAGES, HISTORY_CHARS)?;
+    let sel: Selection = if cfg.strategy == "hybrid" {
+        let exclude = history.iter().map(|e| e.id).collect();
+        let budget = opts.budget.unwrap_or(cfg.budget);
+        select::select_hybrid(r, p, message, user_id, budget, exclude)?
+    } else {
+        select::select(r, cfg, message, user_id)?
+    };
+    let context = render::context_block(p, p.mirror.last_event_id, &sel, message);
+    let request = Request {
+        system: render::system_prompt(&context),
+        user: message.to_string(),
+        history: history
+            .iter()
+            .map(|e| {
+                let role = if e.kind == "user_message" { "user" } else { "assistant" };
+                (role.to_string(), e.content.clone())
+            })
+            .collect(),
+        temperature: opts.temperature,
+        top_p: opts.top_p,
+        seed: opts.seed,
+        max_tokens: opts.max_tokens,
+        turn: p.graph.count_of("user_message") as u64,
+    };
+    let mut hashed = json!({"system": request.system, "user": request.user});
+    if !request.history.is_empty() {
+        hashed["history"] = json!(request.history);
+    }
+    let prompt_sha256 = {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update(canon::to_string(&hashed).unwrap_or_default());
+        format!("{:x}", h.finalize())
+    };
+    Ok(Prompt {
+        request,
+        sel,
+        prompt_sha256,
     })
 }
 

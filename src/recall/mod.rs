@@ -1,0 +1,205 @@
+//! Whole-ledger recall: given a person's text, the past events worth showing, each with its
+//! score and the reasons it was picked (SPEC §4 pmm-recall).
+//!
+//! Sources, each a ranked list, fused by reciprocal-rank fusion (ties broken by event id, so
+//! the same ledger always gives the same answer):
+//!
+//! 1. **Full text** ([`text`]): BM25 over the full-text index, term by term (the text turned
+//!    into plain terms by [`terms`], never passed to FTS5 as syntax), each hit lifted by the
+//!    best hit of its conversation session, and each hit lending part of its score to the two
+//!    messages before and after it in the same session (a question's answer is often the
+//!    reply to the message that matched).
+//! 2. **Concepts and threads** ([`concepts`]): the defined concepts the text mentions (the
+//!    reference's CTL injector rule), the events bound to them, and the commitment threads
+//!    bound to them as story windows (the reply that opened the commitment, its open and its
+//!    close).
+//!
+//! The newest messages of the conversation are not a source here: the turn always sends them
+//! as chat messages ([`crate::turn`]) and excludes them through [`Query::exclude`]. A budget
+//! of characters bounds what is returned.
+
+pub mod concepts;
+pub mod terms;
+pub mod text;
+
+use crate::event::Event;
+use crate::projection::state::Projections;
+use crate::store::Reads;
+use crate::Result;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Characters of recalled text a turn shows by default (about 2,000 tokens, which leaves
+/// room in a small local model's context).
+pub const DEFAULT_BUDGET: usize = 8_000;
+/// The largest budget accepted.
+pub const MAX_BUDGET: usize = 1_000_000;
+/// A recalled event's text is shown whole up to this many characters and cut past it.
+/// LoCoMo's longest message has 447; at the reference's 300, 2.4 % of messages are cut, and
+/// they hold the evidence for 12 % of the questions.
+pub const EVIDENCE_CHARS: usize = 600;
+/// Reciprocal-rank fusion's constant (the usual 60).
+pub const RRF_K: f64 = 60.0;
+/// A reader indexes at most this many unindexed events on the fly.
+pub const MAX_UNINDEXED: u64 = 100_000;
+
+/// What to recall.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// The person's text.
+    pub text: String,
+    /// Only events with a smaller id (the turn's own message is not evidence for itself).
+    pub before: i64,
+    /// Characters of event text to return at most.
+    pub budget: usize,
+    /// At most this many events.
+    pub k: Option<usize>,
+    /// Only these kinds (all recalled kinds when empty).
+    pub kinds: Vec<String>,
+    /// Only events at or after this timestamp (RFC 3339, compared as the ledger stores it).
+    pub since: Option<String>,
+    /// Only events at or before this timestamp.
+    pub until: Option<String>,
+    /// Events not to return (shown elsewhere in the prompt).
+    pub exclude: BTreeSet<i64>,
+}
+
+impl Query {
+    /// A query for `text` over the events before `before`, with the default budget.
+    pub fn new(text: &str, before: i64) -> Query {
+        Query {
+            text: text.to_string(),
+            before,
+            budget: DEFAULT_BUDGET,
+            k: None,
+            kinds: Vec::new(),
+            since: None,
+            until: None,
+            exclude: BTreeSet::new(),
+        }
+    }
+
+    fn admits(&self, e: &Event) -> bool {
+        e.id < self.before
+            && !self.exclude.contains(&e.id)
+            && (self.kinds.is_empty() || self.kinds.contains(&e.kind))
+            && self.since.as_deref().is_none_or(|s| e.ts.as_str() >= s)
+            && self.until.as_deref().is_none_or(|u| e.ts.as_str() <= u)
+    }
+}
+
+/// One recalled event.
+#[derive(Debug, Clone)]
+pub struct Recalled {
+    /// The event.
+    pub event: Event,
+    /// Its fused score (higher is better).
+    pub score: f64,
+    /// Why it was picked: `fts`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`.
+    pub via: Vec<String>,
+}
+
+/// One source's ranking: event ids best first, each with its reasons.
+#[derive(Debug, Clone, Default)]
+pub struct Ranked {
+    /// `(id, reasons)`, best first.
+    pub items: Vec<(i64, Vec<String>)>,
+}
+
+/// Events read while ranking, so that filling the budget reads nothing twice.
+pub type Cache = BTreeMap<i64, Event>;
+
+/// Recalls events for `q`: the sources, fused, filled into the budget, best first.
+pub fn recall<R: Reads>(r: &R, p: &Projections, q: &Query) -> Result<Vec<Recalled>> {
+    let mut cache = Cache::new();
+    let lists = [
+        text::rank(r, q, &mut cache)?,
+        concepts::rank(r, p, q, &mut cache)?,
+    ];
+    let fused = fuse(&lists);
+    fill(r, q, fused, &mut cache)
+}
+
+/// Reciprocal-rank fusion: each list adds `1 / (RRF_K + rank)` to its items; reasons are
+/// merged in list order. Best first, ties by id.
+pub fn fuse(lists: &[Ranked]) -> Vec<(i64, f64, Vec<String>)> {
+    let mut acc: BTreeMap<i64, (f64, Vec<String>)> = BTreeMap::new();
+    for list in lists {
+        for (rank, (id, via)) in list.items.iter().enumerate() {
+            let e = acc.entry(*id).or_insert((0.0, Vec::new()));
+            e.0 += 1.0 / (RRF_K + rank as f64 + 1.0);
+            for v in via {
+                if !e.1.contains(v) {
+                    e.1.push(v.clone());
+                }
+            }
+        }
+    }
+    let mut out: Vec<(i64, f64, Vec<String>)> =
+        acc.into_iter().map(|(id, (s, v))| (id, s, v)).collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out
+}
+
+/// Takes events in fused order while their shown text fits the budget (an event that does
+/// not fit is skipped and smaller ones after it may still fit), up to `k`.
+fn fill<R: Reads>(
+    r: &R,
+    q: &Query,
+    fused: Vec<(i64, f64, Vec<String>)>,
+    cache: &mut Cache,
+) -> Result<Vec<Recalled>> {
+    let mut out = Vec::new();
+    let mut used = 0usize;
+    for (id, score, via) in fused {
+        if q.k.is_some_and(|k| out.len() >= k) || used >= q.budget {
+            break;
+        }
+        let event = match cache.remove(&id) {
+            Some(e) => e,
+            None => match r.get(id)? {
+                Some(e) => e,
+                None => continue,
+            },
+        };
+        if !q.admits(&event) {
+            continue;
+        }
+        let len = shown_len(&event.content);
+        if used + len > q.budget {
+            continue;
+        }
+        used += len;
+        out.push(Recalled { event, score, via });
+    }
+    Ok(out)
+}
+
+/// How many characters of `content` the prompt shows.
+pub fn shown_len(content: &str) -> usize {
+    content.chars().count().min(EVIDENCE_CHARS)
+}
+
+/// Seconds since the epoch of a ledger timestamp (RFC 3339), if it parses.
+pub(crate) fn epoch(ts: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(ts)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fusion_adds_reciprocal_ranks_and_breaks_ties_by_id() {
+        let a = Ranked {
+            items: vec![(5, vec!["fts".into()]), (3, vec!["fts".into()])],
+        };
+        let b = Ranked {
+            items: vec![(3, vec!["concept:x".into()]), (5, vec!["concept:x".into()])],
+        };
+        let f = fuse(&[a, b]);
+        assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [3, 5]);
+        assert_eq!(f[0].2, ["fts", "concept:x"]);
+    }
+}

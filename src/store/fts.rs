@@ -1,0 +1,200 @@
+//! The full-text index: SQLite FTS5 over the events a person would want recalled (SPEC §4
+//! pmm-recall). Derived data, never part of the chain, exports or verification.
+//!
+//! - `pmm_fts` is an FTS5 table whose *external content* is the view `pmm_recallable` (the
+//!   recallable events' id and content): the index holds only tokens, the text stays once in
+//!   `events`, and FTS5's own `integrity-check` can compare the index with the ledger.
+//! - `pmm_fts_state.through` is the highest event id the index covers. Every write transaction
+//!   brings the index up to its head just before it commits ([`catch_up`]), so a crash can
+//!   never leave the index ahead of or behind the ledger; a ledger that another program (the
+//!   Python reference) appended to is caught up by the next writer.
+//! - Tokenizer `porter unicode61 remove_diacritics 2`: `unicode61` splits on Unicode
+//!   letters and digits and folds case for every script, `remove_diacritics 2` makes "café"
+//!   match "cafe", and the Porter stemmer makes "painting", "painted" and "paints" one term,
+//!   which is how people ask about what they said in other inflections.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// The kinds the index holds: what a person would want recalled.
+pub const RECALLED_KINDS: [&str; 8] = [
+    "user_message",
+    "assistant_message",
+    "reflection",
+    "summary_update",
+    "lifetime_memory",
+    "claim",
+    "commitment_open",
+    "commitment_close",
+];
+
+/// The tokenizer of every full-text table.
+pub const TOKENIZER: &str = "porter unicode61 remove_diacritics 2";
+
+fn kinds_sql() -> String {
+    RECALLED_KINDS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The migration that creates the index (empty; [`catch_up`] fills it). Its kind list is
+/// [`RECALLED_KINDS`] (a unit test keeps the two equal).
+pub(crate) const MIGRATION: &str = "
+CREATE VIEW IF NOT EXISTS pmm_recallable AS
+    SELECT id, content AS body FROM events WHERE kind IN ('user_message','assistant_message',
+    'reflection','summary_update','lifetime_memory','claim','commitment_open','commitment_close');
+CREATE VIRTUAL TABLE IF NOT EXISTS pmm_fts USING fts5(
+    body, content='pmm_recallable', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2');
+CREATE TABLE IF NOT EXISTS pmm_fts_state (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    through INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO pmm_fts_state (id, through) VALUES (0, 0);";
+
+/// Whether the ledger has an index at all (a reference ledger, or one only readers opened, has
+/// none).
+pub(crate) fn has_index(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'pmm_fts_state')",
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// The highest event id the index covers (`None` without an index).
+pub(crate) fn through(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    if !has_index(conn)? {
+        return Ok(None);
+    }
+    conn.query_row("SELECT through FROM pmm_fts_state WHERE id = 0", [], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map(|t| Some(t.unwrap_or(0)))
+}
+
+/// Indexes the recallable events with `from < id <= to` and records `to` as covered. The
+/// caller holds a write transaction.
+pub(crate) fn index_range(conn: &Connection, from: i64, to: i64) -> rusqlite::Result<()> {
+    if to > from {
+        conn.prepare_cached(&format!(
+            "INSERT INTO pmm_fts (rowid, body)
+             SELECT id, content FROM events WHERE id > ?1 AND id <= ?2 AND kind IN ({})",
+            kinds_sql()
+        ))?
+        .execute(params![from, to])?;
+    }
+    conn.prepare_cached("UPDATE pmm_fts_state SET through = ?1 WHERE id = 0")?
+        .execute([to])?;
+    Ok(())
+}
+
+/// Brings the index up to `head` inside the caller's write transaction, `step` events at a
+/// time, reporting `(done, total)` after each step.
+pub(crate) fn catch_up(
+    conn: &Connection,
+    head: i64,
+    step: i64,
+    progress: &mut dyn FnMut(u64, u64),
+) -> rusqlite::Result<()> {
+    let Some(from) = through(conn)? else {
+        return Ok(());
+    };
+    if from == head {
+        return Ok(());
+    }
+    if from > head {
+        // The index claims events the ledger does not have: rebuild it.
+        return rebuild(conn, head);
+    }
+    let total = (head - from) as u64;
+    let mut at = from;
+    while at < head {
+        let to = at.saturating_add(step.max(1)).min(head);
+        index_range(conn, at, to)?;
+        at = to;
+        progress((at - from) as u64, total);
+    }
+    Ok(())
+}
+
+/// Rebuilds the whole index from the ledger (`--reindex`).
+pub(crate) fn rebuild(conn: &Connection, head: i64) -> rusqlite::Result<()> {
+    conn.execute("INSERT INTO pmm_fts (pmm_fts) VALUES ('rebuild')", [])?;
+    conn.execute("UPDATE pmm_fts_state SET through = ?1 WHERE id = 0", [head])?;
+    Ok(())
+}
+
+/// FTS5's own check of the index against the ledger's text (`pmm-recall --check`): `Ok(None)`
+/// when they match, else what SQLite said.
+pub(crate) fn integrity(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    match conn.execute(
+        "INSERT INTO pmm_fts (pmm_fts, rank) VALUES ('integrity-check', 1)",
+        [],
+    ) {
+        Ok(_) => Ok(None),
+        Err(rusqlite::Error::SqliteFailure(f, msg))
+            if f.code == rusqlite::ErrorCode::DatabaseCorrupt =>
+        {
+            Ok(Some(msg.unwrap_or_else(|| "the index does not match".into())))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Builds a temporary index (in the connection's `temp` schema, never in the file) of the
+/// recallable events after `after`, for a reader whose ledger has no index or one that lags.
+pub(crate) fn temp_index(conn: &Connection, after: i64) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "DROP TABLE IF EXISTS temp.pmm_fts_tmp;
+         CREATE VIRTUAL TABLE temp.pmm_fts_tmp USING fts5(body, content='', tokenize='{TOKENIZER}');"
+    ))?;
+    conn.execute(
+        &format!(
+            "INSERT INTO temp.pmm_fts_tmp (rowid, body)
+             SELECT id, content FROM main.events WHERE id > ?1 AND kind IN ({})",
+            kinds_sql()
+        ),
+        [after],
+    )?;
+    Ok(())
+}
+
+/// One term's postings, scored: `(event id, bm25 score)` for events before `before`, the
+/// newest `limit` of them (bounded work for very common terms: a rare term has all its
+/// postings scored; a term in more than `limit` events, whose weight is low anyway, only its
+/// newest ones). Scores are positive, higher is better. `table` is `main.pmm_fts` or
+/// `temp.pmm_fts_tmp`.
+pub(crate) fn term_hits(
+    conn: &Connection,
+    table: &str,
+    term: &str,
+    before: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<(i64, f64)>> {
+    let name = table.rsplit('.').next().unwrap_or(table);
+    let sql = format!(
+        "SELECT rowid, bm25({name}) FROM {table} WHERE {name} MATCH ?1 AND rowid < ?2
+         ORDER BY rowid DESC LIMIT ?3"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let phrase = format!("\"{}\"", term.replace('"', "\"\""));
+    let rows = stmt.query_map(params![phrase, before, limit as i64], |r| {
+        Ok((r.get::<_, i64>(0)?, -r.get::<_, f64>(1)?))
+    })?;
+    rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migration_indexes_exactly_the_recalled_kinds() {
+        assert!(MIGRATION.contains(&format!("'{TOKENIZER}'")));
+        let flat: String = MIGRATION.split_whitespace().collect();
+        assert!(flat.contains(&format!("kindIN({})", kinds_sql())), "{flat}");
+    }
+}
