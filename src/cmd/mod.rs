@@ -6,6 +6,7 @@ pub mod export;
 pub mod front;
 pub mod graph;
 pub mod metrics;
+pub mod recall;
 pub mod replay;
 pub mod tick;
 pub mod turn;
@@ -19,6 +20,7 @@ pub fn commands() -> Vec<clap::Command> {
         export::Args::command(),
         graph::Args::command(),
         metrics::Args::command(),
+        recall::Args::command(),
         replay::Args::command(),
         tick::Args::command(),
         turn::Args::command(),

@@ -67,7 +67,7 @@ mod tests {
     fn fts_syntax_is_split_into_plain_words() {
         assert_eq!(
             query_terms("what did \"Caroline\" paint? NEAR(a b) -x col:val pai* OR"),
-            ["caroline", "paint", "near", "x", "col", "val", "pai"]
+            ["caroline", "paint", "near", "b", "x", "col", "val", "pai"]
         );
         assert!(query_terms("").is_empty());
         assert!(query_terms("what is the of and").is_empty());

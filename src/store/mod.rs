@@ -419,9 +419,33 @@ impl Ledger {
             .map_err(|e| self.err(e))
     }
 
-    /// Checks the full-text index against the ledger (`pmm-recall --check`): the findings,
-    /// empty when the index matches (it covers exactly up to the head, and FTS5's own
-    /// integrity check finds every event's tokens in it and nothing else).
+    /// Opens a ledger to check its full-text index: read-write (FTS5's integrity check is
+    /// issued as an `INSERT` command, though it writes nothing), without migrations or a
+    /// journal-mode change, so the file is left as it was.
+    pub fn open_for_check(path: &Path) -> Result<Ledger> {
+        let reader = Ledger::open_reader(path)?;
+        drop(reader);
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
+        let ledger = Ledger {
+            conn,
+            path: path.into(),
+            busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
+        };
+        ledger
+            .conn
+            .busy_timeout(std::time::Duration::from_millis(ledger.busy_ms))
+            .map_err(|e| ledger.err(e))?;
+        Ok(ledger)
+    }
+
+    /// Checks the full-text index against the ledger (`pmm-recall --check`, on a ledger from
+    /// [`Ledger::open_for_check`]): the findings, empty when the index matches (it covers
+    /// exactly up to the head, and FTS5's own integrity check finds every event's tokens in it
+    /// and nothing else).
     pub fn check_index(&self) -> Result<Vec<String>> {
         let Some(through) = fts::through(&self.conn).map_err(|e| self.err(e))? else {
             return Ok(vec![

@@ -1,0 +1,209 @@
+//! `pmm-recall`: what the ledger remembers about a text.
+
+use crate::cli::{self, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::event::Clock;
+use crate::projection::state::Projections;
+use crate::recall::{self, terms, Query, MAX_BUDGET};
+use crate::store::{self, Ledger, Reads, RECALLED_KINDS};
+use crate::Error;
+use serde_json::json;
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  What the ledger remembers about a question, best first:
+    pmm-recall 'what did Caroline paint?'
+  Just the texts, or the ids and why each was picked:
+    pmm-recall 'painting' | jq -r .content
+    pmm-recall 'painting' | jq -c '{id, score, via}'
+  Only user messages from May 2023, at most 5:
+    pmm-recall --kind user_message --since 2023-05-01 --until 2023-05-31T23:59:59Z --k 5 'camping'
+  A larger budget, and how the query was read:
+    pmm-recall --budget 16000 --explain 'adoption agencies' | jq -c 'select(.type==\"explain\")'
+  Rebuild the full-text index, then check it against the ledger:
+    pmm-recall --reindex
+    pmm-recall --check && echo index ok
+
+OUTPUT:
+  One JSON line per recalled event, best first:
+    {\"id\",\"ts\",\"kind\",\"content\",\"score\",\"via\"}
+  score is the fused (reciprocal-rank) score; via says why: \"fts\" (full-text match),
+  \"neighbour-of:ID\" (the message before or after a match), \"concept:TOKEN\" (bound to a
+  concept the text mentions), \"thread:CID\" (the story of a commitment bound to one).
+  --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
+  the text became (stop words and FTS5 syntax removed) and the index's state.
+  --reindex prints {\"type\":\"reindex\",\"events\",\"through\"}; --check prints one
+  {\"type\":\"finding\",\"message\"} line per problem and {\"type\":\"check\",\"ok\",\"through\"}.
+
+  Recalled kinds: user_message, assistant_message, reflection, summary_update,
+  lifetime_memory, claim, commitment_open, commitment_close. The index lives in the ledger
+  file (pmm_ tables, never part of the chain or of exports); every writer keeps it up to date
+  in the same transaction as its events. A read-only ledger without an index, or whose index
+  lags (another program appended), is indexed in memory for this run when at most 100000
+  events are missing.
+
+EXIT STATUS:
+  0  answered (no match prints nothing); --check: the index matches the ledger
+  1  --check: the index does not match the ledger (findings on stdout)
+  2  missing ledger, not a ledger, bad arguments, no text to recall
+
+ENVIRONMENT:
+  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)";
+
+/// Recall from the whole ledger: the events that match a text, best first, within a budget.
+///
+/// Ranks every recallable event of the ledger against TEXT by full text (BM25 over the index in
+/// the ledger, each match bringing the messages around it) and by the concepts and commitment
+/// threads TEXT mentions, fuses the rankings, and prints the best events that fit the budget.
+/// The same ledger always gives the same answer.
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-recall", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    write: WriteArgs,
+
+    /// What to recall (words, a question)
+    #[arg(value_name = "TEXT")]
+    text: Option<String>,
+
+    /// At most this many events
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    k: Option<u64>,
+
+    /// Characters of event text to print at most (each event counts up to 600)
+    #[arg(long, value_name = "CHARS", default_value_t = recall::DEFAULT_BUDGET as u64,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_BUDGET as u64))]
+    budget: u64,
+
+    /// Only events of this kind (repeatable)
+    #[arg(long, value_name = "KIND")]
+    kind: Vec<String>,
+
+    /// Only events at or after this time (RFC 3339, or a date YYYY-MM-DD)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    since: Option<String>,
+
+    /// Only events at or before this time (RFC 3339, or a date YYYY-MM-DD: its start)
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    until: Option<String>,
+
+    /// Also print how the text was read and the index's state
+    #[arg(long)]
+    explain: bool,
+
+    /// Rebuild the full-text index from the ledger (a write) and print its counts
+    #[arg(long, conflicts_with_all = ["text", "check"])]
+    reindex: bool,
+
+    /// Check that the index matches the ledger (exit 1 with findings when it does not)
+    #[arg(long, conflicts_with = "text")]
+    check: bool,
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// A time bound in the ledger's `ts` form, so that it compares as text.
+fn parse_time(s: &str) -> Result<String, String> {
+    let full = if s.len() == 10 {
+        format!("{s}T00:00:00Z")
+    } else {
+        s.to_string()
+    };
+    Clock::pinned(&full)
+        .map(|c| c.ts())
+        .map_err(|_| format!("'{s}' is not an RFC 3339 time or a YYYY-MM-DD date"))
+}
+
+/// Runs `pmm-recall`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let path = args.ledger.path();
+    if args.reindex {
+        let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+        let events = ledger.reindex()?;
+        let mut out = Out::new();
+        out.record(&json!({"type": "reindex", "events": events, "through": ledger.max_id()?}))?;
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
+    if args.check {
+        return check(&Ledger::open_for_check(&path)?);
+    }
+    for k in &args.kind {
+        if !RECALLED_KINDS.contains(&k.as_str()) {
+            return Err(Error::bad_input(
+                Some("--kind".into()),
+                format!("'{k}' is not a recalled kind ({})", RECALLED_KINDS.join(", ")),
+            )
+            .into());
+        }
+    }
+    let Some(text) = args.text.as_deref().filter(|t| !t.trim().is_empty()) else {
+        return Err(Error::bad_input(
+            None,
+            "give the text to recall (or --reindex, --check; see 'pmm-recall --help')",
+        )
+        .into());
+    };
+    let ledger = Ledger::open_reader(&path)?;
+    let p: Projections = store::project(&ledger, None, true)?.projections;
+    let q = Query {
+        budget: args.budget as usize,
+        k: args.k.map(|k| k as usize),
+        kinds: args.kind.clone(),
+        since: args.since.clone(),
+        until: args.until.clone(),
+        ..Query::new(text, i64::MAX)
+    };
+    let mut out = Out::new();
+    if args.explain {
+        out.record(&json!({
+            "type": "explain",
+            "terms": terms::query_terms(text),
+            "budget": q.budget,
+            "index": {"lag": ledger.index_lag()?, "head": ledger.max_id()?},
+        }))?;
+    }
+    for r in recall::recall(&ledger, &p, &q)? {
+        let e = &r.event;
+        out.record(&json!({
+            "id": e.id,
+            "ts": e.ts,
+            "kind": e.kind,
+            "content": e.content,
+            "score": crate::context::retrieval::round6(r.score),
+            "via": r.via,
+        }))?;
+        if cli::stdout_closed() {
+            break;
+        }
+    }
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+/// `--check`: the index against the ledger.
+fn check(ledger: &Ledger) -> anyhow::Result<Outcome> {
+    let findings = ledger.check_index()?;
+    let mut out = Out::new();
+    for f in &findings {
+        out.record(&json!({"type": "finding", "message": f}))?;
+    }
+    out.record(&json!({
+        "type": "check",
+        "ok": findings.is_empty(),
+        "through": ledger.max_id()? - ledger.index_lag()?.unwrap_or(0) as i64,
+    }))?;
+    out.flush()?;
+    Ok(if findings.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::Negative
+    })
+}
