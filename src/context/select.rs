@@ -84,10 +84,11 @@ impl RetrievalConfig {
         c
     }
 
-    /// Whether turns embed their messages (`embedding_add`), as the reference does only for
-    /// the vector strategy.
+    /// Whether turns embed their messages (`embedding_add`, hash64): as the reference does
+    /// for the vector strategy, and under `hybrid` too, so that a reference reader of the
+    /// ledger still finds its vectors.
     pub fn embeds(&self) -> bool {
-        self.strategy == "vector"
+        self.strategy == "vector" || self.strategy == "hybrid"
     }
 }
 
