@@ -13,6 +13,7 @@ mod fixture;
 mod front;
 mod fuzz;
 mod graph;
+mod keep_ts;
 mod llm;
 mod man;
 mod policy;
