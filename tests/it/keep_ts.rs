@@ -9,22 +9,22 @@ fn line(ts: &str, kind: &str, content: &str) -> String {
 
 fn conversation() -> String {
     [
-        line("2023-05-08T13:56:00Z", "user_message", "Caroline: hi"),
+        line("2023-05-08T13:56:00Z", "user_message", "Alice: hi"),
         line(
             "2023-05-08T13:56:01Z",
             "assistant_message",
-            "Melanie: hello",
+            "Bob: hello",
         ),
         // An offset is converted to UTC; an equal time is not backwards.
         line(
             "2023-05-08T15:56:01+02:00",
             "user_message",
-            "Caroline: same second",
+            "Alice: same second",
         ),
         line(
             "2023-05-25T13:14:00.5Z",
             "user_message",
-            "Caroline: weeks later",
+            "Alice: weeks later",
         ),
     ]
     .concat()
@@ -59,7 +59,7 @@ fn keep_ts_keeps_each_lines_time_and_verifies() {
         .collect();
     assert_eq!(stored, ts);
     // With --batch too, continuing the ledger at a later time.
-    let more = line("2023-06-01T09:00:00Z", "assistant_message", "Melanie: June");
+    let more = line("2023-06-01T09:00:00Z", "assistant_message", "Bob: June");
     let r = pmm.run("pmm-append", &["--keep-ts", "--batch"], &more);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.records()[0]["ts"], "2023-06-01T09:00:00.000000Z");
