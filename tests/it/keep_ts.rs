@@ -10,11 +10,7 @@ fn line(ts: &str, kind: &str, content: &str) -> String {
 fn conversation() -> String {
     [
         line("2023-05-08T13:56:00Z", "user_message", "Alice: hi"),
-        line(
-            "2023-05-08T13:56:01Z",
-            "assistant_message",
-            "Bob: hello",
-        ),
+        line("2023-05-08T13:56:01Z", "assistant_message", "Bob: hello"),
         // An offset is converted to UTC; an equal time is not backwards.
         line(
             "2023-05-08T15:56:01+02:00",
