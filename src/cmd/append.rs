@@ -8,6 +8,7 @@ use crate::store::Reads;
 use crate::store::{Filter, Ledger, Refusal};
 use crate::Error;
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -20,6 +21,9 @@ EXAMPLES:
     tail -f notes.jsonl | pmm-append --db agent.db
   All or nothing:
     pmm-append --batch < events.jsonl
+  Import a dated conversation, keeping each line's time (all or nothing):
+    printf '%s\\n' '{\"ts\":\"2023-05-08T13:56:00Z\",\"kind\":\"user_message\",\"content\":\"hi\"}' \\
+      | pmm-append --db conv.db --keep-ts
   Copy the user messages of one ledger into another (ids and hashes are new there):
     pmm-replay --db a.db --kind user_message | pmm-append --db b.db
   Keep a reference ledger, forks and all, and check it came through byte for byte:
@@ -28,13 +32,16 @@ EXAMPLES:
 
 INPUT:
   One JSON object per line: {\"kind\": K, \"content\": STRING, \"meta\": OBJECT}; meta is optional.
-  Other fields (id, ts, hash, ... as pmm-replay prints them) are ignored.
+  Other fields (id, ts, hash, ... as pmm-replay prints them) are ignored, except ts with
+  --keep-ts: an RFC 3339 time (2023-05-08T13:56:00Z, offsets and fractions allowed), stored in
+  UTC with microseconds; it must not go back before the previous line or the ledger's head.
 
 EXIT STATUS:
   0  every event was appended
   1  the write policy refused a sensitive write (a violation event was appended)
   2  bad input (named with its line), unknown kind, unreadable import, locked or read-only
-     ledger; the offending event is not written (lines before it stay, unless --batch)
+     ledger; the offending event is not written (lines before it stay, unless --batch or
+     --keep-ts); with --keep-ts a missing, bad or backwards ts (named with its line)
 
 ENVIRONMENT:
   PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
@@ -75,6 +82,11 @@ pub struct Args {
     /// Commit all of stdin in one transaction: every line or none
     #[arg(long, conflicts_with = "import")]
     batch: bool,
+    /// Use each stdin line's "ts" (RFC 3339) as the event's time instead of the clock; times
+    /// must not go backwards (from line to line, nor before the ledger's head). Reads and
+    /// checks all of stdin first, then commits it in one transaction like --batch
+    #[arg(long, conflicts_with_all = ["kind", "import"])]
+    keep_ts: bool,
     /// Import a reference JSON export, JSONL events, a .gz of either, or a SQLite ledger,
     /// verbatim (ids, ts, hashes), into an empty ledger or as an exact continuation of its head
     #[arg(long, value_name = "FILE")]
@@ -172,7 +184,9 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
         None => {
             let stdin = std::io::stdin();
             let mut lines = stdin.lock();
-            if args.batch {
+            if args.keep_ts {
+                keep_ts(&mut ledger, &mut lines, &clock, out)
+            } else if args.batch {
                 batch(&mut ledger, &mut lines, &clock, out)
             } else {
                 streaming(&mut ledger, &mut lines, &clock, out)
@@ -260,8 +274,12 @@ fn batch(
         return Err(anyhow::Error::new(err).context(format!("<stdin>:{n}: batch rolled back")));
     }
     tx.commit()?;
-    // Print after the commit, from the ledger, so that only durable events are reported and
-    // memory does not grow with the batch.
+    print_range(ledger, first, last, out)
+}
+
+/// Prints the events `first..=last`, after the commit, from the ledger, so that only durable
+/// events are reported and memory does not grow with the batch.
+fn print_range(ledger: &Ledger, first: i64, last: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     let filter = Filter {
         since: Some(first),
         until: Some(last),
@@ -280,6 +298,103 @@ fn batch(
     }
     out.flush()?;
     Ok(Outcome::Success)
+}
+
+/// The `ts` of a `--keep-ts` line, in UTC.
+fn line_ts(buf: &str, n: u64) -> Result<DateTime<Utc>, Error> {
+    let bad = |msg: String| Error::bad_input(Some(format!("<stdin>:{n}")), msg);
+    // The line already parsed as an event, so it is a JSON object.
+    let v: serde_json::Value =
+        serde_json::from_str(buf.trim_end()).map_err(|e| bad(e.to_string()))?;
+    match v.get("ts") {
+        None | Some(serde_json::Value::Null) => Err(bad(
+            "missing \"ts\" (--keep-ts needs an RFC 3339 time on every line)".into(),
+        )),
+        Some(serde_json::Value::String(t)) => DateTime::parse_from_rfc3339(t.trim())
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| bad(format!("\"ts\" '{t}' is not an RFC 3339 time ({e})"))),
+        Some(other) => Err(bad(format!(
+            "\"ts\" must be an RFC 3339 time string, not {}",
+            crate::canon::type_name(other)
+        ))),
+    }
+}
+
+/// `--keep-ts`: reads and checks all of stdin (events and their times) before writing
+/// anything, then appends everything in one transaction, each event at its own time.
+fn keep_ts(
+    ledger: &mut Ledger,
+    input: &mut dyn BufRead,
+    clock: &event::Clock,
+    out: &mut Out,
+) -> anyhow::Result<Outcome> {
+    let mut buf = String::new();
+    let mut n = 0;
+    let mut events: Vec<(u64, NewEvent, DateTime<Utc>)> = Vec::new();
+    loop {
+        n += 1;
+        if !read_line(input, &mut buf, n)? {
+            break;
+        }
+        let ev = parse(&buf, n)?;
+        let ts = line_ts(&buf, n)?;
+        if let Some((_, _, prev)) = events.last() {
+            if ts < *prev {
+                return Err(Error::bad_input(
+                    Some(format!("<stdin>:{n}")),
+                    format!(
+                        "\"ts\" {} goes back before the previous line's {} (--keep-ts times must not go backwards)",
+                        event::format_ts(ts),
+                        event::format_ts(*prev)
+                    ),
+                )
+                .into());
+            }
+        }
+        events.push((n, ev, ts));
+    }
+    let mut tx = ledger.begin()?;
+    let first = tx.head().map_or(1, |h| h.id + 1);
+    if let (Some(head), Some((n, _, ts))) = (tx.head().map(|h| h.id), events.first()) {
+        // The head's stored time; one that does not parse (a foreign import) cannot be ordered.
+        let head_ts = Reads::get(&tx, head)?
+            .and_then(|e| DateTime::parse_from_rfc3339(e.ts.trim()).ok())
+            .map(|t| t.with_timezone(&Utc));
+        if let Some(h) = head_ts.filter(|h| ts < h) {
+            return Err(Error::bad_input(
+                Some(format!("<stdin>:{n}")),
+                format!(
+                    "\"ts\" {} goes back before the ledger's head (event {head}, {}) (--keep-ts times must not go backwards)",
+                    event::format_ts(*ts),
+                    event::format_ts(h)
+                ),
+            )
+            .into());
+        }
+    }
+    let mut refused = None;
+    for (n, ev, ts) in &events {
+        // An error drops `tx`, which rolls the whole batch back.
+        match tx.append(ev, &event::Clock::Pinned(*ts)) {
+            Ok(_) => {}
+            Err(Refusal::Policy(v)) => {
+                refused = Some((v, *n));
+                break;
+            }
+            Err(Refusal::Error(e)) => {
+                return Err(anyhow::Error::new(e).context(format!("<stdin>:{n}")))
+            }
+        }
+    }
+    let last = tx.head().map_or(0, |h| h.id);
+    if let Some((v, n)) = refused {
+        drop(tx);
+        let err = ledger.record_violation(&v, clock)?;
+        return Err(anyhow::Error::new(err).context(format!("<stdin>:{n}: batch rolled back")));
+    }
+    tx.commit()?;
+    drop(events);
+    print_range(ledger, first, last, out)
 }
 
 #[derive(Serialize)]

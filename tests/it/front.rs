@@ -384,10 +384,18 @@ fn scripts_answer_help_and_refuse_unknown_arguments() {
         "e2e-real-model.sh",
         "fuzz.sh",
         "ci-verify.sh",
+        "recall-bench",
     ] {
         let run = |arg: &str| {
-            let out = Command::new("bash")
-                .arg(scripts.join(name))
+            // Shell scripts through bash; the others (Python) run as the executables they are.
+            let mut cmd = if name.ends_with(".sh") {
+                let mut c = Command::new("bash");
+                c.arg(scripts.join(name));
+                c
+            } else {
+                Command::new(scripts.join(name))
+            };
+            let out = cmd
                 .arg(arg)
                 .env_remove("PMM_BIN")
                 .current_dir(std::env::temp_dir())

@@ -1,0 +1,117 @@
+//! `scripts/recall-bench` on one LoCoMo conversation (its first 10 questions) against the debug
+//! programs: it imports the conversation with `pmm-append --keep-ts`, runs real turns, prints
+//! the Markdown tables, and its own baselines come out sane.
+
+use crate::harness::fixture_path;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn python3() -> bool {
+    let ok = Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipping: python3 is not installed (scripts/recall-bench needs it)");
+    }
+    ok
+}
+
+#[test]
+fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
+    let Some(fixtures) = fixture_path("locomo-dev") else {
+        return;
+    };
+    if !python3() {
+        return;
+    }
+    let bin = assert_cmd::cargo::cargo_bin("pmm-turn");
+    let bin = bin.parent().expect("bin dir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("recall.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/recall-bench");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--conversations", "26", "--limit", "10", "--jobs", "2"])
+        .arg("--fixtures")
+        .arg(&fixtures)
+        .arg("--bin")
+        .arg(bin)
+        .arg("--json")
+        .arg(&json)
+        .current_dir(dir.path())
+        .env_remove("PMM_DB")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run recall-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+
+    // The Markdown: per budget, one table per category and overall, every method.
+    for budget in ["4,000", "8,000", "16,000"] {
+        assert!(
+            stdout.contains(&format!("### Budget {budget} characters")),
+            "{stdout}"
+        );
+    }
+    for heading in [
+        "#### 1 multi-hop",
+        "#### 2 temporal",
+        "#### 3 open-domain",
+        "#### 4 single-hop",
+        "#### overall",
+        "| method | all % | any % | n |",
+        "median prompt (system)",
+        "p95",
+    ] {
+        assert!(stdout.contains(heading), "no {heading:?} in {stdout}");
+    }
+    assert_eq!(stdout.matches("#### overall").count(), 3, "{stdout}");
+    for method in ["| pmm |", "| newest |", "| bm25 |", "| bm25+nb |"] {
+        assert_eq!(stdout.matches(method).count(), 15, "{method} in {stdout}");
+    }
+
+    // The figures.
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("--json file")).unwrap();
+    assert_eq!(doc["questions"], 10, "{doc}");
+    assert_eq!(doc["conversations"], serde_json::json!(["26"]));
+    let mut last_nb = 0.0;
+    for budget in ["4000", "8000", "16000"] {
+        let b = &doc["budgets"][budget];
+        let overall = &b["categories"]["overall"];
+        let all = |m: &str| overall[m]["all"].as_f64().unwrap();
+        let any = |m: &str| overall[m]["any"].as_f64().unwrap();
+        for m in ["pmm", "newest", "bm25", "bm25+nb"] {
+            assert_eq!(overall[m]["n"], 10, "{budget} {m}: {doc}");
+            assert!((0.0..=100.0).contains(&all(m)), "{budget} {m}: {doc}");
+            assert!(all(m) <= any(m), "{budget} {m}: all > any: {doc}");
+            // The categories add up to the overall count.
+            let n: u64 = ["1", "2", "3", "4"]
+                .iter()
+                .map(|c| b["categories"][c][m]["n"].as_u64().unwrap())
+                .sum();
+            assert_eq!(n, 10, "{budget} {m}: {doc}");
+        }
+        // On these questions (from the conversation's first sessions) keyword retrieval beats
+        // the newest messages, and the neighbours only add.
+        assert!(all("bm25+nb") >= all("newest"), "{budget}: {doc}");
+        assert!(all("bm25+nb") > 0.0, "{budget}: {doc}");
+        assert!(all("bm25") > all("newest"), "{budget}: {doc}");
+        assert!(
+            all("bm25+nb") >= last_nb,
+            "{budget}: a larger budget recalls less: {doc}"
+        );
+        last_nb = all("bm25+nb");
+        // A real prompt was read back from every turn.
+        assert!(
+            b["pmm_prompt_chars_median"].as_f64().unwrap() > 100.0,
+            "{doc}"
+        );
+        assert!(b["pmm_wall_ms_p95"].as_f64().unwrap() > 0.0, "{doc}");
+    }
+}
