@@ -139,7 +139,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         if !RECALLED_KINDS.contains(&k.as_str()) {
             return Err(Error::bad_input(
                 Some("--kind".into()),
-                format!("'{k}' is not a recalled kind ({})", RECALLED_KINDS.join(", ")),
+                format!(
+                    "'{k}' is not a recalled kind ({})",
+                    RECALLED_KINDS.join(", ")
+                ),
             )
             .into());
         }

@@ -4,9 +4,9 @@
 //! live self-model — dead in the reference, §17 item 25 — and open commitments), then the
 //! Evidence. The rules text is ours: it states the ledger's rules and the marker protocol.
 
-pub use crate::recall::concepts::mentioned_concepts;
 use super::select::Selection;
 use crate::projection::state::Projections;
+pub use crate::recall::concepts::mentioned_concepts;
 
 /// Evidence lines are cut to this many characters (the reference's 300).
 pub const EVIDENCE_CHARS: usize = 300;

@@ -10,10 +10,10 @@ use super::embed::{self, Hash64};
 use crate::event::Event;
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
-use std::collections::BTreeSet;
 use crate::store::{Filter, Reads};
 use crate::Result;
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 /// How many recent messages the vector strategy scores.
 pub const VECTOR_WINDOW: usize = 100;

@@ -133,7 +133,11 @@ mod tests {
 pub(crate) fn num_ctx(req: &Request) -> u64 {
     let chars: usize = req.system.chars().count()
         + req.user.chars().count()
-        + req.history.iter().map(|(_, c)| c.chars().count() + 16).sum::<usize>();
+        + req
+            .history
+            .iter()
+            .map(|(_, c)| c.chars().count() + 16)
+            .sum::<usize>();
     let tokens = chars as u64 / 3 + 64 + u64::from(req.max_tokens.unwrap_or(1024));
     tokens.div_ceil(4096).clamp(1, 32) * 4096
 }

@@ -68,7 +68,12 @@ pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> R
     };
     for token in mentioned_concepts(&p.concepts.all_tokens(), &q.text) {
         let bound = p.concepts.events_for_concept(&token, None);
-        for id in bound.iter().rev().filter(|id| **id < q.before).take(EVENTS_PER_CONCEPT) {
+        for id in bound
+            .iter()
+            .rev()
+            .filter(|id| **id < q.before)
+            .take(EVENTS_PER_CONCEPT)
+        {
             push(*id, format!("concept:{token}"), &mut items);
         }
         let mut threads: Vec<(i64, String, Option<i64>)> = p
@@ -76,7 +81,11 @@ pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> R
             .resolve_cids_for_concepts(&[token.as_str()])
             .into_iter()
             .filter_map(|cid| {
-                let c = p.mirror.open.get(&cid).or_else(|| p.mirror.closed.get(&cid))?;
+                let c = p
+                    .mirror
+                    .open
+                    .get(&cid)
+                    .or_else(|| p.mirror.closed.get(&cid))?;
                 Some((c.opened_at, cid, c.closed_at))
             })
             .collect();

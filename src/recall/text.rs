@@ -64,8 +64,10 @@ pub fn rank<R: Reads>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     for (id, v) in order.into_iter().take(NEIGHBOUR_HITS) {
         lend_to_neighbours(r, q, cache, id, v, &mut total)?;
     }
-    let mut items: Vec<(i64, f64, Vec<String>)> =
-        total.into_iter().map(|(id, (s, via))| (id, s, via)).collect();
+    let mut items: Vec<(i64, f64, Vec<String>)> = total
+        .into_iter()
+        .map(|(id, (s, via))| (id, s, via))
+        .collect();
     items.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     Ok(Ranked {
         items: items.into_iter().map(|(id, _, via)| (id, via)).collect(),

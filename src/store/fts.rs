@@ -138,7 +138,9 @@ pub(crate) fn integrity(conn: &Connection) -> rusqlite::Result<Option<String>> {
         Err(rusqlite::Error::SqliteFailure(f, msg))
             if f.code == rusqlite::ErrorCode::DatabaseCorrupt =>
         {
-            Ok(Some(msg.unwrap_or_else(|| "the index does not match".into())))
+            Ok(Some(
+                msg.unwrap_or_else(|| "the index does not match".into()),
+            ))
         }
         Err(e) => Err(e),
     }

@@ -449,7 +449,7 @@ impl Ledger {
     pub fn check_index(&self) -> Result<Vec<String>> {
         let Some(through) = fts::through(&self.conn).map_err(|e| self.err(e))? else {
             return Ok(vec![
-                "the ledger has no full-text index (any writer builds it)".into()
+                "the ledger has no full-text index (any writer builds it)".into(),
             ]);
         };
         let head = self.max_id()?;

@@ -698,7 +698,11 @@ fn build_prompt<R: Reads>(
         history: history
             .iter()
             .map(|e| {
-                let role = if e.kind == "user_message" { "user" } else { "assistant" };
+                let role = if e.kind == "user_message" {
+                    "user"
+                } else {
+                    "assistant"
+                };
                 (role.to_string(), e.content.clone())
             })
             .collect(),

@@ -18,6 +18,7 @@ mod llm;
 mod man;
 mod policy;
 mod programs;
+mod recall;
 mod recall_bench;
 mod replay;
 mod rsm;

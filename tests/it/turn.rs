@@ -488,8 +488,7 @@ fn a_turn_reads_a_bounded_number_of_events() {
     }
     // The reference's window (1,200 rows) plus whole-ledger recall's own bound: its full-text
     // candidates and each best hit's four neighbours, whatever the ledger's size.
-    let recall_rows =
-        pmm::recall::text::CANDIDATES + 4 * pmm::recall::text::NEIGHBOUR_HITS;
+    let recall_rows = pmm::recall::text::CANDIDATES + 4 * pmm::recall::text::NEIGHBOUR_HITS;
     assert!(
         rows[1] <= (1_200 + recall_rows) as u64,
         "a turn read {} events of 10^4",
