@@ -96,7 +96,8 @@ impl Program for Args {
 
 /// Runs `pmm-append`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let mut out = Out::new();
+    // A closed stdout stops the printing, never the appending (see Out::for_writer).
+    let mut out = Out::for_writer();
     if args.list_kinds {
         for k in event::all_kinds() {
             out.raw(format!("{k}\n").as_bytes())?;
@@ -187,14 +188,16 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
 
 fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Result<bool> {
     buf.clear();
-    let read = input.read_line(buf).map_err(|e| {
-        let msg = if e.kind() == std::io::ErrorKind::InvalidData {
-            "not UTF-8".to_string()
-        } else {
-            e.to_string()
+    let mut bytes = std::mem::take(buf).into_bytes();
+    let at = || Some(format!("<stdin>:{n}"));
+    let read = crate::lines::read_line_default(input, &mut bytes).map_err(|e| {
+        let msg = match crate::lines::too_long(&e) {
+            Some(t) => t.to_string(),
+            None => e.to_string(),
         };
-        Error::bad_input(Some(format!("<stdin>:{n}")), msg)
+        Error::bad_input(at(), msg)
     })?;
+    *buf = String::from_utf8(bytes).map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
     Ok(read > 0)
 }
 
@@ -327,7 +330,9 @@ fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>)
             Some(l) => format!("line {l}: {error}"),
             None => format!("event {id}: {error}"),
         },
-        Problem::AnchorMismatch { .. } | Problem::DerivedMismatch { .. } => return None,
+        Problem::AnchorMismatch { .. }
+        | Problem::DerivedMismatch { .. }
+        | Problem::Empty { .. } => return None,
     })
 }
 

@@ -5,8 +5,7 @@ use crate::llm::{self, AdapterKind, Config};
 use crate::store::Ledger;
 use crate::turn::{self, Options, TurnError};
 use crate::Error;
-use anyhow::Context;
-use std::io::{BufRead, IsTerminal};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -234,7 +233,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
     let opts = args.options();
-    let mut out = Out::new();
+    // A closed stdout stops the printing, never the turns (see Out::for_writer).
+    let mut out = Out::for_writer();
     let mut one = |msg: &str, out: &mut Out| -> anyhow::Result<()> {
         match turn::run(&mut ledger, adapter.as_mut(), msg, &opts) {
             Ok(o) => Ok(print(out, args.text, &o)?),
@@ -263,12 +263,28 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         one(msg, &mut out)?;
         return Ok(Outcome::Success);
     }
-    for (i, line) in stdin.lock().lines().enumerate() {
-        let line = line.context("reading stdin")?;
+    let mut input = stdin.lock();
+    let mut buf = Vec::new();
+    let mut n = 0u64;
+    loop {
+        n += 1;
+        let at = || Some(format!("<stdin>:{n}"));
+        let read = crate::lines::read_line_default(&mut input, &mut buf).map_err(|e| {
+            let msg = match crate::lines::too_long(&e) {
+                Some(t) => t.to_string(),
+                None => format!("reading stdin: {e}"),
+            };
+            Error::bad_input(at(), msg)
+        })?;
+        if read == 0 {
+            break;
+        }
+        let line = std::str::from_utf8(crate::lines::trim_eol(&buf))
+            .map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
         if line.trim().is_empty() {
             continue;
         }
-        let msg = message_of(&line, args.plain, format!("<stdin>:{}", i + 1))?;
+        let msg = message_of(line, args.plain, format!("<stdin>:{n}"))?;
         one(&msg, &mut out)?;
     }
     Ok(Outcome::Success)
