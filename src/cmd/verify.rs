@@ -278,7 +278,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         anchors.extend(read_anchors(path)?);
     }
     let inputs: Vec<Input> = if args.files.is_empty() {
-        vec![Input::new(&args.ledger.path())]
+        // The --db ledger is a regular file (a FILE argument may be a pipe: <(pmm-export)).
+        let db = args.ledger.path();
+        if let Ok(md) = std::fs::metadata(&db) {
+            if !md.is_file() && !md.is_dir() {
+                return Err(crate::store::not_regular(&db, &md).into());
+            }
+        }
+        vec![Input::new(&db)]
     } else {
         args.files.iter().map(|f| Input::new(f)).collect()
     };

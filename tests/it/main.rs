@@ -18,6 +18,7 @@ mod man;
 mod policy;
 mod programs;
 mod replay;
+mod robust;
 mod rsm;
 mod tamper;
 mod tick;
