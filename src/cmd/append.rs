@@ -29,6 +29,12 @@ EXAMPLES:
 INPUT:
   One JSON object per line: {\"kind\": K, \"content\": STRING, \"meta\": OBJECT}; meta is optional.
   Other fields (id, ts, hash, ... as pmm-replay prints them) are ignored.
+  A line longer than --max-line (default 256M) is bad input, exit 2.
+
+OUTPUT:
+  Each appended event as a JSON line, flushed as it is committed. A closed stdout
+  (pmm-append | head -1) stops the printing, not the appending: like tee -p, every input
+  line is still appended, and the exit status is what it would have been.
 
 EXIT STATUS:
   0  every event was appended

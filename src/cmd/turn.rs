@@ -27,11 +27,15 @@ EXAMPLES:
 INPUT:
   The message argument is one turn. Without it, stdin is read: one turn per line, each a JSON
   object {\"content\": STRING} (as pmm-replay prints user messages), or plain text with --plain.
+  A line longer than --max-line (default 256M) is bad input, exit 2.
 
 OUTPUT:
   Per turn, the events it appended as JSON Lines, then
   {\"type\":\"turn\",\"reply\",\"opened\",\"closed\",\"claims\":{\"valid\",\"failed\"},\"events\",\"first_id\",\"last_id\",\"rows_read\"}.
-  --text prints only the reply.
+  --text prints only the reply. A closed stdout (pmm-turn --plain < q.txt | head -1) stops
+  the printing, not the turns: every line is still a turn, and the exit status is as if it
+  had been read. In --chat, /export FILE writes the ledger as JSON Lines beside FILE and
+  renames it in; FILE may not be the ledger or its -wal, -shm or -journal file.
 
 MARKERS (in the model's reply, one per line; see docs/turn.md):
   COMMIT: <text>   CLOSE: <cid>   CLAIM:<type>=<json>   REFLECT:<json>   REF: <ledger>#<id>
