@@ -24,7 +24,8 @@ EXAMPLES:
     pmm-replay --db a.db --kind user_message | pmm-append --db b.db
   Keep a reference ledger, forks and all, and check it came through byte for byte:
     pmm-append --db new.db --import ledger.json.gz --accept-forks
-    pmm-export --db new.db --format json | cmp - <(gunzip -c ledger.json.gz)
+    gunzip -c ledger.json.gz > ledger.json      # each side in a file: cmp cannot pass
+    pmm-export --db new.db -o kept.json && cmp kept.json ledger.json   # when both failed
 
 INPUT:
   One JSON object per line: {\"kind\": K, \"content\": STRING, \"meta\": OBJECT}; meta is optional.

@@ -171,6 +171,21 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
     let run = |stdin: &str| t.ok(line, cmd, stdin);
     let records = |out: &str| jsonl(out);
     match cmd {
+        c if c.starts_with("repo=$PWD && cd \"$(mktemp -d)\" && ln -s \"$repo/scripts\" scripts") => {
+            // The test already runs in a fresh directory with scripts/ linked in. The line
+            // itself is run from the checkout (its temporary directory inside the tour's):
+            // it must leave the shell outside the checkout with the tour's scripts reachable.
+            let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let scratch = t.file("scratch");
+            std::fs::create_dir_all(&scratch).expect("mkdir scratch");
+            let script = format!(
+                "cd '{}' && export TMPDIR='{}' && {c} && test -x scripts/ci-verify.sh && test -f scripts/pmm-tick.cron && case \"$(pwd -P)\" in \"$(cd \"$repo\" && pwd -P)\"*) exit 1 ;; esac",
+                repo.display(),
+                scratch.display()
+            );
+            t.ok(line, &script, "");
+            assert!(t.file("scripts/ci-verify.sh").exists());
+        }
         c if c.starts_with("pmm-turn --adapter ollama --model llama3.2 --text ") => {
             // --text: only the reply is printed; the ledger has the rest.
             assert_eq!(run(""), format!("{OLLAMA_REPLY}\n"));
@@ -191,6 +206,27 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
             // Stands in: the OpenAI stub plays llama-server (or vLLM), and the next line's
             // address is the stub's.
         }
+        c if c.starts_with("OPENAI_BASE_URL=http://127.0.0.1:8080/v1 pmm-turn --chat ") => {
+            // The chat talks to the server the line names, not to the dummy adapter.
+            let script = c.replace("http://127.0.0.1:8080", &t.openai.url());
+            let before = t.count("user_message");
+            let asked = t.openai.requests().len();
+            let out = t.ok(line, &script, "hello from chat\n/help\n/exit\n");
+            assert_eq!(t.count("user_message"), before + 1, "chat appended one turn");
+            assert!(out.contains(OPENAI_REPLY), "the server's reply is shown: {out}");
+            assert!(out.contains("/export FILE"), "/help answered: {out}");
+            let reqs = t.openai.requests();
+            assert_eq!(reqs.len(), asked + 1, "the OpenAI stub was asked once");
+            let req = reqs.last().expect("a request");
+            assert_eq!(req.path, "/v1/chat/completions");
+            assert_eq!(req.body["model"], "local");
+            let reply = t
+                .events()
+                .into_iter()
+                .rfind(|e| e["kind"] == "assistant_message")
+                .expect("an assistant_message");
+            assert_eq!(reply["meta"]["provider"], "openai", "{reply}");
+        }
         c if c.starts_with("OPENAI_BASE_URL=http://127.0.0.1:8080/v1 ") => {
             let script = c.replace("http://127.0.0.1:8080", &t.openai.url());
             let out = records(&t.ok(line, &script, ""));
@@ -202,11 +238,6 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
             let req = t.openai.requests().pop().expect("the OpenAI stub was asked");
             assert_eq!(req.path, "/v1/chat/completions");
             assert_eq!(req.body["model"], "local");
-        }
-        "pmm-turn --chat" => {
-            let before = t.count("user_message");
-            run("hello from chat\n/help\n/exit\n");
-            assert_eq!(t.count("user_message"), before + 1, "chat appended one turn");
         }
         c if c.starts_with("printf '%s\\n' '\"Noted.") => {
             run("");
@@ -287,6 +318,27 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
                 eprintln!("tour: Graphviz 'dot' is not installed; checking the DOT export only");
                 let dot = t.ok(line, "pmm-graph export --format dot", "");
                 assert!(dot.starts_with("digraph"), "{dot}");
+            }
+        }
+        c if c.starts_with("pmm-export --db kept.db -o kept.json && cmp kept.json reference.json") => {
+            // Both sides missing (no reference export here, nothing imported): the proof fails.
+            let both_failed = t
+                .bash(&format!(
+                    "mkdir -p nothing-here && cd nothing-here && gunzip -c chat_session_ledger.json.gz > reference.json; {c}"
+                ))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run bash");
+            assert!(!both_failed.success(), "cmp passed with both sides failed");
+            match reference {
+                Some(_) => {
+                    assert_eq!(run(""), "identical\n");
+                    let kept = std::fs::read(t.file("kept.json")).unwrap();
+                    assert!(!kept.is_empty());
+                    assert_eq!(kept, std::fs::read(t.file("reference.json")).unwrap());
+                }
+                None => eprintln!("tour: no reference ledger fixture; not run: {line}"),
             }
         }
         c if c.contains("chat_session_ledger.json.gz") => match reference {
