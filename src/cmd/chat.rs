@@ -18,7 +18,7 @@ const HELP: &str = "\
 /graph        event-graph statistics
 /raw          toggle showing the raw reply (markers included)
 /model [NAME] show the adapter and model, or switch model
-/export FILE  write the ledger as JSON Lines to FILE
+/export FILE  write the ledger as JSON Lines to FILE (never the ledger itself)
 /help         this list
 /exit         leave (also Ctrl-D)";
 

@@ -571,3 +571,62 @@ fn the_autonomy_page_example_runs_as_written() {
     );
     assert_eq!(out.trim(), shown.trim());
 }
+
+/// Issue 13 item 17: the README tour says what it needs and where it runs, its proof of a
+/// byte-for-byte import cannot pass when both sides failed, the chat line talks to the server
+/// of its block, exit 2 is not "nothing is written", and docs/operations.md points at a scale
+/// table that exists.
+#[test]
+fn readme_tour_is_self_contained_and_its_proofs_can_fail() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let lines = tour_lines(&readme);
+    // The first command leaves the checkout for a scratch directory.
+    assert!(
+        command_of(&lines[0]).starts_with("repo=$PWD && cd \"$(mktemp -d)\""),
+        "the tour starts in a temporary directory: {}",
+        lines[0]
+    );
+    let tour = between(&readme, "\n## A short tour", "\n### A real model");
+    for tool in ["jq", "Graphviz"] {
+        let before_first_block = tour.split("```sh").next().unwrap();
+        assert!(
+            before_first_block.contains(tool),
+            "the tour names {tool} as a prerequisite before its first command"
+        );
+    }
+    // A `cmp -` fed by a pipe and a process substitution passes on two empty streams.
+    for (name, text) in [
+        ("README.md", readme.clone()),
+        (
+            "docs/operations.md",
+            std::fs::read_to_string(root.join("docs/operations.md")).unwrap(),
+        ),
+        (
+            "src/cmd/append.rs",
+            std::fs::read_to_string(root.join("src/cmd/append.rs")).unwrap(),
+        ),
+    ] {
+        assert!(
+            !text.contains("| cmp -"),
+            "{name}: cmp reads a pipe whose failure it cannot see"
+        );
+    }
+    assert!(
+        tour.contains("chat_session_<UTC time>_ledger.json.gz"),
+        "the tour says where chat_session_ledger.json.gz comes from"
+    );
+    // Every chat line in the tour names its adapter (no silent dummy).
+    for l in lines.iter().filter(|l| l.contains("--chat")) {
+        assert!(l.contains("--adapter"), "{l}");
+    }
+    assert!(
+        !readme.contains("nothing is written for it"),
+        "exit 2 keeps what was committed before the bad item"
+    );
+    let ops = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    assert!(
+        !ops.contains("scale table in\nthe README") && !ops.contains("scale table in the README"),
+        "docs/operations.md points at a README table that does not exist"
+    );
+}
