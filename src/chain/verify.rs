@@ -144,6 +144,12 @@ pub enum Problem {
         /// What is wrong with it.
         error: String,
     },
+    /// The input holds no event at all (an empty file, a 0-byte ledger): never a clean pass,
+    /// unless the caller expects it (`pmm-verify --allow-empty`).
+    Empty {
+        /// What was found instead of events.
+        error: String,
+    },
     /// A derived event that does not match what its inputs give.
     DerivedMismatch {
         /// What was checked.
@@ -212,6 +218,9 @@ pub struct Summary {
     pub anchor_mismatches: u64,
     /// Count of `malformed` findings.
     pub malformed: u64,
+    /// Count of `empty` findings (an input without events); left out when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub empty: u64,
     /// How many anchors were checked.
     pub anchors_checked: u64,
     /// With `--deep`: how many derived values of each kind were recomputed.
@@ -221,6 +230,10 @@ pub struct Summary {
     pub ok: bool,
     /// sha256 of all hashes concatenated in id order (the reference telemetry's digest).
     pub sha256_full_digest: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Summary {
@@ -234,6 +247,7 @@ impl Summary {
             Problem::AnchorMismatch { .. } => self.anchor_mismatches += 1,
             Problem::Malformed { .. } => self.malformed += 1,
             Problem::DerivedMismatch { .. } => self.derived_mismatches += 1,
+            Problem::Empty { .. } => self.empty += 1,
         }
     }
 
@@ -246,6 +260,7 @@ impl Summary {
             + self.anchor_mismatches
             + self.malformed
             + self.derived_mismatches
+            + self.empty
     }
 }
 
@@ -534,6 +549,11 @@ impl Verifier {
         out: &mut Vec<Finding>,
     ) {
         self.emit(out, id, Problem::Malformed { line, error });
+    }
+
+    /// Events checked so far.
+    pub fn events(&self) -> u64 {
+        self.summary.events
     }
 
     /// Records a finding made outside the chain walk (e.g. `derived_mismatch`).

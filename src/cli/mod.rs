@@ -7,7 +7,7 @@ use clap::Args;
 use clap_complete::Shell;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// How a program ended when it did not fail.
@@ -70,6 +70,10 @@ pub struct CommonArgs {
     /// Print a shell completion script for this program and exit
     #[arg(long, value_name = "SHELL")]
     pub completions: Option<Shell>,
+    /// Refuse an input line longer than BYTES as bad input (exit 2): JSON Lines, stdin
+    /// messages, anchors, scripts, .env (K, M, G suffixes) [default: 256M]
+    #[arg(long, env = "PMM_MAX_LINE", value_name = "BYTES", value_parser = crate::lines::parse_size, global = true)]
+    pub max_line: Option<u64>,
 }
 
 /// What a program's `Args` gives the shared runner.
@@ -83,7 +87,9 @@ pub trait Program: clap::Parser {
 pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> ExitCode {
     // A .env file in the current directory fills in variables that are not set; it never
     // overrides the environment.
-    let _ = dotenvy::from_path(".env");
+    if let Err(e) = load_dotenv(Path::new(".env")) {
+        return report(name, &e.into());
+    }
     let matches = match A::command().try_get_matches() {
         Ok(m) => m,
         Err(e) if !e.use_stderr() => {
@@ -97,6 +103,9 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
         Ok(a) => a,
         Err(e) => return usage_error(name, &e),
     };
+    if let Some(bytes) = args.common().max_line {
+        crate::lines::set_max_line(bytes);
+    }
     if let Some(shell) = args.common().completions {
         let mut cmd = A::command();
         clap_complete::generate(shell, &mut cmd, name, &mut io::stdout());
@@ -107,6 +116,31 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
         Ok(Outcome::Negative) => ExitCode::from(1),
         Err(e) => report(name, &e),
     }
+}
+
+/// Loads `.env` (when there is one) for the variables that are not set, reading it through the
+/// bounded line reader: a line longer than `$PMM_MAX_LINE` (a `.env` linked to `/dev/zero`) is
+/// bad input, exit 2. Lines `dotenvy` cannot parse end the loading quietly, as they always did.
+fn load_dotenv(path: &Path) -> crate::Result<()> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(_) => return Ok(()),
+    };
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Ok(());
+    }
+    let mut r = io::BufReader::new(file);
+    let lines =
+        crate::lines::read_all_lines(&mut r, crate::lines::max_line()).map_err(|(n, e)| {
+            let msg = match crate::lines::too_long(&e) {
+                Some(t) => t.to_string(),
+                None => e.to_string(),
+            };
+            crate::Error::bad_input(Some(format!("{}:{n}", path.display())), msg)
+        })?;
+    let text = lines.join(&b'\n');
+    let _ = dotenvy::from_read(&text[..]);
+    Ok(())
 }
 
 /// Prints a usage error (bad flag, bad value, bad `$PMM_NOW`) in the one-line form of SPEC §3,
@@ -181,10 +215,16 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// Buffered stdout for JSON Lines. Errors (a closed pipe) surface on write, and the runner
-/// turns a broken pipe into a quiet exit 0.
+/// turns a broken pipe into a quiet exit 0. A writer's stdout ([`Out::for_writer`]) instead
+/// stops printing when its reader goes away and lets the writer go on (SPEC §3: a writer never
+/// silently stops appending what it was given because nobody reads its output).
 pub struct Out {
     inner: io::BufWriter<io::StdoutLock<'static>>,
     line: Vec<u8>,
+    /// Set for writers: a closed pipe ends the printing, not the program.
+    keep_going: bool,
+    /// The pipe closed under a writer: nothing more is printed.
+    closed: bool,
 }
 
 impl Default for Out {
@@ -199,23 +239,59 @@ impl Out {
         Out {
             inner: io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
             line: Vec::with_capacity(4096),
+            keep_going: false,
+            closed: false,
+        }
+    }
+
+    /// Locks stdout for a program that appends what it reads (`pmm-append`, `pmm-turn`): when
+    /// stdout is closed (`pmm-append | head -1`), printing stops quietly and every write after
+    /// that succeeds without output, so the program goes on appending its input (like
+    /// `tee -p`) and exits 0 when it is done.
+    pub fn for_writer() -> Self {
+        Out {
+            keep_going: true,
+            ..Self::new()
+        }
+    }
+
+    /// True when a writer's stdout was closed and nothing more is printed.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    fn guard(&mut self, r: io::Result<()>) -> io::Result<()> {
+        match r {
+            Err(e) if self.keep_going && e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            r => r,
         }
     }
 
     /// Writes one record as a JSON line.
     pub fn record<T: serde::Serialize>(&mut self, value: &T) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
         self.line.clear();
         serde_json::to_writer(&mut self.line, value).map_err(io::Error::other)?;
         self.line.push(b'\n');
-        self.inner.write_all(&self.line)
+        let r = self.inner.write_all(&self.line);
+        self.guard(r)
     }
 
     /// Writes one event as a JSON line.
     pub fn event(&mut self, ev: &crate::event::Event) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
         self.line.clear();
         ev.write_jsonl(&mut self.line);
         self.line.push(b'\n');
-        self.inner.write_all(&self.line)
+        let r = self.inner.write_all(&self.line);
+        self.guard(r)
     }
 
     /// Lets `f` write straight into the buffered stdout (for a record too large to build in
@@ -224,17 +300,29 @@ impl Out {
         &mut self,
         f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> io::Result<()> {
-        f(&mut self.inner)
+        if self.closed {
+            return Ok(());
+        }
+        let r = f(&mut self.inner);
+        self.guard(r)
     }
 
     /// Writes raw bytes.
     pub fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.inner.write_all(bytes)
+        if self.closed {
+            return Ok(());
+        }
+        let r = self.inner.write_all(bytes);
+        self.guard(r)
     }
 
     /// Flushes (call it after each record when a reader may be waiting: `tail -f` pipelines).
     pub fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+        if self.closed {
+            return Ok(());
+        }
+        let r = self.inner.flush();
+        self.guard(r)
     }
 }
 

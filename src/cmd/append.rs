@@ -28,13 +28,20 @@ EXAMPLES:
     pmm-replay --db a.db --kind user_message | pmm-append --db b.db
   Keep a reference ledger, forks and all, and check it came through byte for byte:
     pmm-append --db new.db --import ledger.json.gz --accept-forks
-    pmm-export --db new.db --format json | cmp - <(gunzip -c ledger.json.gz)
+    gunzip -c ledger.json.gz > ledger.json      # each side in a file: cmp cannot pass
+    pmm-export --db new.db -o kept.json && cmp kept.json ledger.json   # when both failed
 
 INPUT:
   One JSON object per line: {\"kind\": K, \"content\": STRING, \"meta\": OBJECT}; meta is optional.
   Other fields (id, ts, hash, ... as pmm-replay prints them) are ignored, except ts with
   --keep-ts: an RFC 3339 time (2023-05-08T13:56:00Z, offsets and fractions allowed), stored in
   UTC with microseconds; it must not go back before the previous line or the ledger's head.
+  A line longer than --max-line (default 256M) is bad input, exit 2.
+
+OUTPUT:
+  Each appended event as a JSON line, flushed as it is committed. A closed stdout
+  (pmm-append | head -1) stops the printing, not the appending: like tee -p, every input
+  line is still appended, and the exit status is what it would have been.
 
 EXIT STATUS:
   0  every event was appended
@@ -108,7 +115,8 @@ impl Program for Args {
 
 /// Runs `pmm-append`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
-    let mut out = Out::new();
+    // A closed stdout stops the printing, never the appending (see Out::for_writer).
+    let mut out = Out::for_writer();
     if args.list_kinds {
         for k in event::all_kinds() {
             out.raw(format!("{k}\n").as_bytes())?;
@@ -201,14 +209,16 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
 
 fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Result<bool> {
     buf.clear();
-    let read = input.read_line(buf).map_err(|e| {
-        let msg = if e.kind() == std::io::ErrorKind::InvalidData {
-            "not UTF-8".to_string()
-        } else {
-            e.to_string()
+    let mut bytes = std::mem::take(buf).into_bytes();
+    let at = || Some(format!("<stdin>:{n}"));
+    let read = crate::lines::read_line_default(input, &mut bytes).map_err(|e| {
+        let msg = match crate::lines::too_long(&e) {
+            Some(t) => t.to_string(),
+            None => e.to_string(),
         };
-        Error::bad_input(Some(format!("<stdin>:{n}")), msg)
+        Error::bad_input(at(), msg)
     })?;
+    *buf = String::from_utf8(bytes).map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
     Ok(read > 0)
 }
 
@@ -442,7 +452,9 @@ fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>)
             Some(l) => format!("line {l}: {error}"),
             None => format!("event {id}: {error}"),
         },
-        Problem::AnchorMismatch { .. } | Problem::DerivedMismatch { .. } => return None,
+        Problem::AnchorMismatch { .. }
+        | Problem::DerivedMismatch { .. }
+        | Problem::Empty { .. } => return None,
     })
 }
 

@@ -7,7 +7,7 @@ use crate::llm::{self, Adapter, Config};
 use crate::store::{self, Filter, Ledger, Reads};
 use crate::turn::{self, Options, TurnError};
 use rustyline::error::ReadlineError;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 const HELP: &str = "\
 /replay [N]   the last N events (default 20), one line each
@@ -18,7 +18,7 @@ const HELP: &str = "\
 /graph        event-graph statistics
 /raw          toggle showing the raw reply (markers included)
 /model [NAME] show the adapter and model, or switch model
-/export FILE  write the ledger as JSON Lines to FILE
+/export FILE  write the ledger as JSON Lines to FILE (never the ledger itself)
 /help         this list
 /exit         leave (also Ctrl-D)";
 
@@ -136,7 +136,13 @@ fn command(
             if arg.is_empty() {
                 "usage: /export FILE".into()
             } else {
-                let mut f = std::io::BufWriter::new(std::fs::File::create(&arg)?);
+                // Never onto the ledger or its companions; written beside the target and
+                // renamed into place when complete.
+                let target = crate::outfile::OutputFile::create(
+                    std::path::Path::new(&arg),
+                    Some(ledger.path()),
+                )?;
+                let mut f = target.writer()?;
                 let mut n = 0;
                 ledger.scan(&Filter::default(), |e| {
                     f.write_all(e.to_jsonl().as_bytes())
@@ -146,13 +152,23 @@ fn command(
                     n += 1;
                     Ok(true)
                 })?;
-                f.flush()?;
+                f.flush().map_err(|err| crate::Error::io(&arg, err))?;
+                drop(f);
+                target.commit()?;
                 format!("{n} events written to {arg}")
             }
         }
         _ => format!("unknown command {cmd} (try /help)"),
     };
     Ok(Some(text))
+}
+
+/// Prints a line of the session on stdout. A closed stdout does not end the session: what
+/// the user types is still appended (a writer never stops consuming its input because nobody
+/// reads its output).
+fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
 /// Runs the interactive session until `/exit` or end of input.
@@ -166,9 +182,15 @@ pub fn run(
     let mut cfg = cfg;
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg)?;
     let _ = adapter;
-    let mut rl = rustyline::DefaultEditor::new()?;
+    // On a terminal, rustyline edits lines; from a pipe or a file, lines are read through the
+    // bounded line reader (rustyline's own would grow without limit on an endless line).
+    let mut rl = if std::io::stdin().is_terminal() {
+        Some(rustyline::DefaultEditor::new()?)
+    } else {
+        None
+    };
     let history = std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pmm_history"));
-    if let Some(h) = &history {
+    if let (Some(h), Some(rl)) = (&history, rl.as_mut()) {
         let _ = rl.load_history(h);
     }
     let mut raw = false;
@@ -178,19 +200,44 @@ pub fn run(
         own.provider(),
         own.model()
     );
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = Vec::new();
+    let mut n = 0u64;
     loop {
-        let line = match rl.readline("you> ") {
-            Ok(l) => l,
-            Err(ReadlineError::Interrupted) | Err(ReadlineError::Eof) => break,
-            Err(e) => return Err(e.into()),
+        let line = match rl.as_mut() {
+            Some(rl) => match rl.readline("you> ") {
+                Ok(l) => l,
+                Err(ReadlineError::Interrupted) | Err(ReadlineError::Eof) => break,
+                Err(e) => return Err(e.into()),
+            },
+            None => {
+                n += 1;
+                let at = || Some(format!("<stdin>:{n}"));
+                match crate::lines::read_line_default(&mut stdin, &mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => match std::str::from_utf8(crate::lines::trim_eol(&buf)) {
+                        Ok(l) => l.to_string(),
+                        Err(_) => return Err(crate::Error::bad_input(at(), "not UTF-8").into()),
+                    },
+                    Err(e) => {
+                        let msg = match crate::lines::too_long(&e) {
+                            Some(t) => t.to_string(),
+                            None => e.to_string(),
+                        };
+                        return Err(crate::Error::bad_input(at(), msg).into());
+                    }
+                }
+            }
         };
         if line.trim().is_empty() {
             continue;
         }
-        let _ = rl.add_history_entry(line.as_str());
+        if let Some(rl) = rl.as_mut() {
+            let _ = rl.add_history_entry(line.as_str());
+        }
         if line.trim_start().starts_with('/') {
             match command(ledger, &mut own, &mut cfg, &mut raw, line.trim()) {
-                Ok(Some(t)) => println!("{t}"),
+                Ok(Some(t)) => say(&t),
                 Ok(None) => break,
                 Err(e) => eprintln!("error: {e:#}"),
             }
@@ -198,14 +245,11 @@ pub fn run(
         }
         match turn::run(ledger, own.as_mut(), &line, opts) {
             Ok(o) => {
-                println!(
-                    "{}",
-                    if raw {
-                        o.reply.clone()
-                    } else {
-                        visible(&o.reply)
-                    }
-                );
+                say(&if raw {
+                    o.reply.clone()
+                } else {
+                    visible(&o.reply)
+                });
                 if !o.opened.is_empty() || !o.closed.is_empty() || !o.failed_claims.is_empty() {
                     eprintln!(
                         "  [opened {:?}, closed {:?}, {} claim(s) recorded, {} failed]",
@@ -225,7 +269,7 @@ pub fn run(
             Err(e) => eprintln!("error: {e}"),
         }
     }
-    if let Some(h) = &history {
+    if let (Some(h), Some(rl)) = (&history, rl.as_mut()) {
         let _ = rl.save_history(h);
     }
     Ok(Outcome::Success)

@@ -2,6 +2,7 @@
 
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
 use crate::interchange::{self, ExportContext, ExportFormat};
+use crate::outfile::OutputFile;
 use crate::store::Reads;
 use crate::store::{Filter, Ledger};
 use crate::Error;
@@ -31,11 +32,15 @@ FORMATS:
   telemetry  the reference telemetry report: event table, kind counts, continuity breaks,
              verification manifest
   Without --format the format follows the -o name (.json, .jsonl, .csv, .md; .gz is
-  stripped first), else jsonl. A -o file is written whole or not at all.
+  stripped first), else jsonl. A -o file is written beside its target and renamed into
+  place when complete: whole or not at all, an existing file keeps its mode, and a failed
+  export leaves the old file as it was. -o may not be the ledger or its -wal, -shm or
+  -journal file (by identity: symlinks and hard links too); that is refused with exit 2.
 
 EXIT STATUS:
   0  exported (a closed pipe also ends quietly with 0)
-  2  missing ledger, bad arguments, or the output could not be written
+  2  missing ledger, bad arguments, -o is the ledger or one of its files, or the output
+     could not be written
 
 ENVIRONMENT:
   PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
@@ -117,6 +122,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     for k in &args.kind {
         crate::event::check_kind(k).map_err(|e| Error::bad_input(Some("--kind".into()), e))?;
     }
+    if let Some(out) = &args.output {
+        crate::outfile::check_not_ledger(out, &args.ledger.path())?;
+    }
     let ledger = Ledger::open_reader(&args.ledger.path())?;
     let ctx = ExportContext {
         exported_at: args.clock.clock().now(),
@@ -150,20 +158,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             )?;
         }
         Some(path) => {
-            let dir = path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            // Written beside the target and renamed at the end: a failed export leaves no
-            // half-written file.
-            let tmp = tempfile::Builder::new()
-                .prefix(".pmm-export-")
-                .tempfile_in(dir)
-                .map_err(|e| Error::io(dir, e))?;
-            let file = io::BufWriter::with_capacity(
-                1 << 16,
-                tmp.as_file().try_clone().map_err(|e| Error::io(path, e))?,
-            );
+            // Never the ledger or its -wal/-shm/-journal; written beside the target and
+            // renamed at the end: a failed export leaves no half-written file.
+            let target = OutputFile::create(path, Some(&args.ledger.path()))?;
+            let file = target.writer()?;
             if is_gz(path) {
                 let gz = GzEncoder::new(file, flate2::Compression::default());
                 let gz = write_all(&ledger, &filter, format, gz, &ctx, &bar)?;
@@ -176,8 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                     .flush()
                     .map_err(|e| Error::io(path, e))?;
             }
-            tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
-            tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+            target.commit()?;
         }
     }
     bar.finish_and_clear();

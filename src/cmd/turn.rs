@@ -5,8 +5,7 @@ use crate::llm::{self, AdapterKind, Config};
 use crate::store::Ledger;
 use crate::turn::{self, Options, TurnError};
 use crate::Error;
-use anyhow::Context;
-use std::io::{BufRead, IsTerminal};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -28,11 +27,15 @@ EXAMPLES:
 INPUT:
   The message argument is one turn. Without it, stdin is read: one turn per line, each a JSON
   object {\"content\": STRING} (as pmm-replay prints user messages), or plain text with --plain.
+  A line longer than --max-line (default 256M) is bad input, exit 2.
 
 OUTPUT:
   Per turn, the events it appended as JSON Lines, then
   {\"type\":\"turn\",\"reply\",\"opened\",\"closed\",\"claims\":{\"valid\",\"failed\"},\"events\",\"first_id\",\"last_id\",\"rows_read\"}.
-  --text prints only the reply.
+  --text prints only the reply. A closed stdout (pmm-turn --plain < q.txt | head -1) stops
+  the printing, not the turns: every line is still a turn, and the exit status is as if it
+  had been read. In --chat, /export FILE writes the ledger as JSON Lines beside FILE and
+  renames it in; FILE may not be the ledger or its -wal, -shm or -journal file.
 
 MARKERS (in the model's reply, one per line; see docs/turn.md):
   COMMIT: <text>   CLOSE: <cid>   CLAIM:<type>=<json>   REFLECT:<json>   REF: <ledger>#<id>
@@ -241,7 +244,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
     let opts = args.options();
-    let mut out = Out::new();
+    // A closed stdout stops the printing, never the turns (see Out::for_writer).
+    let mut out = Out::for_writer();
     let mut one = |msg: &str, out: &mut Out| -> anyhow::Result<()> {
         match turn::run(&mut ledger, adapter.as_mut(), msg, &opts) {
             Ok(o) => Ok(print(out, args.text, &o)?),
@@ -270,12 +274,28 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         one(msg, &mut out)?;
         return Ok(Outcome::Success);
     }
-    for (i, line) in stdin.lock().lines().enumerate() {
-        let line = line.context("reading stdin")?;
+    let mut input = stdin.lock();
+    let mut buf = Vec::new();
+    let mut n = 0u64;
+    loop {
+        n += 1;
+        let at = || Some(format!("<stdin>:{n}"));
+        let read = crate::lines::read_line_default(&mut input, &mut buf).map_err(|e| {
+            let msg = match crate::lines::too_long(&e) {
+                Some(t) => t.to_string(),
+                None => format!("reading stdin: {e}"),
+            };
+            Error::bad_input(at(), msg)
+        })?;
+        if read == 0 {
+            break;
+        }
+        let line = std::str::from_utf8(crate::lines::trim_eol(&buf))
+            .map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
         if line.trim().is_empty() {
             continue;
         }
-        let msg = message_of(&line, args.plain, format!("<stdin>:{}", i + 1))?;
+        let msg = message_of(line, args.plain, format!("<stdin>:{n}"))?;
         one(&msg, &mut out)?;
     }
     Ok(Outcome::Success)

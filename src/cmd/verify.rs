@@ -1,7 +1,7 @@
 //! `pmm-verify`: verify a ledger or an export.
 
 use crate::chain::deep::{DeepChecker, SelfModel};
-use crate::chain::{Anchor, Finding, Summary, Verifier};
+use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
 use crate::interchange::{self, Input, Item};
@@ -28,14 +28,16 @@ EXAMPLES:
 OUTPUT:
   One {\"type\":\"finding\",\"id\",\"problem\",...} line per problem: hash_mismatch, broken_link
   (with points_to: the event the prev_hash really names, or null), id_gap, genesis_prev_hash,
-  duplicate_hash, anchor_mismatch, malformed (with its line), and with --deep derived_mismatch
-  (what, expected, found); then one {\"type\":\"summary\"} line per input with counts, last_id,
+  duplicate_hash, anchor_mismatch, malformed (with its line), empty (an input without events:
+  an empty file or ledger is never a clean pass unless --allow-empty), and with --deep
+  derived_mismatch (what, expected, found); then one {\"type\":\"summary\"} line per input with counts, last_id,
   last_hash, ok and sha256_full_digest (and with --deep, what was recomputed).
 
 EXIT STATUS:
   0  every input verifies clean
-  1  findings
-  2  an input could not be read (missing, not a ledger, truncated gzip, bad --anchor)
+  1  findings (an input without events is one, unless --allow-empty)
+  2  an input could not be read (missing, not a ledger, truncated gzip, a line longer than
+     --max-line), a bad --anchor, or an --anchors-from file that holds no anchor
 
 ENVIRONMENT:
   PMM_DB    the ledger verified when no FILE is given (default .data/pmmdb/pmm.db)";
@@ -70,6 +72,10 @@ pub struct Args {
     /// report each that differs as a derived_mismatch
     #[arg(long)]
     deep: bool,
+    /// Accept an input without events as clean (without it, an empty file or ledger is an
+    /// `empty` finding, exit 1)
+    #[arg(long)]
+    allow_empty: bool,
 }
 
 /// The self-model for `--deep`: our projections, folded alongside the check, give the
@@ -100,12 +106,24 @@ impl Program for Args {
     }
 }
 
-/// Reads anchors from a saved summary or a list.
+/// Reads anchors from a saved summary or a list. A file that yields no anchor (empty, only
+/// comments, an events file, `{}`, an empty ledger's summary) is bad input: a vacuous pass
+/// would hide the history it was meant to pin.
 pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let lines =
+        crate::lines::read_all_lines(&mut std::io::BufReader::new(file), crate::lines::max_line())
+            .map_err(|(n, e)| {
+                let at = Some(format!("{}:{n}", path.display()));
+                match crate::lines::too_long(&e) {
+                    Some(t) => Error::bad_input(at, t.to_string()),
+                    None => Error::io(path, e),
+                }
+            })?;
     let mut anchors = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in lines.iter().enumerate() {
         let at = || Some(format!("{}:{}", path.display(), i + 1));
+        let line = std::str::from_utf8(line).map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -139,6 +157,12 @@ pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
             }
         }
     }
+    if anchors.is_empty() {
+        return Err(Error::bad_input(
+            Some(path.display().to_string()),
+            "no anchors in this file (expected a saved summary line with last_id and last_hash, or ID:HASH lines)",
+        ));
+    }
     Ok(anchors)
 }
 
@@ -156,6 +180,7 @@ pub fn verify_input(
     anchors: Vec<Anchor>,
     quiet: bool,
     deep: bool,
+    allow_empty: bool,
     out: &mut Out,
 ) -> anyhow::Result<Summary> {
     let size = input
@@ -226,6 +251,15 @@ pub fn verify_input(
             }
         }
     }
+    if v.events() == 0 && !allow_empty {
+        v.report(
+            None,
+            Problem::Empty {
+                error: "no events: an empty file or ledger is not a verified one (pass --allow-empty if it is expected)".into(),
+            },
+            &mut findings,
+        );
+    }
     let deep_counts = checker.map(|c| c.finish(&mut derived));
     let mut summary = v.finish(&mut findings);
     summary.deep = deep_counts.and_then(|c| serde_json::to_value(c).ok());
@@ -244,7 +278,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         anchors.extend(read_anchors(path)?);
     }
     let inputs: Vec<Input> = if args.files.is_empty() {
-        vec![Input::new(&args.ledger.path())]
+        // The --db ledger is a regular file (a FILE argument may be a pipe: <(pmm-export)).
+        let db = args.ledger.path();
+        if let Ok(md) = std::fs::metadata(&db) {
+            if !md.is_file() && !md.is_dir() {
+                return Err(crate::store::not_regular(&db, &md).into());
+            }
+        }
+        vec![Input::new(&db)]
     } else {
         args.files.iter().map(|f| Input::new(f)).collect()
     };
@@ -256,6 +297,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             anchors.clone(),
             args.common.quiet,
             args.deep,
+            args.allow_empty,
             &mut out,
         )?
         .ok;

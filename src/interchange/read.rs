@@ -319,13 +319,20 @@ fn read_lines(
 ) -> Result<()> {
     // Blank lines that `detect` consumed still count: line numbers are the file's.
     let mut n = skipped_lines;
+    let limit = crate::lines::max_line();
     loop {
         let mut line = Vec::with_capacity(1024);
-        if r.read_until(b'\n', &mut line)
-            .map_err(|e| gz_err(name, e))?
-            == 0
-        {
-            return Ok(());
+        match crate::lines::read_line(r, &mut line, limit) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(match crate::lines::too_long(&e) {
+                    // An over-long line is bad input, not a malformed event to report and
+                    // skip: reading on would mean holding it whole.
+                    Some(t) => Error::bad_input(Some(format!("{name}:{}", n + 1)), t.to_string()),
+                    None => gz_err(name, e),
+                });
+            }
         }
         n += 1;
         if line.iter().all(|b| b.is_ascii_whitespace()) {

@@ -32,14 +32,27 @@ impl Scripted {
 
 /// The replies in the script at `path`, in order.
 fn load(path: &Path) -> Result<Vec<String>, LlmError> {
-    let text = std::fs::read_to_string(path)
+    let file = std::fs::File::open(path)
         .map_err(|e| LlmError::Config(format!("{}: {e}", path.display())))?;
+    // Through the bounded line reader: a script linked to /dev/zero is refused, not loaded.
+    let lines =
+        crate::lines::read_all_lines(&mut std::io::BufReader::new(file), crate::lines::max_line())
+            .map_err(|(n, e)| {
+                let why = match crate::lines::too_long(&e) {
+                    Some(t) => t.to_string(),
+                    None => e.to_string(),
+                };
+                LlmError::Config(format!("{}:{n}: {why}", path.display()))
+            })?;
     let mut replies = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in lines.iter().enumerate() {
+        let bad = |why: String| LlmError::Config(format!("{}:{}: {why}", path.display(), i + 1));
+        let Ok(line) = std::str::from_utf8(line) else {
+            return Err(bad("not UTF-8".into()));
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |why: String| LlmError::Config(format!("{}:{}: {why}", path.display(), i + 1));
         let reply = match serde_json::from_str::<Value>(line) {
             Ok(Value::String(s)) => s,
             Ok(Value::Object(mut o)) => match o.remove("reply") {

@@ -140,11 +140,15 @@ impl Ledger {
                     why: "is a directory".into(),
                 });
             }
+            if !md.is_file() {
+                return Err(not_regular(path, &md));
+            }
             // Checked by hand: root can open a write-protected file, but a user who made the
             // ledger read-only meant it.
             if md.permissions().readonly() {
                 return Err(Error::ReadOnlyLedger(path.into()));
             }
+            recover_companions(path, &md)?;
         } else if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         }
@@ -272,6 +276,7 @@ impl Ledger {
                     why: "is a directory".into(),
                 })
             }
+            Ok(md) if !md.is_file() => return Err(not_regular(path, &md)),
             Ok(_) => {}
         }
         let conn = Connection::open_with_flags(
@@ -791,6 +796,57 @@ fn head(conn: &Connection) -> rusqlite::Result<Option<Head>> {
 }
 
 /// Maps SQLite's errors to ours, so that users read "database is locked ..." and not a code.
+/// A ledger is a regular file: a device (`--db` through a symlink to `/dev/null`), a pipe or
+/// a socket is refused before SQLite opens it and creates `/dev/null-journal` beside it.
+pub fn not_regular(path: &Path, md: &std::fs::Metadata) -> Error {
+    use std::os::unix::fs::FileTypeExt;
+    let t = md.file_type();
+    let what = if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_fifo() {
+        "a pipe"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "something else"
+    };
+    Error::NotALedger {
+        path: path.into(),
+        why: format!("not a regular file ({what}); a ledger is a SQLite file"),
+    }
+}
+
+/// A reader of a read-only ledger leaves `-wal` and `-shm` files with the ledger's read-only
+/// mode; once the ledger is writable again they would keep every writer out with "ledger is
+/// read-only". Such leftovers get the ledger's mode back (changing a mode is safe while other
+/// programs have the files open); when that is not allowed (another user's files), the error
+/// says what to do.
+fn recover_companions(path: &Path, ledger: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        let p = PathBuf::from(p);
+        let Ok(md) = std::fs::metadata(&p) else {
+            continue;
+        };
+        if !md.is_file() || !md.permissions().readonly() {
+            continue;
+        }
+        let mode = ledger.permissions().mode() & 0o7777;
+        if std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).is_err() {
+            return Err(Error::io(
+                &p,
+                std::io::Error::other(format!(
+                    "read-only, left by a reader while the ledger was read-only; make it writable (chmod u+w '{}') or, when no program has the ledger open, remove it",
+                    p.display()
+                )),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn map_err(e: rusqlite::Error, path: &Path, busy_ms: u64) -> Error {
     if let rusqlite::Error::SqliteFailure(f, ref msg) = e {
         match f.code {

@@ -119,6 +119,7 @@ impl Pmm {
             .env_remove("OLLAMA_HOST")
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
+            .env_remove("PMM_MAX_LINE")
             .env("PMM_DB", &self.db)
             .env("PMM_NOW", "2025-11-24T05:55:41.194157Z");
         c

@@ -21,6 +21,7 @@ mod programs;
 mod recall;
 mod recall_bench;
 mod replay;
+mod robust;
 mod rsm;
 mod tamper;
 mod tick;

@@ -171,6 +171,21 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
     let run = |stdin: &str| t.ok(line, cmd, stdin);
     let records = |out: &str| jsonl(out);
     match cmd {
+        c if c.starts_with("repo=$PWD && cd \"$(mktemp -d)\" && ln -s \"$repo/scripts\" scripts") => {
+            // The test already runs in a fresh directory with scripts/ linked in. The line
+            // itself is run from the checkout (its temporary directory inside the tour's):
+            // it must leave the shell outside the checkout with the tour's scripts reachable.
+            let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let scratch = t.file("scratch");
+            std::fs::create_dir_all(&scratch).expect("mkdir scratch");
+            let script = format!(
+                "cd '{}' && export TMPDIR='{}' && {c} && test -x scripts/ci-verify.sh && test -f scripts/pmm-tick.cron && case \"$(pwd -P)\" in \"$(cd \"$repo\" && pwd -P)\"*) exit 1 ;; esac",
+                repo.display(),
+                scratch.display()
+            );
+            t.ok(line, &script, "");
+            assert!(t.file("scripts/ci-verify.sh").exists());
+        }
         c if c.starts_with("pmm-turn --adapter ollama --model llama3.2 --text ") => {
             // --text: only the reply is printed; the ledger has the rest.
             assert_eq!(run(""), format!("{OLLAMA_REPLY}\n"));
@@ -191,6 +206,27 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
             // Stands in: the OpenAI stub plays llama-server (or vLLM), and the next line's
             // address is the stub's.
         }
+        c if c.starts_with("OPENAI_BASE_URL=http://127.0.0.1:8080/v1 pmm-turn --chat ") => {
+            // The chat talks to the server the line names, not to the dummy adapter.
+            let script = c.replace("http://127.0.0.1:8080", &t.openai.url());
+            let before = t.count("user_message");
+            let asked = t.openai.requests().len();
+            let out = t.ok(line, &script, "hello from chat\n/help\n/exit\n");
+            assert_eq!(t.count("user_message"), before + 1, "chat appended one turn");
+            assert!(out.contains(OPENAI_REPLY), "the server's reply is shown: {out}");
+            assert!(out.contains("/export FILE"), "/help answered: {out}");
+            let reqs = t.openai.requests();
+            assert_eq!(reqs.len(), asked + 1, "the OpenAI stub was asked once");
+            let req = reqs.last().expect("a request");
+            assert_eq!(req.path, "/v1/chat/completions");
+            assert_eq!(req.body["model"], "local");
+            let reply = t
+                .events()
+                .into_iter()
+                .rfind(|e| e["kind"] == "assistant_message")
+                .expect("an assistant_message");
+            assert_eq!(reply["meta"]["provider"], "openai", "{reply}");
+        }
         c if c.starts_with("OPENAI_BASE_URL=http://127.0.0.1:8080/v1 ") => {
             let script = c.replace("http://127.0.0.1:8080", &t.openai.url());
             let out = records(&t.ok(line, &script, ""));
@@ -202,11 +238,6 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
             let req = t.openai.requests().pop().expect("the OpenAI stub was asked");
             assert_eq!(req.path, "/v1/chat/completions");
             assert_eq!(req.body["model"], "local");
-        }
-        "pmm-turn --chat" => {
-            let before = t.count("user_message");
-            run("hello from chat\n/help\n/exit\n");
-            assert_eq!(t.count("user_message"), before + 1, "chat appended one turn");
         }
         c if c.starts_with("printf '%s\\n' '\"Noted.") => {
             run("");
@@ -287,6 +318,27 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
                 eprintln!("tour: Graphviz 'dot' is not installed; checking the DOT export only");
                 let dot = t.ok(line, "pmm-graph export --format dot", "");
                 assert!(dot.starts_with("digraph"), "{dot}");
+            }
+        }
+        c if c.starts_with("pmm-export --db kept.db -o kept.json && cmp kept.json reference.json") => {
+            // Both sides missing (no reference export here, nothing imported): the proof fails.
+            let both_failed = t
+                .bash(&format!(
+                    "mkdir -p nothing-here && cd nothing-here && gunzip -c chat_session_ledger.json.gz > reference.json; {c}"
+                ))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run bash");
+            assert!(!both_failed.success(), "cmp passed with both sides failed");
+            match reference {
+                Some(_) => {
+                    assert_eq!(run(""), "identical\n");
+                    let kept = std::fs::read(t.file("kept.json")).unwrap();
+                    assert!(!kept.is_empty());
+                    assert_eq!(kept, std::fs::read(t.file("reference.json")).unwrap());
+                }
+                None => eprintln!("tour: no reference ledger fixture; not run: {line}"),
             }
         }
         c if c.contains("chat_session_ledger.json.gz") => match reference {
@@ -518,4 +570,63 @@ fn the_autonomy_page_example_runs_as_written() {
         "",
     );
     assert_eq!(out.trim(), shown.trim());
+}
+
+/// Issue 13 item 17: the README tour says what it needs and where it runs, its proof of a
+/// byte-for-byte import cannot pass when both sides failed, the chat line talks to the server
+/// of its block, exit 2 is not "nothing is written", and docs/operations.md points at a scale
+/// table that exists.
+#[test]
+fn readme_tour_is_self_contained_and_its_proofs_can_fail() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let lines = tour_lines(&readme);
+    // The first command leaves the checkout for a scratch directory.
+    assert!(
+        command_of(&lines[0]).starts_with("repo=$PWD && cd \"$(mktemp -d)\""),
+        "the tour starts in a temporary directory: {}",
+        lines[0]
+    );
+    let tour = between(&readme, "\n## A short tour", "\n### A real model");
+    for tool in ["jq", "Graphviz"] {
+        let before_first_block = tour.split("```sh").next().unwrap();
+        assert!(
+            before_first_block.contains(tool),
+            "the tour names {tool} as a prerequisite before its first command"
+        );
+    }
+    // A `cmp -` fed by a pipe and a process substitution passes on two empty streams.
+    for (name, text) in [
+        ("README.md", readme.clone()),
+        (
+            "docs/operations.md",
+            std::fs::read_to_string(root.join("docs/operations.md")).unwrap(),
+        ),
+        (
+            "src/cmd/append.rs",
+            std::fs::read_to_string(root.join("src/cmd/append.rs")).unwrap(),
+        ),
+    ] {
+        assert!(
+            !text.contains("| cmp -"),
+            "{name}: cmp reads a pipe whose failure it cannot see"
+        );
+    }
+    assert!(
+        tour.contains("chat_session_<UTC time>_ledger.json.gz"),
+        "the tour says where chat_session_ledger.json.gz comes from"
+    );
+    // Every chat line in the tour names its adapter (no silent dummy).
+    for l in lines.iter().filter(|l| l.contains("--chat")) {
+        assert!(l.contains("--adapter"), "{l}");
+    }
+    assert!(
+        !readme.contains("nothing is written for it"),
+        "exit 2 keeps what was committed before the bad item"
+    );
+    let ops = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    assert!(
+        !ops.contains("scale table in\nthe README") && !ops.contains("scale table in the README"),
+        "docs/operations.md points at a README table that does not exist"
+    );
 }
