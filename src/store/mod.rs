@@ -160,8 +160,9 @@ impl Ledger {
     }
 
     fn init_writer(&mut self) -> rusqlite::Result<()> {
-        self.conn
-            .busy_timeout(std::time::Duration::from_millis(self.busy_ms))?;
+        self.conn.busy_timeout(std::time::Duration::from_millis(
+            self.busy_ms.min(i32::MAX as u64),
+        ))?;
         let has_tables: bool = self.conn.query_row(
             "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')",
             [],
@@ -281,7 +282,9 @@ impl Ledger {
         };
         ledger
             .conn
-            .busy_timeout(std::time::Duration::from_millis(ledger.busy_ms))
+            .busy_timeout(std::time::Duration::from_millis(
+                ledger.busy_ms.min(i32::MAX as u64),
+            ))
             .map_err(|e| ledger.err(e))?;
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {

@@ -17,6 +17,7 @@ mod llm;
 mod man;
 mod policy;
 mod programs;
+mod ranges;
 mod replay;
 mod rsm;
 mod tamper;
