@@ -20,6 +20,7 @@ mod programs;
 mod ranges;
 mod replay;
 mod rsm;
+mod skips;
 mod tamper;
 mod tick;
 mod tour;
