@@ -67,6 +67,15 @@ pub enum Error {
     /// that is not a graph node): a negative answer, exit 1.
     #[error("{0}")]
     NotFound(String),
+    /// A ledger whose SQLite file is damaged in a way that would make a write unsafe (its
+    /// head is below ids it has already written: appending would reuse them).
+    #[error("{}: ledger is damaged: {why}; nothing was written (check it with pmm-verify --integrity, restore from a backup)", path.display())]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
     /// Any other SQLite error.
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),

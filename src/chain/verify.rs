@@ -144,6 +144,15 @@ pub enum Problem {
         /// What is wrong with it.
         error: String,
     },
+    /// SQLite's own check of a ledger file (`PRAGMA quick_check`, or `integrity_check` with
+    /// `pmm-verify --integrity`) found damage: a page the chain walk may not reach, an index
+    /// that no longer matches its table, or a head below ids already written.
+    SqliteDamage {
+        /// `quick_check` or `integrity_check`.
+        check: String,
+        /// One line of what SQLite (or the head check) reported.
+        error: String,
+    },
     /// A derived event that does not match what its inputs give.
     DerivedMismatch {
         /// What was checked.
@@ -212,6 +221,8 @@ pub struct Summary {
     pub anchor_mismatches: u64,
     /// Count of `malformed` findings.
     pub malformed: u64,
+    /// Count of `sqlite_damage` findings (SQLite ledgers only).
+    pub sqlite_damage: u64,
     /// How many anchors were checked.
     pub anchors_checked: u64,
     /// With `--deep`: how many derived values of each kind were recomputed.
@@ -234,6 +245,7 @@ impl Summary {
             Problem::AnchorMismatch { .. } => self.anchor_mismatches += 1,
             Problem::Malformed { .. } => self.malformed += 1,
             Problem::DerivedMismatch { .. } => self.derived_mismatches += 1,
+            Problem::SqliteDamage { .. } => self.sqlite_damage += 1,
         }
     }
 
@@ -246,6 +258,7 @@ impl Summary {
             + self.anchor_mismatches
             + self.malformed
             + self.derived_mismatches
+            + self.sqlite_damage
     }
 }
 

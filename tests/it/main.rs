@@ -7,6 +7,7 @@ mod stub;
 mod bad_input;
 mod canon;
 mod concurrency;
+mod damage;
 mod deep;
 mod derived;
 mod fixture;
