@@ -11,6 +11,7 @@ mod damage;
 mod deep;
 mod derived;
 mod fixture;
+mod floods;
 mod front;
 mod fuzz;
 mod graph;
