@@ -36,7 +36,7 @@ pub enum Error {
         why: String,
     },
     /// The write policy refused a write; a `violation` event was appended (exit 1).
-    #[error("policy forbids actor '{actor}' writing '{kind}'{}; violation recorded as event {violation_id}", if *.unreadable { " (the policy could not be read: fail closed)" } else { "" })]
+    #[error("policy forbids actor '{actor}' writing '{kind}'{}{}; violation recorded as event {violation_id}", if *.unreadable { " (the policy could not be read: fail closed)" } else { "" }, .reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
     PolicyViolation {
         /// `meta.source` of the refused event, or `unknown`.
         actor: String,
@@ -46,6 +46,8 @@ pub enum Error {
         violation_id: i64,
         /// True when the refusal is fail-closed because the policy is unreadable.
         unreadable: bool,
+        /// Set when the write was refused for its content: a `config` value out of range.
+        reason: Option<String>,
     },
     /// An import source that cannot be taken as it is.
     #[error("import refused: {0}")]

@@ -740,6 +740,9 @@ pub struct Violation {
     pub kind: String,
     /// Set when the refusal is fail-closed: the policy could not be read (event id, why).
     pub unreadable: Option<(i64, String)>,
+    /// Set when the content was refused whoever wrote it: a `config` value out of the range
+    /// the runtime accepts (see [`crate::event::config`]).
+    pub reason: Option<String>,
 }
 
 impl Violation {
@@ -749,6 +752,7 @@ impl Violation {
             kind: self.kind,
             violation_id,
             unreadable: self.unreadable.is_some(),
+            reason: self.reason,
         }
     }
 }
@@ -795,6 +799,7 @@ impl Batch<'_> {
                         actor,
                         kind: ev.kind.clone(),
                         unreadable: None,
+                        reason: None,
                     }))
                 }
                 Verdict::Unreadable(id, why) => {
@@ -802,8 +807,19 @@ impl Batch<'_> {
                         actor,
                         kind: ev.kind.clone(),
                         unreadable: Some((id, why)),
+                        reason: None,
                     }))
                 }
+            }
+        }
+        if ev.kind == "config" {
+            if let Some(why) = crate::event::config::out_of_range(&ev.content) {
+                return Err(Refusal::Policy(Violation {
+                    actor: ev.actor(),
+                    kind: ev.kind.clone(),
+                    unreadable: None,
+                    reason: Some(why),
+                }));
             }
         }
         Ok(self.insert(&ev.kind, &ev.content, &ev.meta, &clock.ts())?)
@@ -855,6 +871,9 @@ impl Batch<'_> {
                 "policy_unreadable".into(),
                 Value::String(format!("event {id}: {why}")),
             );
+        }
+        if let Some(why) = &v.reason {
+            meta.insert("reason".into(), Value::String(why.clone()));
         }
         let content = format!("policy_violation:{}:{}", v.actor, v.kind);
         let ts = clock.ts();

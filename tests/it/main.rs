@@ -7,6 +7,7 @@ mod stub;
 mod bad_input;
 mod canon;
 mod concurrency;
+mod config_ranges;
 mod damage;
 mod deep;
 mod derived;
