@@ -253,7 +253,22 @@ pub fn verify_input(
     }
     let deep_counts = checker.map(|c| c.finish(&mut derived));
     let mut summary = v.finish(&mut findings);
-    summary.deep = deep_counts.and_then(|c| serde_json::to_value(c).ok());
+    summary.deep = deep_counts
+        .and_then(|c| serde_json::to_value(c).ok())
+        .map(|mut d| {
+            // Say exactly what was recomputed and what was not (and why), not just counts.
+            use crate::chain::deep::{KINDS_CHECKED, KINDS_NOT_CHECKED};
+            let list = |l: &[(&str, &str)]| {
+                Value::Object(
+                    l.iter()
+                        .map(|(k, why)| (k.to_string(), Value::String(why.to_string())))
+                        .collect(),
+                )
+            };
+            d["kinds_checked"] = list(KINDS_CHECKED);
+            d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
+            d
+        });
     emit(&mut findings, out)?;
     bar.finish_and_clear();
     summary.source = Some(input.name());

@@ -72,6 +72,12 @@ fn reference_ledger_has_no_derived_mismatch() {
             slot_ids: 85,
             tick_slot_ids: 85,
             rsm_snapshots: 0,
+            close_contents: 12,
+            tick_decisions: 85,
+            rule_tables: 7,
+            manifest_covers: 6,
+            meta_summaries: 17,
+            synthesized_reflections: 0,
             mismatches: 0,
             unresolved: 0,
         }

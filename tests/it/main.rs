@@ -10,6 +10,7 @@ mod concurrency;
 mod config_ranges;
 mod damage;
 mod deep;
+mod deep_kinds;
 mod derived;
 mod fixture;
 mod floods;
