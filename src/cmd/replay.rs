@@ -86,12 +86,11 @@ pub struct Args {
         long,
         value_name = "ID",
         requires = "state",
-        allow_negative_numbers = true,
-        value_parser = clap::value_parser!(i64).range(1..)
+        allow_negative_numbers = true
     )]
     at: Option<i64>,
     /// What changed in the self-model between event A and event B
-    #[arg(long, num_args = 2, value_names = ["A", "B"], allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(1..), conflicts_with_all = ["state", "narrate", "follow"])]
+    #[arg(long, num_args = 2, value_names = ["A", "B"], allow_negative_numbers = true, conflicts_with_all = ["state", "narrate", "follow"])]
     diff: Option<Vec<i64>>,
     /// A human table of the last 50 events (or --tail N)
     #[arg(long)]
