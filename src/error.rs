@@ -36,7 +36,7 @@ pub enum Error {
         why: String,
     },
     /// The write policy refused a write; a `violation` event was appended (exit 1).
-    #[error("policy forbids actor '{actor}' writing '{kind}'{}; violation recorded as event {violation_id}", if *.unreadable { " (the policy could not be read: fail closed)" } else { "" })]
+    #[error("policy forbids actor '{actor}' writing '{kind}'{}{}; violation recorded as event {violation_id}", if *.unreadable { " (the policy could not be read: fail closed)" } else { "" }, .reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
     PolicyViolation {
         /// `meta.source` of the refused event, or `unknown`.
         actor: String,
@@ -46,6 +46,8 @@ pub enum Error {
         violation_id: i64,
         /// True when the refusal is fail-closed because the policy is unreadable.
         unreadable: bool,
+        /// Set when the write was refused for its content: a `config` value out of range.
+        reason: Option<String>,
     },
     /// An import source that cannot be taken as it is.
     #[error("import refused: {0}")]
@@ -67,6 +69,15 @@ pub enum Error {
     /// that is not a graph node): a negative answer, exit 1.
     #[error("{0}")]
     NotFound(String),
+    /// A ledger whose SQLite file is damaged in a way that would make a write unsafe (its
+    /// head is below ids it has already written: appending would reuse them).
+    #[error("{}: ledger is damaged: {why}; nothing was written (check it with pmm-verify --integrity, restore from a backup)", path.display())]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
     /// Any other SQLite error.
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),

@@ -14,6 +14,15 @@
 //! | `autonomy_stimulus` | `slot_id` (content and meta) | its `slot` | §8.1 |
 //! | `autonomy_tick` | `meta.slot_id` | its `meta.slot` | §8.1 |
 //! | `summary_update` | `meta.rsm_state` | the self-model over the events before it | §5.2 |
+//! | `commitment_close` | content | `Commitment closed: <meta.cid>` (or `Internal commitment closed: …`) | §2 |
+//! | `autonomy_tick` | `decision`, `evidence` | one of idle/reflect/summarize; evidence ids before the tick | §8.3 |
+//! | `autonomy_rule_table` | content | the four thresholds, in order, each in the `--set` range | §8.2 |
+//! | `checkpoint_manifest` | `covers`, `up_to_id` | `["rsm_state","open_commitments"]`, an id before it | §8.9 |
+//! | `meta_summary` | `event_count`, `graph_stats.nodes`, `meta.about_event` | at most the events before it; the sum of `counts_by_kind`; an earlier reflection | §7.2 |
+//! | `reflection` (pmm's synthesized) | `intent`, `outcome` | the turn's user message and reply, stripped, 256 chars | §7.1 |
+//!
+//! [`KINDS_NOT_CHECKED`] lists the derived kinds that are not recomputed, and why; `pmm-verify
+//! --deep` prints both lists in its summary.
 //!
 //! The last row is a hook ([`SelfModel`]): the RSM projection lives elsewhere and plugs in.
 //!
@@ -91,6 +100,32 @@ pub trait SelfModel: Send {
     fn expected_rsm_state(&mut self, summary: &Event, content: Option<&Value>) -> Option<Value>;
 }
 
+/// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`.
+pub const KINDS_CHECKED: &[(&str, &str)] = &[
+    ("commitment_open", "meta.cid from meta.text"),
+    ("commitment_close", "content from meta.cid"),
+    ("embedding_add", "the whole content from the embedded event's text"),
+    ("retrieval_selection", "meta.digest from the selection and the user message"),
+    ("checkpoint_manifest", "root_hash from the prefix; covers; up_to_id before it"),
+    ("autonomy_stimulus", "slot_id (content and meta) from the slot"),
+    ("autonomy_tick", "meta.slot_id from meta.slot; decision is idle, reflect or summarize; evidence ids before it"),
+    ("autonomy_rule_table", "format: the four thresholds in order, each 1 to 1000000000"),
+    ("summary_update", "meta.rsm_state from the self-model over the events before it"),
+    ("meta_summary", "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
+    ("reflection", "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
+];
+
+/// The derived kinds `--deep` does not recompute, and why (the summary's `kinds_not_checked`).
+pub const KINDS_NOT_CHECKED: &[(&str, &str)] = &[
+    ("metrics_turn", "latency and token counts are measurements of the model call, not derived from the ledger"),
+    ("reflection", "the reference's synthesized reflections, kernel and delta reflections depend on the kernel's whole state (their delta_hash and rules are not refolded); a synthesized reflection's internal_goals and self_model parts are not checked"),
+    ("meta_summary", "graph_stats counts and patterns are not refolded; the reference's event_count is not the id before it, so only its bound is checked"),
+    ("autonomy_tick", "whether the decision is the one the kernel would take is not refolded (the adaptive thresholds at that slot)"),
+    ("autonomy_rule_table", "the values are not refolded: the reference's adaptive loop changes them without a config event"),
+    ("lifetime_memory", "chunk text is not refolded"),
+    ("concept_*, stability_metrics, coherence_check, outcome_observation, policy_update, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
+];
+
 /// How many derived values were checked, by kind, and what came of it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct DeepCounts {
@@ -108,6 +143,18 @@ pub struct DeepCounts {
     pub tick_slot_ids: u64,
     /// `summary_update` self-model snapshots compared (only with a [`SelfModel`]).
     pub rsm_snapshots: u64,
+    /// `commitment_close` contents recomputed from their cid.
+    pub close_contents: u64,
+    /// `autonomy_tick` decisions and evidence checked.
+    pub tick_decisions: u64,
+    /// `autonomy_rule_table` contents checked.
+    pub rule_tables: u64,
+    /// `checkpoint_manifest` covers and up_to_id checked.
+    pub manifest_covers: u64,
+    /// `meta_summary` event counts and subjects checked.
+    pub meta_summaries: u64,
+    /// Synthesized reflections (`intent`/`outcome`) recomputed.
+    pub synthesized_reflections: u64,
     /// `derived_mismatch` findings reported.
     pub mismatches: u64,
     /// Derived values that could not be checked: the input they need is not in the ledger or
@@ -146,6 +193,11 @@ pub struct DeepChecker {
     pending_embeddings: Vec<PendingEmbedding>,
     pending_roots: Vec<PendingRoot>,
     self_model: Option<Box<dyn SelfModel>>,
+    /// The newest user message and reply (the inputs of a synthesized reflection).
+    last_user: Option<String>,
+    last_reply: Option<String>,
+    /// Reflection ids seen (the subjects a meta_summary may name), newest last.
+    reflections: VecDeque<i64>,
 }
 
 impl Default for DeepChecker {
@@ -250,6 +302,9 @@ impl DeepChecker {
             pending_embeddings: Vec::new(),
             pending_roots: Vec::new(),
             self_model: None,
+            last_user: None,
+            last_reply: None,
+            reflections: VecDeque::new(),
         }
     }
 
@@ -285,10 +340,13 @@ impl DeepChecker {
         let needs_meta = matches!(
             ev.kind.as_str(),
             "commitment_open"
+                | "commitment_close"
                 | "retrieval_selection"
                 | "autonomy_stimulus"
                 | "autonomy_tick"
                 | "summary_update"
+                | "meta_summary"
+                | "reflection"
         );
         let parsed;
         let meta = match meta {
@@ -305,9 +363,19 @@ impl DeepChecker {
             "retrieval_selection" => self.check_digest(ev, meta, out),
             "checkpoint_manifest" => self.check_root(ev, out),
             "autonomy_stimulus" => self.check_stimulus(ev, meta, out),
-            "autonomy_tick" => self.check_tick(ev, meta, out),
+            "autonomy_tick" => {
+                self.check_tick(ev, meta, out);
+                self.check_decision(ev, out);
+            }
             "summary_update" => self.check_self_model(ev, meta, out),
+            "commitment_close" => self.check_close(ev, meta, out),
+            "autonomy_rule_table" => self.check_rule_table(ev, out),
+            "meta_summary" => self.check_meta_summary(ev, meta, out),
+            "reflection" => self.check_synthesized(ev, meta, out),
             _ => {}
+        }
+        if ev.kind == "checkpoint_manifest" {
+            self.check_covers(ev, out);
         }
         self.remember(ev, meta);
     }
@@ -328,7 +396,15 @@ impl DeepChecker {
                 }
                 self.summary_roots.push_back((ev.id, root));
             }
+            "assistant_message" => self.last_reply = Some(ev.content.clone()),
+            "reflection" => {
+                if self.reflections.len() == ROOT_WINDOW {
+                    self.reflections.pop_front();
+                }
+                self.reflections.push_back(ev.id);
+            }
             "user_message" => {
+                self.last_user = Some(ev.content.clone());
                 if self.users.len() == USER_WINDOW {
                     self.users.pop_front();
                 }
@@ -376,6 +452,209 @@ impl DeepChecker {
                 ev.id,
                 mismatch("commitment_open.cid", expected.into(), found),
             );
+        }
+    }
+
+    fn check_close(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        let Some(cid) = meta.and_then(|m| m.get("cid")).and_then(Value::as_str) else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        self.counts.close_contents += 1;
+        let expected = format!("Commitment closed: {cid}");
+        if ev.content != expected && ev.content != format!("Internal commitment closed: {cid}") {
+            let p = mismatch(
+                "commitment_close.content",
+                expected.into(),
+                ev.content.clone().into(),
+            );
+            self.emit(out, ev.id, p);
+        }
+    }
+
+    fn check_decision(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        self.counts.tick_decisions += 1;
+        let content: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
+        let decision = content.as_ref().and_then(|c| c.get("decision"));
+        if !matches!(
+            decision.and_then(Value::as_str),
+            Some("idle" | "reflect" | "summarize")
+        ) {
+            let p = mismatch(
+                "autonomy_tick.decision",
+                "idle, reflect or summarize".into(),
+                decision.cloned().unwrap_or(Value::Null),
+            );
+            self.emit(out, ev.id, p);
+        }
+        let evidence = content.as_ref().and_then(|c| c.get("evidence"));
+        let fine = evidence.and_then(Value::as_array).is_some_and(|ids| {
+            ids.iter()
+                .all(|i| i.as_i64().is_some_and(|i| i >= 1 && i < ev.id))
+        });
+        if !fine {
+            let p = mismatch(
+                "autonomy_tick.evidence",
+                "a list of ids of earlier events".into(),
+                evidence.cloned().unwrap_or(Value::Null),
+            );
+            self.emit(out, ev.id, p);
+        }
+    }
+
+    fn check_rule_table(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        self.counts.rule_tables += 1;
+        let keys = crate::event::config::THRESHOLD_KEYS;
+        let body = ev
+            .content
+            .strip_prefix('{')
+            .and_then(|b| b.strip_suffix('}'));
+        let fine = body.is_some_and(|b| {
+            let pairs: Vec<&str> = b.split(',').collect();
+            pairs.len() == keys.len()
+                && pairs.iter().zip(keys).all(|(pair, key)| {
+                    pair.split_once(':').is_some_and(|(k, v)| {
+                        k == key
+                            && v.parse::<i64>()
+                                .is_ok_and(|n| crate::event::config::THRESHOLD_RANGE.contains(&n))
+                    })
+                })
+        });
+        if !fine {
+            let p = mismatch(
+                "autonomy_rule_table.content",
+                format!("{{{}}}", keys.map(|k| format!("{k}:N")).join(",")).into(),
+                ev.content.clone().into(),
+            );
+            self.emit(out, ev.id, p);
+        }
+    }
+
+    fn check_covers(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {
+            return; // counted as unresolved by the root check
+        };
+        self.counts.manifest_covers += 1;
+        let expected = serde_json::json!(["rsm_state", "open_commitments"]);
+        let covers = c.get("covers").cloned().unwrap_or(Value::Null);
+        if covers != expected {
+            self.emit(
+                out,
+                ev.id,
+                mismatch("checkpoint_manifest.covers", expected, covers),
+            );
+        }
+        let up_to = c.get("up_to_id").cloned().unwrap_or(Value::Null);
+        if !up_to.as_i64().is_some_and(|u| u >= 0 && u < ev.id) {
+            let p = mismatch(
+                "checkpoint_manifest.up_to_id",
+                format!("an id below {}", ev.id).into(),
+                up_to,
+            );
+            self.emit(out, ev.id, p);
+        }
+    }
+
+    fn check_meta_summary(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        self.counts.meta_summaries += 1;
+        // pmm counts every event before it; the reference counted at some point before
+        // (GPT id 481 says 477), so only "not more than there were" holds for both.
+        let count = c.get("event_count").cloned().unwrap_or(Value::Null);
+        if !count.as_i64().is_some_and(|n| n >= 0 && n < ev.id) {
+            let p = mismatch(
+                "meta_summary.event_count",
+                format!("at most {}", ev.id - 1).into(),
+                count,
+            );
+            self.emit(out, ev.id, p);
+        }
+        let stats = c.get("graph_stats");
+        let nodes = stats.and_then(|g| g.get("nodes")).cloned();
+        let sum: Option<i64> = stats
+            .and_then(|g| g.get("counts_by_kind"))
+            .and_then(Value::as_object)
+            .map(|m| m.values().filter_map(Value::as_i64).sum());
+        if nodes.as_ref().and_then(Value::as_i64) != sum {
+            let p = mismatch(
+                "meta_summary.graph_stats.nodes",
+                sum.map_or(Value::Null, Value::from),
+                nodes.unwrap_or(Value::Null),
+            );
+            self.emit(out, ev.id, p);
+        }
+        let about = meta.and_then(|m| m.get("about_event")).cloned();
+        if let Some(about) = about {
+            let known = about
+                .as_i64()
+                .is_some_and(|a| self.reflections.binary_search(&a).is_ok());
+            let reachable = about
+                .as_i64()
+                .is_some_and(|a| self.reflections.front().is_none_or(|f| a < *f));
+            if !known && !reachable {
+                let p = mismatch(
+                    "meta_summary.meta.about_event",
+                    "the id of an earlier reflection".into(),
+                    about,
+                );
+                self.emit(out, ev.id, p);
+            }
+        }
+    }
+
+    fn check_synthesized(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        // pmm's own (the reference writes other intent/outcome reflections too, such as its
+        // retrieval verifications, from other inputs).
+        if meta.and_then(|m| m.get("source")).and_then(Value::as_str) != Some("pmm-turn") {
+            return;
+        }
+        let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {
+            return; // a kernel or delta reflection: not recomputed (see KINDS_NOT_CHECKED)
+        };
+        if c.get("next").and_then(Value::as_str) != Some("continue") {
+            return;
+        }
+        let (Some(intent), Some(outcome)) = (c.get("intent"), c.get("outcome")) else {
+            return;
+        };
+        let (Some(user), Some(reply)) = (&self.last_user, &self.last_reply) else {
+            self.counts.unresolved += 1;
+            return;
+        };
+        self.counts.synthesized_reflections += 1;
+        let cut = |s: &str| -> Value {
+            crate::marker::py_strip(s)
+                .chars()
+                .take(256)
+                .collect::<String>()
+                .into()
+        };
+        let (want_intent, want_outcome) = (cut(user), cut(reply));
+        if *intent != want_intent {
+            let p = mismatch("reflection.intent", want_intent, intent.clone());
+            self.emit(out, ev.id, p);
+        }
+        if *outcome != want_outcome {
+            let p = mismatch("reflection.outcome", want_outcome, outcome.clone());
+            self.emit(out, ev.id, p);
         }
     }
 
@@ -850,6 +1129,8 @@ mod tests {
                 checkpoint_roots: 1,
                 slot_ids: 1,
                 tick_slot_ids: 1,
+                tick_decisions: 1,
+                manifest_covers: 1,
                 ..DeepCounts::default()
             }
         );

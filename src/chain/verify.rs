@@ -150,6 +150,15 @@ pub enum Problem {
         /// What was found instead of events.
         error: String,
     },
+    /// SQLite's own check of a ledger file (`PRAGMA quick_check`, or `integrity_check` with
+    /// `pmm-verify --integrity`) found damage: a page the chain walk may not reach, an index
+    /// that no longer matches its table, or a head below ids already written.
+    SqliteDamage {
+        /// `quick_check` or `integrity_check`.
+        check: String,
+        /// One line of what SQLite (or the head check) reported.
+        error: String,
+    },
     /// A derived event that does not match what its inputs give.
     DerivedMismatch {
         /// What was checked.
@@ -221,6 +230,8 @@ pub struct Summary {
     /// Count of `empty` findings (an input without events); left out when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub empty: u64,
+    /// Count of `sqlite_damage` findings (SQLite ledgers only).
+    pub sqlite_damage: u64,
     /// How many anchors were checked.
     pub anchors_checked: u64,
     /// With `--deep`: how many derived values of each kind were recomputed.
@@ -248,6 +259,7 @@ impl Summary {
             Problem::Malformed { .. } => self.malformed += 1,
             Problem::DerivedMismatch { .. } => self.derived_mismatches += 1,
             Problem::Empty { .. } => self.empty += 1,
+            Problem::SqliteDamage { .. } => self.sqlite_damage += 1,
         }
     }
 
@@ -261,6 +273,7 @@ impl Summary {
             + self.malformed
             + self.derived_mismatches
             + self.empty
+            + self.sqlite_damage
     }
 }
 

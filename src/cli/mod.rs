@@ -3,6 +3,7 @@
 
 use crate::event::Clock;
 use crate::store::{DEFAULT_BUSY_TIMEOUT_MS, DEFAULT_DB};
+use clap::builder::TypedValueParser as _;
 use clap::Args;
 use clap_complete::Shell;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -53,11 +54,22 @@ fn parse_clock(s: &str) -> Result<Clock, String> {
     Clock::pinned(s)
 }
 
+/// The longest `--busy-timeout` SQLite takes (its busy handler counts milliseconds in a C
+/// `int`): about 24.8 days.
+pub const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
+
 /// `--busy-timeout`: how long a writer waits for the lock.
 #[derive(Debug, Clone, Args)]
 pub struct WriteArgs {
     /// How long to wait for another writer's lock before giving up, in milliseconds
-    #[arg(long, value_name = "MS", default_value_t = DEFAULT_BUSY_TIMEOUT_MS)]
+    /// (0 to 2147483647)
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = DEFAULT_BUSY_TIMEOUT_MS,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(0..=MAX_BUSY_TIMEOUT_MS as i64).map(|v| v as u64)
+    )]
     pub busy_timeout: u64,
 }
 
@@ -197,10 +209,9 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
             msg.push_str(&part);
         }
     }
+    // One line, whatever RUST_BACKTRACE says: an error is not a bug. Real panics still print
+    // their backtrace through the standard panic hook.
     let _ = writeln!(io::stderr(), "{name}: error: {}", msg.replace('\n', " "));
-    if std::env::var_os("RUST_BACKTRACE").is_some() {
-        let _ = writeln!(io::stderr(), "{}", e.backtrace());
-    }
     ExitCode::from(code)
 }
 

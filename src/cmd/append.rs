@@ -452,6 +452,7 @@ fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>)
             Some(l) => format!("line {l}: {error}"),
             None => format!("event {id}: {error}"),
         },
+        Problem::SqliteDamage { error, .. } => format!("the source is damaged: {error}"),
         Problem::AnchorMismatch { .. }
         | Problem::DerivedMismatch { .. }
         | Problem::Empty { .. } => return None,

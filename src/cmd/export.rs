@@ -68,10 +68,10 @@ pub struct Args {
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
     /// Only events with id ≥ ID
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..), allow_negative_numbers = true)]
     since: Option<i64>,
     /// Only events with id ≤ ID
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..), allow_negative_numbers = true)]
     until: Option<i64>,
     /// Only events of this kind (repeatable)
     #[arg(long, value_name = "KIND")]

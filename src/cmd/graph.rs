@@ -105,6 +105,7 @@ enum Query {
     /// The events linked to event ID, by id
     Neighbors {
         /// The event id
+        #[arg(allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(1..))]
         id: i64,
         /// Which links to follow: in (newer events pointing at ID), out (older events ID
         /// points at), or both

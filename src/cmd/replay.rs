@@ -5,6 +5,7 @@ use crate::event::Event;
 use crate::store::{project, save_projection_checkpoint, Reads, CHECKPOINT_EVERY};
 use crate::store::{Filter, Ledger};
 use crate::Error;
+use clap::builder::TypedValueParser as _;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -58,13 +59,18 @@ pub struct Args {
     common: CommonArgs,
 
     /// Only events with id ≥ ID
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..), allow_negative_numbers = true)]
     since: Option<i64>,
     /// Only events with id ≤ ID
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..), allow_negative_numbers = true)]
     until: Option<i64>,
     /// Only the last N events (after the other filters)
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i64).range(0..).map(|v| v as usize)
+    )]
     tail: Option<usize>,
     /// Only events of this kind (repeatable)
     #[arg(long, value_name = "KIND")]
@@ -84,7 +90,7 @@ pub struct Args {
     )]
     at: Option<i64>,
     /// What changed in the self-model between event A and event B
-    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["state", "narrate", "follow"])]
+    #[arg(long, num_args = 2, value_names = ["A", "B"], allow_negative_numbers = true, conflicts_with_all = ["state", "narrate", "follow"])]
     diff: Option<Vec<i64>>,
     /// A human table of the last 50 events (or --tail N)
     #[arg(long)]

@@ -74,14 +74,14 @@ pub struct Args {
     common: CommonArgs,
 
     /// Tick this slot instead of the clock's
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(0..))]
     slot: Option<i64>,
     /// Slot length in seconds
-    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "SECS", default_value_t = 10, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(1..))]
     interval: i64,
     /// Run as a supervisor: a tick every DURATION (10s, 1m, 1h30m; a bare number is seconds)
     /// until SIGINT or SIGTERM, which end it after the current tick with exit 0
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["slot", "dry_run", "set"])]
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true, value_parser = parse_duration, conflicts_with_all = ["slot", "dry_run", "set"])]
     every: Option<Duration>,
     /// Print the decision as JSON and write nothing
     #[arg(long)]

@@ -97,17 +97,17 @@ pub struct Args {
     #[arg(long, env = "PMM_MODEL")]
     model: Option<String>,
     /// Seed for providers that accept one
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u64))]
     seed: Option<u64>,
-    /// Sampling temperature
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature (a finite number, 0 to 100)
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true, value_parser = parse_temperature)]
     temperature: f64,
-    /// Nucleus sampling
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus sampling (0 to 1)
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true, value_parser = parse_top_p)]
     top_p: f64,
     /// The most tokens a reply may have (Ollama num_predict, OpenAI max_tokens; cmd programs
     /// get it as max_tokens); recorded in the reply's meta. Unset: the server's own limit
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_tokens: Option<u32>,
 
     /// Characters of text recalled from the whole ledger for this turn (the hybrid strategy;
@@ -115,11 +115,11 @@ pub struct Args {
     /// as chat history
     #[arg(long, value_name = "CHARS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     budget: Option<u64>,
-    /// Seconds to wait for each model call
-    #[arg(long, value_name = "SECS", default_value_t = 120.0)]
+    /// Seconds to wait for each model call (more than 0, at most 86400)
+    #[arg(long, value_name = "SECS", default_value_t = 120.0, allow_hyphen_values = true, value_parser = parse_timeout)]
     timeout: f64,
-    /// Retries after a connection error, 429 or 5xx (with backoff)
-    #[arg(long, default_value_t = 2)]
+    /// Retries after a connection error, 429 or 5xx (with backoff; 0 to 100)
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(0..=100))]
     retries: u32,
     /// scripted adapter: the replies file (JSON Lines: a string or {"reply": STRING} per line;
     /// line N answers the ledger's Nth turn)
@@ -129,6 +129,38 @@ pub struct Args {
     /// answers on stdout
     #[arg(long, value_name = "COMMAND")]
     command: Option<String>,
+}
+
+/// The longest `--timeout`: one day per model call.
+const MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
+/// A finite number in `lo..=hi` (NaN and infinities would be sent to the model as null).
+fn parse_in_range(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
+        Ok(_) => Err(format!(
+            "'{s}' is out of range (a number from {lo} to {hi})"
+        )),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
+fn parse_temperature(s: &str) -> Result<f64, String> {
+    parse_in_range(s, 0.0, 100.0)
+}
+
+fn parse_top_p(s: &str) -> Result<f64, String> {
+    parse_in_range(s, 0.0, 1.0)
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match parse_in_range(s, 0.0, MAX_TIMEOUT_SECS) {
+        Ok(x) if x > 0.0 => Ok(x),
+        Ok(_) => Err(format!(
+            "'{s}' is out of range (more than 0 and at most {MAX_TIMEOUT_SECS} seconds)"
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 fn parse_adapter(s: &str) -> Result<AdapterKind, String> {
@@ -146,7 +178,7 @@ impl Program for Args {
 
 impl Args {
     fn config(&self) -> anyhow::Result<Config> {
-        if !(self.timeout > 0.0 && self.timeout.is_finite()) {
+        if !(self.timeout > 0.0 && self.timeout <= MAX_TIMEOUT_SECS) {
             return Err(Error::bad_input(
                 Some("--timeout".into()),
                 "must be a positive number of seconds",

@@ -68,15 +68,19 @@ impl RetrievalConfig {
             }
         }
         match m.get("limit").and_then(Value::as_i64) {
-            Some(n) if n > 0 => c.limit = n as usize,
+            Some(n) if n > 0 => c.limit = n.min(crate::event::config::MAX_LIMIT) as usize,
             Some(_) => {}
             None => c.limit = 20,
         }
         if let Some(s) = m.get("model").and_then(Value::as_str) {
             c.model = s.into();
         }
+        // Values beyond the ranges a write is held to (an imported ledger's) keep the
+        // default: the dimensions size every vector a turn computes.
         if let Some(n) = m.get("dims").and_then(Value::as_i64) {
-            c.dims = n;
+            if n <= crate::event::config::MAX_DIMS {
+                c.dims = n;
+            }
         }
         if let Some(n) = m.get("budget").and_then(Value::as_u64) {
             c.budget = (n as usize).clamp(1, crate::recall::MAX_BUDGET);

@@ -1,5 +1,7 @@
 //! Events, kinds, timestamps and the JSONL wire form. Pure data: no I/O.
 
+pub mod config;
+
 use crate::canon;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};

@@ -20,6 +20,10 @@
 //!   effect depend on whether the model balanced its backticks.
 //! - **Each `CLAIM:` line stands alone** (SPEC §4): a malformed line yields an error for that
 //!   line only, instead of dropping every claim of the reply (FORMATS.md §17 item 11).
+//! - **At most [`MAX_MARKERS`] of each kind count** (`COMMIT:`, `CLOSE:`, `CLAIM:`, `REF:`):
+//!   one reply of 10,000 `COMMIT:` lines would otherwise write tens of thousands of events in
+//!   one turn. The rest are counted in [`Markers::ignored`] (and in the turn's record), not
+//!   acted on. The reference has no limit.
 
 use crate::canon;
 use serde_json::{Map, Value};
@@ -156,6 +160,42 @@ impl ClaimParseError {
     }
 }
 
+/// The most markers of each kind (`COMMIT:`, `CLOSE:`, `CLAIM:`, `REF:`) one reply may act on;
+/// the first ones in reply order count, the rest are ignored (and counted).
+pub const MAX_MARKERS: usize = 64;
+
+/// How many markers of each kind a reply had beyond [`MAX_MARKERS`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Ignored {
+    /// `COMMIT:` lines ignored.
+    pub commits: usize,
+    /// `CLOSE:` lines ignored.
+    pub closes: usize,
+    /// `CLAIM:` lines ignored.
+    pub claims: usize,
+    /// `REF:` targets ignored.
+    pub refs: usize,
+}
+
+impl Ignored {
+    /// True when nothing was ignored.
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// All ignored markers.
+    pub fn total(&self) -> usize {
+        self.commits + self.closes + self.claims + self.refs
+    }
+}
+
+/// Keeps the first [`MAX_MARKERS`] of `v` and returns how many it dropped.
+fn cap<T>(v: &mut Vec<T>) -> usize {
+    let over = v.len().saturating_sub(MAX_MARKERS);
+    v.truncate(MAX_MARKERS);
+    over
+}
+
 /// Everything a reply asks for, in reply order, each with its line number.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Markers {
@@ -173,6 +213,8 @@ pub struct Markers {
     /// When the whole reply is a JSON object with a `refs` list, those strings instead, all on
     /// line 1 (see [`ref_targets`]).
     pub refs: Vec<Line<String>>,
+    /// Markers beyond [`MAX_MARKERS`] of their kind, which the lists above leave out.
+    pub ignored: Ignored,
 }
 
 /// The text of a marker line after its indentation: markers may be indented (see the module
@@ -224,6 +266,12 @@ pub fn parse(reply: &str) -> Markers {
             .map(|value| Line { line: 1, value })
             .collect();
     }
+    m.ignored = Ignored {
+        commits: cap(&mut m.commits),
+        closes: cap(&mut m.closes),
+        claims: cap(&mut m.claims),
+        refs: cap(&mut m.refs),
+    };
     m
 }
 

@@ -105,6 +105,10 @@ impl Thresholds {
             "commitment_auto_close" => &mut self.commitment_auto_close,
             _ => return false,
         };
+        // Out of range (never written by pmm; an imported ledger's): not in force.
+        if !crate::event::config::THRESHOLD_RANGE.contains(&value) {
+            return false;
+        }
         *slot = value;
         true
     }

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// room in a small local model's context).
 pub const DEFAULT_BUDGET: usize = 8_000;
 /// The largest budget accepted.
-pub const MAX_BUDGET: usize = 1_000_000;
+pub const MAX_BUDGET: usize = crate::event::config::MAX_BUDGET as usize;
 /// A recalled event's text is shown whole up to this many characters and cut past it.
 /// LoCoMo's longest message has 447; at the reference's 300, 2.4 % of messages are cut, and
 /// they hold the evidence for 12 % of the questions.

@@ -169,8 +169,9 @@ impl Ledger {
     }
 
     fn init_writer(&mut self) -> rusqlite::Result<()> {
-        self.conn
-            .busy_timeout(std::time::Duration::from_millis(self.busy_ms))?;
+        self.conn.busy_timeout(std::time::Duration::from_millis(
+            self.busy_ms.min(i32::MAX as u64),
+        ))?;
         let has_tables: bool = self.conn.query_row(
             "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')",
             [],
@@ -291,7 +292,9 @@ impl Ledger {
         };
         ledger
             .conn
-            .busy_timeout(std::time::Duration::from_millis(ledger.busy_ms))
+            .busy_timeout(std::time::Duration::from_millis(
+                ledger.busy_ms.min(i32::MAX as u64),
+            ))
             .map_err(|e| ledger.err(e))?;
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
@@ -375,6 +378,11 @@ impl Ledger {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| map_err(e, &path, busy_ms))?;
         let head = head(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+        if let Some(why) =
+            unsafe_head(&tx, head.as_ref()).map_err(|e| map_err(e, &path, busy_ms))?
+        {
+            return Err(Error::Damaged { path, why });
+        }
         let indexed = fts::has_index(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
         Ok(Batch {
             tx,
@@ -795,6 +803,89 @@ fn head(conn: &Connection) -> rusqlite::Result<Option<Head>> {
     .optional()
 }
 
+/// Why appending after `head` would be unsafe, if it would: ids above it have been written
+/// already (`sqlite_sequence`, which AUTOINCREMENT keeps at the highest id ever inserted, or
+/// the id index, are ahead of the table), so a damaged page hides the events that hold them
+/// and a new event would reuse their ids. One row lookup and one index probe per write.
+fn unsafe_head(conn: &Connection, head: Option<&Head>) -> rusqlite::Result<Option<String>> {
+    let head_id = head.map_or(0, |h| h.id);
+    let seq: Option<i64> = conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .or_else(|e| match e {
+            // A ledger written without AUTOINCREMENT has no sqlite_sequence table.
+            rusqlite::Error::SqliteFailure(_, Some(ref m)) if m.contains("no such table") => {
+                Ok(None)
+            }
+            e => Err(e),
+        })?;
+    if let Some(seq) = seq.filter(|&s| s > head_id) {
+        return Ok(Some(format!(
+            "its last readable event is {head_id} but sqlite_sequence records id {seq} as written, so appending would reuse ids"
+        )));
+    }
+    let has_index: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='index' AND name='idx_events_id_desc')",
+        [],
+        |r| r.get(0),
+    )?;
+    if has_index {
+        let indexed: Option<i64> = conn
+            .query_row(
+                "SELECT id FROM events INDEXED BY idx_events_id_desc ORDER BY id DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(max) = indexed.filter(|&m| m > head_id) {
+            return Ok(Some(format!(
+                "its last readable event is {head_id} but the id index holds id {max}, so appending would reuse ids"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// What SQLite's own check of the file says: `PRAGMA quick_check` (page structure, record
+/// formats, constraints), or with `full` `PRAGMA integrity_check` (also that every index
+/// matches its table). Empty when it says `ok`; at most `limit` messages otherwise.
+pub fn sqlite_check(ledger: &Ledger, full: bool, limit: u32) -> Result<Vec<String>> {
+    let pragma = if full {
+        "integrity_check"
+    } else {
+        "quick_check"
+    };
+    let conn = &ledger.conn;
+    let mut stmt = conn
+        .prepare(&format!("PRAGMA {pragma}({})", limit.max(1)))
+        .map_err(|e| ledger.err(e))?;
+    let rows = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .map_err(|e| ledger.err(e))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let line = row.map_err(|e| ledger.err(e))?;
+        if line != "ok" {
+            // "*** in database main ***" heads the list; it says nothing on its own.
+            out.extend(
+                line.lines()
+                    .filter(|l| !l.starts_with("*** "))
+                    .map(str::to_string),
+            );
+        }
+    }
+    // The writers' own guard, which SQLite's check does not know about.
+    let head = ledger.head()?;
+    if let Some(why) = unsafe_head(conn, head.as_ref()).map_err(|e| ledger.err(e))? {
+        out.push(why);
+    }
+    Ok(out)
+}
+
 /// Maps SQLite's errors to ours, so that users read "database is locked ..." and not a code.
 /// A ledger is a regular file: a device (`--db` through a symlink to `/dev/null`), a pipe or
 /// a socket is refused before SQLite opens it and creates `/dev/null-journal` beside it.
@@ -881,6 +972,9 @@ pub struct Violation {
     pub kind: String,
     /// Set when the refusal is fail-closed: the policy could not be read (event id, why).
     pub unreadable: Option<(i64, String)>,
+    /// Set when the content was refused whoever wrote it: a `config` value out of the range
+    /// the runtime accepts (see [`crate::event::config`]).
+    pub reason: Option<String>,
 }
 
 impl Violation {
@@ -890,6 +984,7 @@ impl Violation {
             kind: self.kind,
             violation_id,
             unreadable: self.unreadable.is_some(),
+            reason: self.reason,
         }
     }
 }
@@ -938,6 +1033,7 @@ impl Batch<'_> {
                         actor,
                         kind: ev.kind.clone(),
                         unreadable: None,
+                        reason: None,
                     }))
                 }
                 Verdict::Unreadable(id, why) => {
@@ -945,8 +1041,19 @@ impl Batch<'_> {
                         actor,
                         kind: ev.kind.clone(),
                         unreadable: Some((id, why)),
+                        reason: None,
                     }))
                 }
+            }
+        }
+        if ev.kind == "config" {
+            if let Some(why) = crate::event::config::out_of_range(&ev.content) {
+                return Err(Refusal::Policy(Violation {
+                    actor: ev.actor(),
+                    kind: ev.kind.clone(),
+                    unreadable: None,
+                    reason: Some(why),
+                }));
             }
         }
         Ok(self.insert(&ev.kind, &ev.content, &ev.meta, &clock.ts())?)
@@ -998,6 +1105,9 @@ impl Batch<'_> {
                 "policy_unreadable".into(),
                 Value::String(format!("event {id}: {why}")),
             );
+        }
+        if let Some(why) = &v.reason {
+            meta.insert("reason".into(), Value::String(why.clone()));
         }
         let content = format!("policy_violation:{}:{}", v.actor, v.kind);
         let ts = clock.ts();

@@ -83,12 +83,14 @@ pub struct Outcome {
     pub failed_claims: Vec<claim::FailedClaim>,
     /// Event rows this process read from the ledger during the turn.
     pub rows_read: u64,
+    /// Markers of the reply beyond [`marker::MAX_MARKERS`] of their kind, not acted on.
+    pub ignored_markers: marker::Ignored,
 }
 
 impl Outcome {
     /// The `{"type":"turn",…}` record.
     pub fn record(&self) -> Value {
-        json!({
+        let mut record = json!({
             "type": "turn",
             "reply": self.reply,
             "opened": self.opened,
@@ -100,7 +102,11 @@ impl Outcome {
             "first_id": self.events.first().map(|e| e.id),
             "last_id": self.events.last().map(|e| e.id),
             "rows_read": self.rows_read,
-        })
+        });
+        if !self.ignored_markers.is_empty() {
+            record["markers_ignored"] = json!(self.ignored_markers);
+        }
+        record
     }
 }
 
@@ -657,6 +663,7 @@ fn run_inner(
         valid_claims,
         failed_claims: failed,
         rows_read: store::rows_read() - rows_at_start,
+        ignored_markers: markers.ignored,
     })
 }
 

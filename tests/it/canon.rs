@@ -132,6 +132,7 @@ fn describe_difference(input: &str, want: &str, got: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn shared_fixture_matches_cpython() {
     let Some(path) = fixture_path("canonical-json/cases.jsonl") else {
         return;

@@ -33,6 +33,7 @@ fn rechained(src: &std::path::Path, edit: impl Fn(&mut Value)) -> String {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn deep_finds_no_mismatch_on_the_reference_ledger() {
     let Some(src) = fixture_path(GPT_LEDGER) else {
         return;
@@ -71,6 +72,7 @@ fn deep_finds_no_mismatch_on_the_reference_ledger() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn a_consistently_rehashed_forgery_passes_plain_verify_but_not_deep() {
     let Some(src) = fixture_path(GPT_LEDGER) else {
         return;

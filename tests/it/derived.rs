@@ -53,6 +53,7 @@ fn whats(findings: &[Finding]) -> Vec<(i64, String)> {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn reference_ledger_has_no_derived_mismatch() {
     let Some(events) = events() else {
         return;
@@ -71,6 +72,12 @@ fn reference_ledger_has_no_derived_mismatch() {
             slot_ids: 85,
             tick_slot_ids: 85,
             rsm_snapshots: 0,
+            close_contents: 12,
+            tick_decisions: 85,
+            rule_tables: 7,
+            manifest_covers: 6,
+            meta_summaries: 17,
+            synthesized_reflections: 0,
             mismatches: 0,
             unresolved: 0,
         }
@@ -78,6 +85,7 @@ fn reference_ledger_has_no_derived_mismatch() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn reference_stimuli_are_in_the_slot_of_their_timestamp() {
     let Some(events) = events() else {
         return;
@@ -108,6 +116,7 @@ fn tamper(events: &mut [Event], id: i64, f: impl FnOnce(&mut Event)) {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn tampered_copy_gives_exactly_the_planted_mismatches() {
     let Some(mut events) = events() else {
         return;

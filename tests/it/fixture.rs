@@ -28,6 +28,7 @@ fn assert_reference_findings(r: &crate::harness::Run) {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn import_with_accept_forks_then_export_json_gives_identical_bytes() {
     let Some(src) = fixture_path(GPT_LEDGER) else {
         return;
@@ -63,6 +64,7 @@ fn import_with_accept_forks_then_export_json_gives_identical_bytes() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn import_without_accept_forks_is_refused_and_names_event_468() {
     let Some(src) = fixture_path(GPT_LEDGER) else {
         return;
@@ -74,6 +76,7 @@ fn import_without_accept_forks_is_refused_and_names_event_468() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn verify_reports_exactly_the_three_forks_in_file_and_ledger() {
     let Some(src) = fixture_path(GPT_LEDGER) else {
         return;
@@ -104,6 +107,7 @@ fn verify_reports_exactly_the_three_forks_in_file_and_ledger() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn metrics_on_the_reference_ledger() {
     let Some(pmm) = Pmm::with_reference_ledger() else {
         return;

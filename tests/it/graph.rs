@@ -314,6 +314,7 @@ fn an_empty_ledger_has_an_empty_graph() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn reference_ledger_graph_matches_an_independent_count() {
     let Some(pmm) = Pmm::with_reference_ledger() else {
         return;

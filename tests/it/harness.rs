@@ -178,6 +178,17 @@ impl Pmm {
 /// Resolves `../shared/fixtures/<rel>` relative to the package. When it is missing: with
 /// `PMM_REQUIRE_FIXTURES=1` (as CI sets it) the test fails; otherwise it prints why it skips
 /// and returns `None`.
+///
+/// A test that needs a fixture also carries, under its `#[test]`,
+///
+/// ```ignore
+/// #[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+/// ```
+///
+/// `build.rs` sets `pmm_no_fixtures` when `../shared/fixtures` is absent (and
+/// `PMM_REQUIRE_FIXTURES` is not 1), so cargo's summary counts the test as ignored, with the
+/// reason, instead of reporting an early return as `ok`. Keep the `else { return; }` after
+/// `fixture_path` too: it covers a single missing file inside a present fixtures directory.
 pub fn fixture_path(rel: &str) -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/fixtures")

@@ -42,6 +42,7 @@ fn events_filters_tail_and_narrate() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn state_on_the_reference_ledger_is_deterministic() {
     let Some(pmm) = Pmm::with_reference_ledger() else {
         return;
@@ -342,6 +343,7 @@ mod cut_points {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         #[test]
+        #[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
         fn state_from_a_checkpoint_equals_a_full_rebuild(cut in 0usize..1199) {
             let Some(events) = fixture_events() else { return Ok(()) };
             let mut full = Projections::default();
@@ -362,6 +364,7 @@ mod cut_points {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn state_at_each_summary_reproduces_its_self_model_snapshot() {
     let Some(pmm) = Pmm::with_reference_ledger() else {
         return;
@@ -387,6 +390,7 @@ fn state_at_each_summary_reproduces_its_self_model_snapshot() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn diff_reports_what_changed_in_the_self_model() {
     let Some(pmm) = Pmm::with_reference_ledger() else {
         return;

@@ -66,6 +66,7 @@ fn differences(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn fold_before_each_summary_update_reproduces_its_rsm_state() {
     let Some(path) = fixture_path(GPT_LEDGER) else {
         return;
@@ -109,6 +110,7 @@ fn fold_before_each_summary_update_reproduces_its_rsm_state() {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn checkpointed_fold_of_the_reference_ledger_equals_the_full_fold() {
     let Some(path) = fixture_path(GPT_LEDGER) else {
         return;

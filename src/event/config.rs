@@ -1,0 +1,104 @@
+//! The ranges of the `config` values the runtime reads (issue 13 item 10): a retrieval
+//! config's `dims` and `limit`, the autonomy thresholds. A write outside them is refused
+//! (`store::Batch::append` records a `violation`, as for a policy refusal), and a reader that
+//! meets one anyway (an imported ledger, the reference's) keeps its default instead, so no
+//! ledger value can make a turn allocate gigabytes or a tick loop forever.
+
+use serde_json::Value;
+
+/// The most embedding dimensions a retrieval config may ask for (the reference uses 64; a
+/// turn embeds every scored message with this many sha256 computations per token).
+pub const MAX_DIMS: i64 = 4096;
+
+/// The most messages a retrieval config may select for one prompt.
+pub const MAX_LIMIT: i64 = 1000;
+/// The largest retrieval `budget` (characters of recalled text).
+pub const MAX_BUDGET: i64 = 1_000_000;
+
+/// The range of every autonomy threshold (the same as `pmm-tick --set`).
+pub const THRESHOLD_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000;
+
+/// The threshold keys of an `autonomy_thresholds` config.
+pub const THRESHOLD_KEYS: [&str; 4] = [
+    "reflection_interval",
+    "summary_interval",
+    "commitment_staleness",
+    "commitment_auto_close",
+];
+
+fn int_in(v: &Value, key: &str, lo: i64, hi: i64) -> Result<(), String> {
+    match v.as_i64() {
+        Some(n) if (lo..=hi).contains(&n) => Ok(()),
+        _ => Err(format!("{key}: {v} is out of range ({lo} to {hi})")),
+    }
+}
+
+/// Why the content of a `config` event holds a value the runtime must not use, if it does.
+/// Only the types and keys pmm reads are checked; anything else (a policy, an `exec_bind`,
+/// text that is not JSON) is left to the code that reads it.
+pub fn out_of_range(content: &str) -> Option<String> {
+    let Ok(Value::Object(c)) = serde_json::from_str::<Value>(content) else {
+        return None;
+    };
+    let checked = match c.get("type").and_then(Value::as_str) {
+        Some("retrieval") => (|| {
+            if let Some(d) = c.get("dims") {
+                int_in(d, "dims", 1, MAX_DIMS)?;
+            }
+            if let Some(l) = c.get("limit") {
+                int_in(l, "limit", 1, MAX_LIMIT)?;
+            }
+            if let Some(b) = c.get("budget") {
+                int_in(b, "budget", 1, MAX_BUDGET)?;
+            }
+            match c.get("strategy") {
+                None => Ok(()),
+                Some(Value::String(s)) if s == "hybrid" || s == "vector" || s == "fixed" => Ok(()),
+                Some(s) => Err(format!(
+                    "strategy: {s} is not \"hybrid\", \"vector\" or \"fixed\""
+                )),
+            }
+        })(),
+        Some("autonomy_thresholds") => THRESHOLD_KEYS
+            .iter()
+            .filter_map(|k| c.get(*k).map(|v| (k, v)))
+            .try_for_each(|(k, v)| int_in(v, k, *THRESHOLD_RANGE.start(), *THRESHOLD_RANGE.end())),
+        _ => Ok(()),
+    };
+    checked.err()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue13_item10_config_values_out_of_range_are_named() {
+        let bad = |c: &str| out_of_range(c).unwrap_or_else(|| panic!("{c} passed"));
+        assert!(bad(r#"{"type":"retrieval","dims":100000000}"#).starts_with("dims: 100000000"));
+        assert!(bad(r#"{"type":"retrieval","dims":0}"#).starts_with("dims"));
+        assert!(bad(r#"{"type":"retrieval","dims":"64"}"#).starts_with("dims"));
+        assert!(bad(r#"{"type":"retrieval","limit":1000001}"#).starts_with("limit"));
+        assert!(bad(r#"{"type":"retrieval","limit":-1}"#).starts_with("limit"));
+        assert!(bad(r#"{"type":"retrieval","strategy":"all"}"#).starts_with("strategy"));
+        assert!(bad(r#"{"type":"retrieval","budget":0}"#).starts_with("budget"));
+        assert!(bad(r#"{"type":"retrieval","budget":1000001}"#).starts_with("budget"));
+        assert!(
+            bad(r#"{"type":"autonomy_thresholds","summary_interval":0}"#)
+                .starts_with("summary_interval")
+        );
+        assert!(
+            bad(r#"{"type":"autonomy_thresholds","reflection_interval":1e12}"#)
+                .starts_with("reflection_interval")
+        );
+        for ok in [
+            crate::context::select::RetrievalConfig::DEFAULT_CONTENT,
+            r#"{"type":"retrieval","dims":4096,"limit":1000,"strategy":"fixed"}"#,
+            r#"{"type":"autonomy_thresholds","summary_interval":40,"other":-1}"#,
+            r#"{"type":"policy","forbid_sources":{}}"#,
+            "not json",
+        ] {
+            assert_eq!(out_of_range(ok), None, "{ok}");
+        }
+    }
+}
