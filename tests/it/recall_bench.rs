@@ -21,6 +21,7 @@ fn python3() -> bool {
 }
 
 #[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
     let Some(fixtures) = fixture_path("locomo-dev") else {
         return;
