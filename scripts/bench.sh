@@ -3,7 +3,7 @@
 #
 # Usage:
 #   scripts/bench.sh [--sizes "10000 100000 1000000"] [--quick] [--runs N] [--keep]
-#                    [--fixture PATH] [--no-build]
+#                    [--fixture PATH] [--no-build] [--locomo FILE]
 #
 #   --sizes LIST   ledger sizes in events (default "10000 100000 1000000")
 #   --quick        the same as --sizes "10000 100000" (a check that takes about a minute)
@@ -42,6 +42,14 @@
 #       10^3 one, after a warm-up turn on each, best of 5    ratio <= 1.5x, and <= 50 ms
 #   3d. one `pmm-tick` (process start included, each run the next slot) on the largest ledger
 #       vs on a 10^3 one, after a warm-up tick on each, best of 5               ratio <= 1.5x
+#   5. Recall, at the largest size: `pmm-append --import` of the export with the full-text index
+#      vs the same import with --no-index (fresh ledgers, alternating)             ratio <= 1.5x,
+#      and the two ledgers' sizes (after a WAL checkpoint)                          ratio <= 1.5x;
+#      then one LoCoMo conversation (--locomo FILE; default the first of
+#      ../shared/fixtures/locomo-dev/, skipped with a note when absent) appended with its dates
+#      to a copy of the largest ledger, a hybrid retrieval config, a warm-up turn, and for each
+#      of its first 50 questions one `pmm-turn --adapter dummy` (median <= 50 ms) and one
+#      `pmm-recall` (p95 <= 50 ms), process start included.
 #   4. At the largest size only, no target: `pmm-export --format json -o FILE` and
 #      `pmm-metrics --quiet`, with `cat EXPORT > FILE` as the floor for scale.
 #
@@ -65,6 +73,7 @@ RUNS_OVERRIDE=""
 KEEP=0
 BUILD=1
 FIXTURE="${PMM_BENCH_FIXTURE:-$REPO/../shared/fixtures/reference-ledgers/GPT-5.1-ledger.json}"
+LOCOMO="$REPO/../shared/fixtures/locomo-dev/26.json"
 BIN="${PMM_BIN_DIR:-$REPO/target/release}"
 APPEND_RUNS=5
 
@@ -82,6 +91,8 @@ while (($#)); do
         --fixture) (($# >= 2)) || die "--fixture needs a value"; FIXTURE=$2; shift 2 ;;
         --fixture=*) FIXTURE=${1#*=}; shift ;;
         --no-build) BUILD=0; shift ;;
+        --locomo) (($# >= 2)) || die "--locomo needs a value"; LOCOMO=$2; shift 2 ;;
+        --locomo=*) LOCOMO=${1#*=}; shift ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
@@ -110,7 +121,7 @@ if ((BUILD)); then
     log "cargo build --release"
     (cd "$REPO" && cargo build --release --quiet)
 fi
-for b in pmm-append pmm-verify pmm-export pmm-metrics pmm-replay pmm-graph pmm-turn; do
+for b in pmm-append pmm-verify pmm-export pmm-metrics pmm-replay pmm-graph pmm-turn pmm-recall; do
     [[ -x $BIN/$b ]] || die "$BIN/$b is missing (build with cargo build --release)"
 done
 GEN="$REPO/scripts/gen-ledger.py"
@@ -428,6 +439,60 @@ rm -f -- "$W"/tick-*
 
 if [[ $SMALL != "$LARGE" ]]; then
     rm -f -- "$W/ledger-$SMALL.db" "$W/ledger-$SMALL.db-wal" "$W/ledger-$SMALL.db-shm"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 5. Recall at the largest size: the index's cost on import and size; turns and recall on a
+#    ledger that holds a real conversation.
+
+RUNS=$(runs_for "$LARGE")
+EXPORT="$W/export-$LARGE.jsonl"
+NOIDX_DB="$W/noindex.db"
+fresh_noidx_db() { rm -f -- "$NOIDX_DB" "$NOIDX_DB-wal" "$NOIDX_DB-shm"; }
+log "$HL: pmm-append --import with the index vs --no-index ($RUNS run(s))"
+bench_pair "$RUNS" \
+    fresh_noidx_db /dev/null /dev/null "$BIN/pmm-append" --db "$NOIDX_DB" --import "$EXPORT" --no-index --quiet -- \
+    fresh_import_db /dev/null /dev/null "$BIN/pmm-append" --db "$IMPORT_DB" --import "$EXPORT" --quiet
+r=$(ratio "$B_T" "$A_T")
+row "$HL" "\`pmm-append --import\` with the full-text index (floor: the same with \`--no-index\`)" \
+    "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 1.5×" "$(verdict "$r" 1.5)"
+sqlite3 "$IMPORT_DB" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+sqlite3 "$NOIDX_DB" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+with=$(stat -c %s "$IMPORT_DB")
+without=$(stat -c %s "$NOIDX_DB")
+r=$(ratio "$with" "$without")
+row "$HL" "ledger size with the index (floor: without)" "$(filesize "$IMPORT_DB")" "$(filesize "$NOIDX_DB")" "${r}×" "≤ 1.5×" "$(verdict "$r" 1.5)"
+fresh_import_db
+fresh_noidx_db
+
+if [[ -f $LOCOMO ]]; then
+    RDB="$W/recall.db"
+    cp -- "$W/ledger-$LARGE.db" "$RDB"
+    head_ts=$(sqlite3 "$RDB" "SELECT ts FROM events ORDER BY id DESC LIMIT 1;")
+    "$REPO/scripts/recall-bench" --emit "$LOCOMO" --after "$head_ts" --questions-to "$W/questions.txt" \
+        | "$BIN/pmm-append" --db "$RDB" --keep-ts --batch --quiet >/dev/null
+    printf '%s\n' '{"kind":"config","content":"{\"budget\":8000,\"dims\":64,\"limit\":7,\"model\":\"hash64\",\"quant\":\"none\",\"strategy\":\"hybrid\",\"type\":\"retrieval\"}","meta":{"source":"operator"}}' \
+        | "$BIN/pmm-append" --db "$RDB" >/dev/null
+    "$BIN/pmm-turn" --db "$RDB" --adapter dummy "warm up" >/dev/null   # folds once, saves a checkpoint
+    log "$HL + a LoCoMo conversation: pmm-turn and pmm-recall on its first 50 questions"
+    TURN_MS=()
+    RECALL_MS=()
+    while IFS= read -r q; do
+        timed /dev/null /dev/null "$BIN/pmm-turn" --db "$RDB" --adapter dummy "$q"
+        TURN_MS+=("$T")
+        timed /dev/null /dev/null "$BIN/pmm-recall" --db "$RDB" "$q"
+        RECALL_MS+=("$T")
+    done < <(head -50 "$W/questions.txt")
+    stats() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; p=a[int(NR*0.95+0.999)]; printf "%.1f %.1f %d", m*1000, p*1000, NR}'; }
+    read -r tmed tp95 tn <<<"$(stats "${TURN_MS[@]}")"
+    read -r rmed rp95 rn <<<"$(stats "${RECALL_MS[@]}")"
+    row "$HL" "one \`pmm-turn --adapter dummy\` (hybrid recall) asking a LoCoMo question, median of $tn (p95 $tp95 ms)" \
+        "$tmed ms" "—" "—" "≤ 50 ms" "$(verdict "$tmed" 50)"
+    row "$HL" "one \`pmm-recall\` of a LoCoMo question, p95 of $rn (median $rmed ms)" \
+        "$rp95 ms" "—" "—" "≤ 50 ms" "$(verdict "$rp95" 50)"
+    rm -f -- "$RDB" "$RDB-wal" "$RDB-shm"
+else
+    NOTES+=("recall turns: skipped (no LoCoMo conversation at $LOCOMO; --locomo FILE)")
 fi
 
 # ---------------------------------------------------------------------------------------------

@@ -382,6 +382,28 @@ pub fn progress(len: u64, quiet: bool, what: &str) -> ProgressBar {
     bar
 }
 
+/// How far behind the full-text index must be for a writer to show its build as a bar.
+pub const INDEX_BAR_AFTER: u64 = 10_000;
+
+/// Opens a ledger for writing. The first time a writer opens an older ledger (or one another
+/// program appended much to), the full-text index is built before anything else, with a
+/// progress bar; every write brings it up to date in its own transaction anyway.
+pub fn open_writer(
+    path: &std::path::Path,
+    busy_ms: u64,
+    quiet: bool,
+) -> crate::Result<crate::store::Ledger> {
+    let mut ledger = crate::store::Ledger::open_writer(path, busy_ms)?;
+    if let Some(lag) = ledger.index_lag()? {
+        if lag >= INDEX_BAR_AFTER {
+            let bar = progress(lag, quiet, "indexing for recall");
+            ledger.catch_up_index(&mut |done, _| bar.set_position(done))?;
+            bar.finish_and_clear();
+        }
+    }
+    Ok(ledger)
+}
+
 /// The man page of a program, rendered from its clap definition (the same text as `--help`).
 /// The sections of the long help's epilogue (`EXAMPLES:`, `EXIT STATUS:`, ...) become man
 /// sections, set without filling so that examples keep their lines.

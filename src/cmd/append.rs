@@ -102,6 +102,10 @@ pub struct Args {
     /// result verifies exactly like the source)
     #[arg(long, requires = "import")]
     accept_forks: bool,
+    /// Leave the full-text index behind (a bulk import that should not wait for it): the
+    /// next writer brings it up to date, with a progress bar, in its own transaction
+    #[arg(long)]
+    no_index: bool,
     /// List the allowed kinds and exit
     #[arg(long)]
     list_kinds: bool,
@@ -179,7 +183,13 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
         None => None,
     };
     let clock = args.clock.clock();
-    let mut ledger = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
+    let mut ledger = if args.no_index {
+        let mut l = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
+        l.defer_index();
+        l
+    } else {
+        crate::cli::open_writer(&args.ledger.path(), args.write.busy_timeout, args.common.quiet)?
+    };
     let result = match single {
         Some(ev) => ledger
             .append(&ev, &clock)
@@ -463,6 +473,9 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
     let input = Input::new(source);
     let name = input.name();
     let mut ledger = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
+    if args.no_index {
+        ledger.defer_index();
+    }
     let size = input
         .path
         .as_ref()

@@ -127,7 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Success);
     }
     let ledger = if args.append {
-        Ledger::open_writer(&path, args.write.busy_timeout)?
+        crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?
     } else {
         Ledger::open_reader(&path)?
     };

@@ -179,7 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Success);
     }
 
-    let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+    let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() {
         let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &clock)?;
         for e in &events {

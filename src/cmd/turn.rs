@@ -2,7 +2,6 @@
 
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::llm::{self, AdapterKind, Config};
-use crate::store::Ledger;
 use crate::turn::{self, Options, TurnError};
 use crate::Error;
 use std::io::IsTerminal;
@@ -271,10 +270,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let path = args.ledger.path();
     let stdin = std::io::stdin();
     if args.chat || (args.message.is_none() && stdin.is_terminal()) {
-        let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+        let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
         return super::chat::run(&mut ledger, adapter.as_mut(), cfg, &args.options());
     }
-    let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+    let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     let opts = args.options();
     // A closed stdout stops the printing, never the turns (see Out::for_writer).
     let mut out = Out::for_writer();

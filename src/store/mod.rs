@@ -91,6 +91,9 @@ pub struct Ledger {
     conn: Connection,
     path: PathBuf,
     busy_ms: u64,
+    /// Whether write transactions keep the full-text index up to date (see
+    /// [`Ledger::defer_index`]).
+    index_writes: bool,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -163,6 +166,7 @@ impl Ledger {
             conn,
             path: path.into(),
             busy_ms,
+            index_writes: true,
         };
         ledger.init_writer().map_err(|e| ledger.err(e))?;
         Ok(ledger)
@@ -257,6 +261,7 @@ impl Ledger {
             conn,
             path: path.into(),
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
+            index_writes: true,
         };
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
@@ -289,6 +294,7 @@ impl Ledger {
             conn,
             path: path.into(),
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
+            index_writes: true,
         };
         ledger
             .conn
@@ -383,7 +389,8 @@ impl Ledger {
         {
             return Err(Error::Damaged { path, why });
         }
-        let indexed = fts::has_index(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+        let indexed =
+            self.index_writes && fts::has_index(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
         Ok(Batch {
             tx,
             head,
@@ -392,6 +399,13 @@ impl Ledger {
             busy_ms,
             scratch: Vec::with_capacity(1024),
         })
+    }
+
+    /// Leaves the full-text index behind for this connection's writes (`pmm-append
+    /// --no-index`, for a bulk import): the next writer that keeps it brings it up to date, in
+    /// its own transaction. Never wrong, only later.
+    pub fn defer_index(&mut self) {
+        self.index_writes = false;
     }
 
     /// How many events the full-text index is behind the head (`None`: no index).
@@ -447,6 +461,7 @@ impl Ledger {
             conn,
             path: path.into(),
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
+            index_writes: true,
         };
         ledger
             .conn
