@@ -294,6 +294,7 @@ pub fn run(
     }
 }
 
+/// The turn, stage by stage: record → recall and prompt → call → parse and derive → write.
 fn run_inner(
     ledger: &mut Ledger,
     adapter: &mut dyn Adapter,
@@ -301,71 +302,22 @@ fn run_inner(
     opts: &Options,
 ) -> Result<Outcome, TurnError> {
     let rows_at_start = store::rows_read();
-    let clock = &opts.clock;
     let mut events = Vec::new();
-
-    // 1. The user's message, committed on its own.
-    let projected = store::project(&*ledger, None, true)?;
-    let mut p = projected.projections;
-    let folded_before = projected.folded;
-    let user = {
-        let mut batch = ledger.begin()?;
-        catch_up(&batch, &mut p)?;
-        ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
-        let user = put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event("user_message", message, meta(&[("role", "user".into())]))?,
-            clock,
-        )?;
-        let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-        if cfg.embeds() {
-            let content = embed::embedding_content(user.id, message, &cfg.model, cfg.dims);
-            put(
-                &mut batch,
-                &mut p,
-                &mut events,
-                new_event("embedding_add", content, Map::new())?,
-                clock,
-            )?;
-        }
-        batch.commit()?;
-        user
-    };
-
-    // 2. Recall, the context block and the request.
+    let (mut p, user, folded_before) = record_user(ledger, message, &opts.clock, &mut events)?;
     let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-    let Prompt {
-        request,
-        sel,
-        prompt_sha256,
-    } = build_prompt(&*ledger, &p, &cfg, message, user.id, opts)?;
-
-    // 3. The model.
-    let reply = match adapter.generate(&request) {
+    let prompt = build_prompt(&*ledger, &p, &cfg, message, user.id, opts)?;
+    let reply = match adapter.generate(&prompt.request) {
         Ok(r) => r,
         Err(error) => {
-            let mut batch = ledger.begin()?;
-            let m = meta(&[
-                ("about_event", user.id.into()),
-                ("error", error.to_string().into()),
-                ("model", adapter.model().into()),
-                ("provider", adapter.provider().into()),
-                ("source", "pmm-turn".into()),
-            ]);
-            let failure = put(
-                &mut batch,
+            let failure = record_failure(
+                ledger,
+                &*adapter,
                 &mut p,
                 &mut events,
-                new_event(
-                    "generation_failure",
-                    format!("generation failed: {error}"),
-                    m,
-                )?,
-                clock,
+                &user,
+                &error,
+                &opts.clock,
             )?;
-            batch.commit()?;
             return Err(TurnError::Generation {
                 error,
                 events,
@@ -373,60 +325,225 @@ fn run_inner(
             });
         }
     };
-    let text = reply.text.clone();
-
-    // 4. Everything else, in one transaction against the true head.
+    let said = Said {
+        provider: adapter.provider().to_string(),
+        cfg: &cfg,
+        prompt: &prompt,
+        reply: &reply,
+        message,
+        opts,
+    };
     let mut batch = ledger.begin()?;
     catch_up(&batch, &mut p)?;
+    let done = write_consequences(
+        &mut Sink {
+            batch: &mut batch,
+            p: &mut p,
+            events: &mut events,
+            clock: &opts.clock,
+        },
+        &said,
+    )?;
+    batch.commit()?;
+    if folded_before >= store::CHECKPOINT_EVERY / 4 {
+        store::save_projection_checkpoint(ledger.path(), &p);
+    }
+    Ok(Outcome {
+        events,
+        reply: reply.text,
+        opened: done.opened,
+        closed: done.closed,
+        valid_claims: done.valid_claims,
+        failed_claims: done.failed_claims,
+        rows_read: store::rows_read() - rows_at_start,
+        ignored_markers: done.ignored_markers,
+    })
+}
+
+/// Where a stage writes: the open transaction, the projections each event is folded into as it
+/// is written (so later events see earlier ones), and the list of what was written.
+struct Sink<'s, 'b> {
+    batch: &'s mut Batch<'b>,
+    p: &'s mut Projections,
+    events: &'s mut Vec<Event>,
+    clock: &'s Clock,
+}
+
+impl Sink<'_, '_> {
+    fn put(
+        &mut self,
+        kind: &str,
+        content: impl Into<String>,
+        m: Map<String, Value>,
+    ) -> crate::Result<Event> {
+        put(
+            self.batch,
+            self.p,
+            self.events,
+            new_event(kind, content, m)?,
+            self.clock,
+        )
+    }
+
+    fn head_id(&self) -> i64 {
+        self.batch.head().map_or(0, |h| h.id)
+    }
+}
+
+/// What the model was shown and what it said: the input of the last stage.
+struct Said<'a> {
+    provider: String,
+    cfg: &'a RetrievalConfig,
+    prompt: &'a Prompt,
+    reply: &'a crate::llm::Reply,
+    message: &'a str,
+    opts: &'a Options,
+}
+
+/// What the reply's markers did.
+struct Consequences {
+    opened: Vec<String>,
+    closed: Vec<String>,
+    valid_claims: Vec<Value>,
+    failed_claims: Vec<claim::FailedClaim>,
+    ignored_markers: marker::Ignored,
+}
+
+/// Stage 1: on a first turn the default configs, then the user's message (and its embedding),
+/// committed on their own before the model is called, so the message is never lost.
+fn record_user(
+    ledger: &mut Ledger,
+    message: &str,
+    clock: &Clock,
+    events: &mut Vec<Event>,
+) -> crate::Result<(Projections, Event, u64)> {
+    let projected = store::project(&*ledger, None, true)?;
+    let mut p = projected.projections;
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, &mut p)?;
+    ensure_defaults(&mut batch, &mut p, events, clock)?;
+    let mut s = Sink {
+        batch: &mut batch,
+        p: &mut p,
+        events,
+        clock,
+    };
+    let user = s.put("user_message", message, meta(&[("role", "user".into())]))?;
+    let cfg = RetrievalConfig::from_config(s.p.mirror.retrieval.as_ref());
+    if cfg.embeds() {
+        let content = embed::embedding_content(user.id, message, &cfg.model, cfg.dims);
+        s.put("embedding_add", content, Map::new())?;
+    }
+    batch.commit()?;
+    Ok((p, user, projected.folded))
+}
+
+/// Stage 3's failure: a `generation_failure` about the user's message, in its own transaction.
+fn record_failure(
+    ledger: &mut Ledger,
+    adapter: &dyn Adapter,
+    p: &mut Projections,
+    events: &mut Vec<Event>,
+    user: &Event,
+    error: &LlmError,
+    clock: &Clock,
+) -> crate::Result<Event> {
+    let mut batch = ledger.begin()?;
+    let m = meta(&[
+        ("about_event", user.id.into()),
+        ("error", error.to_string().into()),
+        ("model", adapter.model().into()),
+        ("provider", adapter.provider().into()),
+        ("source", "pmm-turn".into()),
+    ]);
+    let failure = Sink {
+        batch: &mut batch,
+        p,
+        events,
+        clock,
+    }
+    .put(
+        "generation_failure",
+        format!("generation failed: {error}"),
+        m,
+    )?;
+    batch.commit()?;
+    Ok(failure)
+}
+
+/// Stages 4 to 6, in one transaction against the true head: the reply, what its markers
+/// cause, the retrieval record and metrics, the derived reflections, summary and memory.
+fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Consequences> {
+    let assistant = append_assistant(s, said)?;
+    let markers = marker::parse(&said.reply.text);
+    let (valid_claims, failed_claims) = append_claims(s, &markers)?;
+    append_identity_adoptions(s)?;
+    let opened = append_opens(s, &markers)?;
+    let closed = append_closes(s, &markers)?;
+    for r in &markers.refs {
+        append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
+    }
+    append_retrieval_record(s, said, assistant.id)?;
+    append_metrics(s, said)?;
+    append_reflections(s, &markers, &failed_claims, &opened, &closed, assistant.id)?;
+    append_summary(s.batch, s.p, s.events, s.clock, false)?;
+    append_memory(s)?;
+    Ok(Consequences {
+        opened,
+        closed,
+        valid_claims,
+        failed_claims,
+        ignored_markers: markers.ignored,
+    })
+}
+
+/// The `assistant_message` (with the structured header's keys when the reply has one) and
+/// its embedding.
+fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Event> {
+    let (reply, opts) = (said.reply, said.opts);
     let mut m = meta(&[
         ("role", "assistant".into()),
-        ("provider", adapter.provider().into()),
+        ("provider", said.provider.clone().into()),
         ("model", reply.model.clone().into()),
         ("temperature", json!(opts.temperature)),
         ("top_p", json!(opts.top_p)),
         ("seed", opts.seed.map_or(Value::Null, Value::from)),
-        ("prompt_sha256", prompt_sha256.into()),
+        ("prompt_sha256", said.prompt.prompt_sha256.clone().into()),
     ]);
     if let Some(n) = opts.max_tokens {
         m.insert("max_tokens".into(), n.into());
     }
-    if let Some(payload) = structured_header(&text) {
+    if let Some(payload) = structured_header(&reply.text) {
         m.insert("assistant_payload".into(), payload.into());
         m.insert("assistant_schema".into(), "assistant.v1".into());
         m.insert("assistant_structured".into(), true.into());
     }
-    let assistant = put(
-        &mut batch,
-        &mut p,
-        &mut events,
-        new_event("assistant_message", text.as_str(), m)?,
-        clock,
-    )?;
-    if cfg.embeds() {
-        let content = embed::embedding_content(assistant.id, &text, &cfg.model, cfg.dims);
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event("embedding_add", content, Map::new())?,
-            clock,
-        )?;
+    let assistant = s.put("assistant_message", reply.text.as_str(), m)?;
+    if said.cfg.embeds() {
+        let cfg = said.cfg;
+        let content = embed::embedding_content(assistant.id, &reply.text, &cfg.model, cfg.dims);
+        s.put("embedding_add", content, Map::new())?;
     }
+    Ok(assistant)
+}
 
-    let markers = marker::parse(&text);
-
-    // Claims, each on its own: a bad one fails only itself.
-    let mut valid_claims = Vec::new();
+/// Claims, each on its own (a bad one fails only itself): the valid ones as `claim` events
+/// bound to their type; the records of valid and failed claims.
+fn append_claims(
+    s: &mut Sink<'_, '_>,
+    markers: &marker::Markers,
+) -> crate::Result<(Vec<Value>, Vec<claim::FailedClaim>)> {
     let (valid, failed) = claim::check_all(
         &markers.claims,
         &LedgerClaims {
-            batch: &batch,
-            p: &p,
+            batch: s.batch,
+            p: s.p,
         },
     );
     let valid: Vec<marker::ClaimMarker> = valid.into_iter().map(|l| l.value.clone()).collect();
+    let mut records = Vec::new();
     for c in &valid {
-        let ev = new_event(
+        let ce = s.put(
             "claim",
             claim::claim_content(c),
             meta(&[
@@ -434,17 +551,20 @@ fn run_inner(
                 ("validated", true.into()),
             ]),
         )?;
-        let ce = put(&mut batch, &mut p, &mut events, ev, clock)?;
         let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
-        let ev = new_event(
+        s.put(
             "concept_bind_event",
             canon::to_string(&bind).unwrap_or_default(),
             meta(&[("source", "auto_binder".into())]),
         )?;
-        put(&mut batch, &mut p, &mut events, ev, clock)?;
-        valid_claims.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
+        records.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
     }
-    for (token, proposal, ratify) in p.mirror.identity.pending_adoptions() {
+    Ok((records, failed))
+}
+
+/// `identity_adoption` for every token both proposed and ratified and not yet adopted.
+fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+    for (token, proposal, ratify) in s.p.mirror.identity.pending_adoptions() {
         let content =
             canon::to_string(&json!({"reason": "identity_proposal+ratification", "token": token}))
                 .unwrap_or_default();
@@ -453,20 +573,17 @@ fn run_inner(
             ("ratify_event_id", ratify.into()),
             ("source", "identity_manager".into()),
         ]);
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event("identity_adoption", content, m)?,
-            clock,
-        )?;
+        s.put("identity_adoption", content, m)?;
     }
+    Ok(())
+}
 
-    // Commitments.
+/// A `commitment_open` per `COMMIT:` line; the cids opened.
+fn append_opens(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Result<Vec<String>> {
     let mut opened = Vec::new();
     for c in &markers.commits {
         let cid = commitment_cid(&c.value);
-        let score = derive::impact_score(&p, &cid, batch.head().map_or(0, |h| h.id));
+        let score = derive::impact_score(s.p, &cid, s.head_id());
         let m = meta(&[
             ("cid", cid.clone().into()),
             ("impact_score", json!(score)),
@@ -474,22 +591,21 @@ fn run_inner(
             ("source", "assistant".into()),
             ("text", c.value.clone().into()),
         ]);
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event(
-                "commitment_open",
-                format!("Commitment opened: {}", c.value),
-                m,
-            )?,
-            clock,
+        s.put(
+            "commitment_open",
+            format!("Commitment opened: {}", c.value),
+            m,
         )?;
         opened.push(cid);
     }
+    Ok(opened)
+}
+
+/// A `commitment_close` per `CLOSE:` line naming an open commitment; the cids closed.
+fn append_closes(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Result<Vec<String>> {
     let mut closed = Vec::new();
     for c in &markers.closes {
-        if !p.mirror.open.contains_key(&c.value) {
+        if !s.p.mirror.open.contains_key(&c.value) {
             continue;
         }
         let m = meta(&[
@@ -497,131 +613,118 @@ fn run_inner(
             ("origin", "assistant".into()),
             ("source", "assistant".into()),
         ]);
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event(
-                "commitment_close",
-                format!("Commitment closed: {}", c.value),
-                m,
-            )?,
-            clock,
+        s.put(
+            "commitment_close",
+            format!("Commitment closed: {}", c.value),
+            m,
         )?;
         closed.push(c.value.clone());
     }
+    Ok(closed)
+}
 
-    // References to other ledgers: read only, never created.
-    for r in &markers.refs {
-        append_ref(&mut batch, &mut p, &mut events, &r.value, clock)?;
-    }
-
-    // Retrieval record and metrics.
-    let scores: Vec<f64> = sel.scores.iter().map(|s| round6(*s)).collect();
+/// The `retrieval_selection`: the reference's keys and digest, and under `hybrid` why each
+/// event was recalled, the budget and the history's length.
+fn append_retrieval_record(
+    s: &mut Sink<'_, '_>,
+    said: &Said<'_>,
+    turn_id: i64,
+) -> crate::Result<()> {
+    let (cfg, sel) = (said.cfg, &said.prompt.sel);
+    let scores: Vec<f64> = sel.scores.iter().map(|x| round6(*x)).collect();
     let mut content = json!({
         "dims": cfg.dims,
         "model": cfg.model,
         "scores": scores,
         "selected": sel.selected,
         "strategy": cfg.strategy,
-        "turn_id": assistant.id,
+        "turn_id": turn_id,
     });
     if !sel.via.is_empty() || cfg.strategy == "hybrid" {
         content["via"] = json!(sel.via);
-        content["budget"] = json!(opts.budget.unwrap_or(cfg.budget));
-        content["history"] = json!(request.history.len());
+        content["budget"] = json!(said.opts.budget.unwrap_or(cfg.budget));
+        content["history"] = json!(said.prompt.request.history.len());
     }
-    let digest = selection_digest(cfg.dims, &cfg.model, message, &sel.scores, &sel.selected);
-    put(
-        &mut batch,
-        &mut p,
-        &mut events,
-        new_event(
-            "retrieval_selection",
-            canon::to_string(&content).unwrap_or_default(),
-            meta(&[("digest", digest.into())]),
-        )?,
-        clock,
+    let digest = selection_digest(
+        cfg.dims,
+        &cfg.model,
+        said.message,
+        &sel.scores,
+        &sel.selected,
+    );
+    s.put(
+        "retrieval_selection",
+        canon::to_string(&content).unwrap_or_default(),
+        meta(&[("digest", digest.into())]),
     )?;
-    let words = |s: &str| embed::py_split(s).count() as u64;
+    Ok(())
+}
+
+/// The `metrics_turn` line: provider, model, tokens (the server's counts, else words), latency.
+fn append_metrics(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<()> {
+    let (reply, request) = (said.reply, &said.prompt.request);
+    let words = |t: &str| embed::py_split(t).count() as u64;
     let in_tokens = reply
         .in_tokens
         .unwrap_or_else(|| words(&request.system) + words(&request.user));
-    let out_tokens = reply.out_tokens.unwrap_or_else(|| words(&text));
+    let out_tokens = reply.out_tokens.unwrap_or_else(|| words(&reply.text));
     let metrics = format!(
         "provider:{},model:{},in_tokens:{in_tokens},out_tokens:{out_tokens},lat_ms:{}",
-        adapter.provider(),
-        reply.model,
-        reply.latency_ms
+        said.provider, reply.model, reply.latency_ms
     );
-    put(
-        &mut batch,
-        &mut p,
-        &mut events,
-        new_event("metrics_turn", metrics, Map::new())?,
-        clock,
-    )?;
+    s.put("metrics_turn", metrics, Map::new())?;
+    Ok(())
+}
 
-    // Reflections.
-    let window = batch.tail(&Filter::default(), derive::WINDOW)?;
-    if let Some(content) = derive::synthesized_reflection(&window, &p) {
-        let refl = put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event(
-                "reflection",
-                content,
-                meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]),
-            )?,
-            clock,
-        )?;
-        let mut window = window;
+/// The synthesized reflection with its `meta_summary`, then the correction/delta reflection
+/// (and the `REF:`s it carries).
+fn append_reflections(
+    s: &mut Sink<'_, '_>,
+    markers: &marker::Markers,
+    failed: &[claim::FailedClaim],
+    opened: &[String],
+    closed: &[String],
+    assistant_id: i64,
+) -> crate::Result<()> {
+    let mut window = s.batch.tail(&Filter::default(), derive::WINDOW)?;
+    if let Some(content) = derive::synthesized_reflection(&window, s.p) {
+        let m = meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]);
+        let refl = s.put("reflection", content, m)?;
         if window.len() >= derive::WINDOW {
             window.remove(0);
         }
         window.push(refl.clone());
-        let count = batch.head().map_or(0, |h| h.id);
-        let content = derive::meta_summary(&window, &p, count);
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event(
-                "meta_summary",
-                content,
-                meta(&[
-                    ("about_event", refl.id.into()),
-                    ("source", "meta_reflection_engine".into()),
-                ]),
-            )?,
-            clock,
-        )?;
+        let content = derive::meta_summary(&window, s.p, s.head_id());
+        let m = meta(&[
+            ("about_event", refl.id.into()),
+            ("source", "meta_reflection_engine".into()),
+        ]);
+        s.put("meta_summary", content, m)?;
     }
     let reflect = markers.reflect.as_ref().and_then(|r| r.value.as_ref().ok());
-    if let Some(text) = claim::delta_text(&failed, &opened, &closed, reflect) {
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event(
-                "reflection",
-                text.as_str(),
-                meta(&[("about_event", assistant.id.into())]),
-            )?,
-            clock,
+    if let Some(text) = claim::delta_text(failed, opened, closed, reflect) {
+        s.put(
+            "reflection",
+            text.as_str(),
+            meta(&[("about_event", assistant_id.into())]),
         )?;
         for r in marker::parse(&text).refs {
-            append_ref(&mut batch, &mut p, &mut events, &r.value, clock)?;
+            append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
         }
     }
+    Ok(())
+}
 
-    // Summary and lifetime memory, when due.
-    append_summary(&mut batch, &mut p, &mut events, clock, false)?;
-    let last_chunk = batch.last_of_kind("lifetime_memory", 1)?.into_iter().next();
+/// A `lifetime_memory` chunk (and its embedding) when enough has happened since the last.
+fn append_memory(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+    let last_chunk = s
+        .batch
+        .last_of_kind("lifetime_memory", 1)?
+        .into_iter()
+        .next();
     let start = derive::chunk_start(last_chunk.as_ref());
     let mut candidates = Vec::new();
-    batch.scan(
+    s.batch.scan(
         &Filter {
             since: Some(start + 1),
             ..Filter::default()
@@ -631,40 +734,13 @@ fn run_inner(
             Ok(candidates.len() < derive::CHUNK_SCAN)
         },
     )?;
-    if let Some((content, m)) = derive::lifetime_memory(&candidates, &p) {
-        let chunk = put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event("lifetime_memory", content.as_str(), m)?,
-            clock,
-        )?;
+    if let Some((content, m)) = derive::lifetime_memory(&candidates, s.p) {
+        let chunk = s.put("lifetime_memory", content.as_str(), m)?;
         let emb =
             embed::embedding_content(chunk.id, &content, embed::MODEL, embed::DEFAULT_DIMS as i64);
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event("embedding_add", emb, Map::new())?,
-            clock,
-        )?;
+        s.put("embedding_add", emb, Map::new())?;
     }
-    batch.commit()?;
-
-    if folded_before >= store::CHECKPOINT_EVERY / 4 {
-        store::save_projection_checkpoint(ledger.path(), &p);
-    }
-
-    Ok(Outcome {
-        events,
-        reply: text,
-        opened,
-        closed,
-        valid_claims,
-        failed_claims: failed,
-        rows_read: store::rows_read() - rows_at_start,
-        ignored_markers: markers.ignored,
-    })
+    Ok(())
 }
 
 /// What a turn shows the model, and the record of why.
