@@ -185,6 +185,54 @@ fn killed_batch_writes_nothing_and_leaves_the_ledger_clean() {
     let e = &r.records()[0];
     assert_eq!(e["id"], 6);
     assert_eq!(e["prev_hash"], before[4]["hash"]);
+    // The full-text index went with the killed transaction: it matches the ledger.
+    let r = pmm.run("pmm-recall", &["--check"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pmm.run("pmm-recall", &["--kind", "user_message", "quoted"], "");
+    let ids: Vec<i64> = r.records().iter().filter_map(|e| e["id"].as_i64()).collect();
+    assert!(!ids.is_empty() && ids.iter().all(|id| *id <= 6), "{r:?}");
+}
+
+#[test]
+fn killed_import_leaves_the_index_matching_the_ledger() {
+    let source = Pmm::new();
+    source.seed(400);
+    let export = source.run("pmm-export", &["--format", "jsonl"], "").stdout;
+    let lines: Vec<&str> = export.lines().collect();
+    assert_eq!(lines.len(), 400);
+    let pmm = fast_workspace();
+    pmm.seed(0);
+    let mut child = append_cmd(&pmm, &["--import", "-"]).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for l in &lines[..300] {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    stdin.flush().unwrap();
+    // Wait until the import holds the write lock (mid-transaction), then SIGKILL it.
+    let conn = rusqlite::Connection::open(&pmm.db).unwrap();
+    conn.busy_timeout(Duration::from_millis(0)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the import never took the write lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(conn);
+    child.kill().unwrap();
+    assert!(!child.wait().unwrap().success());
+    drop(stdin);
+    if pmm.db.exists() {
+        let r = pmm.run("pmm-recall", &["--check"], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    // The whole import then goes through, index included.
+    let r = pmm.run("pmm-append", &["--import", "-"], &export);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pmm.run("pmm-recall", &["--check"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(pmm.run("pmm-recall", &["--k", "1", "event 399"], "").code, 0);
 }
 
 #[test]
