@@ -2,7 +2,7 @@
 
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
-use crate::store::{project, save_projection_checkpoint, Reads, CHECKPOINT_EVERY};
+use crate::store::{project, save_reader_checkpoint, Reads, CHECKPOINT_EVERY};
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use clap::builder::TypedValueParser as _;
@@ -153,7 +153,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         })?;
         out.flush()?;
         if projected.folded >= CHECKPOINT_EVERY {
-            save_projection_checkpoint(&args.ledger.path(), &projected.projections);
+            save_reader_checkpoint(&args.ledger.path(), &projected.projections);
         }
         return Ok(Outcome::Success);
     }

@@ -65,8 +65,33 @@ pub fn project<R: Reads>(
     })
 }
 
-/// Saves a checkpoint of `p` when the ledger file can be written; a reader that cannot write
-/// simply goes without (it rebuilds next time).
+/// Saves a checkpoint for a *reader* (`pmm-replay --state`), which must leave the ledger as it
+/// found it: only into a ledger that already has our checkpoint table (a pmm writer made it),
+/// through a connection that neither migrates nor changes the journal mode. A reference-format
+/// file, or one no pmm writer has opened, is never touched. Best effort, like any cache.
+pub fn save_reader_checkpoint(path: &std::path::Path, p: &Projections) {
+    let writable = std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly());
+    if !writable {
+        return;
+    }
+    let Ok(mut ledger) = Ledger::open_for_check(path) else {
+        return;
+    };
+    if !ledger.has_checkpoint_table().unwrap_or(false) {
+        return;
+    }
+    let bytes = p.to_checkpoint();
+    let _ = ledger.save_checkpoint(
+        CHECKPOINT,
+        CHECKPOINT_FORMAT,
+        p.mirror.last_event_id,
+        &bytes,
+        3,
+    );
+}
+
+/// Saves a checkpoint of `p` for a writer (a turn, a tick) when the ledger file can be
+/// written; one that cannot simply goes without (it rebuilds next time).
 pub fn save_projection_checkpoint(path: &std::path::Path, p: &Projections) {
     let bytes = p.to_checkpoint();
     let writable = std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly());

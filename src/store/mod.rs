@@ -13,7 +13,7 @@ mod policy;
 pub use fts::{RECALLED_KINDS, TOKENIZER};
 
 pub use checkpoint::{
-    project, save_projection_checkpoint, Projected, CHECKPOINT, CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
+    project, save_projection_checkpoint, save_reader_checkpoint, Projected, CHECKPOINT, CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
 };
 
 pub use policy::{Policy, Verdict};
@@ -406,6 +406,17 @@ impl Ledger {
     /// its own transaction. Never wrong, only later.
     pub fn defer_index(&mut self) {
         self.index_writes = false;
+    }
+
+    /// Whether the ledger has our projection-checkpoint table.
+    pub fn has_checkpoint_table(&self) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
     }
 
     /// How many events the full-text index is behind the head (`None`: no index).

@@ -416,3 +416,33 @@ fn diff_reports_what_changed_in_the_self_model() {
     let r = pmm.run("pmm-replay", &["--diff", "1", "5000"], "");
     r.assert_error("pmm-replay", &["--diff", "5000"]);
 }
+
+/// Issue 21 item 4: `pmm-replay --state` on a reference-format file (rollback journal, no
+/// pmm tables) leaves it byte for byte as it was; on a pmm ledger it may save its cache.
+#[test]
+fn a_reader_never_changes_a_reference_format_file() {
+    let pmm = Pmm::new();
+    pmm.seed(1_200);
+    let conn = rusqlite::Connection::open(&pmm.db).unwrap();
+    conn.execute_batch(
+        "DROP TABLE pmm_checkpoints; DROP TABLE pmm_fts; DROP TABLE pmm_fts_state;
+         DROP VIEW pmm_recallable; PRAGMA user_version = 0; PRAGMA journal_mode = DELETE;",
+    )
+    .unwrap();
+    drop(conn);
+    let before = std::fs::read(&pmm.db).unwrap();
+    let r = pmm.run("pmm-replay", &["--state"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(std::fs::read(&pmm.db).unwrap(), before, "the reader changed the file");
+    let wal = pmm.path("ledger.db-wal");
+    assert!(!wal.exists(), "the reader switched the file to WAL");
+    // A ledger a pmm writer made keeps getting its checkpoint from readers.
+    let ours = Pmm::new();
+    ours.seed(1_200);
+    assert_eq!(ours.run("pmm-replay", &["--state"], "").code, 0);
+    let conn = rusqlite::Connection::open(&ours.db).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT COUNT(*) FROM pmm_checkpoints", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+}
