@@ -275,7 +275,7 @@ fn batch(
     let mut buf = String::new();
     let mut n = 0;
     let mut tx = ledger.begin()?;
-    let first = tx.head().map_or(1, |h| h.id + 1);
+    let first = tx.head().map_or(1, |h| h.id.saturating_add(1));
     let refused = loop {
         n += 1;
         if !read_line(input, &mut buf, n)? {
@@ -378,7 +378,7 @@ fn keep_ts(
         events.push((n, ev, ts));
     }
     let mut tx = ledger.begin()?;
-    let first = tx.head().map_or(1, |h| h.id + 1);
+    let first = tx.head().map_or(1, |h| h.id.saturating_add(1));
     if let (Some(head), Some((n, _, ts))) = (tx.head().map(|h| h.id), events.first()) {
         // The head's stored time; one that does not parse (a foreign import) cannot be ordered.
         let head_ts = Reads::get(&tx, head)?

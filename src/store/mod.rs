@@ -1093,7 +1093,12 @@ impl Batch<'_> {
         ts: &str,
     ) -> Result<Event> {
         let prev_hash = self.head.as_ref().and_then(|h| h.hash.clone());
-        let id = self.head.as_ref().map_or(1, |h| h.id + 1);
+        let id = match self.head.as_ref() {
+            None => 1,
+            Some(h) => h.id.checked_add(1).ok_or_else(|| {
+                Error::bad_input(None, format!("the head's id is {}: no event can follow it", h.id))
+            })?,
+        };
         let digest = event_digest(&mut self.scratch, kind, content, meta, prev_hash.as_deref())
             .map_err(|e| Error::bad_input(None, e.to_string()))?;
         let meta_text = canon::to_string(&Value::Object(meta.clone()))

@@ -436,3 +436,20 @@ fn changed_byte_in_the_sqlite_ledger_is_a_hash_mismatch() {
     assert_eq!(m.records()[0]["hash_mismatches"], 1);
     assert_eq!(m.records()[0]["broken_links"], 0);
 }
+
+/// Issue 21 item 5: ids from input cannot overflow into a negative "expected" (or a panic).
+#[test]
+fn an_id_of_i64_max_in_an_export_does_not_overflow() {
+    let pmm = crate::harness::Pmm::new();
+    let line = |id: &str| {
+        format!(
+            "{{\"id\":{id},\"ts\":\"2025-01-01T00:00:00Z\",\"kind\":\"user_message\",\"content\":\"x\",\"meta\":{{}},\"prev_hash\":null,\"hash\":\"00\"}}\n"
+        )
+    };
+    let input = format!("{}{}", line("9223372036854775807"), line("5"));
+    std::fs::write(pmm.path("x.jsonl"), input).unwrap();
+    let r = pmm.run("pmm-verify", &["x.jsonl"], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(!r.stdout.contains("-9223372036854775808"), "{}", r.stdout);
+    assert!(r.stdout.contains("\"expected\":9223372036854775807"), "{}", r.stdout);
+}
