@@ -985,7 +985,7 @@ impl DeepChecker {
     /// count as unresolved. Call [`DeepChecker::settle`] first if there was a second pass.
     /// `out` mirrors [`super::Verifier::finish`]: nothing is reported here today, but checks
     /// that can only conclude at the end (the self-model's, perhaps) will report through it.
-    pub fn finish(mut self, _out: &mut Vec<Finding>) -> DeepCounts {
+    pub fn finish(mut self) -> DeepCounts {
         self.counts.unresolved += (self.pending_embeddings.len() + self.pending_roots.len()) as u64;
         self.counts
     }
@@ -1038,7 +1038,7 @@ mod tests {
             }
             c.settle(pass, &mut out);
         }
-        let counts = c.finish(&mut out);
+        let counts = c.finish();
         (out, counts)
     }
 
@@ -1194,7 +1194,7 @@ mod tests {
         let pass = c.second_pass().unwrap();
         assert_eq!(pass.wanted_texts(), vec![2, 99]);
         c.settle(pass, &mut out);
-        let counts = c.finish(&mut out);
+        let counts = c.finish();
         assert!(out.is_empty());
         assert_eq!((counts.embeddings, counts.unresolved), (0, 2));
     }
@@ -1220,7 +1220,7 @@ mod tests {
             pass.see(ev);
         }
         c.settle(pass, &mut out);
-        let counts = c.finish(&mut out);
+        let counts = c.finish();
         assert!(out.is_empty(), "{out:?}");
         assert_eq!((counts.checkpoint_roots, counts.unresolved), (1, 0));
     }
@@ -1257,7 +1257,7 @@ mod tests {
         for ev in &events {
             c.check(ev, &mut out);
         }
-        let counts = c.finish(&mut out);
+        let counts = c.finish();
         assert_eq!(counts.rsm_snapshots, 2);
         assert_eq!(
             whats(&out),

@@ -285,7 +285,7 @@ pub fn verify_input(
             }
         }
     }
-    let deep_counts = checker.map(|c| c.finish(&mut derived));
+    let deep_counts = checker.map(|c| c.finish());
     let mut summary = v.finish(&mut findings);
     summary.deep = deep_counts
         .and_then(|c| serde_json::to_value(c).ok())

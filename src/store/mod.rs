@@ -191,7 +191,16 @@ impl Ledger {
         let mode: String = self
             .conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-        let _ = mode;
+        // Readers must never block the writer: a file system that cannot hold a WAL (some
+        // network file systems) is said, not silently run in another mode.
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                Some(format!(
+                    "the ledger could not be switched to WAL (its journal mode stays '{mode}'): the file system may not support it"
+                )),
+            ));
+        }
         if !has_events {
             let tx = self
                 .conn

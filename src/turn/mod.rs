@@ -249,14 +249,34 @@ pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()
     )
 }
 
+/// The claim checker's view of the ledger. A database error while looking an event up is
+/// kept and ends the turn's write ([`LedgerClaims::failure`]): it must never be recorded as a
+/// claim that failed because the event "does not exist".
 struct LedgerClaims<'a, 'b> {
     batch: &'a Batch<'b>,
     p: &'a Projections,
+    error: std::cell::RefCell<Option<crate::Error>>,
+}
+
+impl LedgerClaims<'_, '_> {
+    /// The first database error a look-up met, if any.
+    fn failure(self) -> Option<crate::Error> {
+        self.error.into_inner()
+    }
 }
 
 impl ClaimContext for LedgerClaims<'_, '_> {
     fn event_exists(&self, id: i64) -> bool {
-        id >= 1 && self.batch.get(id).ok().flatten().is_some()
+        if id < 1 {
+            return false;
+        }
+        match self.batch.get(id) {
+            Ok(found) => found.is_some(),
+            Err(e) => {
+                self.error.borrow_mut().get_or_insert(e);
+                false
+            }
+        }
     }
     fn commitment_is_open(&self, cid: &str) -> bool {
         self.p.mirror.open.contains_key(cid)
@@ -533,14 +553,16 @@ fn append_claims(
     s: &mut Sink<'_, '_>,
     markers: &marker::Markers,
 ) -> crate::Result<(Vec<Value>, Vec<claim::FailedClaim>)> {
-    let (valid, failed) = claim::check_all(
-        &markers.claims,
-        &LedgerClaims {
-            batch: s.batch,
-            p: s.p,
-        },
-    );
+    let ctx = LedgerClaims {
+        batch: s.batch,
+        p: s.p,
+        error: std::cell::RefCell::new(None),
+    };
+    let (valid, failed) = claim::check_all(&markers.claims, &ctx);
     let valid: Vec<marker::ClaimMarker> = valid.into_iter().map(|l| l.value.clone()).collect();
+    if let Some(e) = ctx.failure() {
+        return Err(e);
+    }
     let mut records = Vec::new();
     for c in &valid {
         let ce = s.put(

@@ -38,7 +38,7 @@ fn deep(events: &[Event]) -> (Vec<Finding>, DeepCounts, bool) {
         }
         c.settle(pass, &mut out);
     }
-    let counts = c.finish(&mut out);
+    let counts = c.finish();
     (out, counts, second)
 }
 
