@@ -427,7 +427,10 @@ impl Verifier {
         }
         // Ids: 1, 2, 3, ...
         // Saturating: an id of i64::MAX from the input has no successor, and must not wrap.
-        let expected_id = self.prev.as_ref().map_or(1, |(pid, _)| pid.saturating_add(1));
+        let expected_id = self
+            .prev
+            .as_ref()
+            .map_or(1, |(pid, _)| pid.saturating_add(1));
         if id != expected_id {
             self.emit(
                 out,

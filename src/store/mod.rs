@@ -13,7 +13,8 @@ mod policy;
 pub use fts::{RECALLED_KINDS, TOKENIZER};
 
 pub use checkpoint::{
-    project, save_projection_checkpoint, save_reader_checkpoint, Projected, CHECKPOINT, CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
+    project, save_projection_checkpoint, save_reader_checkpoint, Projected, CHECKPOINT,
+    CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
 };
 
 pub use policy::{Policy, Verdict};
@@ -1105,7 +1106,10 @@ impl Batch<'_> {
         let id = match self.head.as_ref() {
             None => 1,
             Some(h) => h.id.checked_add(1).ok_or_else(|| {
-                Error::bad_input(None, format!("the head's id is {}: no event can follow it", h.id))
+                Error::bad_input(
+                    None,
+                    format!("the head's id is {}: no event can follow it", h.id),
+                )
             })?,
         };
         let digest = event_digest(&mut self.scratch, kind, content, meta, prev_hash.as_deref())

@@ -189,7 +189,11 @@ fn killed_batch_writes_nothing_and_leaves_the_ledger_clean() {
     let r = pmm.run("pmm-recall", &["--check"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let r = pmm.run("pmm-recall", &["--kind", "user_message", "quoted"], "");
-    let ids: Vec<i64> = r.records().iter().filter_map(|e| e["id"].as_i64()).collect();
+    let ids: Vec<i64> = r
+        .records()
+        .iter()
+        .filter_map(|e| e["id"].as_i64())
+        .collect();
     assert!(!ids.is_empty() && ids.iter().all(|id| *id <= 6), "{r:?}");
 }
 
@@ -232,7 +236,10 @@ fn killed_import_leaves_the_index_matching_the_ledger() {
     assert_eq!(r.code, 0, "{r:?}");
     let r = pmm.run("pmm-recall", &["--check"], "");
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(pmm.run("pmm-recall", &["--k", "1", "event 399"], "").code, 0);
+    assert_eq!(
+        pmm.run("pmm-recall", &["--k", "1", "event 399"], "").code,
+        0
+    );
 }
 
 #[test]

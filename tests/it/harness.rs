@@ -205,3 +205,27 @@ pub fn fixture_path(rel: &str) -> Option<PathBuf> {
     eprintln!("skipping: {} not present", p.display());
     None
 }
+
+/// Whether `program` is on the PATH.
+pub fn have(program: &str) -> bool {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The one rule for tests that need an outside tool: true when `program` is there; without
+/// it, a failure under `PMM_REQUIRE_TOOLS=1` (as `.ci/run` sets it), else a printed reason and
+/// `false` (the caller returns, skipping).
+pub fn tool_or_skip(program: &str, why: &str) -> bool {
+    if have(program) {
+        return true;
+    }
+    if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
+        panic!("{why} needs {program} (PMM_REQUIRE_TOOLS=1)");
+    }
+    eprintln!("skipping: {program} is not installed ({why})");
+    false
+}

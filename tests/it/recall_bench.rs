@@ -8,16 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 fn python3() -> bool {
-    let ok = Command::new("python3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipping: python3 is not installed (scripts/recall-bench needs it)");
-    }
-    ok
+    crate::harness::tool_or_skip("python3", "scripts/recall-bench needs it")
 }
 
 #[test]

@@ -433,7 +433,11 @@ fn a_reader_never_changes_a_reference_format_file() {
     let before = std::fs::read(&pmm.db).unwrap();
     let r = pmm.run("pmm-replay", &["--state"], "");
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(std::fs::read(&pmm.db).unwrap(), before, "the reader changed the file");
+    assert_eq!(
+        std::fs::read(&pmm.db).unwrap(),
+        before,
+        "the reader changed the file"
+    );
     let wal = pmm.path("ledger.db-wal");
     assert!(!wal.exists(), "the reader switched the file to WAL");
     // A ledger a pmm writer made keeps getting its checkpoint from readers.

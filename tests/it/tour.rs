@@ -58,12 +58,7 @@ fn command_of(line: &str) -> &str {
 }
 
 fn have(program: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {program}"))
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    crate::harness::have(program)
 }
 
 /// The fresh directory and environment the tour runs in.
@@ -439,17 +434,9 @@ fn follow(t: &Tour, line: &str, cmd: &str) {
     );
 }
 
-/// True when jq is there. Without it: a failure under `PMM_REQUIRE_TOOLS=1` (as `.ci/run` sets
-/// it), else a message and `false` (the caller skips).
+/// True when jq is there (see [`tool_or_skip`]).
 fn jq_or_skip(what: &str) -> bool {
-    if have("jq") {
-        return true;
-    }
-    if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{what} needs jq (PMM_REQUIRE_TOOLS=1): apt-get install jq");
-    }
-    eprintln!("skipping: jq is not installed ({what} pipes into it)");
-    false
+    crate::harness::tool_or_skip("jq", what)
 }
 
 #[test]
