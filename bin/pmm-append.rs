@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-append", pmm::cmd::append::run)
 }
+
+pmm::global_allocator!();

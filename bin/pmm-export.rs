@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-export", pmm::cmd::export::run)
 }
+
+pmm::global_allocator!();

@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-graph", pmm::cmd::graph::run)
 }
+
+pmm::global_allocator!();

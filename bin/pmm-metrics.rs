@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-metrics", pmm::cmd::metrics::run)
 }
+
+pmm::global_allocator!();

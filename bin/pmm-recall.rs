@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-recall", pmm::cmd::recall::run)
 }
+
+pmm::global_allocator!();

@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-replay", pmm::cmd::replay::run)
 }
+
+pmm::global_allocator!();

@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-tick", pmm::cmd::tick::run)
 }
+
+pmm::global_allocator!();

@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-turn", pmm::cmd::turn::run)
 }
+
+pmm::global_allocator!();

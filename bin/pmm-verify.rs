@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cli::main("pmm-verify", pmm::cmd::verify::run)
 }
+
+pmm::global_allocator!();

@@ -2,3 +2,5 @@
 fn main() -> std::process::ExitCode {
     pmm::cmd::front::main()
 }
+
+pmm::global_allocator!();

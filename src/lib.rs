@@ -31,8 +31,18 @@ pub mod turn;
 
 pub use error::{Error, Result};
 
-// The readers parse and hash on worker threads and hand events back to the calling thread,
-// which frees them: a cross-thread free pattern under which glibc's malloc spends much of its
-// time on arena locks. mimalloc frees across threads without contention.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[doc(hidden)]
+pub use mimalloc;
+
+/// Declares the programs' allocator; each `bin/` file invokes it once (a library does not
+/// choose its users' allocator). The readers parse and hash on worker threads and hand events
+/// back to the calling thread, which frees them: a cross-thread free pattern under which
+/// glibc's malloc spends much of its time on arena locks; mimalloc frees across threads without
+/// contention.
+#[macro_export]
+macro_rules! global_allocator {
+    () => {
+        #[global_allocator]
+        static GLOBAL: $crate::mimalloc::MiMalloc = $crate::mimalloc::MiMalloc;
+    };
+}
