@@ -63,7 +63,7 @@ pub struct Args {
 
     /// Output format [default: from the -o name, else jsonl]
     #[arg(long, short = 'f', value_enum)]
-    format: Option<ExportFormat>,
+    format: Option<FormatArg>,
     /// Write to FILE instead of stdout (.gz compresses; written atomically)
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -104,10 +104,38 @@ pub fn format_from_name(path: &Path) -> Option<ExportFormat> {
     }
 }
 
+/// `--format`'s names (clap stays in `cmd`; the library has its own [`ExportFormat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FormatArg {
+    /// The reference export: JSON array, indent 2, raw UTF-8, `meta` as a string.
+    Json,
+    /// One event per line, `meta` as an object.
+    Jsonl,
+    /// RFC 4180 CSV with the seven columns.
+    Csv,
+    /// A readable Markdown transcript of the conversation (markers hidden).
+    Md,
+    /// The reference telemetry report (FORMATS.md §13.5).
+    Telemetry,
+}
+
+impl From<FormatArg> for ExportFormat {
+    fn from(f: FormatArg) -> ExportFormat {
+        match f {
+            FormatArg::Json => ExportFormat::Json,
+            FormatArg::Jsonl => ExportFormat::Jsonl,
+            FormatArg::Csv => ExportFormat::Csv,
+            FormatArg::Md => ExportFormat::Md,
+            FormatArg::Telemetry => ExportFormat::Telemetry,
+        }
+    }
+}
+
 /// Runs `pmm-export`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let format = args
         .format
+        .map(ExportFormat::from)
         .or_else(|| args.output.as_deref().and_then(format_from_name))
         .unwrap_or(ExportFormat::Jsonl);
     if let (Some(s), Some(u)) = (args.since, args.until) {

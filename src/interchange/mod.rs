@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use std::io::{self, Write};
 
 /// The export formats of `pmm-export`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExportFormat {
     /// The reference export: JSON array, indent 2, raw UTF-8, `meta` as a string.
     Json,
