@@ -66,6 +66,9 @@ impl Default for Options {
     }
 }
 
+/// What the text output shows after a reply cut by a token limit.
+pub const TRUNCATED: &str = "[truncated]";
+
 /// What a turn did.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -85,6 +88,11 @@ pub struct Outcome {
     pub rows_read: u64,
     /// Markers of the reply beyond [`marker::MAX_MARKERS`] of their kind, not acted on.
     pub ignored_markers: marker::Ignored,
+    /// True when the provider says the reply was cut by a token limit (`finish_reason`
+    /// "length"): shown as `[truncated]`.
+    pub truncated: bool,
+    /// Marker lines of the reply that repeat one of the system prompt, not acted on.
+    pub echoed_markers: usize,
 }
 
 impl Outcome {
@@ -105,6 +113,12 @@ impl Outcome {
         });
         if !self.ignored_markers.is_empty() {
             record["markers_ignored"] = json!(self.ignored_markers);
+        }
+        if self.truncated {
+            record["truncated"] = true.into();
+        }
+        if self.echoed_markers > 0 {
+            record["markers_echoed"] = self.echoed_markers.into();
         }
         record
     }
@@ -390,6 +404,9 @@ fn run_inner(
     if let Some(n) = opts.max_tokens {
         m.insert("max_tokens".into(), n.into());
     }
+    if let Some(why) = &reply.finish_reason {
+        m.insert("finish_reason".into(), why.as_str().into());
+    }
     if let Some(payload) = structured_header(&text) {
         m.insert("assistant_payload".into(), payload.into());
         m.insert("assistant_schema".into(), "assistant.v1".into());
@@ -413,7 +430,8 @@ fn run_inner(
         )?;
     }
 
-    let markers = marker::parse(&text);
+    // Marker lines that echo the system prompt (the rules, the evidence) are not the model's.
+    let (markers, echoed_markers) = marker::parse_unechoed(&text, &request.system);
 
     // Claims, each on its own: a bad one fails only itself.
     let mut valid_claims = Vec::new();
@@ -664,6 +682,8 @@ fn run_inner(
         failed_claims: failed,
         rows_read: store::rows_read() - rows_at_start,
         ignored_markers: markers.ignored,
+        truncated: reply.truncated(),
+        echoed_markers,
     })
 }
 

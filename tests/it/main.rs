@@ -16,6 +16,7 @@ mod fixture;
 mod floods;
 mod front;
 mod fuzz;
+mod issue15;
 mod graph;
 mod keep_ts;
 mod llm;

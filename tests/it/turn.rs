@@ -45,7 +45,7 @@ fn verify_clean(pmm: &Pmm) {
 #[test]
 fn first_turn_writes_configs_then_the_turn_in_order() {
     let pmm = Pmm::new();
-    let r = pmm.run("pmm-turn", &["hello there"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hello there"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let recs = r.records();
     assert_eq!(
@@ -83,7 +83,7 @@ fn first_turn_writes_configs_then_the_turn_in_order() {
     let delta = of_kind(&recs, "reflection")[1];
     assert_eq!(delta["content"], "Opened commitments: e2eb5791.");
     // The second turn writes no configs again, and --deep finds nothing to object to.
-    let r2 = pmm.run("pmm-turn", &["--text", "again"], "");
+    let r2 = pmm.run("pmm-turn", &["--adapter", "dummy", "--text", "again"], "");
     assert_eq!(r2.code, 0, "{r2:?}");
     assert_eq!(r2.stdout, "Echo: again\nCOMMIT: note this item\n");
     let v = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
@@ -436,7 +436,7 @@ fn stdin_lines_are_turns_and_a_bad_line_stops_with_its_number() {
     let pmm = Pmm::new();
     let r = pmm.run(
         "pmm-turn",
-        &["--text"],
+        &["--adapter", "dummy", "--text"],
         "{\"content\":\"one\"}\n\n{\"content\":\"two\"}\nnot json\n{\"content\":\"never\"}\n",
     );
     r.assert_error("pmm-turn", &["<stdin>:4", "--plain"]);
@@ -444,7 +444,7 @@ fn stdin_lines_are_turns_and_a_bad_line_stops_with_its_number() {
         r.stdout,
         "Echo: one\nCOMMIT: note this item\nEcho: two\nCOMMIT: note this item\n"
     );
-    let plain = pmm.run("pmm-turn", &["--text", "--plain"], "just text\n");
+    let plain = pmm.run("pmm-turn", &["--adapter", "dummy", "--text", "--plain"], "just text\n");
     assert_eq!(plain.code, 0, "{plain:?}");
     assert_eq!(plain.stdout, "Echo: just text\nCOMMIT: note this item\n");
 }
@@ -480,9 +480,9 @@ fn a_turn_reads_a_bounded_number_of_events() {
         let r = pmm.run("pmm-append", &["--batch"], &lines);
         assert_eq!(r.code, 0);
         // The first turn folds the ledger once and saves a checkpoint; later turns start there.
-        let first = pmm.run("pmm-turn", &["warm up"], "");
+        let first = pmm.run("pmm-turn", &["--adapter", "dummy", "warm up"], "");
         assert_eq!(first.code, 0, "{first:?}");
-        let r = pmm.run("pmm-turn", &["how many events do you read?"], "");
+        let r = pmm.run("pmm-turn", &["--adapter", "dummy", "how many events do you read?"], "");
         assert_eq!(r.code, 0, "{r:?}");
         rows.push(turn_record(&r.records())["rows_read"].as_u64().unwrap());
     }
@@ -503,12 +503,12 @@ fn a_turn_reads_a_bounded_number_of_events() {
 #[test]
 fn a_turn_the_policy_forbids_is_a_violation_and_exit_1() {
     let pmm = Pmm::new();
-    let r = pmm.run("pmm-turn", &["hello"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hello"], "");
     assert_eq!(r.code, 0, "{r:?}");
     // Forbid the writer without a source (actor `unknown`) the retrieval record.
     let policy = r#"{"kind":"config","content":"{\"forbid_sources\":{\"unknown\":[\"retrieval_selection\"]},\"type\":\"policy\"}","meta":{"source":"operator"}}"#;
     assert_eq!(pmm.run("pmm-append", &[], &format!("{policy}\n")).code, 0);
-    let r = pmm.run("pmm-turn", &["again"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "again"], "");
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr.contains(
