@@ -301,7 +301,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let path = args.ledger.path();
     let stdin = std::io::stdin();
     if args.chat || (args.message.is_none() && stdin.is_terminal()) {
-        let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
+        let mut ledger =
+            crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
         return super::chat::run(&mut ledger, adapter.as_mut(), cfg, &args.options());
     }
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;

@@ -76,7 +76,12 @@ impl<W: Write> Sink for MarkdownWriter<W> {
                     "⚠️ No reply: the model failed"
                 };
                 match field("provider") {
-                    Some(p) => format!("{what} ({p}{})", field("model").map(|m| format!(" · {m}")).unwrap_or_default()),
+                    Some(p) => format!(
+                        "{what} ({p}{})",
+                        field("model")
+                            .map(|m| format!(" · {m}"))
+                            .unwrap_or_default()
+                    ),
                     None => what.to_string(),
                 }
             }
@@ -85,9 +90,7 @@ impl<W: Write> Sink for MarkdownWriter<W> {
         // A reply before any message (an import) still belongs to a turn.
         let turn = self.turn.max(1);
         let mut text = match ev.kind.as_str() {
-            "generation_failure" => {
-                py_strip(field("error").unwrap_or(&ev.content)).to_string()
-            }
+            "generation_failure" => py_strip(field("error").unwrap_or(&ev.content)).to_string(),
             kind => visible_text(&ev.content, kind == "assistant_message"),
         };
         if field("finish_reason").is_some_and(crate::llm::is_truncation) {
@@ -326,7 +329,10 @@ mod tests {
             text.contains("### Turn 2: ⚠️ No reply: the model failed (ollama · llama3.2)\n*2025-01-02T03:04:04.000000Z*\n\n```text\nollama at http://h/api/chat: no answer within 1 s\n```"),
             "{text}"
         );
-        assert!(text.contains("### Turn 3: ⏹ Interrupted (openai)\n"), "{text}");
+        assert!(
+            text.contains("### Turn 3: ⏹ Interrupted (openai)\n"),
+            "{text}"
+        );
         assert!(!text.contains("Turn 4"), "{text}");
     }
 

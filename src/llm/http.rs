@@ -112,7 +112,7 @@ impl Http {
                             json: super::scrub::value(json, self.secret.as_deref()),
                             latency_ms: millis(started.elapsed()),
                             attempts,
-                        })
+                        });
                     }
                     Err(f) => f,
                 },

@@ -397,7 +397,9 @@ pub enum LlmError {
     },
     /// A check before the turn found that the model cannot be asked (the server refuses the
     /// connection, does not know the model, rejects the key): nothing was written (exit 3).
-    #[error("{provider} at {endpoint}: {detail}; {hint} (checked before the turn: nothing was written)")]
+    #[error(
+        "{provider} at {endpoint}: {detail}; {hint} (checked before the turn: nothing was written)"
+    )]
     Preflight {
         /// The provider's name.
         provider: String,

@@ -249,7 +249,9 @@ pub(crate) fn openai(p: &Probe, base: &str, model: &str) -> Result<(), LlmError>
             }
             let one = format!("{base}/models/{model}");
             match p.get(&one) {
-                Got::Answer(404, b) if b.contains("model_not_found") || excerpt(&b, None).contains(model) => {
+                Got::Answer(404, b)
+                    if b.contains("model_not_found") || excerpt(&b, None).contains(model) =>
+                {
                     let mut some: Vec<&str> = ids.iter().map(String::as_str).take(8).collect();
                     if ids.len() > some.len() {
                         some.push("…");
@@ -262,7 +264,11 @@ pub(crate) fn openai(p: &Probe, base: &str, model: &str) -> Result<(), LlmError>
                             some.join(", ")
                         )
                     };
-                    Err(p.fail(&one, format!("model '{model}' not found ({})", p.status(404, &b)), hint))
+                    Err(p.fail(
+                        &one,
+                        format!("model '{model}' not found ({})", p.status(404, &b)),
+                        hint,
+                    ))
                 }
                 _ => Ok(()),
             }

@@ -398,7 +398,8 @@ mod tests {
 
     #[test]
     fn echoed_marker_lines_are_left_out_and_counted() {
-        let prompt = "## Evidence\n[3] assistant_message: hi\nCOMMIT: old promise\nRules\n  CLOSE: abc";
+        let prompt =
+            "## Evidence\n[3] assistant_message: hi\nCOMMIT: old promise\nRules\n  CLOSE: abc";
         let reply = "Sure.\nCOMMIT: old promise\nCLOSE: abc \nCOMMIT: new promise\nCLAIM:x=1";
         let (m, echoed) = parse_unechoed(reply, prompt);
         assert_eq!(echoed, 2);

@@ -188,7 +188,10 @@ fn serve(
             reply(&mut conn, code, &body);
             continue;
         }
-        let auth = request.header("authorization").unwrap_or_default().to_string();
+        let auth = request
+            .header("authorization")
+            .unwrap_or_default()
+            .to_string();
         recorded.lock().expect("stub lock").push(request);
         let response = &responses[next.min(responses.len() - 1)];
         next += 1;
@@ -250,13 +253,18 @@ fn answer_preflight(p: &Preflight, r: &Recorded) -> (u16, String) {
     let not_found = r#"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#;
     match p {
         Preflight::Status(code, body) => (*code, body.clone()),
-        Preflight::OpenAiOnly if ollama_api => (404, not_found.into()),
+        Preflight::OpenAiOnly if ollama_api || !r.path.starts_with("/v1/") => {
+            (404, not_found.into())
+        }
         Preflight::OllamaOnly if !ollama_api => (404, "404 page not found".into()),
         _ if r.path.ends_with("/api/show") => {
             if known(&asked) {
                 (200, json!({"details": {"family": "stub"}}).to_string())
             } else {
-                (404, json!({"error": format!("model '{asked}' not found")}).to_string())
+                (
+                    404,
+                    json!({"error": format!("model '{asked}' not found")}).to_string(),
+                )
             }
         }
         _ if r.path.ends_with("/api/tags") => {
@@ -264,7 +272,10 @@ fn answer_preflight(p: &Preflight, r: &Recorded) -> (u16, String) {
                 Preflight::Models(ms) => ms.clone(),
                 _ => vec![OLLAMA_MODEL.to_string()],
             };
-            let models: Vec<Value> = names.iter().map(|n| json!({"name": n, "model": n})).collect();
+            let models: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"name": n, "model": n}))
+                .collect();
             (200, json!({ "models": models }).to_string())
         }
         _ if r.path.ends_with("/models") => {
@@ -283,7 +294,8 @@ fn answer_preflight(p: &Preflight, r: &Recorded) -> (u16, String) {
             if r.path.contains("/models/") && known(name) {
                 (200, json!({"id": name, "object": "model"}).to_string())
             } else if r.path.contains("/models/") {
-                let msg = format!("The model `{name}` does not exist or you do not have access to it.");
+                let msg =
+                    format!("The model `{name}` does not exist or you do not have access to it.");
                 (404, json!({"error": {"message": msg, "type": "invalid_request_error", "code": "model_not_found"}}).to_string())
             } else {
                 (404, not_found.into())

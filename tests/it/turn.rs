@@ -398,8 +398,11 @@ fn assert_recorded_failure(pmm: &Pmm, out: std::process::Output, needle: &str) {
     verify_clean(pmm);
 }
 
+/// A server that is down is known before anything is appended (issue 15 item 4): exit 3,
+/// with the hint, and the ledger is not even created. (Failures after the request was
+/// accepted are still recorded: see the timeout test below.)
 #[test]
-fn a_server_that_is_down_is_recorded_and_exits_3() {
+fn a_server_that_is_down_is_found_before_the_turn_and_exits_3() {
     let pmm = Pmm::new();
     let out = pmm
         .cmd("pmm-turn")
@@ -407,7 +410,15 @@ fn a_server_that_is_down_is_recorded_and_exits_3() {
         .args(["--adapter", "ollama", "are you there?"])
         .output()
         .unwrap();
-    assert_recorded_failure(&pmm, out, "ollama");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("pmm-turn: error: "), "{stderr}");
+    assert!(
+        stderr.contains("ollama") && stderr.contains("connection refused"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was written"), "{stderr}");
+    assert!(!pmm.db.exists(), "nothing may be written");
 }
 
 #[test]
@@ -444,7 +455,11 @@ fn stdin_lines_are_turns_and_a_bad_line_stops_with_its_number() {
         r.stdout,
         "Echo: one\nCOMMIT: note this item\nEcho: two\nCOMMIT: note this item\n"
     );
-    let plain = pmm.run("pmm-turn", &["--adapter", "dummy", "--text", "--plain"], "just text\n");
+    let plain = pmm.run(
+        "pmm-turn",
+        &["--adapter", "dummy", "--text", "--plain"],
+        "just text\n",
+    );
     assert_eq!(plain.code, 0, "{plain:?}");
     assert_eq!(plain.stdout, "Echo: just text\nCOMMIT: note this item\n");
 }
@@ -482,7 +497,11 @@ fn a_turn_reads_a_bounded_number_of_events() {
         // The first turn folds the ledger once and saves a checkpoint; later turns start there.
         let first = pmm.run("pmm-turn", &["--adapter", "dummy", "warm up"], "");
         assert_eq!(first.code, 0, "{first:?}");
-        let r = pmm.run("pmm-turn", &["--adapter", "dummy", "how many events do you read?"], "");
+        let r = pmm.run(
+            "pmm-turn",
+            &["--adapter", "dummy", "how many events do you read?"],
+            "",
+        );
         assert_eq!(r.code, 0, "{r:?}");
         rows.push(turn_record(&r.records())["rows_read"].as_u64().unwrap());
     }
