@@ -30,11 +30,14 @@ INPUT:
 
 OUTPUT:
   Per turn, the events it appended as JSON Lines, then
-  {\"type\":\"turn\",\"reply\",\"opened\",\"closed\",\"claims\":{\"valid\",\"failed\"},\"events\",\"first_id\",\"last_id\",\"rows_read\"}.
-  --text prints only the reply. A closed stdout (pmm-turn --plain < q.txt | head -1) stops
-  the printing, not the turns: every line is still a turn, and the exit status is as if it
-  had been read. In --chat, /export FILE writes the ledger as JSON Lines beside FILE and
-  renames it in; FILE may not be the ledger or its -wal, -shm or -journal file.
+  {\"type\":\"turn\",\"reply\",\"opened\",\"closed\",\"claims\":{\"valid\",\"failed\"},\"events\",\"first_id\",\"last_id\",\"rows_read\"},
+  with \"truncated\":true when a token limit cut the reply (the provider's finish_reason is
+  in the reply's meta) and \"markers_echoed\":N when marker lines only repeated the system
+  prompt (they are not acted on). --text prints only the reply, then [truncated] if it was
+  cut. A closed stdout (pmm-turn --plain < q.txt | head -1) stops the printing, not the
+  turns: every line is still a turn, and the exit status is as if it had been read. In
+  --chat, /export FILE writes the ledger as JSON Lines beside FILE and renames it in; FILE
+  may not be the ledger or its -wal, -shm or -journal file.
 
 MARKERS (in the model's reply, one per line; see docs/turn.md):
   COMMIT: <text>   CLOSE: <cid>   CLAIM:<type>=<json>   REFLECT:<json>   REF: <ledger>#<id>
@@ -43,9 +46,14 @@ EXIT STATUS:
   0  every turn was answered and written
   1  the ledger's write policy forbade one of the turn's events: that transaction was rolled
      back and a violation event records the refusal
-  2  bad input, bad adapter setup (missing --script/--command), locked or unreadable ledger
-  3  the model failed after retries (unreachable, timed out, refused); the user message and a
-     generation_failure event are in the ledger
+  2  bad input (an empty message), no adapter chosen, bad adapter setup (missing
+     --script/--command, an OPENAI_BASE_URL or OLLAMA_HOST that is not a URL), locked or
+     unreadable ledger
+  3  the model cannot be asked, found by a check before the turn (connection refused,
+     unknown model, rejected key, a server speaking another API): nothing was written, and
+     the error says what to do; or the model failed after the request was accepted (timed
+     out, errors after retries): the user message and a generation_failure event are in
+     the ledger
 
 ENVIRONMENT:
   PMM_DB           the ledger when --db is not given (default .data/pmmdb/pmm.db)

@@ -397,18 +397,15 @@ pub enum LlmError {
     },
     /// A check before the turn found that the model cannot be asked (the server refuses the
     /// connection, does not know the model, rejects the key): nothing was written (exit 3).
-    #[error(
-        "{provider} at {endpoint}: {detail}; {hint} (checked before the turn: nothing was written)"
-    )]
+    #[error("{provider} at {endpoint}: {detail} (checked before the turn: nothing was written)")]
     Preflight {
         /// The provider's name.
         provider: String,
         /// The URL asked, without credentials.
         endpoint: String,
-        /// What is wrong, with the key scrubbed.
+        /// What is wrong, then what to do about it (`model 'x' not found; pull it with …`),
+        /// with the key scrubbed.
         detail: String,
-        /// What to do about it.
-        hint: String,
     },
     /// The scripted adapter has no reply for this turn.
     #[error("scripted at {}: {replies} repl{} in the script, none for turn {turn}", path.display(), if *replies == 1 { "y" } else { "ies" })]

@@ -117,11 +117,11 @@ impl Probe {
     /// The error for a failed check, with the key scrubbed from everything in it.
     fn fail(&self, url: &str, detail: impl Into<String>, hint: impl Into<String>) -> LlmError {
         let s = self.secret.as_deref();
+        let detail = format!("{}; {}", detail.into(), hint.into());
         LlmError::Preflight {
             provider: self.provider.to_string(),
             endpoint: shown_url(url),
-            detail: super::http::redact(&scrub::text(&detail.into(), s), s),
-            hint: super::http::redact(&scrub::text(&hint.into(), s), s),
+            detail: super::http::redact(&scrub::text(&detail, s), s),
         }
     }
 
