@@ -183,7 +183,13 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
             Some(crate::turn::TurnError::Generation { .. })
         )
     });
-    let code = if generation_failed {
+    // A model that cannot be asked, found before the turn (LlmError::Preflight and kin): the
+    // external service failed, exit 3, though nothing was recorded.
+    let model_failed = e.chain().any(|c| {
+        c.downcast_ref::<crate::llm::LlmError>()
+            .is_some_and(|l| !l.is_config())
+    });
+    let code = if generation_failed || model_failed {
         3
     } else {
         // A turn's store error is transparent: it is not in the chain as a crate::Error.

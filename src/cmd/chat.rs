@@ -250,6 +250,9 @@ pub fn run(
                 } else {
                     visible(&o.reply)
                 });
+                if o.truncated {
+                    say(turn::TRUNCATED);
+                }
                 if !o.opened.is_empty() || !o.closed.is_empty() || !o.failed_claims.is_empty() {
                     eprintln!(
                         "  [opened {:?}, closed {:?}, {} claim(s) recorded, {} failed]",

@@ -28,7 +28,8 @@ FORMATS:
              (byte-identical to the reference for an imported ledger)
   jsonl      one event per line, meta as an object (the default on stdout)
   csv        RFC 4180, columns id,ts,kind,content,meta,prev_hash,hash
-  md         a readable transcript of the conversation, marker lines hidden
+  md         a readable transcript of the conversation, marker lines hidden; turns are
+             exchanges, replies name their provider and model, failed turns are shown
   telemetry  the reference telemetry report: event table, kind counts, continuity breaks,
              verification manifest
   Without --format the format follows the -o name (.json, .jsonl, .csv, .md; .gz is

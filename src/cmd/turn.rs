@@ -19,7 +19,7 @@ EXAMPLES:
   A conversation from a file, one turn per line, replies scripted (offline, reproducible):
     pmm-turn --adapter scripted --script replies.jsonl --plain < questions.txt
   Follow what the turns commit to:
-    pmm-turn 'Plan the week' | jq -c 'select(.kind==\"commitment_open\") | .meta.text'
+    pmm-turn --adapter ollama 'Plan the week' | jq -c 'select(.kind==\"commitment_open\") | .meta.text'
   Talk interactively (slash commands: /help):
     pmm-turn --chat
 
@@ -30,11 +30,14 @@ INPUT:
 
 OUTPUT:
   Per turn, the events it appended as JSON Lines, then
-  {\"type\":\"turn\",\"reply\",\"opened\",\"closed\",\"claims\":{\"valid\",\"failed\"},\"events\",\"first_id\",\"last_id\",\"rows_read\"}.
-  --text prints only the reply. A closed stdout (pmm-turn --plain < q.txt | head -1) stops
-  the printing, not the turns: every line is still a turn, and the exit status is as if it
-  had been read. In --chat, /export FILE writes the ledger as JSON Lines beside FILE and
-  renames it in; FILE may not be the ledger or its -wal, -shm or -journal file.
+  {\"type\":\"turn\",\"reply\",\"opened\",\"closed\",\"claims\":{\"valid\",\"failed\"},\"events\",\"first_id\",\"last_id\",\"rows_read\"},
+  with \"truncated\":true when a token limit cut the reply (the provider's finish_reason is
+  in the reply's meta) and \"markers_echoed\":N when marker lines only repeated the system
+  prompt (they are not acted on). --text prints only the reply, then [truncated] if it was
+  cut. A closed stdout (pmm-turn --plain < q.txt | head -1) stops the printing, not the
+  turns: every line is still a turn, and the exit status is as if it had been read. In
+  --chat, /export FILE writes the ledger as JSON Lines beside FILE and renames it in; FILE
+  may not be the ledger or its -wal, -shm or -journal file.
 
 MARKERS (in the model's reply, one per line; see docs/turn.md):
   COMMIT: <text>   CLOSE: <cid>   CLAIM:<type>=<json>   REFLECT:<json>   REF: <ledger>#<id>
@@ -43,14 +46,19 @@ EXIT STATUS:
   0  every turn was answered and written
   1  the ledger's write policy forbade one of the turn's events: that transaction was rolled
      back and a violation event records the refusal
-  2  bad input, bad adapter setup (missing --script/--command), locked or unreadable ledger
-  3  the model failed after retries (unreachable, timed out, refused); the user message and a
-     generation_failure event are in the ledger
+  2  bad input (an empty message), no adapter chosen, bad adapter setup (missing
+     --script/--command, an OPENAI_BASE_URL or OLLAMA_HOST that is not a URL), locked or
+     unreadable ledger
+  3  the model cannot be asked, found by a check before the turn (connection refused,
+     unknown model, rejected key, a server speaking another API): nothing was written, and
+     the error says what to do; or the model failed after the request was accepted (timed
+     out, errors after retries): the user message and a generation_failure event are in
+     the ledger
 
 ENVIRONMENT:
   PMM_DB           the ledger when --db is not given (default .data/pmmdb/pmm.db)
   PMM_NOW          pin the clock (RFC 3339)
-  PMM_ADAPTER      the adapter when --adapter is not given (default dummy)
+  PMM_ADAPTER      the adapter when --adapter is not given (one of them is required)
   PMM_MODEL        the model when --model is not given
   OLLAMA_HOST      Ollama's address (default http://127.0.0.1:11434)
   OPENAI_BASE_URL  the OpenAI-compatible API (default https://api.openai.com/v1)
@@ -89,9 +97,10 @@ pub struct Args {
     /// is given and stdin is a terminal
     #[arg(long, conflicts_with_all = ["message", "plain"])]
     chat: bool,
-    /// The model adapter: ollama, openai, cmd, scripted or dummy
-    #[arg(long, env = "PMM_ADAPTER", value_name = "ADAPTER", value_parser = parse_adapter, default_value = "dummy")]
-    adapter: AdapterKind,
+    /// The model adapter: ollama, openai, cmd, scripted or dummy (a canned echo that opens a
+    /// commitment, for trying pmm without a model). Required: there is no default
+    #[arg(long, env = "PMM_ADAPTER", value_name = "ADAPTER", value_parser = parse_adapter)]
+    adapter: Option<AdapterKind>,
     /// The model name (ollama default llama3.2, openai default gpt-4o-mini)
     #[arg(long, env = "PMM_MODEL")]
     model: Option<String>,
@@ -175,8 +184,29 @@ impl Program for Args {
     }
 }
 
+/// What `pmm-turn` says when no adapter was chosen (exit 2): answering with `dummy`, whose
+/// canned reply opens a commitment, would put a reply nobody asked for into the ledger.
+const NO_ADAPTER: &str = "no model adapter chosen: pass --adapter ollama, openai, cmd, scripted \
+or dummy, or set PMM_ADAPTER (in the environment or a .env file); --adapter dummy answers with a \
+canned echo, for trying pmm without a model";
+
+/// Refuses a message that is empty or only whitespace (exit 2): a turn on nothing would append
+/// an empty `user_message` and ask a model to answer it.
+fn check_message(msg: &str, at: Option<String>) -> Result<(), Error> {
+    if msg.trim().is_empty() {
+        return Err(Error::bad_input(
+            at,
+            "the message is empty (a turn needs some text)",
+        ));
+    }
+    Ok(())
+}
+
 impl Args {
     fn config(&self) -> anyhow::Result<Config> {
+        let Some(kind) = self.adapter else {
+            return Err(Error::bad_input(Some("--adapter".into()), NO_ADAPTER).into());
+        };
         if !(self.timeout > 0.0 && self.timeout <= MAX_TIMEOUT_SECS) {
             return Err(Error::bad_input(
                 Some("--timeout".into()),
@@ -184,21 +214,21 @@ impl Args {
             )
             .into());
         }
-        if self.adapter == AdapterKind::Scripted && self.script.is_none() {
+        if kind == AdapterKind::Scripted && self.script.is_none() {
             return Err(Error::bad_input(
                 Some("--script".into()),
                 "the scripted adapter needs --script FILE (one reply per turn)",
             )
             .into());
         }
-        if self.adapter == AdapterKind::Cmd && self.command.is_none() {
+        if kind == AdapterKind::Cmd && self.command.is_none() {
             return Err(Error::bad_input(
                 Some("--command".into()),
                 "the cmd adapter needs --command 'PROGRAM ARGS'",
             )
             .into());
         }
-        let mut cfg = Config::from_env(self.adapter);
+        let mut cfg = Config::from_env(kind);
         // An empty --model / $PMM_MODEL means "the adapter's default", not a model named "".
         if let Some(m) = self.model.as_deref().filter(|m| !m.trim().is_empty()) {
             cfg.model = Some(m.to_string());
@@ -233,6 +263,9 @@ fn print(out: &mut Out, text_only: bool, outcome: &turn::Outcome) -> std::io::Re
         if !outcome.reply.ends_with('\n') {
             out.raw(b"\n")?;
         }
+        if outcome.truncated {
+            out.raw(format!("{}\n", turn::TRUNCATED).as_bytes())?;
+        }
     } else {
         for e in &outcome.events {
             out.event(e)?;
@@ -264,9 +297,15 @@ fn message_of(line: &str, plain: bool, at: String) -> Result<String, Error> {
 
 /// Runs `pmm-turn`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    if let Some(msg) = &args.message {
+        check_message(msg, None)?;
+    }
     let cfg = args.config()?;
-    let mut adapter = llm::adapter(&cfg)
-        .map_err(|e| Error::bad_input(Some("--adapter".into()), e.to_string()))?;
+    // A setup error names its own cause (OPENAI_BASE_URL, --script FILE, …).
+    let mut adapter = llm::adapter(&cfg).map_err(|e| Error::bad_input(None, e.to_string()))?;
+    // Mistakes known before anything is appended (a refused connection, an unknown model, a
+    // rejected key) are exit 3 with a hint, and leave the ledger as it was (or uncreated).
+    adapter.preflight()?;
     let path = args.ledger.path();
     let stdin = std::io::stdin();
     if args.chat || (args.message.is_none() && stdin.is_terminal()) {
@@ -328,6 +367,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             continue;
         }
         let msg = message_of(line, args.plain, format!("<stdin>:{n}"))?;
+        check_message(&msg, at())?;
         one(&msg, &mut out)?;
     }
     Ok(Outcome::Success)

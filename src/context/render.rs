@@ -173,14 +173,16 @@ appear in square brackets. When you state something about yourself or the past, 
 event ids it rests on; if the ledger does not show it, say that you do not know.
 
 Answer the user in plain, natural language first. After your answer you may add control lines. \
-Each control line stands on its own line, starts with its keyword, and is not part of the prose:
-COMMIT: <what you will do>            opens a commitment (its id is the first 8 hex digits of the sha1 of the text)
-CLOSE: <commitment id>                closes one of the open commitments listed above
-CLAIM:<type>=<json>                   records a checked claim; types: event_existence {\"id\":N}, \
+A control line stands on its own line, is not part of the prose, and begins with its keyword and a \
+colon at the very start of the line (no dash, quote or other markup before it). The keywords:
+- COMMIT: followed by what you will do. Opens a commitment (its id is the first 8 hex digits of the sha1 of the text).
+- CLOSE: followed by a commitment id. Closes one of the open commitments listed above.
+- CLAIM: followed by <type>=<json>. Records a checked claim; types: event_existence {\"id\":N}, \
 reference {\"id\":N}, commitment_status {\"cid\":\"…\",\"open\":true|false}, name_change {\"new_name\":\"…\"}, \
-identity_proposal {\"token\":\"…\",\"description\":\"…\"}, identity_ratify {\"token\":\"…\"}
-REFLECT:<json object>                 a reflection, e.g. {\"observations\":[\"…\"],\"corrections\":[\"…\"],\"next\":[\"…\"]}
-REF: <ledger path>#<event id>         cites an event of another ledger (read only)
+identity_proposal {\"token\":\"…\",\"description\":\"…\"}, identity_ratify {\"token\":\"…\"}.
+- REFLECT: followed by a JSON object. A reflection, e.g. {\"observations\":[\"…\"],\"corrections\":[\"…\"],\"next\":[\"…\"]}.
+- REF: followed by <ledger path>#<event id>. Cites an event of another ledger (read only).
+For example, to promise a report, end the reply with a line that reads: COMMIT: send the report
 A claim that does not check out is recorded as a correction, so claim only what the ledger shows. \
 An identity token is adopted once it has been both proposed and ratified. Never answer with \
 control lines alone.";
@@ -229,6 +231,19 @@ mod tests {
             ["ontology.entity"]
         );
         assert!(mentioned_concepts(&defined, "nothing here").is_empty());
+    }
+
+    /// A model that repeats its instructions must not act on them: no line of the rules
+    /// is a marker (issue 15 item 6).
+    #[test]
+    fn the_rules_hold_no_marker_line() {
+        let m = crate::marker::parse(RULES);
+        assert_eq!(m, crate::marker::Markers::default(), "{m:?}");
+        let m = crate::marker::parse(&system_prompt("Ledger so far: events 1..1 (total 1)"));
+        assert_eq!(m, crate::marker::Markers::default(), "{m:?}");
+        for k in ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF:"] {
+            assert!(RULES.contains(&format!("\n- {k} followed by")), "{k}");
+        }
     }
 
     #[test]

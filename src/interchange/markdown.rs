@@ -9,6 +9,12 @@
 //! joining its pieces with `\n`, `textwrap.dedent` + `strip`, `splitlines` — follows the
 //! reference's Python string semantics (FORMATS.md §1.11), so turns read the same.
 //!
+//! Also on purpose (issue 15 item 5): turns number exchanges, not messages (a user's message
+//! starts turn N, the reply to it is turn N too); each reply names the provider and model
+//! that wrote it (from its meta); a turn the model failed or that was interrupted
+//! (`generation_failure`) is shown, with the error, instead of vanishing; a reply cut by a
+//! token limit (`finish_reason` "length") is marked `[truncated]`.
+//!
 //! Streams: each message is written as it arrives; only a turn counter is kept.
 
 use super::{ExportContext, Sink};
@@ -44,20 +50,60 @@ impl<W: Write> MarkdownWriter<W> {
 
 impl<W: Write> Sink for MarkdownWriter<W> {
     fn event(&mut self, ev: &Event) -> io::Result<()> {
+        let meta = ev.meta_map().unwrap_or_default();
+        let field = |k: &str| {
+            meta.get(k)
+                .and_then(serde_json::Value::as_str)
+                .filter(|v| !v.is_empty())
+        };
         let role = match ev.kind.as_str() {
-            "user_message" => "👤 User",
-            "assistant_message" => "🤖 Assistant",
+            "user_message" => {
+                self.turn += 1;
+                "👤 User".to_string()
+            }
+            "assistant_message" => match (field("provider"), field("model")) {
+                (Some(p), Some(m)) => format!("🤖 Assistant ({p} · {m})"),
+                (Some(p), None) | (None, Some(p)) => format!("🤖 Assistant ({p})"),
+                (None, None) => "🤖 Assistant".to_string(),
+            },
+            "generation_failure" => {
+                let interrupted = meta.get("interrupted").and_then(serde_json::Value::as_bool)
+                    == Some(true)
+                    || field("reason") == Some("interrupted");
+                let what = if interrupted {
+                    "⏹ Interrupted"
+                } else {
+                    "⚠️ No reply: the model failed"
+                };
+                match field("provider") {
+                    Some(p) => format!(
+                        "{what} ({p}{})",
+                        field("model")
+                            .map(|m| format!(" · {m}"))
+                            .unwrap_or_default()
+                    ),
+                    None => what.to_string(),
+                }
+            }
             _ => return Ok(()),
         };
-        self.turn += 1;
-        let text = visible_text(&ev.content, ev.kind == "assistant_message");
+        // A reply before any message (an import) still belongs to a turn.
+        let turn = self.turn.max(1);
+        let mut text = match ev.kind.as_str() {
+            "generation_failure" => py_strip(field("error").unwrap_or(&ev.content)).to_string(),
+            kind => visible_text(&ev.content, kind == "assistant_message"),
+        };
+        if field("finish_reason").is_some_and(crate::llm::is_truncation) {
+            text.push_str(if text.is_empty() { "" } else { "\n" });
+            text.push_str(crate::turn::TRUNCATED);
+        }
         let fence = "`".repeat((longest_backtick_run(&text) + 1).max(3));
         let b = &mut self.buf;
         b.clear();
         b.push_str("### Turn ");
-        b.push_str(&self.turn.to_string());
+        b.push_str(&turn.to_string());
         b.push_str(": ");
-        b.push_str(role);
+        b.push_str(&role);
         b.push_str("\n*");
         b.push_str(&ev.ts);
         b.push_str("*\n\n");
@@ -252,10 +298,42 @@ mod tests {
              ---\n\n\
              ### Turn 1: 👤 User\n*2025-01-02T03:04:01.000000Z*\n\n\
              ```text\nHéllo, \"wörld\" 😀\n```\n\n\
-             ### Turn 2: 🤖 Assistant\n*2025-01-02T03:04:03.000000Z*\n\n\
+             ### Turn 1: 🤖 Assistant\n*2025-01-02T03:04:03.000000Z*\n\n\
              ```text\nHi there.\nBye.\n```\n\n\
              \n---\n_End of readable log — see telemetry or ledger for verification._\n"
         );
+    }
+
+    #[test]
+    fn turns_are_exchanges_with_the_provider_failures_and_truncation_shown() {
+        let mut reply = ev(2, "assistant_message", "Cut sho");
+        reply.meta = r#"{"finish_reason":"length","model":"llama3.2","provider":"ollama","role":"assistant"}"#.into();
+        let mut failed = ev(4, "generation_failure", "generation failed: x");
+        failed.meta = r#"{"about_event":3,"error":"ollama at http://h/api/chat: no answer within 1 s","model":"llama3.2","provider":"ollama","source":"pmm-turn"}"#.into();
+        let mut stopped = ev(6, "generation_failure", "generation interrupted");
+        stopped.meta = r#"{"about_event":5,"interrupted":true,"provider":"openai"}"#.into();
+        let text = export(&[
+            ev(1, "user_message", "one"),
+            reply,
+            ev(3, "user_message", "two"),
+            failed,
+            ev(5, "user_message", "three"),
+            stopped,
+        ]);
+        assert!(text.contains("### Turn 1: 👤 User\n"), "{text}");
+        assert!(
+            text.contains("### Turn 1: 🤖 Assistant (ollama · llama3.2)\n*2025-01-02T03:04:02.000000Z*\n\n```text\nCut sho\n[truncated]\n```"),
+            "{text}"
+        );
+        assert!(
+            text.contains("### Turn 2: ⚠️ No reply: the model failed (ollama · llama3.2)\n*2025-01-02T03:04:04.000000Z*\n\n```text\nollama at http://h/api/chat: no answer within 1 s\n```"),
+            "{text}"
+        );
+        assert!(
+            text.contains("### Turn 3: ⏹ Interrupted (openai)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("Turn 4"), "{text}");
     }
 
     #[test]

@@ -207,6 +207,7 @@ impl Adapter for Cmd {
             out_tokens: None,
             latency_ms,
             attempts: 1,
+            finish_reason: None,
         })
     }
 }

@@ -34,6 +34,7 @@ impl Adapter for Dummy {
             out_tokens: None,
             latency_ms: 0,
             attempts: 1,
+            finish_reason: None,
         })
     }
 }

@@ -108,10 +108,11 @@ impl Http {
                 Ok(response) => match read_json(response) {
                     Ok(json) => {
                         return Ok(Answer {
-                            json,
+                            // The key, echoed back, must reach no reply, meta or ledger.
+                            json: super::scrub::value(json, self.secret.as_deref()),
                             latency_ms: millis(started.elapsed()),
                             attempts,
-                        })
+                        });
                     }
                     Err(f) => f,
                 },

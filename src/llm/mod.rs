@@ -25,7 +25,9 @@ mod dummy;
 mod http;
 mod ollama;
 mod openai;
+mod preflight;
 mod scripted;
+mod scrub;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -105,6 +107,24 @@ pub struct Reply {
     pub latency_ms: u64,
     /// 1 + the retries used.
     pub attempts: u32,
+    /// Why the model stopped, as the provider said it (Ollama `done_reason`, OpenAI
+    /// `choices[0].finish_reason`): "stop", or "length" for a reply cut by the token limit.
+    /// `None` when the provider did not say (cmd, scripted, dummy).
+    pub finish_reason: Option<String>,
+}
+
+impl Reply {
+    /// True when the provider says the reply was cut by a token limit (`--max-tokens` or the
+    /// server's own): it is kept as it came, and shown with `[truncated]`.
+    pub fn truncated(&self) -> bool {
+        self.finish_reason.as_deref().is_some_and(is_truncation)
+    }
+}
+
+/// True for a finish reason that means "cut by a token limit" (Ollama and OpenAI say
+/// `length`; some servers say `max_tokens`).
+pub fn is_truncation(reason: &str) -> bool {
+    matches!(reason, "length" | "max_tokens" | "max_output_tokens")
 }
 
 /// Which provider answers.
@@ -282,6 +302,14 @@ pub trait Adapter: Send {
     fn model(&self) -> &str;
     /// Asks the model for one reply.
     fn generate(&mut self, req: &Request) -> Result<Reply, LlmError>;
+    /// A cheap check, before anything is written, that the model can be asked at all: the
+    /// server answers, knows the model and accepts the key (ollama `POST /api/show`, openai
+    /// `GET /models`). [`LlmError::Preflight`] when it cannot; a server that answers the check
+    /// in a way that proves nothing (a 5xx, a timeout) passes, and the turn finds out. The
+    /// default, for adapters without a server, passes.
+    fn preflight(&mut self) -> Result<(), LlmError> {
+        Ok(())
+    }
 }
 
 /// Builds the adapter `cfg` describes, after checking it: a missing command or script, an
@@ -367,6 +395,18 @@ pub enum LlmError {
         /// What happened, with the first line of its stderr when it failed.
         detail: String,
     },
+    /// A check before the turn found that the model cannot be asked (the server refuses the
+    /// connection, does not know the model, rejects the key): nothing was written (exit 3).
+    #[error("{provider} at {endpoint}: {detail} (checked before the turn: nothing was written)")]
+    Preflight {
+        /// The provider's name.
+        provider: String,
+        /// The URL asked, without credentials.
+        endpoint: String,
+        /// What is wrong, then what to do about it (`model 'x' not found; pull it with …`),
+        /// with the key scrubbed.
+        detail: String,
+    },
     /// The scripted adapter has no reply for this turn.
     #[error("scripted at {}: {replies} repl{} in the script, none for turn {turn}", path.display(), if *replies == 1 { "y" } else { "ies" })]
     ScriptExhausted {
@@ -388,6 +428,7 @@ impl LlmError {
             LlmError::Unreachable { .. } | LlmError::Timeout { .. } => true,
             LlmError::Status { code, .. } => http::retryable_status(*code),
             LlmError::Config(_)
+            | LlmError::Preflight { .. }
             | LlmError::BadResponse { .. }
             | LlmError::Command { .. }
             | LlmError::ScriptExhausted { .. } => false,

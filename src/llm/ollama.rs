@@ -1,6 +1,7 @@
 //! Ollama's native chat API: `POST {host}/api/chat`, one non-streamed answer.
 
 use super::http::{base_url, Http};
+use super::preflight::{self, Probe};
 use super::{Adapter, Config, LlmError, Reply, Request};
 use serde_json::{json, Value};
 
@@ -11,6 +12,8 @@ const DEFAULT_PORT: u16 = 11434;
 /// The ollama adapter.
 pub(crate) struct Ollama {
     http: Http,
+    probe: Probe,
+    base: String,
     url: String,
     model: String,
 }
@@ -18,10 +21,19 @@ pub(crate) struct Ollama {
 impl Ollama {
     /// Checks the host and builds the adapter.
     pub(crate) fn new(cfg: &Config) -> Result<Ollama, LlmError> {
-        let base = base_url("ollama", "host", &with_scheme(&cfg.ollama_host))?;
+        let base = base_url("ollama", "OLLAMA_HOST", &with_scheme(&cfg.ollama_host))?;
+        // A host given with the endpoint's path (…/api/chat) is taken as the host.
+        let base = ["/api/chat", "/api"]
+            .iter()
+            .find_map(|p| base.strip_suffix(p))
+            .unwrap_or(&base)
+            .trim_end_matches('/')
+            .to_string();
         Ok(Ollama {
             http: Http::new("ollama", cfg, None),
+            probe: Probe::new("ollama", cfg, None),
             url: format!("{base}/api/chat"),
+            base,
             model: cfg.model_name().to_string(),
         })
     }
@@ -56,6 +68,10 @@ impl Adapter for Ollama {
 
     fn model(&self) -> &str {
         &self.model
+    }
+
+    fn preflight(&mut self) -> Result<(), LlmError> {
+        preflight::ollama(&self.probe, &self.base, &self.model)
     }
 
     fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
@@ -97,6 +113,10 @@ impl Adapter for Ollama {
             out_tokens: json.get("eval_count").and_then(Value::as_u64),
             latency_ms: answer.latency_ms,
             attempts: answer.attempts,
+            finish_reason: json
+                .get("done_reason")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 }
@@ -122,6 +142,11 @@ mod tests {
         let a = Ollama::new(&cfg).unwrap();
         assert_eq!(a.url, "http://localhost:1234/api/chat");
         assert_eq!(a.model(), "llama3.2");
+        cfg.ollama_host = "http://localhost:1234/api/chat".into();
+        assert_eq!(
+            Ollama::new(&cfg).unwrap().url,
+            "http://localhost:1234/api/chat"
+        );
     }
 }
 

@@ -2,12 +2,15 @@
 //! serves OpenAI, llama.cpp's server, vLLM and LM Studio.
 
 use super::http::{base_url, Http};
+use super::preflight::{self, Probe};
 use super::{Adapter, Config, LlmError, Reply, Request};
 use serde_json::{json, Value};
 
 /// The openai adapter. Not `Debug`: it holds the key.
 pub(crate) struct OpenAi {
     http: Http,
+    probe: Probe,
+    base: String,
     url: String,
     model: String,
     key: Option<String>,
@@ -17,7 +20,13 @@ impl OpenAi {
     /// Checks the base URL and builds the adapter. Without a key no `Authorization` header is
     /// sent, which is what local servers expect.
     pub(crate) fn new(cfg: &Config) -> Result<OpenAi, LlmError> {
-        let base = base_url("openai", "base URL", &cfg.openai_base_url)?;
+        let base = base_url("openai", "OPENAI_BASE_URL", &cfg.openai_base_url)?;
+        // A base URL given with the endpoint's path is taken as the base, not doubled.
+        let base = base
+            .strip_suffix("/chat/completions")
+            .unwrap_or(&base)
+            .trim_end_matches('/')
+            .to_string();
         // Trimmed: a key pasted into `.env` often brings a stray space or `\r` along.
         let key = cfg
             .openai_api_key
@@ -36,7 +45,9 @@ impl OpenAi {
         }
         Ok(OpenAi {
             http: Http::new("openai", cfg, key.clone()),
+            probe: Probe::new("openai", cfg, key.clone()),
             url: format!("{base}/chat/completions"),
+            base,
             model: cfg.model_name().to_string(),
             key,
         })
@@ -50,6 +61,10 @@ impl Adapter for OpenAi {
 
     fn model(&self) -> &str {
         &self.model
+    }
+
+    fn preflight(&mut self) -> Result<(), LlmError> {
+        preflight::openai(&self.probe, &self.base, &self.model)
     }
 
     fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
@@ -96,6 +111,10 @@ impl Adapter for OpenAi {
             out_tokens: usage("completion_tokens"),
             latency_ms: answer.latency_ms,
             attempts: answer.attempts,
+            finish_reason: json
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 }
@@ -111,6 +130,11 @@ mod tests {
         let a = OpenAi::new(&cfg).unwrap();
         assert_eq!(a.url, "http://127.0.0.1:8080/v1/chat/completions");
         assert_eq!(a.model(), "gpt-4o-mini");
+        // A base URL that already names the endpoint is not doubled.
+        cfg.openai_base_url = "http://127.0.0.1:8080/v1/chat/completions/".into();
+        let a = OpenAi::new(&cfg).unwrap();
+        assert_eq!(a.url, "http://127.0.0.1:8080/v1/chat/completions");
+        assert_eq!(a.base, "http://127.0.0.1:8080/v1");
     }
 
     #[test]

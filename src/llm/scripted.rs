@@ -103,6 +103,7 @@ impl Adapter for Scripted {
             out_tokens: None,
             latency_ms: 0,
             attempts: 1,
+            finish_reason: None,
         })
     }
 }

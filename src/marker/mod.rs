@@ -275,6 +275,47 @@ pub fn parse(reply: &str) -> Markers {
     m
 }
 
+/// The marker prefixes [`parse`] acts on.
+const PREFIXES: [&str; 5] = ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "];
+
+/// True when `line` is a marker line (after optional indentation).
+fn is_marker_line(line: &str) -> bool {
+    let body = marker_body(line);
+    PREFIXES.iter().any(|p| body.starts_with(p))
+}
+
+/// [`parse`] for a reply to `prompt` (the system prompt it was sent): a marker line identical
+/// (Python-stripped) to a marker line of the prompt is an echo, not the model's own marker —
+/// a model that repeats its instructions or its context must not open, close or claim
+/// anything by it. Such lines are left out (their line numbers stay as they were) and
+/// counted: the second value.
+pub fn parse_unechoed(reply: &str, prompt: &str) -> (Markers, usize) {
+    let echoes: std::collections::HashSet<&str> = splitlines(prompt)
+        .into_iter()
+        .filter(|l| is_marker_line(l))
+        .map(py_strip)
+        .collect();
+    let lines = splitlines(reply);
+    let echoed = lines
+        .iter()
+        .filter(|l| is_marker_line(l) && echoes.contains(py_strip(l)))
+        .count();
+    if echoed == 0 {
+        return (parse(reply), 0);
+    }
+    let kept: Vec<&str> = lines
+        .into_iter()
+        .map(|l| {
+            if is_marker_line(l) && echoes.contains(py_strip(l)) {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect();
+    (parse(&kept.join("\n")), echoed)
+}
+
 /// Parses the part of a claim line after `CLAIM:`; `raw` is the whole line for messages.
 fn parse_claim(raw: &str, rest: &str) -> Result<ClaimMarker, ClaimParseError> {
     let Some((claim_type, json)) = rest.split_once('=') else {
@@ -354,6 +395,26 @@ pub fn ref_targets(content: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn echoed_marker_lines_are_left_out_and_counted() {
+        let prompt =
+            "## Evidence\n[3] assistant_message: hi\nCOMMIT: old promise\nRules\n  CLOSE: abc";
+        let reply = "Sure.\nCOMMIT: old promise\nCLOSE: abc \nCOMMIT: new promise\nCLAIM:x=1";
+        let (m, echoed) = parse_unechoed(reply, prompt);
+        assert_eq!(echoed, 2);
+        assert_eq!(
+            m.commits,
+            vec![Line {
+                line: 4,
+                value: "new promise".to_string()
+            }]
+        );
+        assert!(m.closes.is_empty());
+        assert_eq!(m.claims[0].line, 5);
+        // Nothing echoed: exactly parse.
+        assert_eq!(parse_unechoed(reply, "no markers"), (parse(reply), 0));
+    }
 
     #[test]
     fn splitlines_breaks_like_cpython() {

@@ -66,6 +66,9 @@ impl Default for Options {
     }
 }
 
+/// What the text output shows after a reply cut by a token limit.
+pub const TRUNCATED: &str = "[truncated]";
+
 /// What a turn did.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -85,6 +88,11 @@ pub struct Outcome {
     pub rows_read: u64,
     /// Markers of the reply beyond [`marker::MAX_MARKERS`] of their kind, not acted on.
     pub ignored_markers: marker::Ignored,
+    /// True when the provider says the reply was cut by a token limit (`finish_reason`
+    /// "length"): shown as `[truncated]`.
+    pub truncated: bool,
+    /// Marker lines of the reply that repeat one of the system prompt, not acted on.
+    pub echoed_markers: usize,
 }
 
 impl Outcome {
@@ -105,6 +113,12 @@ impl Outcome {
         });
         if !self.ignored_markers.is_empty() {
             record["markers_ignored"] = json!(self.ignored_markers);
+        }
+        if self.truncated {
+            record["truncated"] = true.into();
+        }
+        if self.echoed_markers > 0 {
+            record["markers_echoed"] = self.echoed_markers.into();
         }
         record
     }
@@ -368,6 +382,7 @@ fn run_inner(
     if folded_before >= store::CHECKPOINT_EVERY / 4 {
         store::save_projection_checkpoint(ledger.path(), &p);
     }
+    let truncated = reply.truncated();
     Ok(Outcome {
         events,
         reply: reply.text,
@@ -377,6 +392,8 @@ fn run_inner(
         failed_claims: done.failed_claims,
         rows_read: store::rows_read() - rows_at_start,
         ignored_markers: done.ignored_markers,
+        truncated,
+        echoed_markers: done.echoed_markers,
     })
 }
 
@@ -427,6 +444,7 @@ struct Consequences {
     valid_claims: Vec<Value>,
     failed_claims: Vec<claim::FailedClaim>,
     ignored_markers: marker::Ignored,
+    echoed_markers: usize,
 }
 
 /// Stage 1: on a first turn the default configs, then the user's message (and its embedding),
@@ -495,7 +513,9 @@ fn record_failure(
 /// cause, the retrieval record and metrics, the derived reflections, summary and memory.
 fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Consequences> {
     let assistant = append_assistant(s, said)?;
-    let markers = marker::parse(&said.reply.text);
+    // Marker lines that echo the system prompt (the rules, the evidence) are not the model's.
+    let (markers, echoed_markers) =
+        marker::parse_unechoed(&said.reply.text, &said.prompt.request.system);
     let (valid_claims, failed_claims) = append_claims(s, &markers)?;
     append_identity_adoptions(s)?;
     let opened = append_opens(s, &markers)?;
@@ -514,6 +534,7 @@ fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Co
         valid_claims,
         failed_claims,
         ignored_markers: markers.ignored,
+        echoed_markers,
     })
 }
 
@@ -532,6 +553,9 @@ fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Even
     ]);
     if let Some(n) = opts.max_tokens {
         m.insert("max_tokens".into(), n.into());
+    }
+    if let Some(why) = &reply.finish_reason {
+        m.insert("finish_reason".into(), why.as_str().into());
     }
     if let Some(payload) = structured_header(&reply.text) {
         m.insert("assistant_payload".into(), payload.into());

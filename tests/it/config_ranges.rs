@@ -49,7 +49,7 @@ fn issue13_item10_retrieval_dims_out_of_range_is_refused_with_a_violation() {
     }
 
     // The turn still uses the default retrieval config: 64 dimensions.
-    let r = pmm.run("pmm-turn", &["hello"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hello"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let sel = r
         .records()
@@ -85,7 +85,7 @@ fn issue13_item10_a_ledger_config_out_of_range_is_not_used() {
     )
     .unwrap();
     drop(conn);
-    let r = pmm.run("pmm-turn", &["hello"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hello"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let sel = r
         .records()

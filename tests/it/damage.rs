@@ -103,7 +103,7 @@ fn issue13_item6_interior_page_damage_is_a_finding_and_writers_refuse() {
         "",
     );
     r.assert_error("pmm-append", &["damaged", "sqlite_sequence", "600"]);
-    let r = pmm.run("pmm-turn", &["hi"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hi"], "");
     r.assert_error("pmm-turn", &["damaged"]);
     let r = pmm.run("pmm-tick", &[], "");
     r.assert_error("pmm-tick", &["damaged"]);

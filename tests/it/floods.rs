@@ -51,7 +51,7 @@ fn issue13_item11_marker_flood_is_capped_and_counted() {
 
     // A reply within the limit records no markers_ignored.
     let pmm = Pmm::new();
-    let r = pmm.run("pmm-turn", &["hello"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hello"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let records = r.records();
     let turn = records.iter().find(|x| x["type"] == "turn").expect("turn");

@@ -17,6 +17,7 @@ mod floods;
 mod front;
 mod fuzz;
 mod graph;
+mod issue15;
 mod keep_ts;
 mod llm;
 mod man;

@@ -67,7 +67,11 @@ fn issue13_item8_turn_timeout_too_large_is_exit_2_not_a_panic() {
     for t in ["1e20", "inf", "NaN", "0", "-5", "86401"] {
         refused(&pmm, "pmm-turn", &["--timeout", t, "hi"], "--timeout");
     }
-    let r = pmm.run("pmm-turn", &["--timeout", "86400", "hi"], "");
+    let r = pmm.run(
+        "pmm-turn",
+        &["--adapter", "dummy", "--timeout", "86400", "hi"],
+        "",
+    );
     assert_eq!(r.code, 0, "{r:?}");
 }
 
@@ -88,7 +92,15 @@ fn issue13_item14_temperature_and_top_p_must_be_finite() {
     }
     let r = pmm.run(
         "pmm-turn",
-        &["--temperature", "0.7", "--top-p", "0.9", "hi"],
+        &[
+            "--adapter",
+            "dummy",
+            "--temperature",
+            "0.7",
+            "--top-p",
+            "0.9",
+            "hi",
+        ],
         "",
     );
     assert_eq!(r.code, 0, "{r:?}");

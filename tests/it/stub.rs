@@ -29,6 +29,14 @@ pub enum StubResponse {
     Ollama(String),
     /// A successful `chat.completion` with this reply.
     OpenAi(String),
+    /// A successful `/api/chat` answer with this reply and this `done_reason` ("length":
+    /// cut by the token limit).
+    OllamaReason(String, String),
+    /// A successful `chat.completion` with this reply and this `finish_reason`.
+    OpenAiReason(String, String),
+    /// A successful `chat.completion` whose reply, model name and `finish_reason` repeat the
+    /// request's `Authorization` header (a server that echoes what it was sent).
+    EchoAuth,
     /// This status with this body (as `application/json`, whatever it holds).
     Status(u16, String),
     /// A 307 redirect to this URL.
@@ -37,6 +45,27 @@ pub enum StubResponse {
     Hang,
     /// Read the request, then close the connection without a word.
     Close,
+}
+
+/// How the stub answers the cheap requests `pmm-turn` makes before a turn (Ollama's
+/// `POST /api/show` and `GET /api/tags`, OpenAI's `GET …/models` and `GET …/models/NAME`,
+/// and `GET /v1/models` asked of an Ollama address). They are answered apart from the list
+/// of [`StubResponse`]s (which serve the chat requests, in order) and recorded apart, in
+/// [`Stub::preflights`].
+#[derive(Debug, Clone)]
+pub enum Preflight {
+    /// Every model exists (the default).
+    Ok,
+    /// Only these models exist: Ollama's `/api/show` of another is its 404 "model not found",
+    /// OpenAI's list holds these, and `/models/OTHER` is OpenAI's 404 `model_not_found`.
+    Models(Vec<String>),
+    /// Every preflight request gets this status and body.
+    Status(u16, String),
+    /// The server speaks only the OpenAI API: `/api/...` is a 404 that is not Ollama's, and
+    /// `GET /v1/models` lists one model.
+    OpenAiOnly,
+    /// The server speaks only Ollama's API: `…/models` is a 404.
+    OllamaOnly,
 }
 
 /// A request the stub received.
@@ -63,6 +92,7 @@ impl Recorded {
 pub struct Stub {
     addr: SocketAddr,
     recorded: Arc<Mutex<Vec<Recorded>>>,
+    preflights: Arc<Mutex<Vec<Recorded>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -71,18 +101,27 @@ impl Stub {
     /// Serves `responses` in order, one per connection, repeating the last one when they run
     /// out.
     pub fn start(responses: Vec<StubResponse>) -> Stub {
+        Stub::start_with(responses, Preflight::Ok)
+    }
+
+    /// [`Stub::start`], answering the preflight requests as `preflight` says.
+    pub fn start_with(responses: Vec<StubResponse>, preflight: Preflight) -> Stub {
         assert!(!responses.is_empty(), "a stub needs at least one response");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let recorded = Arc::new(Mutex::new(Vec::new()));
+        let preflights = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (recorded, stop) = (recorded.clone(), stop.clone());
-            std::thread::spawn(move || serve(listener, responses, recorded, stop))
+            let (recorded, preflights, stop) = (recorded.clone(), preflights.clone(), stop.clone());
+            std::thread::spawn(move || {
+                serve(listener, responses, preflight, recorded, preflights, stop)
+            })
         };
         Stub {
             addr,
             recorded,
+            preflights,
             stop,
             thread: Some(thread),
         }
@@ -93,9 +132,14 @@ impl Stub {
         format!("http://{}", self.addr)
     }
 
-    /// Everything received so far, in order.
+    /// Every chat request received so far, in order (preflight requests are not among them).
     pub fn requests(&self) -> Vec<Recorded> {
         self.recorded.lock().expect("stub lock").clone()
+    }
+
+    /// Every preflight request received so far, in order.
+    pub fn preflights(&self) -> Vec<Recorded> {
+        self.preflights.lock().expect("stub lock").clone()
     }
 
     /// A URL on 127.0.0.1 where nothing listens: a port that was just bound and released.
@@ -121,7 +165,9 @@ impl Drop for Stub {
 fn serve(
     listener: TcpListener,
     responses: Vec<StubResponse>,
+    preflight: Preflight,
     recorded: Arc<Mutex<Vec<Recorded>>>,
+    preflights: Arc<Mutex<Vec<Recorded>>>,
     stop: Arc<AtomicBool>,
 ) {
     let mut held = Vec::new(); // hung connections, closed when the stub stops
@@ -136,6 +182,16 @@ fn serve(
         let Some(request) = read_request(&mut conn) else {
             continue;
         };
+        if is_preflight(&request) {
+            let (code, body) = answer_preflight(&preflight, &request);
+            preflights.lock().expect("stub lock").push(request);
+            reply(&mut conn, code, &body);
+            continue;
+        }
+        let auth = request
+            .header("authorization")
+            .unwrap_or_default()
+            .to_string();
         recorded.lock().expect("stub lock").push(request);
         let response = &responses[next.min(responses.len() - 1)];
         next += 1;
@@ -153,7 +209,97 @@ fn serve(
             }
             StubResponse::Ollama(text) => reply(&mut conn, 200, &ollama_body(text)),
             StubResponse::OpenAi(text) => reply(&mut conn, 200, &openai_body(text)),
+            StubResponse::OllamaReason(text, why) => {
+                let mut body: Value = serde_json::from_str(&ollama_body(text)).unwrap();
+                body["done_reason"] = why.as_str().into();
+                reply(&mut conn, 200, &body.to_string())
+            }
+            StubResponse::OpenAiReason(text, why) => {
+                let mut body: Value = serde_json::from_str(&openai_body(text)).unwrap();
+                body["choices"][0]["finish_reason"] = why.as_str().into();
+                reply(&mut conn, 200, &body.to_string())
+            }
+            StubResponse::EchoAuth => {
+                let key = auth.strip_prefix("Bearer ").unwrap_or(&auth);
+                let text = format!(
+                    "Your request said Authorization: {auth}\nso your key is {key}.\nCOMMIT: keep {key} safe"
+                );
+                let mut body: Value = serde_json::from_str(&openai_body(&text)).unwrap();
+                body["model"] = format!("{OPENAI_MODEL}-{key}").into();
+                body["choices"][0]["finish_reason"] = format!("stop {key}").into();
+                reply(&mut conn, 200, &body.to_string())
+            }
             StubResponse::Status(code, body) => reply(&mut conn, *code, body),
+        }
+    }
+}
+
+/// The requests `pmm-turn` makes before a turn: every GET, and Ollama's `POST /api/show`.
+fn is_preflight(r: &Recorded) -> bool {
+    r.method == "GET" || r.path.ends_with("/api/show")
+}
+
+fn answer_preflight(p: &Preflight, r: &Recorded) -> (u16, String) {
+    let ollama_api = r.path.starts_with("/api/");
+    let asked = r.body["model"]
+        .as_str()
+        .or_else(|| r.body["name"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let known = |m: &str| match p {
+        Preflight::Models(ms) => ms.iter().any(|k| k == m),
+        _ => true,
+    };
+    let not_found = r#"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#;
+    match p {
+        Preflight::Status(code, body) => (*code, body.clone()),
+        Preflight::OpenAiOnly if ollama_api || !r.path.starts_with("/v1/") => {
+            (404, not_found.into())
+        }
+        Preflight::OllamaOnly if !ollama_api => (404, "404 page not found".into()),
+        _ if r.path.ends_with("/api/show") => {
+            if known(&asked) {
+                (200, json!({"details": {"family": "stub"}}).to_string())
+            } else {
+                (
+                    404,
+                    json!({"error": format!("model '{asked}' not found")}).to_string(),
+                )
+            }
+        }
+        _ if r.path.ends_with("/api/tags") => {
+            let names = match p {
+                Preflight::Models(ms) => ms.clone(),
+                _ => vec![OLLAMA_MODEL.to_string()],
+            };
+            let models: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"name": n, "model": n}))
+                .collect();
+            (200, json!({ "models": models }).to_string())
+        }
+        _ if r.path.ends_with("/models") => {
+            let names = match p {
+                Preflight::Models(ms) => ms.clone(),
+                _ => vec![OPENAI_MODEL.to_string()],
+            };
+            let data: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"id": n, "object": "model", "owned_by": "stub"}))
+                .collect();
+            (200, json!({"object": "list", "data": data}).to_string())
+        }
+        _ => {
+            let name = r.path.rsplit('/').next().unwrap_or_default();
+            if r.path.contains("/models/") && known(name) {
+                (200, json!({"id": name, "object": "model"}).to_string())
+            } else if r.path.contains("/models/") {
+                let msg =
+                    format!("The model `{name}` does not exist or you do not have access to it.");
+                (404, json!({"error": {"message": msg, "type": "invalid_request_error", "code": "model_not_found"}}).to_string())
+            } else {
+                (404, not_found.into())
+            }
         }
     }
 }
@@ -200,6 +346,7 @@ fn reply(conn: &mut TcpStream, code: u16, body: &str) {
         200 => "OK",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         429 => "Too Many Requests",
         500 => "Internal Server Error",

@@ -45,7 +45,7 @@ fn verify_clean(pmm: &Pmm) {
 #[test]
 fn first_turn_writes_configs_then_the_turn_in_order() {
     let pmm = Pmm::new();
-    let r = pmm.run("pmm-turn", &["hello there"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hello there"], "");
     assert_eq!(r.code, 0, "{r:?}");
     let recs = r.records();
     assert_eq!(
@@ -83,7 +83,7 @@ fn first_turn_writes_configs_then_the_turn_in_order() {
     let delta = of_kind(&recs, "reflection")[1];
     assert_eq!(delta["content"], "Opened commitments: e2eb5791.");
     // The second turn writes no configs again, and --deep finds nothing to object to.
-    let r2 = pmm.run("pmm-turn", &["--text", "again"], "");
+    let r2 = pmm.run("pmm-turn", &["--adapter", "dummy", "--text", "again"], "");
     assert_eq!(r2.code, 0, "{r2:?}");
     assert_eq!(r2.stdout, "Echo: again\nCOMMIT: note this item\n");
     let v = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
@@ -398,8 +398,11 @@ fn assert_recorded_failure(pmm: &Pmm, out: std::process::Output, needle: &str) {
     verify_clean(pmm);
 }
 
+/// A server that is down is known before anything is appended (issue 15 item 4): exit 3,
+/// with the hint, and the ledger is not even created. (Failures after the request was
+/// accepted are still recorded: see the timeout test below.)
 #[test]
-fn a_server_that_is_down_is_recorded_and_exits_3() {
+fn a_server_that_is_down_is_found_before_the_turn_and_exits_3() {
     let pmm = Pmm::new();
     let out = pmm
         .cmd("pmm-turn")
@@ -407,7 +410,15 @@ fn a_server_that_is_down_is_recorded_and_exits_3() {
         .args(["--adapter", "ollama", "are you there?"])
         .output()
         .unwrap();
-    assert_recorded_failure(&pmm, out, "ollama");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("pmm-turn: error: "), "{stderr}");
+    assert!(
+        stderr.contains("ollama") && stderr.contains("connection refused"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was written"), "{stderr}");
+    assert!(!pmm.db.exists(), "nothing may be written");
 }
 
 #[test]
@@ -436,7 +447,7 @@ fn stdin_lines_are_turns_and_a_bad_line_stops_with_its_number() {
     let pmm = Pmm::new();
     let r = pmm.run(
         "pmm-turn",
-        &["--text"],
+        &["--adapter", "dummy", "--text"],
         "{\"content\":\"one\"}\n\n{\"content\":\"two\"}\nnot json\n{\"content\":\"never\"}\n",
     );
     r.assert_error("pmm-turn", &["<stdin>:4", "--plain"]);
@@ -444,7 +455,11 @@ fn stdin_lines_are_turns_and_a_bad_line_stops_with_its_number() {
         r.stdout,
         "Echo: one\nCOMMIT: note this item\nEcho: two\nCOMMIT: note this item\n"
     );
-    let plain = pmm.run("pmm-turn", &["--text", "--plain"], "just text\n");
+    let plain = pmm.run(
+        "pmm-turn",
+        &["--adapter", "dummy", "--text", "--plain"],
+        "just text\n",
+    );
     assert_eq!(plain.code, 0, "{plain:?}");
     assert_eq!(plain.stdout, "Echo: just text\nCOMMIT: note this item\n");
 }
@@ -480,9 +495,13 @@ fn a_turn_reads_a_bounded_number_of_events() {
         let r = pmm.run("pmm-append", &["--batch"], &lines);
         assert_eq!(r.code, 0);
         // The first turn folds the ledger once and saves a checkpoint; later turns start there.
-        let first = pmm.run("pmm-turn", &["warm up"], "");
+        let first = pmm.run("pmm-turn", &["--adapter", "dummy", "warm up"], "");
         assert_eq!(first.code, 0, "{first:?}");
-        let r = pmm.run("pmm-turn", &["how many events do you read?"], "");
+        let r = pmm.run(
+            "pmm-turn",
+            &["--adapter", "dummy", "how many events do you read?"],
+            "",
+        );
         assert_eq!(r.code, 0, "{r:?}");
         rows.push(turn_record(&r.records())["rows_read"].as_u64().unwrap());
     }
@@ -503,12 +522,12 @@ fn a_turn_reads_a_bounded_number_of_events() {
 #[test]
 fn a_turn_the_policy_forbids_is_a_violation_and_exit_1() {
     let pmm = Pmm::new();
-    let r = pmm.run("pmm-turn", &["hello"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hello"], "");
     assert_eq!(r.code, 0, "{r:?}");
     // Forbid the writer without a source (actor `unknown`) the retrieval record.
     let policy = r#"{"kind":"config","content":"{\"forbid_sources\":{\"unknown\":[\"retrieval_selection\"]},\"type\":\"policy\"}","meta":{"source":"operator"}}"#;
     assert_eq!(pmm.run("pmm-append", &[], &format!("{policy}\n")).code, 0);
-    let r = pmm.run("pmm-turn", &["again"], "");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "again"], "");
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr.contains(
