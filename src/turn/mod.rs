@@ -24,7 +24,7 @@ use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
 use crate::event::{Clock, Event, NewEvent};
-use crate::llm::{Adapter, LlmError, Request};
+use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
@@ -51,6 +51,12 @@ pub struct Options {
     pub budget: Option<usize>,
     /// Where timestamps come from.
     pub clock: Clock,
+    /// Streams the reply: each piece goes here as it is generated (the HTTP adapters then ask
+    /// for a streamed answer). The reply is still appended once, whole, after it ends.
+    pub stream: Option<TextSink>,
+    /// Cancels the model call once raised: the turn then appends a `generation_failure` with
+    /// `reason` `interrupted` and ends with [`TurnError::Generation`].
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for Options {
@@ -62,6 +68,8 @@ impl Default for Options {
             max_tokens: None,
             budget: None,
             clock: Clock::System,
+            stream: None,
+            cancel: None,
         }
     }
 }
@@ -343,17 +351,20 @@ fn run_inner(
     } = build_prompt(&*ledger, &p, &cfg, message, user.id, opts)?;
 
     // 3. The model.
-    let reply = match adapter.generate(&request) {
+    let reply = match adapter.generate_with(&request, opts.stream.as_ref(), opts.cancel.as_ref()) {
         Ok(r) => r,
         Err(error) => {
             let mut batch = ledger.begin()?;
-            let m = meta(&[
+            let mut m = meta(&[
                 ("about_event", user.id.into()),
                 ("error", error.to_string().into()),
                 ("model", adapter.model().into()),
                 ("provider", adapter.provider().into()),
                 ("source", "pmm-turn".into()),
             ]);
+            if let Some(reason) = error.reason() {
+                m.insert("reason".into(), reason.into());
+            }
             let failure = put(
                 &mut batch,
                 &mut p,
