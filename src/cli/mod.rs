@@ -184,10 +184,12 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
         )
     });
     // A model call interrupted by a signal: 128 + the signal (130 SIGINT, 143 SIGTERM).
-    let interrupted = e.chain().find_map(|c| match c.downcast_ref::<crate::turn::TurnError>() {
-        Some(crate::turn::TurnError::Generation { error, .. }) => error.exit_status(),
-        _ => None,
-    });
+    let interrupted = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<crate::turn::TurnError>() {
+            Some(crate::turn::TurnError::Generation { error, .. }) => error.exit_status(),
+            _ => None,
+        });
     let code = if let Some(code) = interrupted {
         code
     } else if generation_failed {

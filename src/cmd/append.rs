@@ -188,7 +188,11 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
         l.defer_index();
         l
     } else {
-        crate::cli::open_writer(&args.ledger.path(), args.write.busy_timeout, args.common.quiet)?
+        crate::cli::open_writer(
+            &args.ledger.path(),
+            args.write.busy_timeout,
+            args.common.quiet,
+        )?
     };
     let result = match single {
         Some(ev) => ledger

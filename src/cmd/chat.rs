@@ -604,7 +604,11 @@ mod tests {
             "CLAI",
         ] {
             for n in [1, 2, 3, 7, 100] {
-                assert_eq!(streamed(reply, n), visible(reply), "{reply:?} in pieces of {n}");
+                assert_eq!(
+                    streamed(reply, n),
+                    visible(reply),
+                    "{reply:?} in pieces of {n}"
+                );
             }
         }
     }

@@ -1,7 +1,7 @@
 //! `pmm-turn`: one conversational turn per message, through a model adapter.
 
-use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use super::chat::{Live, Screen};
+use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::llm::{self, AdapterKind, Cancel, Config};
 use crate::turn::{self, Options, TurnError};
 use crate::Error;
@@ -305,7 +305,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let path = args.ledger.path();
     let stdin = std::io::stdin();
     if args.chat || (args.message.is_none() && stdin.is_terminal()) {
-        let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
+        let mut ledger =
+            crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
         return super::chat::run(
             &mut ledger,
             adapter.as_mut(),

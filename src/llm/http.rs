@@ -101,10 +101,9 @@ impl Http {
     ) -> Result<Answer, LlmError> {
         let payload = body.to_string();
         let auth = bearer.map(|k| format!("Bearer {k}"));
-        let (json, latency_ms, attempts) =
-            self.with_retries(url, |started| {
-                let response =
-                    self.send(url, &payload, auth.as_deref(), "application/json")?;
+        let (json, latency_ms, attempts) = self
+            .with_retries(url, |started| {
+                let response = self.send(url, &payload, auth.as_deref(), "application/json")?;
                 read_json(response).map(|json| (json, millis(started.elapsed())))
             })
             .map(|((json, latency), attempts)| (json, latency, attempts))?;
@@ -207,10 +206,9 @@ impl Http {
                     })
                 }
                 Ok(Flow::More) if end => {
-                    return Err(self.bad_response(
-                        url,
-                        "the stream ended before the reply was complete",
-                    ))
+                    return Err(
+                        self.bad_response(url, "the stream ended before the reply was complete")
+                    )
                 }
                 Ok(Flow::More) => {}
                 Err(detail) => return Err(self.bad_response(url, detail)),

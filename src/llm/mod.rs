@@ -452,9 +452,12 @@ impl LlmError {
     /// interrupted call (130 for SIGINT, 143 for SIGTERM), else `None` (the usual 3).
     pub fn exit_status(&self) -> Option<u8> {
         match self {
-            LlmError::Interrupted { signal, .. } => {
-                Some(u8::try_from(128 + signal).ok().filter(|_| *signal < 128).unwrap_or(130))
-            }
+            LlmError::Interrupted { signal, .. } => Some(
+                u8::try_from(128 + signal)
+                    .ok()
+                    .filter(|_| *signal < 128)
+                    .unwrap_or(130),
+            ),
             _ => None,
         }
     }

@@ -138,77 +138,78 @@ impl OpenAi {
         let mut usage = Value::Null;
         // Lines that are not server-sent events: a server that did not stream.
         let mut plain = String::new();
-        let streamed = self
-            .http
-            .post_stream(&self.url, body, self.key.as_deref(), cancel, |event| {
-                let line = match event {
-                    StreamEvent::Line(l) => l,
-                    StreamEvent::End => {
-                        let Ok(whole) = serde_json::from_str::<Value>(&plain) else {
-                            return Ok(Flow::More);
-                        };
-                        let Some(content) = whole
-                            .pointer("/choices/0/message/content")
-                            .and_then(Value::as_str)
-                        else {
-                            return Ok(Flow::More);
-                        };
-                        text.push_str(content);
-                        sink.send(content);
-                        model = whole.get("model").and_then(Value::as_str).map(str::to_string);
-                        usage = whole.get("usage").cloned().unwrap_or(Value::Null);
+        let streamed =
+            self.http
+                .post_stream(&self.url, body, self.key.as_deref(), cancel, |event| {
+                    let line = match event {
+                        StreamEvent::Line(l) => l,
+                        StreamEvent::End => {
+                            let Ok(whole) = serde_json::from_str::<Value>(&plain) else {
+                                return Ok(Flow::More);
+                            };
+                            let Some(content) = whole
+                                .pointer("/choices/0/message/content")
+                                .and_then(Value::as_str)
+                            else {
+                                return Ok(Flow::More);
+                            };
+                            text.push_str(content);
+                            sink.send(content);
+                            model = whole
+                                .get("model")
+                                .and_then(Value::as_str)
+                                .map(str::to_string);
+                            usage = whole.get("usage").cloned().unwrap_or(Value::Null);
+                            return Ok(Flow::Done);
+                        }
+                    };
+                    let Some(data) = line.strip_prefix("data:") else {
+                        // `event:`, `id:`, `retry:`, `: comments`, blank lines between events.
+                        if !line.starts_with([':', '\r', '\n'])
+                            && !["event:", "id:", "retry:"]
+                                .iter()
+                                .any(|f| line.starts_with(f))
+                        {
+                            plain.push_str(line);
+                        }
+                        return Ok(Flow::More);
+                    };
+                    let data = data.trim();
+                    if data == "[DONE]" {
                         return Ok(Flow::Done);
                     }
-                };
-                let Some(data) = line.strip_prefix("data:") else {
-                    // `event:`, `id:`, `retry:`, `: comments`, blank lines between events.
-                    if !line.starts_with([':', '\r', '\n'])
-                        && !["event:", "id:", "retry:"].iter().any(|f| line.starts_with(f))
+                    if data.is_empty() {
+                        return Ok(Flow::More);
+                    }
+                    let chunk: Value = serde_json::from_str(data)
+                        .map_err(|e| format!("an event of the stream is not JSON ({e})"))?;
+                    if let Some(e) = chunk.get("error") {
+                        let e = e
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| e.to_string(), str::to_string);
+                        return Err(format!("error: {e}"));
+                    }
+                    let delta = chunk.pointer("/choices/0/delta");
+                    if let Some(piece) =
+                        delta.and_then(|d| d.get("content")).and_then(Value::as_str)
                     {
-                        plain.push_str(line);
+                        text.push_str(piece);
+                        sink.send(piece);
                     }
-                    return Ok(Flow::More);
-                };
-                let data = data.trim();
-                if data == "[DONE]" {
-                    return Ok(Flow::Done);
-                }
-                if data.is_empty() {
-                    return Ok(Flow::More);
-                }
-                let chunk: Value = serde_json::from_str(data)
-                    .map_err(|e| format!("an event of the stream is not JSON ({e})"))?;
-                if let Some(e) = chunk.get("error") {
-                    let e = e
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .map_or_else(|| e.to_string(), str::to_string);
-                    return Err(format!("error: {e}"));
-                }
-                let delta = chunk.pointer("/choices/0/delta");
-                if let Some(piece) = delta
-                    .and_then(|d| d.get("content"))
-                    .and_then(Value::as_str)
-                {
-                    text.push_str(piece);
-                    sink.send(piece);
-                }
-                if let Some(r) = delta
-                    .and_then(|d| d.get("refusal"))
-                    .and_then(Value::as_str)
-                {
-                    refusal.push_str(r);
-                }
-                if let Some(m) = chunk.get("model").and_then(Value::as_str) {
-                    if !m.is_empty() {
-                        model = Some(m.to_string());
+                    if let Some(r) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str) {
+                        refusal.push_str(r);
                     }
-                }
-                if chunk.get("usage").is_some_and(Value::is_object) {
-                    usage = chunk["usage"].clone();
-                }
-                Ok(Flow::More)
-            })?;
+                    if let Some(m) = chunk.get("model").and_then(Value::as_str) {
+                        if !m.is_empty() {
+                            model = Some(m.to_string());
+                        }
+                    }
+                    if chunk.get("usage").is_some_and(Value::is_object) {
+                        usage = chunk["usage"].clone();
+                    }
+                    Ok(Flow::More)
+                })?;
         if text.is_empty() && !refusal.is_empty() {
             return Err(self
                 .http

@@ -29,6 +29,7 @@ mod replay;
 mod robust;
 mod rsm;
 mod skips;
+mod stream;
 mod tamper;
 mod tick;
 mod tour;
