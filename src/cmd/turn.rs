@@ -21,8 +21,10 @@ EXAMPLES:
     pmm-turn --adapter scripted --script replies.jsonl --plain < questions.txt
   Follow what the turns commit to:
     pmm-turn 'Plan the week' | jq -c 'select(.kind==\"commitment_open\") | .meta.text'
-  Talk interactively (slash commands: /help):
-    pmm-turn --chat
+  Talk interactively (slash commands: /help), the reply streamed as it is generated:
+    pmm-turn --chat --adapter ollama
+  Stream one reply, then keep its JSON Lines in a file:
+    pmm-turn --adapter ollama --stream always 'Tell me a story' > turn.jsonl
 
 INPUT:
   The message argument is one turn. Without it, stdin is read: one turn per line, each a JSON
@@ -37,6 +39,19 @@ OUTPUT:
   had been read. In --chat, /export FILE writes the ledger as JSON Lines beside FILE and
   renames it in; FILE may not be the ledger or its -wal, -shm or -journal file.
 
+STREAMING:
+  When stdout is a terminal (or with --stream always) the reply is shown as it is generated,
+  after a spinner on stderr: on stdout in --chat and with --text, else on stderr beside the
+  JSON Lines. Ollama is asked for \"stream\":true (JSON lines), OpenAI-compatible servers for
+  server-sent events with usage. The reply is appended to the ledger once, whole, when it
+  ends; a stream cut short is a model failure (exit 3). Piped stdout asks for no stream.
+
+INTERRUPTS:
+  SIGINT (Ctrl-C) or SIGTERM during a turn cancels its model call: the turn appends a
+  generation_failure whose meta says \"reason\":\"interrupted\" (the message is kept), and
+  pmm-turn exits 130 (SIGINT) or 143 (SIGTERM). A second signal ends it at once. In --chat,
+  Ctrl-C cancels the call and returns to the prompt; Ctrl-C at the prompt, or Ctrl-D, leaves.
+
 MARKERS (in the model's reply, one per line; see docs/turn.md):
   COMMIT: <text>   CLOSE: <cid>   CLAIM:<type>=<json>   REFLECT:<json>   REF: <ledger>#<id>
 
@@ -45,8 +60,10 @@ EXIT STATUS:
   1  the ledger's write policy forbade one of the turn's events: that transaction was rolled
      back and a violation event records the refusal
   2  bad input, bad adapter setup (missing --script/--command), locked or unreadable ledger
-  3  the model failed after retries (unreachable, timed out, refused); the user message and a
-     generation_failure event are in the ledger
+  3  the model failed after retries (unreachable, timed out, refused, a stream cut short);
+     the user message and a generation_failure event are in the ledger
+  130, 143  SIGINT or SIGTERM during a turn; the user message and a generation_failure
+     (reason interrupted) are in the ledger
 
 ENVIRONMENT:
   PMM_DB           the ledger when --db is not given (default .data/pmmdb/pmm.db)

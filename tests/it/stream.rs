@@ -575,3 +575,21 @@ fn chat_in_a_terminal_streams_is_interrupted_by_ctrl_c_and_switches_adapter() {
     assert!(history.contains("tell me a long story"), "{history}");
     assert_eq!(openai.requests()[0].body["stream"], true);
 }
+
+#[test]
+fn a_server_that_does_not_stream_is_read_whole() {
+    // Asked for a stream, some servers answer with one plain completion: that is the reply.
+    for (wire, response) in [
+        (Wire::Ollama, StubResponse::Ollama("Whole, not streamed.".into())),
+        (Wire::OpenAi, StubResponse::OpenAi("Whole, not streamed.".into())),
+    ] {
+        let pmm = Pmm::new();
+        let stub = Stub::start(vec![response]);
+        let (mut args, env) = wire.args(&stub);
+        args.extend(["--stream", "always", "--text", "hi"].map(String::from));
+        let (code, stdout, stderr) = finish(spawn(&pmm, &args, &[env]));
+        assert_eq!(code, Some(0), "{wire:?}: {stderr}");
+        assert_eq!(stdout, "Whole, not streamed.\n", "{wire:?}");
+        assert_eq!(stub.requests()[0].body["stream"], true);
+    }
+}
