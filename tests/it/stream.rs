@@ -580,8 +580,14 @@ fn chat_in_a_terminal_streams_is_interrupted_by_ctrl_c_and_switches_adapter() {
 fn a_server_that_does_not_stream_is_read_whole() {
     // Asked for a stream, some servers answer with one plain completion: that is the reply.
     for (wire, response) in [
-        (Wire::Ollama, StubResponse::Ollama("Whole, not streamed.".into())),
-        (Wire::OpenAi, StubResponse::OpenAi("Whole, not streamed.".into())),
+        (
+            Wire::Ollama,
+            StubResponse::Ollama("Whole, not streamed.".into()),
+        ),
+        (
+            Wire::OpenAi,
+            StubResponse::OpenAi("Whole, not streamed.".into()),
+        ),
     ] {
         let pmm = Pmm::new();
         let stub = Stub::start(vec![response]);
