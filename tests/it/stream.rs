@@ -599,3 +599,61 @@ fn a_server_that_does_not_stream_is_read_whole() {
         assert_eq!(stub.requests()[0].body["stream"], true);
     }
 }
+
+#[test]
+fn chat_switches_adapter_and_endpoint_and_keeps_its_adapter_when_a_switch_fails() {
+    let pmm = Pmm::new();
+    let ollama = Stub::start(vec![StubResponse::Ollama("From Ollama.".into())]);
+    let openai = Stub::start(vec![StubResponse::OpenAi("From OpenAI.".into())]);
+    let stdin = format!(
+        "/adapter\n/endpoint http://x\n/adapter cmd\n/adapter gpt\n\
+         /adapter ollama {}\nfirst\n/adapter openai\n/endpoint {}/v1\n/model local\nsecond\n",
+        ollama.url(),
+        openai.url()
+    );
+    let r = pmm.run("pmm-turn", &["--chat", "--adapter", "dummy"], &stdin);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("(adapter dummy). /help"),
+        "the banner names the adapter: {}",
+        r.stderr
+    );
+    let errors: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 3, "{}", r.stderr);
+    assert!(errors[0].contains("the dummy adapter asks no one"));
+    assert!(errors[1].contains("needs a command"));
+    assert!(errors[2].contains("unknown adapter 'gpt'"));
+    let shown: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(
+        shown,
+        [
+            "adapter dummy".to_string(),
+            format!(
+                "adapter ollama at {}/api/chat, model llama3.2",
+                ollama.url()
+            ),
+            "From Ollama.".to_string(),
+            "adapter openai at https://api.openai.com/v1/chat/completions, model gpt-4o-mini"
+                .to_string(),
+            format!(
+                "adapter openai at {}/v1/chat/completions, model gpt-4o-mini",
+                openai.url()
+            ),
+            format!(
+                "adapter openai at {}/v1/chat/completions, model local",
+                openai.url()
+            ),
+            "From OpenAI.".to_string(),
+        ]
+    );
+    assert_eq!(openai.requests()[0].body["model"], "local");
+    assert_eq!(
+        ollama.requests()[0].body["stream"],
+        false,
+        "piped: no stream"
+    );
+}
