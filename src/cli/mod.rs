@@ -189,7 +189,16 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
         c.downcast_ref::<crate::llm::LlmError>()
             .is_some_and(|l| !l.is_config())
     });
-    let code = if generation_failed || model_failed {
+    // A model call interrupted by a signal: 128 + the signal (130 SIGINT, 143 SIGTERM).
+    let interrupted = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<crate::turn::TurnError>() {
+            Some(crate::turn::TurnError::Generation { error, .. }) => error.exit_status(),
+            _ => None,
+        });
+    let code = if let Some(code) = interrupted {
+        code
+    } else if generation_failed || model_failed {
         3
     } else {
         // A turn's store error is transparent: it is not in the chain as a crate::Error.

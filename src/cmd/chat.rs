@@ -1,13 +1,18 @@
 //! `pmm-turn --chat`: an interactive session over the turn library, with line editing, history
-//! and the reference's slash commands (FORMATS.md §13.2), all answered in-process.
+//! and the reference's slash commands (FORMATS.md §13.2), all answered in-process. On a
+//! terminal the reply is streamed as it is generated, after a spinner; Ctrl-C during a model
+//! call cancels that call (recorded as a `generation_failure`) and returns to the prompt.
 
 use crate::cli::Outcome;
 use crate::event::Event;
-use crate::llm::{self, Adapter, Config};
+use crate::llm::{self, Adapter, AdapterKind, Cancel, Config, TextSink};
 use crate::store::{self, Filter, Ledger, Reads};
 use crate::turn::{self, Options, TurnError};
+use indicatif::{ProgressBar, ProgressStyle};
 use rustyline::error::ReadlineError;
 use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const HELP: &str = "\
 /replay [N]   the last N events (default 20), one line each
@@ -18,9 +23,14 @@ const HELP: &str = "\
 /graph        event-graph statistics
 /raw          toggle showing the raw reply (markers included)
 /model [NAME] show the adapter and model, or switch model
+/adapter [NAME [ENDPOINT]]  show or switch the adapter (ollama, openai, cmd, scripted,
+              dummy; its default model), and where it asks
+/endpoint [URL] show or switch where the adapter asks: the Ollama host, the OpenAI base
+              URL, the cmd command or the script
 /export FILE  write the ledger as JSON Lines to FILE (never the ledger itself)
 /help         this list
-/exit         leave (also Ctrl-D)";
+/exit         leave (also Ctrl-D)
+Ctrl-C while the model answers stops it (the interruption is recorded); Ctrl-C again leaves.";
 
 fn one_line(e: &Event) -> String {
     let c: String = e
@@ -64,6 +74,11 @@ fn command(
     let mut words = line.split_whitespace();
     let cmd = words.next().unwrap_or("").to_lowercase();
     let arg = words.collect::<Vec<_>>().join(" ");
+    // The rest of the line as typed (a cmd command keeps its spacing).
+    let rest = line
+        .trim_start()
+        .split_once(char::is_whitespace)
+        .map_or("", |(_, r)| r.trim());
     let text = match cmd.as_str() {
         "/exit" | "/quit" => return Ok(None),
         "/help" => HELP.to_string(),
@@ -127,10 +142,34 @@ fn command(
         }
         "/model" => {
             if !arg.is_empty() {
-                cfg.model = Some(arg.clone());
-                *adapter = llm::adapter(cfg)?;
+                let mut next = cfg.clone();
+                next.model = Some(arg.clone());
+                switch(adapter, cfg, next)?;
             }
-            format!("adapter {}, model {}", adapter.provider(), adapter.model())
+            describe(adapter.as_ref())
+        }
+        "/adapter" => {
+            if !arg.is_empty() {
+                let (name, endpoint) = rest
+                    .split_once(char::is_whitespace)
+                    .map_or((rest, ""), |(n, e)| (n, e.trim()));
+                let mut next = cfg.clone();
+                next.kind = name.parse::<AdapterKind>()?;
+                next.model = None;
+                if !endpoint.is_empty() {
+                    set_endpoint(&mut next, endpoint)?;
+                }
+                switch(adapter, cfg, next)?;
+            }
+            describe(adapter.as_ref())
+        }
+        "/endpoint" => {
+            if !rest.is_empty() {
+                let mut next = cfg.clone();
+                set_endpoint(&mut next, rest)?;
+                switch(adapter, cfg, next)?;
+            }
+            describe(adapter.as_ref())
         }
         "/export" => {
             if arg.is_empty() {
@@ -163,6 +202,227 @@ fn command(
     Ok(Some(text))
 }
 
+/// Builds the adapter `next` describes and, when that works, makes it the session's.
+fn switch(adapter: &mut Box<dyn Adapter>, cfg: &mut Config, next: Config) -> anyhow::Result<()> {
+    *adapter = llm::adapter(&next)?;
+    *cfg = next;
+    Ok(())
+}
+
+/// Points `cfg`'s adapter at `endpoint`: the Ollama host, the OpenAI base URL, the cmd
+/// command or the scripted adapter's file.
+fn set_endpoint(cfg: &mut Config, endpoint: &str) -> anyhow::Result<()> {
+    match cfg.kind {
+        AdapterKind::Ollama => cfg.ollama_host = endpoint.to_string(),
+        AdapterKind::Openai => cfg.openai_base_url = endpoint.to_string(),
+        AdapterKind::Cmd => cfg.command = Some(endpoint.to_string()),
+        AdapterKind::Scripted => cfg.script = Some(endpoint.into()),
+        AdapterKind::Dummy => anyhow::bail!("the dummy adapter asks no one"),
+    }
+    Ok(())
+}
+
+/// "adapter ollama at http://127.0.0.1:11434/api/chat, model llama3.2".
+pub(crate) fn describe(adapter: &dyn Adapter) -> String {
+    let mut s = format!("adapter {}", adapter.provider());
+    let endpoint = adapter.endpoint();
+    if !endpoint.is_empty() {
+        s.push_str(&format!(" at {endpoint}"));
+    }
+    if !adapter.model().is_empty() {
+        s.push_str(&format!(", model {}", adapter.model()));
+    }
+    s
+}
+
+/// Where a streamed reply is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Screen {
+    /// The reply is the output (chat, `--text`).
+    Stdout,
+    /// A preview beside the JSON Lines on stdout.
+    Stderr,
+}
+
+/// A reply shown as it is generated: a spinner on stderr (when it is a terminal) until the
+/// first piece arrives, then the pieces, marker lines left out unless asked for.
+pub(crate) struct Live {
+    state: Arc<Mutex<LiveState>>,
+}
+
+struct LiveState {
+    spinner: Option<ProgressBar>,
+    /// `None`: everything is shown, markers included.
+    filter: Option<Visible>,
+    screen: Screen,
+    /// Whether the last character shown ended a line (or nothing was shown).
+    at_line_start: bool,
+    shown: bool,
+}
+
+impl LiveState {
+    fn write(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if let Some(s) = self.spinner.take() {
+            s.finish_and_clear();
+        }
+        let r = match self.screen {
+            Screen::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(text.as_bytes()).and_then(|()| out.flush())
+            }
+            Screen::Stderr => {
+                let mut err = std::io::stderr().lock();
+                err.write_all(text.as_bytes()).and_then(|()| err.flush())
+            }
+        };
+        // A closed stdout does not stop the session (see `say`).
+        let _ = r;
+        self.at_line_start = text.ends_with('\n');
+        self.shown = true;
+    }
+}
+
+impl Live {
+    /// Starts showing a reply on `screen`; `hide_markers` leaves marker lines out, `spinner`
+    /// shows one until the first piece (only when stderr is a terminal).
+    pub(crate) fn start(screen: Screen, hide_markers: bool, spinner: bool) -> Live {
+        let spinner = (spinner && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new_spinner();
+            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+                bar.set_style(style);
+            }
+            bar.set_message("thinking… (Ctrl-C stops)");
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
+        });
+        Live {
+            state: Arc::new(Mutex::new(LiveState {
+                spinner,
+                filter: hide_markers.then(Visible::default),
+                screen,
+                at_line_start: true,
+                shown: false,
+            })),
+        }
+    }
+
+    /// The sink the turn streams into.
+    pub(crate) fn sink(&self) -> TextSink {
+        let state = self.state.clone();
+        TextSink::new(move |piece| {
+            let Ok(mut st) = state.lock() else { return };
+            let shown = match st.filter.as_mut() {
+                Some(f) => f.push(piece),
+                None => piece.to_string(),
+            };
+            st.write(&shown);
+        })
+    }
+
+    /// Ends the reply: clears the spinner, shows what the filter held back and ends the line.
+    /// True when anything was shown.
+    pub(crate) fn finish(&self) -> bool {
+        let Ok(mut st) = self.state.lock() else {
+            return false;
+        };
+        if let Some(s) = st.spinner.take() {
+            s.finish_and_clear();
+        }
+        let rest = st.filter.as_mut().map(Visible::finish).unwrap_or_default();
+        st.write(&rest);
+        if !st.at_line_start {
+            st.write("\n");
+        }
+        st.shown
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The marker prefixes `visible` leaves out.
+const MARKERS: [&str; 5] = ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "];
+
+/// [`visible`] for a reply that arrives in pieces: a line is shown as soon as its start shows
+/// that it is not a marker, a marker line never; blank lines are held back until more text
+/// follows them, so that a reply ending in markers ends where its prose does.
+#[derive(Debug, Default)]
+struct Visible {
+    /// The start of the current line while it could still be a marker.
+    line: String,
+    /// What the current line turned out to be: `Some(true)` shown, `Some(false)` a marker.
+    decided: Option<bool>,
+    /// Line breaks not shown yet.
+    breaks: usize,
+}
+
+impl Visible {
+    fn push(&mut self, piece: &str) -> String {
+        let mut out = String::new();
+        for c in piece.chars() {
+            if c == '\n' {
+                match self.decided {
+                    Some(false) => {}
+                    Some(true) => self.breaks += 1,
+                    None => {
+                        let line = std::mem::take(&mut self.line);
+                        if line.trim().is_empty() {
+                            self.breaks += 1;
+                        } else {
+                            self.show(&line, &mut out);
+                            self.breaks += 1;
+                        }
+                    }
+                }
+                self.line.clear();
+                self.decided = None;
+                continue;
+            }
+            match self.decided {
+                Some(false) => {}
+                Some(true) => self.show(c.encode_utf8(&mut [0; 4]), &mut out),
+                None => {
+                    self.line.push(c);
+                    let t = self.line.trim_start();
+                    if MARKERS.iter().any(|m| t.starts_with(m)) {
+                        self.decided = Some(false);
+                        self.line.clear();
+                    } else if !t.is_empty() && !MARKERS.iter().any(|m| m.starts_with(t)) {
+                        self.decided = Some(true);
+                        let line = std::mem::take(&mut self.line);
+                        self.show(&line, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Shows `text`, after the line breaks held back.
+    fn show(&mut self, text: &str, out: &mut String) {
+        out.extend(std::iter::repeat_n('\n', self.breaks));
+        self.breaks = 0;
+        out.push_str(text);
+    }
+
+    /// The end of the reply: a last line that never showed whether it was a marker.
+    fn finish(&mut self) -> String {
+        let mut out = String::new();
+        let line = std::mem::take(&mut self.line);
+        if self.decided.is_none() && !line.trim().is_empty() {
+            self.show(line.trim_end(), &mut out);
+        }
+        self.decided = None;
+        out
+    }
+}
+
 /// Prints a line of the session on stdout. A closed stdout does not end the session: what
 /// the user types is still appended (a writer never stops consuming its input because nobody
 /// reads its output).
@@ -171,17 +431,24 @@ fn say(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
-/// Runs the interactive session until `/exit` or end of input.
+/// Runs the interactive session until `/exit` or end of input. With `stream`, replies are
+/// shown as they are generated (after a spinner on stderr).
 pub fn run(
     ledger: &mut Ledger,
     adapter: &mut dyn Adapter,
     cfg: Config,
     opts: &Options,
+    stream: bool,
 ) -> anyhow::Result<Outcome> {
-    // The session may switch models (/model): it owns its adapter from here on.
+    // The session may switch models (/model, /adapter, /endpoint): it owns its adapter from
+    // here on.
     let mut cfg = cfg;
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg)?;
     let _ = adapter;
+    // Ctrl-C (SIGINT) and SIGTERM during a model call cancel that call; at the prompt the line
+    // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.
+    let cancel = Cancel::new();
+    cancel.on_signals()?;
     // On a terminal, rustyline edits lines; from a pipe or a file, lines are read through the
     // bounded line reader (rustyline's own would grow without limit on an endless line).
     let mut rl = if std::io::stdin().is_terminal() {
@@ -195,10 +462,9 @@ pub fn run(
     }
     let mut raw = false;
     eprintln!(
-        "pmm — {} (adapter {}, model {}). /help for commands, /exit to leave.",
+        "pmm — {} ({}). /help for commands, /exit to leave.",
         ledger.path().display(),
-        own.provider(),
-        own.model()
+        describe(own.as_ref())
     );
     let mut stdin = std::io::stdin().lock();
     let mut buf = Vec::new();
@@ -243,13 +509,30 @@ pub fn run(
             }
             continue;
         }
-        match turn::run(ledger, own.as_mut(), &line, opts) {
+        cancel.reset();
+        let live = stream.then(|| Live::start(Screen::Stdout, !raw, true));
+        let turn_opts = Options {
+            stream: live.as_ref().map(Live::sink),
+            cancel: Some(cancel.clone()),
+            ..opts.clone()
+        };
+        let result = {
+            let _armed = cancel.arm();
+            turn::run(ledger, own.as_mut(), &line, &turn_opts)
+        };
+        let streamed = live.is_some_and(|l| {
+            l.finish();
+            true
+        });
+        match result {
             Ok(o) => {
-                say(&if raw {
-                    o.reply.clone()
-                } else {
-                    visible(&o.reply)
-                });
+                if !streamed {
+                    say(&if raw {
+                        o.reply.clone()
+                    } else {
+                        visible(&o.reply)
+                    });
+                }
                 if o.truncated {
                     say(turn::TRUNCATED);
                 }
@@ -261,6 +544,18 @@ pub fn run(
                         o.valid_claims.len(),
                         o.failed_claims.len()
                     );
+                }
+            }
+            Err(TurnError::Generation { error, failure, .. })
+                if error.reason() == Some("interrupted") =>
+            {
+                eprintln!(
+                    "interrupted: your message is kept and the interruption recorded as event {} \
+                     (Ctrl-C again or Ctrl-D leaves)",
+                    failure.id
+                );
+                if let (Some(h), Some(rl)) = (&history, rl.as_mut()) {
+                    let _ = rl.save_history(h);
                 }
             }
             Err(TurnError::Generation { error, failure, .. }) => {
@@ -288,5 +583,49 @@ mod tests {
             visible("Hello\nCOMMIT: x\n  CLAIM:a=1\nREF: a#1\nbye\n"),
             "Hello\nbye"
         );
+    }
+
+    /// Feeds `reply` to a [`Visible`] in pieces of `n` characters.
+    fn streamed(reply: &str, n: usize) -> String {
+        let mut v = Visible::default();
+        let chars: Vec<char> = reply.chars().collect();
+        let mut out = String::new();
+        for piece in chars.chunks(n) {
+            out.push_str(&v.push(&piece.iter().collect::<String>()));
+        }
+        out + &v.finish()
+    }
+
+    #[test]
+    fn a_streamed_reply_shows_what_visible_shows() {
+        for reply in [
+            "Hello\nCOMMIT: x\n  CLAIM:a=1\nREF: a#1\nbye\n",
+            "Hello there.\n\nCOMMIT: plan\nCLOSE: abc\n",
+            "\n\nCOM is not a marker\nREFERENCE: neither\nREF: but this is",
+            "COMMIT: only\nthen prose\n\n\nand more",
+            "Hi",
+            "CLAI",
+        ] {
+            for n in [1, 2, 3, 7, 100] {
+                assert_eq!(
+                    streamed(reply, n),
+                    visible(reply),
+                    "{reply:?} in pieces of {n}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_description_names_adapter_endpoint_and_model() {
+        let mut cfg = Config::new(AdapterKind::Ollama);
+        cfg.ollama_host = "127.0.0.1:9".into();
+        let a = llm::adapter(&cfg).unwrap();
+        assert_eq!(
+            describe(a.as_ref()),
+            "adapter ollama at http://127.0.0.1:9/api/chat, model llama3.2"
+        );
+        let d = llm::adapter(&Config::new(AdapterKind::Dummy)).unwrap();
+        assert_eq!(describe(d.as_ref()), "adapter dummy");
     }
 }

@@ -1,7 +1,8 @@
 //! `pmm-turn`: one conversational turn per message, through a model adapter.
 
+use super::chat::{Live, Screen};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
-use crate::llm::{self, AdapterKind, Config};
+use crate::llm::{self, AdapterKind, Cancel, Config};
 use crate::turn::{self, Options, TurnError};
 use crate::Error;
 use std::io::IsTerminal;
@@ -20,8 +21,10 @@ EXAMPLES:
     pmm-turn --adapter scripted --script replies.jsonl --plain < questions.txt
   Follow what the turns commit to:
     pmm-turn --adapter ollama 'Plan the week' | jq -c 'select(.kind==\"commitment_open\") | .meta.text'
-  Talk interactively (slash commands: /help):
-    pmm-turn --chat
+  Talk interactively (slash commands: /help), the reply streamed as it is generated:
+    pmm-turn --chat --adapter ollama
+  Stream one reply, then keep its JSON Lines in a file:
+    pmm-turn --adapter ollama --stream always 'Tell me a story' > turn.jsonl
 
 INPUT:
   The message argument is one turn. Without it, stdin is read: one turn per line, each a JSON
@@ -39,6 +42,19 @@ OUTPUT:
   --chat, /export FILE writes the ledger as JSON Lines beside FILE and renames it in; FILE
   may not be the ledger or its -wal, -shm or -journal file.
 
+STREAMING:
+  When stdout is a terminal (or with --stream always) the reply is shown as it is generated,
+  after a spinner on stderr: on stdout in --chat and with --text, else on stderr beside the
+  JSON Lines. Ollama is asked for \"stream\":true (JSON lines), OpenAI-compatible servers for
+  server-sent events with usage. The reply is appended to the ledger once, whole, when it
+  ends; a stream cut short is a model failure (exit 3). Piped stdout asks for no stream.
+
+INTERRUPTS:
+  SIGINT (Ctrl-C) or SIGTERM during a turn cancels its model call: the turn appends a
+  generation_failure whose meta says \"reason\":\"interrupted\" (the message is kept), and
+  pmm-turn exits 130 (SIGINT) or 143 (SIGTERM). A second signal ends it at once. In --chat,
+  Ctrl-C cancels the call and returns to the prompt; Ctrl-C at the prompt, or Ctrl-D, leaves.
+
 MARKERS (in the model's reply, one per line; see docs/turn.md):
   COMMIT: <text>   CLOSE: <cid>   CLAIM:<type>=<json>   REFLECT:<json>   REF: <ledger>#<id>
 
@@ -54,6 +70,8 @@ EXIT STATUS:
      the error says what to do; or the model failed after the request was accepted (timed
      out, errors after retries): the user message and a generation_failure event are in
      the ledger
+  130, 143  SIGINT or SIGTERM during a turn; the user message and a generation_failure
+     (reason interrupted) are in the ledger
 
 ENVIRONMENT:
   PMM_DB           the ledger when --db is not given (default .data/pmmdb/pmm.db)
@@ -137,6 +155,22 @@ pub struct Args {
     /// answers on stdout
     #[arg(long, value_name = "COMMAND")]
     command: Option<String>,
+    /// Show the reply as it is generated (ollama and openai ask for a streamed answer): auto
+    /// when stdout is a terminal. The reply goes to stdout in --chat and with --text, else to
+    /// stderr beside the JSON Lines; it is appended to the ledger once, whole, when it ends
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = Stream::Auto)]
+    stream: Stream,
+}
+
+/// When to stream the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Stream {
+    /// When stdout is a terminal.
+    Auto,
+    /// Always.
+    Always,
+    /// Never: one answer, read whole.
+    Never,
 }
 
 /// The longest `--timeout`: one day per model call.
@@ -252,13 +286,31 @@ impl Args {
             max_tokens: self.max_tokens,
             budget: self.budget.map(|b| b as usize),
             clock: self.clock.clock(),
+            stream: None,
+            cancel: None,
+        }
+    }
+
+    /// Whether replies are streamed.
+    fn streams(&self) -> bool {
+        match self.stream {
+            Stream::Auto => std::io::stdout().is_terminal(),
+            Stream::Always => true,
+            Stream::Never => false,
         }
     }
 }
 
-/// Prints one turn's outcome.
-fn print(out: &mut Out, text_only: bool, outcome: &turn::Outcome) -> std::io::Result<()> {
-    if text_only {
+/// Prints one turn's outcome (with `--text`, only what streaming has not shown yet).
+fn print(
+    out: &mut Out,
+    text_only: bool,
+    streamed: bool,
+    outcome: &turn::Outcome,
+) -> std::io::Result<()> {
+    if text_only && streamed {
+        // The reply is on stdout already, its line ended.
+    } else if text_only {
         out.raw(outcome.reply.as_bytes())?;
         if !outcome.reply.ends_with('\n') {
             out.raw(b"\n")?;
@@ -311,15 +363,52 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if args.chat || (args.message.is_none() && stdin.is_terminal()) {
         let mut ledger =
             crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
-        return super::chat::run(&mut ledger, adapter.as_mut(), cfg, &args.options());
+        return super::chat::run(
+            &mut ledger,
+            adapter.as_mut(),
+            cfg,
+            &args.options(),
+            args.streams(),
+        );
     }
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
-    let opts = args.options();
+    // SIGINT and SIGTERM during a turn cancel its model call: the turn records the
+    // interruption (a generation_failure) and the program exits 130 or 143.
+    let cancel = Cancel::new();
+    cancel.on_signals()?;
+    let opts = Options {
+        cancel: Some(cancel.clone()),
+        ..args.options()
+    };
+    let stream = args.streams();
+    let screen = if args.text {
+        Screen::Stdout
+    } else {
+        Screen::Stderr
+    };
     // A closed stdout stops the printing, never the turns (see Out::for_writer).
     let mut out = Out::for_writer();
     let mut one = |msg: &str, out: &mut Out| -> anyhow::Result<()> {
-        match turn::run(&mut ledger, adapter.as_mut(), msg, &opts) {
-            Ok(o) => Ok(print(out, args.text, &o)?),
+        let live = stream.then(|| Live::start(screen, false, !args.common.quiet));
+        let opts = Options {
+            stream: live.as_ref().map(Live::sink),
+            ..opts.clone()
+        };
+        let result = {
+            let _armed = cancel.arm();
+            turn::run(&mut ledger, adapter.as_mut(), msg, &opts)
+        };
+        if let Some(live) = live {
+            live.finish();
+        }
+        if let (Ok(o), Some(signal)) = (&result, cancel.signal()) {
+            // The signal came after the reply: the turn is whole; stop here all the same.
+            print(out, args.text, stream, o)?;
+            eprintln!("pmm-turn: interrupted after the turn was written");
+            std::process::exit(128 + signal);
+        }
+        match result {
+            Ok(o) => Ok(print(out, args.text, stream, &o)?),
             Err(TurnError::Generation {
                 error,
                 events,

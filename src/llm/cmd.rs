@@ -3,10 +3,11 @@
 //! and takes its stdout as the reply, less one final line ending (`echo` and most programs add
 //! one that is not part of the reply; any further newlines are kept). A non-zero exit is an
 //! error carrying the first line of its stderr. The whole run is bounded by the timeout; after
-//! it the program and everything it started are killed. Never retried: the program may have
-//! side effects.
+//! it the program and everything it started are killed, as they are when the call is cancelled
+//! (Ctrl-C, SIGTERM). Never retried: the program may have side effects.
 
-use super::{millis, Adapter, Config, LlmError, Reply, Request};
+use super::cancel::POLL;
+use super::{millis, Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::json;
 use std::io::{self, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -59,17 +60,8 @@ impl Cmd {
     }
 
     /// Kills the program and everything it started, and reports the timeout.
-    fn kill(&self, mut child: Child) -> LlmError {
-        #[cfg(unix)]
-        if let Ok(pgid) = i32::try_from(child.id()) {
-            // SAFETY: kill(2) has no memory effects; the child leads its own process group
-            // (set at spawn), so -pgid reaches it and its descendants and nothing else.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+    fn kill(&self, child: Child) -> LlmError {
+        kill_group(child);
         LlmError::Timeout {
             provider: "cmd".into(),
             endpoint: self.program.clone(),
@@ -77,6 +69,31 @@ impl Cmd {
             attempts: 1,
         }
     }
+
+    /// Kills the program and everything it started when `cancel` is raised.
+    fn cancelled(&self, child: Child, cancel: Option<&Cancel>) -> Result<Child, LlmError> {
+        match cancel.map(|c| c.check("cmd", &self.program)) {
+            Some(Err(e)) => {
+                kill_group(child);
+                Err(e)
+            }
+            _ => Ok(child),
+        }
+    }
+}
+
+/// Kills a program spawned as the leader of its own process group, and everything it started.
+fn kill_group(mut child: Child) {
+    #[cfg(unix)]
+    if let Ok(pgid) = i32::try_from(child.id()) {
+        // SAFETY: kill(2) has no memory effects; the child leads its own process group
+        // (set at spawn), so -pgid reaches it and its descendants and nothing else.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Which pipe a reader thread drained.
@@ -106,7 +123,34 @@ impl Adapter for Cmd {
         &self.model
     }
 
+    fn endpoint(&self) -> String {
+        self.program.clone()
+    }
+
     fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
+        self.generate_with(req, None, None)
+    }
+
+    fn generate_with(
+        &mut self,
+        req: &Request,
+        sink: Option<&TextSink>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Reply, LlmError> {
+        if let Some(c) = cancel {
+            c.check("cmd", &self.program)?;
+        }
+        let reply = self.run(req, cancel)?;
+        if let Some(sink) = sink {
+            sink.send(&reply.text);
+        }
+        Ok(reply)
+    }
+}
+
+impl Cmd {
+    /// Runs the program for `req`, killing it when `cancel` is raised.
+    fn run(&mut self, req: &Request, cancel: Option<&Cancel>) -> Result<Reply, LlmError> {
         let input = json!({
             "system": req.system,
             "user": req.user,
@@ -158,15 +202,21 @@ impl Adapter for Cmd {
 
         let (mut stdout, mut stderr) = (None, None);
         while stdout.is_none() || stderr.is_none() {
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            child = self.cancelled(child, cancel)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left.min(POLL)) {
                 Ok((Pipe::Out, r)) => stdout = Some(r),
                 Ok((Pipe::Err, r)) => stderr = Some(r),
-                Err(mpsc::RecvTimeoutError::Timeout) => return Err(self.kill(child)),
+                Err(mpsc::RecvTimeoutError::Timeout) if left <= POLL => {
+                    return Err(self.kill(child))
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
         // Both pipes are closed, so the program is exiting; still bounded by the deadline.
         let status = loop {
+            child = self.cancelled(child, cancel)?;
             match child.try_wait() {
                 Ok(Some(status)) => break status,
                 Ok(None) if Instant::now() >= deadline => return Err(self.kill(child)),

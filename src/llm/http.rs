@@ -1,9 +1,14 @@
 //! The HTTP client the ollama and openai adapters share: one JSON POST with a per-attempt
 //! timeout, retries with exponential backoff, and errors that name the URL but never the key.
+//! A streamed answer is read line by line; both kinds of request can be cancelled (the request
+//! then runs on a worker thread that is abandoned when the flag is raised, and the connection
+//! is closed as soon as that thread notices).
 
-use super::{millis, Config, LlmError};
+use super::cancel::POLL;
+use super::{millis, Cancel, Config, LlmError};
 use serde_json::Value;
-use std::io;
+use std::io::{self, BufRead, BufReader, Read};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Longest body excerpt an error carries, in characters.
@@ -15,7 +20,11 @@ const MAX_DELAY: Duration = Duration::from_secs(30);
 /// before a model that is busy generating.
 const MAX_CONNECT: Duration = Duration::from_secs(10);
 
+/// Longest line of a streamed answer (one chunk of ndjson, one server-sent event line).
+const MAX_STREAM_LINE: u64 = 10 * 1024 * 1024;
+
 /// A JSON-over-HTTP client for one provider.
+#[derive(Clone)]
 pub(crate) struct Http {
     agent: ureq::Agent,
     provider: &'static str,
@@ -92,39 +101,232 @@ impl Http {
     ) -> Result<Answer, LlmError> {
         let payload = body.to_string();
         let auth = bearer.map(|k| format!("Bearer {k}"));
+        let (json, latency_ms, attempts) = self
+            .with_retries(url, |started| {
+                let response = self.send(url, &payload, auth.as_deref(), "application/json")?;
+                read_json(response).map(|json| (json, millis(started.elapsed())))
+            })
+            .map(|((json, latency), attempts)| (json, latency, attempts))?;
+        Ok(Answer {
+            // The key, echoed back, must reach no reply, meta or ledger.
+            json: super::scrub::value(json, self.secret.as_deref()),
+            latency_ms,
+            attempts,
+        })
+    }
+
+    /// [`Http::post_json`], given up with [`LlmError::Interrupted`] as soon as `cancel` is
+    /// raised: the request runs on a worker thread, abandoned then (it ends, and closes its
+    /// connection, when the server answers or the timeout runs out).
+    pub(crate) fn post_json_cancellable(
+        &self,
+        url: &str,
+        body: &Value,
+        bearer: Option<&str>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Answer, LlmError> {
+        let Some(cancel) = cancel else {
+            return self.post_json(url, body, bearer);
+        };
+        cancel.check(self.provider, &shown_url(url))?;
+        let (tx, rx) = mpsc::channel();
+        let (http, url_owned, body, bearer) = (
+            self.clone(),
+            url.to_string(),
+            body.clone(),
+            bearer.map(str::to_string),
+        );
+        std::thread::spawn(move || {
+            let _ = tx.send(http.post_json(&url_owned, &body, bearer.as_deref()));
+        });
+        loop {
+            cancel.check(self.provider, &shown_url(url))?;
+            match rx.recv_timeout(POLL) {
+                Ok(result) => return result,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(self.bad_response(url, "the request thread stopped"))
+                }
+            }
+        }
+    }
+
+    /// POSTs `body` to `url` and reads the answer as a stream of lines, handing each to
+    /// `on_event` as it arrives (then [`StreamEvent::End`] when the body ends). Connection
+    /// errors, 429 and 5xx before the answer starts are retried as for [`Http::post_json`];
+    /// nothing is retried once it has started. `on_event` says when the reply is complete
+    /// ([`Flow::Done`]: the rest of the body is not waited for) or that it is unusable
+    /// (`Err`: a [`LlmError::BadResponse`]); a body that ends before `Done` is a bad response
+    /// too. A raised `cancel` gives up at once with [`LlmError::Interrupted`].
+    pub(crate) fn post_stream(
+        &self,
+        url: &str,
+        body: &Value,
+        bearer: Option<&str>,
+        cancel: Option<&Cancel>,
+        mut on_event: impl FnMut(StreamEvent<'_>) -> Result<Flow, String>,
+    ) -> Result<Streamed, LlmError> {
+        let endpoint = shown_url(url);
+        let check = || match cancel {
+            Some(c) => c.check(self.provider, &endpoint),
+            None => Ok(()),
+        };
+        check()?;
+        let started = Instant::now();
+        let (tx, rx) = mpsc::channel::<Piece>();
+        {
+            let (http, url, payload) = (self.clone(), url.to_string(), body.to_string());
+            let auth = bearer.map(|k| format!("Bearer {k}"));
+            std::thread::spawn(move || http.stream_worker(&url, &payload, auth.as_deref(), &tx));
+        }
+        let mut attempts = 1;
+        let mut scrubbed;
+        let failed = loop {
+            check()?;
+            let piece = match rx.recv_timeout(POLL) {
+                Ok(p) => p,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(self.bad_response(url, "the request thread stopped"))
+                }
+            };
+            let event = match &piece {
+                Piece::Started(n) => {
+                    attempts = *n;
+                    continue;
+                }
+                Piece::Line(line) => {
+                    // The key, echoed back, must reach neither the terminal nor the ledger.
+                    scrubbed = super::scrub::text(line, self.secret.as_deref());
+                    StreamEvent::Line(&scrubbed)
+                }
+                Piece::End => StreamEvent::End,
+                Piece::Error(_) | Piece::Failed(_) => break piece,
+            };
+            let end = matches!(event, StreamEvent::End);
+            match on_event(event) {
+                Ok(Flow::Done) => {
+                    return Ok(Streamed {
+                        latency_ms: millis(started.elapsed()),
+                        attempts,
+                    })
+                }
+                Ok(Flow::More) if end => {
+                    return Err(
+                        self.bad_response(url, "the stream ended before the reply was complete")
+                    )
+                }
+                Ok(Flow::More) => {}
+                Err(detail) => return Err(self.bad_response(url, detail)),
+            }
+        };
+        Err(match failed {
+            Piece::Failed(f) => self.error(url, f, attempts),
+            Piece::Error(e) => e,
+            _ => self.bad_response(url, "the stream stopped"),
+        })
+    }
+
+    /// The worker thread of [`Http::post_stream`]: connects (with retries), then sends the
+    /// body's lines as they come. It stops as soon as nobody receives any more, dropping (and
+    /// so closing) the connection.
+    fn stream_worker(
+        &self,
+        url: &str,
+        payload: &str,
+        auth: Option<&str>,
+        tx: &mpsc::Sender<Piece>,
+    ) {
+        let accept = "application/x-ndjson, text/event-stream, application/json";
+        let response = match self.with_retries(url, |_| {
+            let response = self.send(url, payload, auth, accept)?;
+            refuse_redirect(&response)?;
+            Ok(response)
+        }) {
+            Ok((response, attempts)) => {
+                if tx.send(Piece::Started(attempts)).is_err() {
+                    return;
+                }
+                response
+            }
+            Err(e) => {
+                let _ = tx.send(Piece::Error(e));
+                return;
+            }
+        };
+        let mut reader = BufReader::new(response.into_reader());
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let piece = match (&mut reader)
+                .take(MAX_STREAM_LINE)
+                .read_until(b'\n', &mut buf)
+            {
+                Ok(0) => Piece::End,
+                Ok(n) if n as u64 == MAX_STREAM_LINE && !buf.ends_with(b"\n") => Piece::Failed(
+                    Failure::Bad("a line of the streamed answer is longer than 10 MB".into()),
+                ),
+                Ok(_) => match String::from_utf8(std::mem::take(&mut buf)) {
+                    Ok(line) => Piece::Line(line),
+                    Err(_) => Piece::Failed(Failure::Bad("the stream is not UTF-8".into())),
+                },
+                Err(e) => Piece::Failed(match e.kind() {
+                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Failure::Timeout,
+                    _ => Failure::Connect(format!(
+                        "the connection closed before the reply was complete ({e})"
+                    )),
+                }),
+            };
+            let last = !matches!(piece, Piece::Line(_));
+            if tx.send(piece).is_err() || last {
+                return;
+            }
+        }
+    }
+
+    /// One POST, its status checked.
+    fn send(
+        &self,
+        url: &str,
+        payload: &str,
+        auth: Option<&str>,
+        accept: &str,
+    ) -> Result<ureq::Response, Failure> {
+        let mut request = self
+            .agent
+            .post(url)
+            .set("Content-Type", "application/json")
+            .set("Accept", accept);
+        if let Some(auth) = auth {
+            request = request.set("Authorization", auth);
+        }
+        match request.send_string(payload) {
+            Ok(response) => Ok(response),
+            Err(ureq::Error::Status(code, response)) => Err(Failure::Status {
+                code,
+                retry_after: retry_after(&response),
+                excerpt: excerpt(
+                    &response.into_string().unwrap_or_default(),
+                    self.secret.as_deref(),
+                ),
+            }),
+            Err(ureq::Error::Transport(t)) => Err(classify(&t)),
+        }
+    }
+
+    /// Runs `attempt` (given when it started) until it succeeds, retrying connection errors,
+    /// 429 and 5xx with backoff; returns what it gave and the attempts made.
+    fn with_retries<T>(
+        &self,
+        url: &str,
+        mut attempt: impl FnMut(Instant) -> Result<T, Failure>,
+    ) -> Result<(T, u32), LlmError> {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            let started = Instant::now();
-            let mut request = self
-                .agent
-                .post(url)
-                .set("Content-Type", "application/json")
-                .set("Accept", "application/json");
-            if let Some(auth) = &auth {
-                request = request.set("Authorization", auth);
-            }
-            let failure = match request.send_string(&payload) {
-                Ok(response) => match read_json(response) {
-                    Ok(json) => {
-                        return Ok(Answer {
-                            // The key, echoed back, must reach no reply, meta or ledger.
-                            json: super::scrub::value(json, self.secret.as_deref()),
-                            latency_ms: millis(started.elapsed()),
-                            attempts,
-                        });
-                    }
-                    Err(f) => f,
-                },
-                Err(ureq::Error::Status(code, response)) => Failure::Status {
-                    code,
-                    retry_after: retry_after(&response),
-                    excerpt: excerpt(
-                        &response.into_string().unwrap_or_default(),
-                        self.secret.as_deref(),
-                    ),
-                },
-                Err(ureq::Error::Transport(t)) => classify(&t),
+            let failure = match attempt(Instant::now()) {
+                Ok(t) => return Ok((t, attempts)),
+                Err(f) => f,
             };
             let delay = match &failure {
                 Failure::Connect(_) => Some(None),
@@ -196,8 +398,46 @@ impl Http {
     }
 }
 
-/// The body of a successful response as JSON.
-fn read_json(response: ureq::Response) -> Result<Value, Failure> {
+/// What a streamed answer hands its reader.
+pub(crate) enum StreamEvent<'a> {
+    /// One line, with its line ending.
+    Line(&'a str),
+    /// The body ended.
+    End,
+}
+
+/// Whether a streamed reply is complete.
+pub(crate) enum Flow {
+    /// Keep reading.
+    More,
+    /// The reply is complete.
+    Done,
+}
+
+/// A streamed answer that completed.
+pub(crate) struct Streamed {
+    /// Wall time from the first attempt to the end of the reply.
+    pub latency_ms: u64,
+    /// 1 + retries used.
+    pub attempts: u32,
+}
+
+/// What the worker thread of a streamed request passes on.
+enum Piece {
+    /// The answer started, after this many attempts.
+    Started(u32),
+    /// One line of it.
+    Line(String),
+    /// The body ended.
+    End,
+    /// Reading it failed.
+    Failed(Failure),
+    /// No answer (after retries).
+    Error(LlmError),
+}
+
+/// A redirect is reported, not followed (see [`Http::new`]).
+fn refuse_redirect(response: &ureq::Response) -> Result<(), Failure> {
     if (300..400).contains(&response.status()) {
         let target = response.header("Location").map(shown_url);
         return Err(Failure::Bad(format!(
@@ -206,6 +446,12 @@ fn read_json(response: ureq::Response) -> Result<Value, Failure> {
             target.as_deref().unwrap_or("nowhere")
         )));
     }
+    Ok(())
+}
+
+/// The body of a successful response as JSON.
+fn read_json(response: ureq::Response) -> Result<Value, Failure> {
+    refuse_redirect(&response)?;
     let text = response.into_string().map_err(|e| match e.kind() {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Failure::Timeout,
         io::ErrorKind::InvalidData => {

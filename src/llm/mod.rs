@@ -6,9 +6,9 @@
 //! that a bad configuration is reported before anything is asked of a model.
 //!
 //! Providers, one file each:
-//! - `ollama`: `POST {host}/api/chat`, non-streaming.
+//! - `ollama`: `POST {host}/api/chat`, non-streaming, or streamed as newline-delimited JSON.
 //! - `openai`: `POST {base_url}/chat/completions`, any OpenAI-compatible server (OpenAI,
-//!   llama.cpp, vLLM, LM Studio).
+//!   llama.cpp, vLLM, LM Studio); streamed as server-sent events.
 //! - `cmd`: runs `sh -c <command>`, the request as one JSON object on its stdin, the reply on its
 //!   stdout.
 //! - `scripted`: replies from a JSONL file, one per turn, for demos and tests.
@@ -19,7 +19,12 @@
 //! not answer within [`Config::timeout`] is most likely busy with a long generation, and asking
 //! again would only multiply the wait. Secrets (the API key) never appear in errors, `Debug`
 //! output or shown URLs.
+//!
+//! Streaming and cancelling: [`Adapter::generate_with`] hands the reply to a [`TextSink`] as it
+//! is generated (the HTTP adapters then ask for a streamed answer) and gives up with
+//! [`LlmError::Interrupted`] as soon as a [`Cancel`] flag is raised (Ctrl-C, SIGTERM).
 
+mod cancel;
 mod cmd;
 mod dummy;
 mod http;
@@ -28,6 +33,8 @@ mod openai;
 mod preflight;
 mod scripted;
 mod scrub;
+
+pub use cancel::{Armed, Cancel, TextSink};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -300,6 +307,11 @@ pub trait Adapter: Send {
     fn provider(&self) -> &str;
     /// The configured model name ("" when none).
     fn model(&self) -> &str;
+    /// Where it asks: the URL (without credentials), the cmd program or the script; "" for
+    /// the dummy adapter.
+    fn endpoint(&self) -> String {
+        String::new()
+    }
     /// Asks the model for one reply.
     fn generate(&mut self, req: &Request) -> Result<Reply, LlmError>;
     /// A cheap check, before anything is written, that the model can be asked at all: the
@@ -309,6 +321,29 @@ pub trait Adapter: Send {
     /// default, for adapters without a server, passes.
     fn preflight(&mut self) -> Result<(), LlmError> {
         Ok(())
+    }
+
+    /// Asks the model for one reply, handing it to `sink` as it is generated when a sink is
+    /// given (the HTTP adapters then ask for a streamed answer; the others hand over the whole
+    /// reply at once), and giving up with [`LlmError::Interrupted`] once `cancel` is raised.
+    /// Without a sink and a flag this is [`Adapter::generate`].
+    fn generate_with(
+        &mut self,
+        req: &Request,
+        sink: Option<&TextSink>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Reply, LlmError> {
+        if let Some(c) = cancel {
+            c.check(self.provider(), &self.endpoint())?;
+        }
+        let reply = self.generate(req)?;
+        if let Some(c) = cancel {
+            c.check(self.provider(), &self.endpoint())?;
+        }
+        if let Some(sink) = sink {
+            sink.send(&reply.text);
+        }
+        Ok(reply)
     }
 }
 
@@ -407,6 +442,16 @@ pub enum LlmError {
         /// with the key scrubbed.
         detail: String,
     },
+    /// The call was cancelled (Ctrl-C, SIGTERM: see [`Cancel`]) before the reply was complete.
+    #[error("{provider}{}: interrupted by {}", if endpoint.is_empty() { String::new() } else { format!(" at {endpoint}") }, signal_name(*signal))]
+    Interrupted {
+        /// The provider's name.
+        provider: String,
+        /// The URL asked (without credentials), the cmd program, or "".
+        endpoint: String,
+        /// The signal that cancelled it (2 SIGINT, 15 SIGTERM).
+        signal: i32,
+    },
     /// The scripted adapter has no reply for this turn.
     #[error("scripted at {}: {replies} repl{} in the script, none for turn {turn}", path.display(), if *replies == 1 { "y" } else { "ies" })]
     ScriptExhausted {
@@ -431,7 +476,31 @@ impl LlmError {
             | LlmError::Preflight { .. }
             | LlmError::BadResponse { .. }
             | LlmError::Command { .. }
+            | LlmError::Interrupted { .. }
             | LlmError::ScriptExhausted { .. } => false,
+        }
+    }
+
+    /// Why the call failed, when it is not the service's fault: `interrupted` for a cancelled
+    /// call (recorded as `reason` in the `generation_failure` meta).
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            LlmError::Interrupted { .. } => Some("interrupted"),
+            _ => None,
+        }
+    }
+
+    /// The exit status a program ending on this error should have: 128 + the signal for an
+    /// interrupted call (130 for SIGINT, 143 for SIGTERM), else `None` (the usual 3).
+    pub fn exit_status(&self) -> Option<u8> {
+        match self {
+            LlmError::Interrupted { signal, .. } => Some(
+                u8::try_from(128 + signal)
+                    .ok()
+                    .filter(|_| *signal < 128)
+                    .unwrap_or(130),
+            ),
+            _ => None,
         }
     }
 
@@ -439,6 +508,14 @@ impl LlmError {
     /// a failure of the external service, exit 3).
     pub fn is_config(&self) -> bool {
         matches!(self, LlmError::Config(_))
+    }
+}
+
+/// "SIGINT", "SIGTERM", or "signal N".
+fn signal_name(signal: i32) -> String {
+    match signal_hook::low_level::signal_name(signal) {
+        Some(name) => name.to_string(),
+        None => format!("signal {signal}"),
     }
 }
 

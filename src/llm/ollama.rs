@@ -1,8 +1,10 @@
-//! Ollama's native chat API: `POST {host}/api/chat`, one non-streamed answer.
+//! Ollama's native chat API: `POST {host}/api/chat`, one non-streamed answer, or (when the
+//! reply is wanted as it is generated) a stream of JSON lines, each with a piece of
+//! `message.content`, the last with `"done": true` and the token counts.
 
-use super::http::{base_url, Http};
+use super::http::{base_url, shown_url, Flow, Http, StreamEvent};
 use super::preflight::{self, Probe};
-use super::{Adapter, Config, LlmError, Reply, Request};
+use super::{Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::{json, Value};
 
 /// Ollama's own default port, added to a bare `$OLLAMA_HOST` such as `0.0.0.0` the way the
@@ -74,7 +76,20 @@ impl Adapter for Ollama {
         preflight::ollama(&self.probe, &self.base, &self.model)
     }
 
+    fn endpoint(&self) -> String {
+        shown_url(&self.url)
+    }
+
     fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
+        self.generate_with(req, None, None)
+    }
+
+    fn generate_with(
+        &mut self,
+        req: &Request,
+        sink: Option<&TextSink>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Reply, LlmError> {
         let mut options = json!({"temperature": req.temperature, "top_p": req.top_p});
         if let Some(seed) = req.seed {
             options["seed"] = seed.into();
@@ -83,13 +98,19 @@ impl Adapter for Ollama {
             options["num_predict"] = n.into();
         }
         options["num_ctx"] = num_ctx(req).into();
-        let body = json!({
+        let mut body = json!({
             "model": self.model,
             "messages": req.messages(),
             "stream": false,
             "options": options,
         });
-        let answer = self.http.post_json(&self.url, &body, None)?;
+        if let Some(sink) = sink {
+            body["stream"] = true.into();
+            return self.stream(&body, sink, cancel);
+        }
+        let answer = self
+            .http
+            .post_json_cancellable(&self.url, &body, None, cancel)?;
         let json = &answer.json;
         let text = json
             .pointer("/message/content")
@@ -117,6 +138,58 @@ impl Adapter for Ollama {
                 .get("done_reason")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+        })
+    }
+}
+
+impl Ollama {
+    /// Asks for a streamed answer and hands its pieces to `sink`.
+    fn stream(
+        &self,
+        body: &Value,
+        sink: &TextSink,
+        cancel: Option<&Cancel>,
+    ) -> Result<Reply, LlmError> {
+        let mut text = String::new();
+        let mut last = Value::Null;
+        let streamed = self
+            .http
+            .post_stream(&self.url, body, None, cancel, |event| {
+                let line = match event {
+                    StreamEvent::Line(l) if l.trim().is_empty() => return Ok(Flow::More),
+                    StreamEvent::Line(l) => l,
+                    StreamEvent::End => return Ok(Flow::More),
+                };
+                let chunk: Value = serde_json::from_str(line)
+                    .map_err(|e| format!("a line of the stream is not JSON ({e})"))?;
+                if let Some(e) = chunk.get("error") {
+                    let e = e.as_str().map_or_else(|| e.to_string(), str::to_string);
+                    return Err(format!("error: {e}"));
+                }
+                if let Some(piece) = chunk.pointer("/message/content").and_then(Value::as_str) {
+                    text.push_str(piece);
+                    sink.send(piece);
+                }
+                let done = chunk.get("done").and_then(Value::as_bool) == Some(true);
+                last = chunk;
+                Ok(if done { Flow::Done } else { Flow::More })
+            })?;
+        Ok(Reply {
+            text,
+            model: last
+                .get("model")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .unwrap_or(&self.model)
+                .to_string(),
+            finish_reason: last
+                .get("done_reason")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            in_tokens: last.get("prompt_eval_count").and_then(Value::as_u64),
+            out_tokens: last.get("eval_count").and_then(Value::as_u64),
+            latency_ms: streamed.latency_ms,
+            attempts: streamed.attempts,
         })
     }
 }

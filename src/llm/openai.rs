@@ -1,9 +1,12 @@
 //! OpenAI-compatible Chat Completions: `POST {base_url}/chat/completions`. The same wire format
-//! serves OpenAI, llama.cpp's server, vLLM and LM Studio.
+//! serves OpenAI, llama.cpp's server, vLLM and LM Studio. Streamed, the answer is server-sent
+//! events: `data: {chunk}` lines whose `choices[0].delta.content` are the pieces of the reply,
+//! a last chunk with `usage` (asked for with `stream_options.include_usage`), then
+//! `data: [DONE]`.
 
-use super::http::{base_url, Http};
+use super::http::{base_url, shown_url, Flow, Http, StreamEvent};
 use super::preflight::{self, Probe};
-use super::{Adapter, Config, LlmError, Reply, Request};
+use super::{Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::{json, Value};
 
 /// The openai adapter. Not `Debug`: it holds the key.
@@ -67,7 +70,20 @@ impl Adapter for OpenAi {
         preflight::openai(&self.probe, &self.base, &self.model)
     }
 
+    fn endpoint(&self) -> String {
+        shown_url(&self.url)
+    }
+
     fn generate(&mut self, req: &Request) -> Result<Reply, LlmError> {
+        self.generate_with(req, None, None)
+    }
+
+    fn generate_with(
+        &mut self,
+        req: &Request,
+        sink: Option<&TextSink>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Reply, LlmError> {
         let mut body = json!({
             "model": self.model,
             "messages": req.messages(),
@@ -80,7 +96,14 @@ impl Adapter for OpenAi {
         if let Some(n) = req.max_tokens {
             body["max_tokens"] = n.into();
         }
-        let answer = self.http.post_json(&self.url, &body, self.key.as_deref())?;
+        if let Some(sink) = sink {
+            body["stream"] = true.into();
+            body["stream_options"] = json!({"include_usage": true});
+            return self.stream(&body, sink, cancel);
+        }
+        let answer =
+            self.http
+                .post_json_cancellable(&self.url, &body, self.key.as_deref(), cancel)?;
         let json = &answer.json;
         let text = json
             .pointer("/choices/0/message/content")
@@ -115,6 +138,122 @@ impl Adapter for OpenAi {
                 .pointer("/choices/0/finish_reason")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+        })
+    }
+}
+
+impl OpenAi {
+    /// Asks for a streamed answer and hands its pieces to `sink`. A server that answers with
+    /// one plain JSON completion instead is read as such.
+    fn stream(
+        &self,
+        body: &Value,
+        sink: &TextSink,
+        cancel: Option<&Cancel>,
+    ) -> Result<Reply, LlmError> {
+        let mut text = String::new();
+        let mut refusal = String::new();
+        let mut model: Option<String> = None;
+        let mut usage = Value::Null;
+        let mut finish: Option<String> = None;
+        // Lines that are not server-sent events: a server that did not stream.
+        let mut plain = String::new();
+        let streamed =
+            self.http
+                .post_stream(&self.url, body, self.key.as_deref(), cancel, |event| {
+                    let line = match event {
+                        StreamEvent::Line(l) => l,
+                        StreamEvent::End => {
+                            let Ok(whole) = serde_json::from_str::<Value>(&plain) else {
+                                return Ok(Flow::More);
+                            };
+                            let Some(content) = whole
+                                .pointer("/choices/0/message/content")
+                                .and_then(Value::as_str)
+                            else {
+                                return Ok(Flow::More);
+                            };
+                            text.push_str(content);
+                            sink.send(content);
+                            model = whole
+                                .get("model")
+                                .and_then(Value::as_str)
+                                .map(str::to_string);
+                            usage = whole.get("usage").cloned().unwrap_or(Value::Null);
+                            finish = whole
+                                .pointer("/choices/0/finish_reason")
+                                .and_then(Value::as_str)
+                                .map(str::to_string);
+                            return Ok(Flow::Done);
+                        }
+                    };
+                    let Some(data) = line.strip_prefix("data:") else {
+                        // `event:`, `id:`, `retry:`, `: comments`, blank lines between events.
+                        if !line.starts_with([':', '\r', '\n'])
+                            && !["event:", "id:", "retry:"]
+                                .iter()
+                                .any(|f| line.starts_with(f))
+                        {
+                            plain.push_str(line);
+                        }
+                        return Ok(Flow::More);
+                    };
+                    let data = data.trim();
+                    if data == "[DONE]" {
+                        return Ok(Flow::Done);
+                    }
+                    if data.is_empty() {
+                        return Ok(Flow::More);
+                    }
+                    let chunk: Value = serde_json::from_str(data)
+                        .map_err(|e| format!("an event of the stream is not JSON ({e})"))?;
+                    if let Some(e) = chunk.get("error") {
+                        let e = e
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .map_or_else(|| e.to_string(), str::to_string);
+                        return Err(format!("error: {e}"));
+                    }
+                    let delta = chunk.pointer("/choices/0/delta");
+                    if let Some(piece) =
+                        delta.and_then(|d| d.get("content")).and_then(Value::as_str)
+                    {
+                        text.push_str(piece);
+                        sink.send(piece);
+                    }
+                    if let Some(r) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str) {
+                        refusal.push_str(r);
+                    }
+                    if let Some(m) = chunk.get("model").and_then(Value::as_str) {
+                        if !m.is_empty() {
+                            model = Some(m.to_string());
+                        }
+                    }
+                    if chunk.get("usage").is_some_and(Value::is_object) {
+                        usage = chunk["usage"].clone();
+                    }
+                    if let Some(f) = chunk
+                        .pointer("/choices/0/finish_reason")
+                        .and_then(Value::as_str)
+                    {
+                        finish = Some(f.to_string());
+                    }
+                    Ok(Flow::More)
+                })?;
+        if text.is_empty() && !refusal.is_empty() {
+            return Err(self
+                .http
+                .bad_response(&self.url, format!("the model refused: {refusal}")));
+        }
+        let tokens = |field: &str| usage.get(field).and_then(Value::as_u64);
+        Ok(Reply {
+            text,
+            model: model.unwrap_or_else(|| self.model.clone()),
+            in_tokens: tokens("prompt_tokens"),
+            out_tokens: tokens("completion_tokens"),
+            latency_ms: streamed.latency_ms,
+            attempts: streamed.attempts,
+            finish_reason: finish,
         })
     }
 }

@@ -82,6 +82,10 @@ impl Adapter for Scripted {
         "scripted"
     }
 
+    fn endpoint(&self) -> String {
+        self.path.display().to_string()
+    }
+
     fn model(&self) -> &str {
         &self.model
     }

@@ -24,7 +24,7 @@ use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
 use crate::event::{Clock, Event, NewEvent};
-use crate::llm::{Adapter, LlmError, Request};
+use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
@@ -51,6 +51,12 @@ pub struct Options {
     pub budget: Option<usize>,
     /// Where timestamps come from.
     pub clock: Clock,
+    /// Streams the reply: each piece goes here as it is generated (the HTTP adapters then ask
+    /// for a streamed answer). The reply is still appended once, whole, after it ends.
+    pub stream: Option<TextSink>,
+    /// Cancels the model call once raised: the turn then appends a `generation_failure` with
+    /// `reason` `interrupted` and ends with [`TurnError::Generation`].
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for Options {
@@ -62,6 +68,8 @@ impl Default for Options {
             max_tokens: None,
             budget: None,
             clock: Clock::System,
+            stream: None,
+            cancel: None,
         }
     }
 }
@@ -340,25 +348,26 @@ fn run_inner(
     let (mut p, user, folded_before) = record_user(ledger, message, &opts.clock, &mut events)?;
     let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
     let prompt = build_prompt(&*ledger, &p, &cfg, message, user.id, opts)?;
-    let reply = match adapter.generate(&prompt.request) {
-        Ok(r) => r,
-        Err(error) => {
-            let failure = record_failure(
-                ledger,
-                &*adapter,
-                &mut p,
-                &mut events,
-                &user,
-                &error,
-                &opts.clock,
-            )?;
-            return Err(TurnError::Generation {
-                error,
-                events,
-                failure: Box::new(failure),
-            });
-        }
-    };
+    let reply =
+        match adapter.generate_with(&prompt.request, opts.stream.as_ref(), opts.cancel.as_ref()) {
+            Ok(r) => r,
+            Err(error) => {
+                let failure = record_failure(
+                    ledger,
+                    &*adapter,
+                    &mut p,
+                    &mut events,
+                    &user,
+                    &error,
+                    &opts.clock,
+                )?;
+                return Err(TurnError::Generation {
+                    error,
+                    events,
+                    failure: Box::new(failure),
+                });
+            }
+        };
     let said = Said {
         provider: adapter.provider().to_string(),
         cfg: &cfg,
@@ -487,13 +496,16 @@ fn record_failure(
     clock: &Clock,
 ) -> crate::Result<Event> {
     let mut batch = ledger.begin()?;
-    let m = meta(&[
+    let mut m = meta(&[
         ("about_event", user.id.into()),
         ("error", error.to_string().into()),
         ("model", adapter.model().into()),
         ("provider", adapter.provider().into()),
         ("source", "pmm-turn".into()),
     ]);
+    if let Some(reason) = error.reason() {
+        m.insert("reason".into(), reason.into());
+    }
     let failure = Sink {
         batch: &mut batch,
         p,

@@ -30,6 +30,7 @@ mod replay;
 mod robust;
 mod rsm;
 mod skips;
+mod stream;
 mod tamper;
 mod tick;
 mod tour;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -45,6 +45,98 @@ pub enum StubResponse {
     Hang,
     /// Read the request, then close the connection without a word.
     Close,
+    /// A streamed `/api/chat` answer: newline-delimited JSON in chunked transfer encoding,
+    /// one line per piece, then a `"done": true` line with the token counts.
+    OllamaStream(Streamed),
+    /// A streamed `chat.completion.chunk` answer: server-sent events `data: {…}`, a last chunk
+    /// with `usage`, then `data: [DONE]`; the body ends when the connection closes.
+    OpenAiStream(Streamed),
+}
+
+/// The pieces of a streamed answer and how they are sent.
+#[derive(Debug, Clone)]
+pub struct Streamed {
+    /// The reply, in the pieces it is sent in.
+    pub pieces: Vec<String>,
+    /// False: the connection is closed after the pieces, without the end of the stream.
+    pub complete: bool,
+    /// When each piece goes.
+    pub pace: Pace,
+}
+
+impl Streamed {
+    /// `pieces`, sent at once, complete.
+    pub fn new(pieces: &[&str]) -> Streamed {
+        Streamed {
+            pieces: pieces.iter().map(|p| p.to_string()).collect(),
+            complete: true,
+            pace: Pace::Now,
+        }
+    }
+
+    /// The same, cut after the pieces.
+    pub fn cut(mut self) -> Streamed {
+        self.complete = false;
+        self
+    }
+
+    /// The same, paced.
+    pub fn pace(mut self, pace: Pace) -> Streamed {
+        self.pace = pace;
+        self
+    }
+
+    /// The whole reply.
+    pub fn text(&self) -> String {
+        self.pieces.concat()
+    }
+}
+
+/// When the pieces of a streamed answer are sent.
+#[derive(Debug, Clone)]
+pub enum Pace {
+    /// All at once.
+    Now,
+    /// One every so often.
+    Every(Duration),
+    /// Piece N (from 0) once the gate has been opened N times: the test opens it when it has
+    /// seen the piece before.
+    Gate(Gate),
+}
+
+/// A gate a test opens once per piece it has seen (see [`Pace::Gate`]).
+#[derive(Debug, Clone, Default)]
+pub struct Gate(Arc<(Mutex<(usize, bool)>, Condvar)>);
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Lets one more piece go.
+    pub fn open(&self) {
+        let (lock, cv) = &*self.0;
+        lock.lock().expect("gate lock").0 += 1;
+        cv.notify_all();
+    }
+
+    /// True when the stub had to send a piece without waiting for the gate (it waits 10 s at
+    /// most): the client did not show the piece before while it was being held back.
+    pub fn timed_out(&self) -> bool {
+        self.0 .0.lock().expect("gate lock").1
+    }
+
+    /// Waits until the gate has been opened `n` times (at most 10 s).
+    fn wait(&self, n: usize) {
+        let (lock, cv) = &*self.0;
+        let guard = lock.lock().expect("gate lock");
+        let (mut guard, timeout) = cv
+            .wait_timeout_while(guard, Duration::from_secs(10), |(opened, _)| *opened < n)
+            .expect("gate lock");
+        if timeout.timed_out() {
+            guard.1 = true;
+        }
+    }
 }
 
 /// How the stub answers the cheap requests `pmm-turn` makes before a turn (Ollama's
@@ -230,6 +322,8 @@ fn serve(
                 reply(&mut conn, 200, &body.to_string())
             }
             StubResponse::Status(code, body) => reply(&mut conn, *code, body),
+            StubResponse::OllamaStream(st) => ollama_stream(&mut conn, st),
+            StubResponse::OpenAiStream(st) => openai_stream(&mut conn, st),
         }
     }
 }
@@ -395,4 +489,107 @@ fn openai_body(text: &str) -> String {
         },
     })
     .to_string()
+}
+
+/// Sends the pieces of `st` at its pace, each through `send`; false when the client is gone.
+fn paced(st: &Streamed, mut send: impl FnMut(&str) -> std::io::Result<()>) -> bool {
+    for (i, piece) in st.pieces.iter().enumerate() {
+        match &st.pace {
+            Pace::Now => {}
+            Pace::Every(d) => std::thread::sleep(*d),
+            Pace::Gate(g) => g.wait(i),
+        }
+        if send(piece).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+fn ollama_stream(conn: &mut TcpStream, st: &Streamed) {
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    if conn.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let chunk = |conn: &mut TcpStream, line: &str| -> std::io::Result<()> {
+        let data = format!("{line}\n");
+        conn.write_all(format!("{:x}\r\n{data}\r\n", data.len()).as_bytes())?;
+        conn.flush()
+    };
+    let sent = paced(st, |piece| {
+        let line = json!({
+            "model": OLLAMA_MODEL,
+            "created_at": "2025-11-24T05:55:41.194157Z",
+            "message": {"role": "assistant", "content": piece},
+            "done": false,
+        });
+        chunk(conn, &line.to_string())
+    });
+    if sent && st.complete {
+        let last = json!({
+            "model": OLLAMA_MODEL,
+            "created_at": "2025-11-24T05:55:42.194157Z",
+            "message": {"role": "assistant", "content": ""},
+            "done_reason": "stop",
+            "done": true,
+            "total_duration": 1_000_000,
+            "prompt_eval_count": OLLAMA_TOKENS.0,
+            "eval_count": OLLAMA_TOKENS.1,
+        });
+        let _ = chunk(conn, &last.to_string());
+        let _ = conn.write_all(b"0\r\n\r\n");
+    }
+    let _ = conn.flush();
+    let _ = conn.shutdown(Shutdown::Both);
+}
+
+fn openai_stream(conn: &mut TcpStream, st: &Streamed) {
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
+    if conn.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let event = |conn: &mut TcpStream, data: &str| -> std::io::Result<()> {
+        conn.write_all(format!("data: {data}\n\n").as_bytes())?;
+        conn.flush()
+    };
+    let chunk = |delta: Value, finish: Value| {
+        json!({
+            "id": "chatcmpl-stub",
+            "object": "chat.completion.chunk",
+            "created": 1_763_963_741,
+            "model": OPENAI_MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+        .to_string()
+    };
+    if event(
+        conn,
+        &chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+    )
+    .is_err()
+    {
+        return;
+    }
+    let sent = paced(st, |piece| {
+        event(conn, &chunk(json!({"content": piece}), Value::Null))
+    });
+    if sent && st.complete {
+        let _ = event(conn, &chunk(json!({}), json!("stop")));
+        let usage = json!({
+            "id": "chatcmpl-stub",
+            "object": "chat.completion.chunk",
+            "created": 1_763_963_741,
+            "model": OPENAI_MODEL,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": OPENAI_TOKENS.0,
+                "completion_tokens": OPENAI_TOKENS.1,
+                "total_tokens": OPENAI_TOKENS.0 + OPENAI_TOKENS.1,
+            },
+        });
+        let _ = event(conn, &usage.to_string());
+        let _ = event(conn, "[DONE]");
+    }
+    let _ = conn.flush();
+    let _ = conn.shutdown(Shutdown::Both);
 }
