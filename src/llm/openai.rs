@@ -152,6 +152,8 @@ impl OpenAi {
         cancel: Option<&Cancel>,
     ) -> Result<Reply, LlmError> {
         let mut text = String::new();
+        // What is shown never holds the key, even split over pieces (see scrub::Holdback).
+        let mut shown = super::scrub::Holdback::new(self.key.as_deref());
         let mut refusal = String::new();
         let mut model: Option<String> = None;
         let mut usage = Value::Null;
@@ -174,7 +176,7 @@ impl OpenAi {
                                 return Ok(Flow::More);
                             };
                             text.push_str(content);
-                            sink.send(content);
+                            sink.send(&shown.push(content));
                             model = whole
                                 .get("model")
                                 .and_then(Value::as_str)
@@ -219,7 +221,7 @@ impl OpenAi {
                         delta.and_then(|d| d.get("content")).and_then(Value::as_str)
                     {
                         text.push_str(piece);
-                        sink.send(piece);
+                        sink.send(&shown.push(piece));
                     }
                     if let Some(r) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str) {
                         refusal.push_str(r);
@@ -245,6 +247,8 @@ impl OpenAi {
                 .http
                 .bad_response(&self.url, format!("the model refused: {refusal}")));
         }
+        sink.send(&shown.finish());
+        let text = super::scrub::text(&text, self.key.as_deref());
         let tokens = |field: &str| usage.get(field).and_then(Value::as_u64);
         Ok(Reply {
             text,

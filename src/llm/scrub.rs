@@ -42,6 +42,78 @@ pub(crate) fn text(text: &str, secret: Option<&str>) -> String {
     out
 }
 
+/// Where the key occurs in `raw` as [`text`] would replace it: `(start, end)` byte ranges.
+fn occurrences(raw: &str, key: &str) -> Vec<(usize, usize)> {
+    if key.chars().count() >= MIN_SCRUBBED {
+        raw.match_indices(key)
+            .map(|(i, m)| (i, i + m.len()))
+            .collect()
+    } else {
+        let lower = raw.to_ascii_lowercase();
+        let needle = format!("bearer {}", key.to_ascii_lowercase());
+        lower
+            .match_indices(&needle)
+            .map(|(i, _)| (i, i + needle.len()))
+            .collect()
+    }
+}
+
+/// A streamed reply, scrubbed as it is shown: what [`Holdback::push`] returns never holds
+/// the key, even when the key arrives split over several pieces (a model echoes it token by
+/// token). It holds back just enough of the end to see a key that has not finished arriving.
+pub(crate) struct Holdback {
+    secret: Option<String>,
+    raw: String,
+    shown: usize,
+}
+
+impl Holdback {
+    /// A holdback for `secret` (none: every piece passes as it is).
+    pub(crate) fn new(secret: Option<&str>) -> Holdback {
+        Holdback {
+            secret: secret.filter(|k| !k.is_empty()).map(str::to_string),
+            raw: String::new(),
+            shown: 0,
+        }
+    }
+
+    /// Takes one piece; returns what can be shown now.
+    pub(crate) fn push(&mut self, piece: &str) -> String {
+        self.raw.push_str(piece);
+        let Some(key) = self.secret.as_deref() else {
+            self.shown = self.raw.len();
+            return piece.to_string();
+        };
+        let longest = if key.chars().count() >= MIN_SCRUBBED {
+            key.len()
+        } else {
+            "bearer ".len() + key.len()
+        };
+        let mut end = self.raw.len().saturating_sub(longest - 1);
+        for (start, stop) in occurrences(&self.raw, key) {
+            if start < end && stop > end {
+                end = start;
+            }
+        }
+        while !self.raw.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end <= self.shown {
+            return String::new();
+        }
+        let out = text(&self.raw[self.shown..end], Some(key));
+        self.shown = end;
+        out
+    }
+
+    /// What is left to show once the stream has ended.
+    pub(crate) fn finish(&mut self) -> String {
+        let out = text(&self.raw[self.shown..], self.secret.as_deref());
+        self.shown = self.raw.len();
+        out
+    }
+}
+
 /// `v` with the key scrubbed from every string and every object key in it.
 pub(crate) fn value(v: Value, secret: Option<&str>) -> Value {
     if secret.is_none_or(str::is_empty) {
@@ -81,5 +153,29 @@ mod tests {
         );
         assert_eq!(text("no key", None), "no key");
         assert_eq!(text("é bearer x é", Some("x")), "é bearer *** é");
+    }
+}
+
+#[cfg(test)]
+mod holdback_tests {
+    use super::*;
+
+    #[test]
+    fn a_key_split_over_pieces_is_never_shown() {
+        let key = "sk-live-0123456789";
+        for cut in [1, 3, 7, 12] {
+            let reply = format!("Your key is {key}, keep it.");
+            let mut h = Holdback::new(Some(key));
+            let mut shown = String::new();
+            for piece in reply.as_bytes().chunks(cut) {
+                shown.push_str(&h.push(std::str::from_utf8(piece).unwrap()));
+                assert!(!shown.contains(&key[..key.len() - 1]), "{shown}");
+            }
+            shown.push_str(&h.finish());
+            assert_eq!(shown, "Your key is ***, keep it.");
+        }
+        let mut none = Holdback::new(None);
+        assert_eq!(none.push("abc"), "abc");
+        assert_eq!(none.finish(), "");
     }
 }

@@ -657,3 +657,32 @@ fn chat_switches_adapter_and_endpoint_and_keeps_its_adapter_when_a_switch_fails(
         "piped: no stream"
     );
 }
+
+/// A streamed reply that carries the key (a server echoing the Authorization header) shows
+/// and stores it scrubbed, as a whole reply does (issue 15 item 7 with item 2).
+#[test]
+fn a_key_echoed_in_a_stream_is_scrubbed_from_the_terminal_and_the_ledger() {
+    const KEY: &str = "sk-live-stream-0123456789abcdef";
+    let pmm = Pmm::new();
+    // The key arrives split over pieces, as a model echoing it token by token sends it.
+    let stub = Wire::OpenAi.stub(Streamed::new(&[
+        "Your key is sk-live-str",
+        "eam-0123456",
+        "789abcdef, keep it safe.",
+    ]));
+    let (mut args, env) = Wire::OpenAi.args(&stub);
+    args.extend(["--stream", "always", "who am I?"].map(String::from));
+    let (code, stdout, stderr) = finish(spawn(
+        &pmm,
+        &args,
+        &[env, ("OPENAI_API_KEY", KEY.to_string())],
+    ));
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        !stdout.contains(KEY) && !stderr.contains(KEY),
+        "{stdout}\n{stderr}"
+    );
+    let all = pmm.run("pmm-replay", &[], "").stdout;
+    assert!(!all.contains(KEY), "{all}");
+    assert!(all.contains("***"), "{all}");
+}
