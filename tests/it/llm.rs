@@ -613,3 +613,36 @@ fn dummy_echoes_the_user_and_opens_a_commitment() {
     assert_eq!(r.model, "");
     assert_eq!((r.latency_ms, r.attempts, r.in_tokens), (0, 1, None));
 }
+
+/// Issue 15 item 9: Ollama is told a context window that holds the whole prompt and the reply
+/// (it silently cuts a longer prompt otherwise), history included.
+#[test]
+fn ollama_gets_a_context_window_for_the_whole_prompt() {
+    let stub = Stub::start(vec![
+        StubResponse::Ollama("ok".into()),
+        StubResponse::Ollama("ok".into()),
+    ]);
+    generate(&ollama(&stub.url()), &request(None)).unwrap();
+    let big = Request {
+        system: "word ".repeat(12_000),
+        history: vec![("user".into(), "earlier ".repeat(1_000))],
+        max_tokens: Some(512),
+        ..request(None)
+    };
+    generate(&ollama(&stub.url()), &big).unwrap();
+    let reqs = stub.requests();
+    let small_ctx = reqs[0].body["options"]["num_ctx"].as_u64().unwrap();
+    let big_ctx = reqs[1].body["options"]["num_ctx"].as_u64().unwrap();
+    assert_eq!(small_ctx, 4096);
+    // 68,000 characters at 3 a token, plus the reply: more than Ollama's default 2,048/4,096.
+    assert!(big_ctx >= 68_000 / 3 + 512, "{big_ctx}");
+    assert_eq!(big_ctx % 4096, 0);
+    // The history went as chat messages, between the system prompt and the user's message.
+    let roles: Vec<&str> = reqs[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "user"]);
+}
