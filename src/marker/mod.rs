@@ -82,13 +82,17 @@ pub fn splitlines(s: &str) -> Vec<&str> {
     lines
 }
 
-/// The commitment texts of a reply (FORMATS.md §3.1): for every line that starts, at column 0
-/// and case-sensitively, with `COMMIT:`, the text after the first `COMMIT:`, Python-stripped;
-/// empty texts are dropped. Duplicates are kept, in reply order (each opens its own event).
+/// The commitment texts of a reply (FORMATS.md §3.1), by the one marker rule [`parse`] uses:
+/// for every line that starts, after optional indentation and case-sensitively, with
+/// `COMMIT:`, the text after the first `COMMIT:`, Python-stripped; empty texts are dropped.
+/// Duplicates are kept, in reply order (each opens its own event). The event graph reads
+/// replies with it, so a commitment an indented line opened keeps the reply that opened it
+/// (the reference accepted column 0 only; its own ledgers have no indented COMMIT lines, so
+/// their graphs are unchanged).
 pub fn commit_texts(reply: &str) -> Vec<String> {
     splitlines(reply)
         .into_iter()
-        .filter_map(|line| line.strip_prefix("COMMIT:"))
+        .filter_map(|line| marker_body(line).strip_prefix("COMMIT:"))
         .map(py_strip)
         .filter(|t| !t.is_empty())
         .map(str::to_string)
@@ -440,11 +444,17 @@ mod tests {
     }
 
     #[test]
-    fn commit_lines_start_at_column_zero() {
-        let reply = "Hello\nCOMMIT: first  \n COMMIT: indented (ignored)\ncommit: lower (ignored)\nCOMMIT:\nCOMMIT:   \nCOMMIT:second COMMIT: keeps the rest";
+    fn commit_lines_follow_the_one_marker_rule() {
+        let reply = "Hello\nCOMMIT: first  \n COMMIT: indented\ncommit: lower (ignored)\nCOMMIT:\nCOMMIT:   \nCOMMIT:second COMMIT: keeps the rest\nI will COMMIT: not this";
         assert_eq!(
             commit_texts(reply),
-            vec!["first", "second COMMIT: keeps the rest"]
+            vec!["first", "indented", "second COMMIT: keeps the rest"]
+        );
+        let parsed: Vec<String> = parse(reply).commits.into_iter().map(|l| l.value).collect();
+        assert_eq!(
+            commit_texts(reply),
+            parsed,
+            "one rule for the turn and the graph"
         );
     }
 
@@ -507,8 +517,8 @@ mod tests {
             "CLAIM:reference={\"id\":1}"
         );
         assert_eq!(texts(&m.refs), [(4, "x.db#1")]);
-        // commit_texts keeps the reference's column-0 rule.
-        assert!(commit_texts(reply).is_empty());
+        // commit_texts (the graph's reader) follows the same rule.
+        assert_eq!(commit_texts(reply), ["spaced"]);
     }
 
     #[test]

@@ -697,6 +697,8 @@ mod tests {
             vec![
                 (2, 1, EdgeLabel::RepliesTo),
                 (3, 2, EdgeLabel::CommitsTo),
+                // " COMMIT: b" is indented: the one marker rule counts it, as the turn does.
+                (4, 2, EdgeLabel::CommitsTo),
                 (6, 2, EdgeLabel::ReflectsOn),
                 (7, 6, EdgeLabel::AdoptsIdentityFor),
                 (9, 8, EdgeLabel::RepliesTo),
@@ -706,7 +708,7 @@ mod tests {
             ]
         );
         let s = g.stats();
-        assert_eq!((s.nodes, s.edges), (14, 8));
+        assert_eq!((s.nodes, s.edges), (14, 9));
         assert_eq!(s.counts_by_kind["reflection"], 4);
         assert!(!s.counts_by_kind.contains_key("metrics_turn"));
     }
@@ -716,11 +718,11 @@ mod tests {
         let g = sample();
         assert_eq!(g.thread("c1"), vec![2, 3, 11, 6, 14]);
         assert_eq!(g.thread(" c1\n"), vec![2, 3, 11, 6, 14]);
-        assert_eq!(g.thread("c2"), vec![4]);
+        assert_eq!(g.thread("c2"), vec![2, 4, 6, 14]);
         assert!(g.thread("nope").is_empty());
-        assert_eq!(g.subgraph("c1"), vec![1, 2, 3, 6, 7, 10, 11, 14]);
+        assert_eq!(g.subgraph("c1"), vec![1, 2, 3, 4, 6, 7, 10, 11, 14]);
         assert!(g.subgraph("").is_empty());
-        assert_eq!(g.neighbors(2, Direction::In, None), vec![3, 6, 10, 14]);
+        assert_eq!(g.neighbors(2, Direction::In, None), vec![3, 4, 6, 10, 14]);
         assert_eq!(g.neighbors(2, Direction::Out, None), vec![1]);
         assert_eq!(
             g.neighbors(2, Direction::Both, Some(NodeKind::Reflection)),

@@ -386,3 +386,42 @@ fn closed_stdout_ends_quietly() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "digraph pmm {\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
+
+/// Issue 21 item 1: one marker rule. A commitment an indented `COMMIT:` line opened keeps, in
+/// the graph, the reply that opened it (the graph used to read column 0 only).
+#[test]
+fn an_indented_commit_keeps_its_reply_in_the_graph() {
+    let pmm = Pmm::new();
+    let script = pmm.path("replies.jsonl");
+    std::fs::write(&script, "\"Sure.\\n   COMMIT: water the plants\"\n").unwrap();
+    let r = pmm.run(
+        "pmm-turn",
+        &[
+            "--adapter",
+            "scripted",
+            "--script",
+            script.to_str().unwrap(),
+            "plants?",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let recs = r.records();
+    let reply = recs
+        .iter()
+        .find(|e| e["kind"] == "assistant_message")
+        .unwrap();
+    let open = recs
+        .iter()
+        .find(|e| e["kind"] == "commitment_open")
+        .unwrap();
+    let cid = open["meta"]["cid"].as_str().unwrap();
+    let thread = pmm.run("pmm-graph", &["thread", cid], "");
+    assert_eq!(thread.code, 0, "{thread:?}");
+    let ids: Vec<Value> = thread.records().iter().map(|e| e["id"].clone()).collect();
+    assert_eq!(
+        ids[0], reply["id"],
+        "the thread starts with the reply that opened it"
+    );
+    assert!(ids.contains(&open["id"]));
+}
