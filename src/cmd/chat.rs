@@ -52,12 +52,7 @@ fn one_line(e: &Event) -> String {
 fn visible(reply: &str) -> String {
     reply
         .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            !["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "]
-                .iter()
-                .any(|p| t.starts_with(p))
-        })
+        .filter(|l| !crate::marker::is_marker_line(l))
         .collect::<Vec<_>>()
         .join("\n")
         .trim_end()
@@ -346,9 +341,6 @@ impl Drop for Live {
     }
 }
 
-/// The marker prefixes `visible` leaves out.
-const MARKERS: [&str; 5] = ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "];
-
 /// [`visible`] for a reply that arrives in pieces: a line is shown as soon as its start shows
 /// that it is not a marker, a marker line never; blank lines are held back until more text
 /// follows them, so that a reply ending in markers ends where its prose does.
@@ -389,11 +381,10 @@ impl Visible {
                 Some(true) => self.show(c.encode_utf8(&mut [0; 4]), &mut out),
                 None => {
                     self.line.push(c);
-                    let t = self.line.trim_start();
-                    if MARKERS.iter().any(|m| t.starts_with(m)) {
+                    if crate::marker::is_marker_line(&self.line) {
                         self.decided = Some(false);
                         self.line.clear();
-                    } else if !t.is_empty() && !MARKERS.iter().any(|m| m.starts_with(t)) {
+                    } else if !crate::marker::could_become_marker(&self.line) {
                         self.decided = Some(true);
                         let line = std::mem::take(&mut self.line);
                         self.show(&line, &mut out);

@@ -21,10 +21,6 @@ use super::{ExportContext, Sink};
 use crate::event::Event;
 use std::io::{self, Write};
 
-/// Line prefixes of the marker protocol (FORMATS.md §3) that the transcript hides: they are
-/// instructions to the runtime, not words to the reader.
-const HIDDEN_PREFIXES: [&str; 5] = ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF:"];
-
 /// Streams the conversation as a readable Markdown transcript.
 pub struct MarkdownWriter<W: Write> {
     out: W,
@@ -133,10 +129,9 @@ pub(crate) fn visible_text(content: &str, assistant: bool) -> String {
         return text.to_string();
     }
     let kept: Vec<&str> = splitlines(text)
-        .filter(|line| {
-            let line = py_lstrip(line);
-            !HIDDEN_PREFIXES.iter().any(|p| line.starts_with(p))
-        })
+        // Marker lines are instructions to the runtime, not words to the reader: the one rule
+        // of crate::marker decides which they are.
+        .filter(|line| !crate::marker::is_marker_line(line))
         .collect();
     py_strip(&kept.join("\n")).to_string()
 }
@@ -163,11 +158,6 @@ pub(super) fn py_isspace(c: char) -> bool {
 /// Python's `str.strip()` with no argument.
 pub(super) fn py_strip(s: &str) -> &str {
     s.trim_matches(py_isspace)
-}
-
-/// Python's `str.lstrip()` with no argument.
-pub(super) fn py_lstrip(s: &str) -> &str {
-    s.trim_start_matches(py_isspace)
 }
 
 /// Python's `str.splitlines()`: every line boundary Python knows (not only `\n`), `\r\n` as one,

@@ -223,6 +223,27 @@ pub struct Markers {
 
 /// The text of a marker line after its indentation: markers may be indented (see the module
 /// documentation), so the prefix test runs on this.
+/// The line prefixes of the marker protocol, as [`parse`] reads them.
+pub const PREFIXES: [&str; 5] = ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "];
+
+/// Whether `line` is a marker line by the one rule [`parse`] uses: after optional (Python
+/// whitespace) indentation, one of [`PREFIXES`], case-sensitive. The chat and the Markdown
+/// export hide exactly these lines.
+pub fn is_marker_line(line: &str) -> bool {
+    let body = marker_body(line);
+    PREFIXES.iter().any(|p| body.starts_with(p))
+}
+
+/// Whether the start of a line that is still arriving (a streamed reply) could yet become a
+/// marker line.
+pub fn could_become_marker(start: &str) -> bool {
+    let body = marker_body(start);
+    body.is_empty()
+        || PREFIXES
+            .iter()
+            .any(|p| p.starts_with(body) || body.starts_with(p))
+}
+
 fn marker_body(line: &str) -> &str {
     line.trim_start_matches(is_py_space)
 }
@@ -277,15 +298,6 @@ pub fn parse(reply: &str) -> Markers {
         refs: cap(&mut m.refs),
     };
     m
-}
-
-/// The marker prefixes [`parse`] acts on.
-const PREFIXES: [&str; 5] = ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF: "];
-
-/// True when `line` is a marker line (after optional indentation).
-fn is_marker_line(line: &str) -> bool {
-    let body = marker_body(line);
-    PREFIXES.iter().any(|p| body.starts_with(p))
 }
 
 /// [`parse`] for a reply to `prompt` (the system prompt it was sent): a marker line identical
