@@ -47,7 +47,6 @@ use crate::event::Event;
 use crate::kernel::slot;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sha1::{Digest as _, Sha1};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// How many embeddable texts (newest first) are kept for embeddings that come later. The
@@ -70,17 +69,9 @@ const USER_WINDOW: usize = 16;
 /// The kinds whose content an `embedding_add` may embed in the reference.
 const EMBEDDABLE: &[&str] = &["user_message", "assistant_message", "lifetime_memory"];
 
-/// The cid of a commitment opened with `text` (FORMATS.md §3.2): the first 8 hex digits of the
-/// sha1 of the stripped text alone — the same text gives the same cid, so a commitment can be
-/// named before it is opened.
-pub fn commitment_cid(text: &str) -> String {
-    let d = Sha1::digest(text.as_bytes());
-    let mut s = String::with_capacity(8);
-    for b in &d[..4] {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
-}
+/// The cid of a commitment opened with `text` (FORMATS.md §3.2): the one definition, the
+/// Mirror's, which the turn writes with.
+pub use crate::projection::mirror::commitment_cid;
 
 /// The self-model check of `summary_update` events: a projection that folds over the ledger
 /// and says which `meta.rsm_state` each summary should carry (FORMATS.md §5.2, §7.4).
