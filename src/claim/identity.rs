@@ -1,65 +1,36 @@
 //! Identity adoption (FORMATS.md §4.3): a token that has both an `identity_proposal` and an
 //! `identity_ratify` claim is adopted, once.
 //!
-//! Pure: the turn feeds it the ledger's `claim` events and the tokens already adopted, and
-//! writes one `identity_adoption` per result. Because pmm records only claims that passed
+//! One rule, the Mirror's fold ([`Identity::note_claim`]), which every turn runs; this is its
+//! batch form over a list of claims (what the fuzzer drives). Because pmm records only claims that passed
 //! validation (unknown types fail as unsupported), the two claims are real checked claims, not
 //! any two lines as in the reference (FORMATS.md §17 item 12).
 
-use crate::marker::py_strip;
-use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use crate::projection::mirror::Identity;
+use std::collections::BTreeSet;
 
 /// The adoptions due: for every token with both a proposal and a ratification among `claims`
 /// and not in `already_adopted`, `(token, earliest proposal id, earliest ratify id)`, sorted
 /// by token (code point order, as Python sorts strings).
 ///
 /// `claims` are `(claim event id, meta.claim_type, content)` of `claim` events, in any order.
-/// As in the reference, a claim counts only if its content is `CLAIM:<type>=<json>` with the
-/// header type equal to `claim_type` and the JSON an object whose `token` is a non-empty
-/// string; the token is Python-stripped. Whether the ratification comes before or after the
-/// proposal does not matter.
+/// The rule is the Mirror's ([`Identity::note_claim`], the one that runs in every turn): a
+/// claim counts only if its content is `CLAIM:<type>=<json>` with the header type equal to
+/// `claim_type` and the JSON an object whose `token` is a non-empty string; the token is
+/// Python-stripped. Whether the ratification comes before or after the proposal does not
+/// matter.
 pub fn adoptions<'a>(
     claims: impl Iterator<Item = (i64, &'a str, &'a str)>,
     already_adopted: &BTreeSet<String>,
 ) -> Vec<(String, i64, i64)> {
-    let mut proposals: BTreeMap<String, i64> = BTreeMap::new();
-    let mut ratifications: BTreeMap<String, i64> = BTreeMap::new();
-    for (id, claim_type, content) in claims {
-        let earliest = match claim_type {
-            "identity_proposal" => &mut proposals,
-            "identity_ratify" => &mut ratifications,
-            _ => continue,
-        };
-        let Some(token) = claimed_token(claim_type, content) else {
-            continue;
-        };
-        earliest
-            .entry(token)
-            .and_modify(|e| *e = (*e).min(id))
-            .or_insert(id);
-    }
-    proposals
-        .into_iter()
-        .filter(|(token, _)| !already_adopted.contains(token))
-        .filter_map(|(token, p)| {
-            let r = *ratifications.get(&token)?;
-            Some((token, p, r))
-        })
-        .collect()
-}
-
-/// The stripped token of a `CLAIM:<claim_type>={"token":…}` content.
-fn claimed_token(claim_type: &str, content: &str) -> Option<String> {
-    let (header, json) = content.strip_prefix("CLAIM:")?.split_once('=')?;
-    if py_strip(header) != claim_type {
-        return None;
-    }
-    let Ok(Value::Object(data)) = serde_json::from_str::<Value>(json) else {
-        return None;
+    let mut identity = Identity {
+        adopted: already_adopted.iter().cloned().collect(),
+        ..Identity::default()
     };
-    let token = py_strip(data.get("token")?.as_str()?);
-    (!token.is_empty()).then(|| token.to_string())
+    for (id, claim_type, content) in claims {
+        identity.note_claim(id, claim_type, content);
+    }
+    identity.pending_adoptions()
 }
 
 #[cfg(test)]

@@ -58,6 +58,24 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Folds in an `identity_proposal` / `identity_ratify` claim (FORMATS.md §4.3), the one
+    /// rule for identity adoption: the content must be `CLAIM:<same type>=<object with a
+    /// non-empty string token>` (header and token Python-stripped, as the reference strips
+    /// them); the earliest claim per token counts, whatever order the claims come in.
+    pub fn note_claim(&mut self, id: i64, claim_type: &str, content: &str) {
+        let map = match claim_type {
+            "identity_proposal" => &mut self.proposals,
+            "identity_ratify" => &mut self.ratifications,
+            _ => return,
+        };
+        let Some(token) = claimed_token(claim_type, content) else {
+            return;
+        };
+        map.entry(token)
+            .and_modify(|e| *e = (*e).min(id))
+            .or_insert(id);
+    }
+
     /// Tokens proposed and ratified but not adopted yet, sorted, with their proposal and
     /// ratification events: what the next `identity_adoption` events must record.
     pub fn pending_adoptions(&self) -> Vec<(String, i64, i64)> {
@@ -67,6 +85,19 @@ impl Identity {
             .filter_map(|(t, &p)| self.ratifications.get(t).map(|&r| (t.clone(), p, r)))
             .collect()
     }
+}
+
+/// The stripped token of a `CLAIM:<claim_type>={"token":…}` content.
+fn claimed_token(claim_type: &str, content: &str) -> Option<String> {
+    let (header, json) = content.strip_prefix("CLAIM:")?.split_once('=')?;
+    if crate::marker::py_strip(header) != claim_type {
+        return None;
+    }
+    let Ok(Value::Object(data)) = serde_json::from_str::<Value>(json) else {
+        return None;
+    };
+    let token = crate::marker::py_strip(data.get("token")?.as_str()?);
+    (!token.is_empty()).then(|| token.to_string())
 }
 
 /// The autonomy thresholds in force (defaults 10/50/20/27, FORMATS.md §8.3).
@@ -197,7 +228,7 @@ impl Mirror {
                 let meta = ev.meta_map().unwrap_or_default();
                 let claim_type = meta_str(&meta, "claim_type").unwrap_or_default();
                 if claim_type == "identity_proposal" || claim_type == "identity_ratify" {
-                    self.note_identity_claim(ev, &claim_type);
+                    self.identity.note_claim(ev.id, &claim_type, &ev.content);
                     return;
                 }
                 if claim_type != "name_change" {
@@ -261,37 +292,6 @@ impl Mirror {
             }
             _ => {}
         }
-    }
-
-    /// An `identity_proposal` / `identity_ratify` claim (FORMATS.md §4.3): the content must be
-    /// `CLAIM:<same type>=<object with a non-empty string token>`; the earliest per token counts.
-    fn note_identity_claim(&mut self, ev: &Event, claim_type: &str) {
-        let Some(rest) = ev.content.strip_prefix("CLAIM:") else {
-            return;
-        };
-        let Some((header, payload)) = rest.split_once('=') else {
-            return;
-        };
-        if header.trim() != claim_type {
-            return;
-        }
-        let Ok(Value::Object(data)) = serde_json::from_str::<Value>(payload) else {
-            return;
-        };
-        let Some(token) = data
-            .get("token")
-            .and_then(Value::as_str)
-            .map(crate::marker::py_strip)
-            .filter(|t| !t.is_empty())
-        else {
-            return;
-        };
-        let map = if claim_type == "identity_proposal" {
-            &mut self.identity.proposals
-        } else {
-            &mut self.identity.ratifications
-        };
-        map.entry(token.to_string()).or_insert(ev.id);
     }
 
     /// Open commitments in the order they were opened.
