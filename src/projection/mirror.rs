@@ -304,6 +304,42 @@ impl Mirror {
 
 #[cfg(test)]
 mod tests {
+
+    /// Issue 21 item 2: the claim header is Python-stripped (\x1c is whitespace to Python's
+    /// str.strip and not to Rust's trim), as claim::adoptions and the reference read it.
+    #[test]
+    fn identity_claims_strip_as_python_does() {
+        let mut id = Identity::default();
+        id.note_claim(
+            3,
+            "identity_proposal",
+            "CLAIM:\x1cidentity_proposal ={\"token\":\" Echo\"}",
+        );
+        id.note_claim(
+            2,
+            "identity_ratify",
+            "CLAIM:identity_ratify={\"token\":\"Echo\"}",
+        );
+        assert_eq!(id.pending_adoptions(), [("Echo".to_string(), 3, 2)]);
+        let batch = crate::claim::adoptions(
+            [
+                (
+                    3,
+                    "identity_proposal",
+                    "CLAIM:\x1cidentity_proposal ={\"token\":\" Echo\"}",
+                ),
+                (
+                    2,
+                    "identity_ratify",
+                    "CLAIM:identity_ratify={\"token\":\"Echo\"}",
+                ),
+            ]
+            .into_iter(),
+            &Default::default(),
+        );
+        assert_eq!(batch, id.pending_adoptions());
+    }
+
     use super::*;
 
     fn ev(id: i64, kind: &str, content: &str, meta: &str) -> Event {
