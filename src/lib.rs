@@ -25,6 +25,7 @@ pub mod marker;
 pub mod metrics;
 pub mod outfile;
 pub mod projection;
+pub mod pystr;
 pub mod recall;
 pub mod store;
 pub mod turn;

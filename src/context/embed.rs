@@ -27,15 +27,8 @@ pub const MIN_DIMS: usize = 8;
 
 /// Python's `str.isspace`: Unicode white space plus U+001C..U+001F, which Rust's
 /// `char::is_whitespace` leaves out.
-fn py_isspace(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-/// Python's `text.split()` with no argument: runs of Python white space separate tokens, and
-/// there are no empty tokens.
-pub fn py_split(text: &str) -> impl Iterator<Item = &str> {
-    text.split(py_isspace).filter(|t| !t.is_empty())
-}
+/// Python's `text.split()` with no argument (see [`crate::pystr::split`]).
+pub use crate::pystr::split as py_split;
 
 /// The pseudo-random vector of `token`: one sha256 per component, as the reference does.
 fn token_vector(token: &str, dims: usize) -> Vec<f64> {

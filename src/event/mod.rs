@@ -262,20 +262,8 @@ impl NewEvent {
     }
 }
 
-/// Python truthiness of a JSON value.
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => {
-            let t = n.to_string();
-            t.parse::<f64>().map(|f| f != 0.0).unwrap_or(true)
-        }
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
+// Python truthiness: the one definition, in `pystr`.
+use crate::pystr::truthy;
 
 /// Checks a kind against the allowlist.
 pub fn check_kind(kind: &str) -> Result<(), String> {

@@ -149,52 +149,12 @@ fn longest_backtick_run(text: &str) -> usize {
     best
 }
 
-/// Python's `str.isspace`: Unicode white space plus the separators U+001C..U+001F, which Rust's
-/// `char::is_whitespace` leaves out (FORMATS.md §1.11).
-pub(super) fn py_isspace(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
+// Python's `str.isspace`, `strip` and `splitlines`: the one definition of each, in `pystr`.
+pub(super) use crate::pystr::strip as py_strip;
 
-/// Python's `str.strip()` with no argument.
-pub(super) fn py_strip(s: &str) -> &str {
-    s.trim_matches(py_isspace)
-}
-
-/// Python's `str.splitlines()`: every line boundary Python knows (not only `\n`), `\r\n` as one,
-/// no empty element after a final boundary.
+/// Python's `str.splitlines()` as an iterator (see [`crate::pystr::splitlines`]).
 pub(super) fn splitlines(s: &str) -> impl Iterator<Item = &str> {
-    let mut rest = s;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let cut = rest.char_indices().find(|&(_, c)| {
-            matches!(
-                c,
-                '\n' | '\r'
-                    | '\u{0b}'
-                    | '\u{0c}'
-                    | '\u{1c}'
-                    | '\u{1d}'
-                    | '\u{1e}'
-                    | '\u{85}'
-                    | '\u{2028}'
-                    | '\u{2029}'
-            )
-        });
-        let (line, next) = match cut {
-            None => (rest, ""),
-            Some((i, c)) => {
-                let mut end = i + c.len_utf8();
-                if c == '\r' && rest[end..].starts_with('\n') {
-                    end += 1;
-                }
-                (&rest[..i], &rest[end..])
-            }
-        };
-        rest = next;
-        Some(line)
-    })
+    crate::pystr::splitlines(s).into_iter()
 }
 
 /// Python's `textwrap.dedent`: lines of only spaces and tabs are emptied, then the longest run

@@ -458,20 +458,8 @@ fn get_str(m: &Map<String, Value>, key: &str) -> String {
     m.get(key).map_or_else(|| "None".to_string(), py_str)
 }
 
-/// Python truthiness of a JSON value.
-fn py_truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => {
-            let text = n.to_string();
-            text.parse::<f64>() != Ok(0.0)
-        }
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(m) => !m.is_empty(),
-    }
-}
+// Python truthiness: the one definition, in `pystr`.
+use crate::pystr::truthy as py_truthy;
 
 /// `len(v)`; 0 for values without a length (where the reference would raise).
 fn py_len(v: &Value) -> usize {

@@ -28,59 +28,7 @@
 use crate::canon;
 use serde_json::{Map, Value};
 
-/// True for the characters CPython's `str.splitlines()` breaks on: `\n`, `\r`, `\x0b`, `\x0c`,
-/// `\x1c`, `\x1d`, `\x1e`, `\x85`, `\u2028`, `\u2029` (`\r\n` counts as one break).
-pub fn is_line_break(c: char) -> bool {
-    matches!(
-        c,
-        '\n' | '\r'
-            | '\x0b'
-            | '\x0c'
-            | '\x1c'
-            | '\x1d'
-            | '\x1e'
-            | '\u{85}'
-            | '\u{2028}'
-            | '\u{2029}'
-    )
-}
-
-/// True for CPython's `str.isspace()` characters: Unicode `White_Space` (what Rust's
-/// `char::is_whitespace` tests) plus the separators `\x1c`-`\x1f`.
-pub fn is_py_space(c: char) -> bool {
-    c.is_whitespace() || ('\x1c'..='\x1f').contains(&c)
-}
-
-/// CPython's `str.strip()` without an argument.
-pub fn py_strip(s: &str) -> &str {
-    s.trim_matches(is_py_space)
-}
-
-/// CPython's `str.splitlines()` (without `keepends`): the lines without their breaks, and no
-/// trailing empty line after a final break.
-pub fn splitlines(s: &str) -> Vec<&str> {
-    let mut lines = Vec::new();
-    let mut start = 0;
-    let mut chars = s.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        if !is_line_break(c) {
-            continue;
-        }
-        lines.push(&s[start..i]);
-        let mut end = i + c.len_utf8();
-        if c == '\r' {
-            if let Some(&(j, '\n')) = chars.peek() {
-                chars.next();
-                end = j + 1;
-            }
-        }
-        start = end;
-    }
-    if start < s.len() {
-        lines.push(&s[start..]);
-    }
-    lines
-}
+pub use crate::pystr::{is_line_break, is_space as is_py_space, splitlines, strip as py_strip};
 
 /// The commitment texts of a reply (FORMATS.md §3.1), by the one marker rule [`parse`] uses:
 /// for every line that starts, after optional indentation and case-sensitively, with

@@ -123,16 +123,10 @@ fn parse_object_or_empty(content: &str) -> Result<Option<Map<String, Value>>, ()
     parse_object(if content.is_empty() { "{}" } else { content })
 }
 
-/// Python truthiness of an optional JSON value, for the reference's `if not x` checks.
+/// Python truthiness of an optional JSON value, for the reference's `if not x` checks (an
+/// absent key is falsy): [`crate::pystr::truthy`].
 fn truthy(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::Object(o)) => !o.is_empty(),
-    }
+    v.is_some_and(crate::pystr::truthy)
 }
 
 /// A non-empty string field, or `None`.
@@ -170,9 +164,7 @@ fn python_int(v: Option<&Value>) -> Option<i64> {
 }
 
 /// Python's `str.isspace` (FORMATS.md §1.11).
-fn py_isspace(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
+use crate::pystr::is_space as py_isspace;
 
 impl ConceptGraph {
     /// Folds one event. Events with an id at or below the last folded one are ignored, so

@@ -256,15 +256,8 @@ pub struct RsmDiff {
     pub gaps_resolved: Vec<String>,
 }
 
-/// Python's `str.isspace` (FORMATS.md §1.11): Rust's whitespace plus U+001C..U+001F.
-fn py_isspace(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-/// Python's `str.strip()` with no argument.
-fn py_strip(s: &str) -> &str {
-    s.trim_matches(py_isspace)
-}
+// Python's `str.isspace`/`strip` (FORMATS.md §1.11): the one definition, in `pystr`.
+use crate::pystr::strip as py_strip;
 
 /// Python's `haystack.count(needle)` for a non-empty needle: non-overlapping, left to right.
 /// Matching UTF-8 bytes gives the same count as matching code points.
