@@ -56,7 +56,7 @@ pub enum Error {
     /// therefore rolled back; the program records the `violation` (turning this into
     /// [`Error::PolicyViolation`]) once the transaction is gone.
     #[error("policy forbids actor '{}' writing '{}'; nothing of this write was committed", .0.actor, .0.kind)]
-    Refused(Box<crate::store::Violation>),
+    Refused(Box<Violation>),
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
@@ -106,6 +106,32 @@ impl Error {
         Error::Io {
             path: path.into(),
             source,
+        }
+    }
+}
+
+/// A write the policy refused: who tried to write what, and whether the policy was unreadable.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// The actor (`meta.source` or `unknown`).
+    pub actor: String,
+    /// The kind it tried to write.
+    pub kind: String,
+    /// Set when the refusal is fail-closed: the policy could not be read (event id, why).
+    pub unreadable: Option<(i64, String)>,
+    /// Set when the content was refused whoever wrote it: a `config` value out of the range
+    /// the runtime accepts (see [`crate::event::config`]).
+    pub reason: Option<String>,
+}
+
+impl Violation {
+    pub(crate) fn into_error(self, violation_id: i64) -> Error {
+        Error::PolicyViolation {
+            actor: self.actor,
+            kind: self.kind,
+            violation_id,
+            unreadable: self.unreadable.is_some(),
+            reason: self.reason,
         }
     }
 }

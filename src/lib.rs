@@ -4,11 +4,15 @@
 //! one SQLite file. This library holds everything the `pmm-*` programs do; each program's `main`
 //! is a few lines of wiring over [`cmd`].
 //!
-//! Layers, bottom up: [`canon`] (CPython-compatible canonical JSON, the only place hashed bytes
-//! are made) and [`event`] (pure data); [`chain`] (digests and verification); [`store`] (the
-//! only SQL) and [`interchange`] (import/export formats) at the edges; [`cli`] and [`cmd`] on
-//! top, the only code that touches clap, stdio or exit codes.
+//! Layers, bottom up (docs/architecture.md has the table, which a test checks against the
+//! code): [`canon`] (CPython-compatible canonical JSON, the only place hashed bytes are made),
+//! [`pystr`], [`formats`] and [`event`] (pure data); [`chain`] (digests and verification) and
+//! [`marker`]; [`projection`] (the folds); [`store`] (the only SQL) and [`llm`] (the only
+//! network) at the edges; [`claim`], [`recall`], [`context`] and [`interchange`]; [`turn`],
+//! [`kernel`] and [`audit`]; [`cli`] and [`cmd`] on top, the only code that touches clap,
+//! stdio or exit codes.
 
+pub mod audit;
 pub mod canon;
 pub mod chain;
 pub mod claim;
@@ -17,6 +21,7 @@ pub mod cmd;
 pub mod context;
 pub mod error;
 pub mod event;
+pub mod formats;
 pub mod interchange;
 pub mod kernel;
 pub mod lines;

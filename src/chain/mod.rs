@@ -12,7 +12,6 @@
 
 mod verify;
 
-pub mod deep;
 pub mod root;
 
 pub use verify::{compute, Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};

@@ -1,6 +1,6 @@
 //! `pmm-verify`: verify a ledger or an export.
 
-use crate::chain::deep::{DeepChecker, SelfModel};
+use crate::audit::deep::{DeepChecker, SelfModel};
 use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
@@ -291,7 +291,7 @@ pub fn verify_input(
         .and_then(|c| serde_json::to_value(c).ok())
         .map(|mut d| {
             // Say exactly what was recomputed and what was not (and why), not just counts.
-            use crate::chain::deep::{KINDS_CHECKED, KINDS_NOT_CHECKED};
+            use crate::audit::deep::{KINDS_CHECKED, KINDS_NOT_CHECKED};
             let list = |l: &[(&str, &str)]| {
                 Value::Object(
                     l.iter()

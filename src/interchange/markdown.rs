@@ -89,9 +89,9 @@ impl<W: Write> Sink for MarkdownWriter<W> {
             "generation_failure" => py_strip(field("error").unwrap_or(&ev.content)).to_string(),
             kind => visible_text(&ev.content, kind == "assistant_message"),
         };
-        if field("finish_reason").is_some_and(crate::llm::is_truncation) {
+        if field("finish_reason").is_some_and(crate::formats::reply::is_truncation) {
             text.push_str(if text.is_empty() { "" } else { "\n" });
-            text.push_str(crate::turn::TRUNCATED);
+            text.push_str(crate::formats::reply::TRUNCATED);
         }
         let fence = "`".repeat((longest_backtick_run(&text) + 1).max(3));
         let b = &mut self.buf;

@@ -20,7 +20,8 @@
 //!
 //! [`tick`] writes a decision, with everything it implies, in one transaction.
 
-pub mod slot;
+/// Slots and slot ids: a derivation format, defined below every layer that reads it.
+pub use crate::formats::slot;
 pub mod tick;
 
 use crate::projection::autonomy::KernelReflection;

@@ -128,11 +128,7 @@ impl Reply {
     }
 }
 
-/// True for a finish reason that means "cut by a token limit" (Ollama and OpenAI say
-/// `length`; some servers say `max_tokens`).
-pub fn is_truncation(reason: &str) -> bool {
-    matches!(reason, "length" | "max_tokens" | "max_output_tokens")
-}
+pub use crate::formats::reply::is_truncation;
 
 /// Which provider answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

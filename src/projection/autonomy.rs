@@ -160,7 +160,7 @@ impl AutonomyLog {
                         let interval = meta_of(ev)
                             .get("interval")
                             .and_then(Value::as_i64)
-                            .unwrap_or(crate::kernel::slot::INTERVAL_SECS);
+                            .unwrap_or(crate::formats::slot::INTERVAL_SECS);
                         let max = self.max_slot.entry(interval).or_insert(slot);
                         *max = (*max).max(slot);
                     }

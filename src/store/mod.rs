@@ -999,31 +999,7 @@ pub(crate) fn map_err(e: rusqlite::Error, path: &Path, busy_ms: u64) -> Error {
     Error::Db(e)
 }
 
-/// A write the policy refused: who tried to write what, and whether the policy was unreadable.
-#[derive(Debug, Clone)]
-pub struct Violation {
-    /// The actor (`meta.source` or `unknown`).
-    pub actor: String,
-    /// The kind it tried to write.
-    pub kind: String,
-    /// Set when the refusal is fail-closed: the policy could not be read (event id, why).
-    pub unreadable: Option<(i64, String)>,
-    /// Set when the content was refused whoever wrote it: a `config` value out of the range
-    /// the runtime accepts (see [`crate::event::config`]).
-    pub reason: Option<String>,
-}
-
-impl Violation {
-    fn into_error(self, violation_id: i64) -> Error {
-        Error::PolicyViolation {
-            actor: self.actor,
-            kind: self.kind,
-            violation_id,
-            unreadable: self.unreadable.is_some(),
-            reason: self.reason,
-        }
-    }
-}
+pub use crate::error::Violation;
 
 /// Why a batch append did not happen.
 #[derive(Debug)]

@@ -74,8 +74,7 @@ impl Default for Options {
     }
 }
 
-/// What the text output shows after a reply cut by a token limit.
-pub const TRUNCATED: &str = "[truncated]";
+pub use crate::formats::reply::TRUNCATED;
 
 /// What a turn did.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! tampered copy gives exactly the mismatches that were planted.
 
 use crate::harness::{fixture_path, GPT_LEDGER};
-use pmm::chain::deep::{DeepChecker, DeepCounts};
+use pmm::audit::deep::{DeepChecker, DeepCounts};
 use pmm::chain::{Finding, Problem};
 use pmm::event::Event;
 use pmm::interchange::{self, Input, Item};

@@ -4,6 +4,7 @@
 mod harness;
 mod stub;
 
+mod architecture;
 mod bad_input;
 mod canon;
 mod concurrency;

@@ -26,7 +26,7 @@
 //!
 //! The last row is a hook ([`SelfModel`]): the RSM projection lives elsewhere and plugs in.
 //!
-//! [`DeepChecker`] is a streaming fold like [`super::Verifier`]: feed it the events in ledger
+//! [`DeepChecker`] is a streaming fold like [`crate::chain::Verifier`]: feed it the events in ledger
 //! order and memory stays bounded whatever the ledger size. It keeps
 //! - the texts of the most recent events an embedding may name (user and assistant messages,
 //!   lifetime-memory chunks), up to [`TEXT_WINDOW_EVENTS`] of them and [`TEXT_WINDOW_BYTES`];
@@ -39,12 +39,12 @@
 //! of a distant prefix — is deferred, and settled by a second pass over the same input
 //! ([`DeepChecker::second_pass`]), exactly as the chain verifier settles far-pointing links.
 
-use super::root::{RootHasher, RootSnapshot};
-use super::{Digest, Finding, Problem};
 use crate::canon;
+use crate::chain::root::{RootHasher, RootSnapshot};
+use crate::chain::{Digest, Finding, Problem};
 use crate::context::{embed, retrieval};
 use crate::event::Event;
-use crate::kernel::slot;
+use crate::formats::slot;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -974,7 +974,7 @@ impl DeepChecker {
 
     /// Closes the run and returns the counts. Checks still deferred (no second pass was made)
     /// count as unresolved. Call [`DeepChecker::settle`] first if there was a second pass.
-    /// `out` mirrors [`super::Verifier::finish`]: nothing is reported here today, but checks
+    /// `out` mirrors [`crate::chain::Verifier::finish`]: nothing is reported here today, but checks
     /// that can only conclude at the end (the self-model's, perhaps) will report through it.
     pub fn finish(mut self) -> DeepCounts {
         self.counts.unresolved += (self.pending_embeddings.len() + self.pending_roots.len()) as u64;
@@ -1107,7 +1107,7 @@ mod tests {
     #[test]
     fn a_consistent_ledger_has_no_mismatch() {
         let base = sample();
-        let root = super::super::root::root_hash(base.iter().map(|e| e.hash.as_deref()));
+        let root = crate::chain::root::root_hash(base.iter().map(|e| e.hash.as_deref()));
         let events = with_manifest(base, 9, &root.to_string());
         let (f, counts) = run(&events);
         assert!(f.is_empty(), "{f:?}");
@@ -1197,7 +1197,7 @@ mod tests {
             .collect();
         items.push(("test_event", "last".into(), "{}"));
         let base = ledger(&items);
-        let root = super::super::root::root_hash(base[..3].iter().map(|e| e.hash.as_deref()));
+        let root = crate::chain::root::root_hash(base[..3].iter().map(|e| e.hash.as_deref()));
         let events = with_manifest(base, 3, &root.to_string());
         let mut c = DeepChecker::new();
         let mut out = Vec::new();

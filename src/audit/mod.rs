@@ -1,0 +1,5 @@
+//! Checks that recompute across layers: deep verification recomputes every derived event from
+//! its inputs with the same library functions the writers use (the turn's, the kernel's, the
+//! projections'), so it sits above all of them, and nothing below imports it.
+
+pub mod deep;

@@ -1,0 +1,127 @@
+//! The module table of docs/architecture.md is the real dependency graph: recomputed here from
+//! the sources (every `crate::<module>` a module's code names, outside comments and tests), it
+//! must match the table, and no module may use one of a higher layer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Same-layer uses the table allows (and says why).
+const SAME_LAYER: [(&str, &str); 2] = [("context", "recall"), ("kernel", "turn")];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The crate's top-level modules: `src/<name>/` and `src/<name>.rs` (not `lib.rs`).
+fn modules() -> BTreeSet<String> {
+    std::fs::read_dir(src())
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                Some(name)
+            } else {
+                name.strip_suffix(".rs")
+                    .filter(|n| *n != "lib")
+                    .map(str::to_string)
+            }
+        })
+        .collect()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs")
+            && p.file_name().is_some_and(|n| n != "tests.rs")
+        {
+            out.push(p);
+        }
+    }
+}
+
+/// What module `m`'s code uses: `crate::<other module>` outside comments and `#[cfg(test)]`.
+fn uses(m: &str, all: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut files = Vec::new();
+    let dir = src().join(m);
+    if dir.is_dir() {
+        rust_files(&dir, &mut files);
+    } else {
+        files.push(src().join(format!("{m}.rs")));
+    }
+    let mut found = BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for line in code.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
+            for (i, _) in line.match_indices("crate::") {
+                let name: String = line[i + 7..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if name != m && all.contains(&name) {
+                    found.insert(name);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The table: module → (layer, what it depends on).
+fn table() -> BTreeMap<String, (u32, BTreeSet<String>)> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md"))
+            .unwrap();
+    let mut rows = BTreeMap::new();
+    for line in doc.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        if cells.len() != 4 {
+            continue;
+        }
+        let Ok(layer) = cells[1].parse::<u32>() else {
+            continue;
+        };
+        let name = cells[0].trim_matches('`').to_string();
+        let deps = cells[3]
+            .split(',')
+            .map(|d| d.trim().trim_matches('`').to_string())
+            .filter(|d| !d.is_empty() && d != "—")
+            .collect();
+        rows.insert(name, (layer, deps));
+    }
+    rows
+}
+
+#[test]
+fn the_architecture_table_is_the_real_dependency_graph() {
+    let all = modules();
+    let table = table();
+    let listed: BTreeSet<String> = table.keys().cloned().collect();
+    assert_eq!(
+        listed, all,
+        "docs/architecture.md must list every module of src/"
+    );
+    let mut wrong = Vec::new();
+    for m in &all {
+        let real = uses(m, &all);
+        let (layer, said) = &table[m];
+        if &real != said {
+            wrong.push(format!(
+                "{m}: the code uses {real:?}, the table says {said:?}"
+            ));
+        }
+        for d in &real {
+            let dl = table[d].0;
+            let allowed =
+                dl < *layer || (dl == *layer && SAME_LAYER.contains(&(m.as_str(), d.as_str())));
+            if !allowed {
+                wrong.push(format!("{m} (layer {layer}) uses {d} (layer {dl})"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
