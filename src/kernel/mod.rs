@@ -200,26 +200,19 @@ fn auto_closes(view: &View, th: &Thresholds) -> Vec<AutoClose> {
     out
 }
 
-/// Decides what the tick for `slot` does on a ledger seen through `view` (see the module
-/// docs for the rules).
-pub fn decide(view: &View, th: &Thresholds, slot: &Slot) -> Decision {
-    let _ = slot;
+/// Decides what a tick does on a ledger seen through `view` (see the module docs for the
+/// rules), with the thresholds `th` in force.
+pub fn decide(view: &View, th: &Thresholds) -> Decision {
     let auto_close = auto_closes(view, th);
     let open: Vec<&OpenCommitment> = view
         .open
         .iter()
         .filter(|c| !auto_close.iter().any(|a| a.cid == c.cid))
         .collect();
-    let mut stalled: Vec<(&OpenCommitment, i64)> = open
-        .iter()
-        .filter(|c| c.origin != "autonomy_kernel")
-        .map(|c| (*c, view.head - c.opened_at))
-        .filter(|(_, age)| th.commitment_staleness > 0 && *age >= th.commitment_staleness)
-        .collect();
-    stalled.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cid.cmp(&b.0.cid)));
+    let stalled = stalled(view, th, &open);
+    let mut stalled_cids: Vec<String> = stalled.iter().map(|(c, _)| c.cid.clone()).collect();
+    stalled_cids.sort();
     let last_ref = view.last_kernel_reflection.as_ref();
-    let ref_id = last_ref.map(|r| r.id);
-
     let idle = |reasoning: String, evidence: Vec<i64>| Decision {
         decision: Action::Idle,
         reasoning,
@@ -227,68 +220,21 @@ pub fn decide(view: &View, th: &Thresholds, slot: &Slot) -> Decision {
         auto_close: auto_close.clone(),
         reflection: None,
     };
-
     // Rule 1.
     let Some(turn) = view.last_metrics_turn else {
         return idle("no metrics_turn recorded yet".into(), Vec::new());
     };
-    let mut stalled_cids: Vec<String> = stalled.iter().map(|(c, _)| c.cid.clone()).collect();
-    stalled_cids.sort();
     // A reflection now would repeat the previous one: nothing changed since it, nothing is
     // being closed, and the same commitments are stalled. Reflect rules then do not apply.
     let repeat = last_ref.is_some_and(|prev| {
         view.changes.is_empty() && auto_close.is_empty() && prev.stalled == stalled_cids
     });
-    let mut skipped: Option<String> = None;
-    let since_ref = ref_id.map(|r| view.head - r);
-    let since_summary = view.head - view.last_summary.unwrap_or(0);
-    let mut review = false;
-    let mut chosen: Option<(Action, String, Vec<i64>)> = None;
-    // Rule 2.
-    if ref_id.is_none_or(|r| r < turn) {
-        let why = match ref_id {
-            None => "no autonomous reflection recorded yet".to_string(),
-            Some(_) => format!("no autonomous reflection since the latest metrics_turn ({turn})"),
-        };
-        chosen = Some((Action::Reflect, why, vec![turn]));
-    }
-    // Rule 3.
-    if chosen.is_none() {
-        if let Some(n) = since_ref.filter(|n| *n >= th.reflection_interval) {
-            let why = format!("reflection_interval reached ({n})");
-            if repeat {
-                skipped.get_or_insert(why);
-            } else {
-                chosen = Some((Action::Reflect, why, vec![view.head]));
-            }
-        }
-    }
-    // Rule 4.
-    if chosen.is_none()
-        && since_summary >= th.summary_interval
-        && ref_id.is_some_and(|r| r > view.last_summary.unwrap_or(0))
-    {
-        let why = format!("summary_interval reached ({since_summary})");
-        chosen = Some((Action::Summarize, why, vec![view.head]));
-    }
-    // Rule 5.
-    if chosen.is_none() {
-        if let Some((primary, _)) = stalled.first() {
-            let why = format!(
-                "{} stalled commitments (age \u{2265} {} events); prioritizing {}",
-                stalled.len(),
-                th.commitment_staleness,
-                primary.cid
-            );
-            if repeat {
-                skipped.get_or_insert(why);
-            } else {
-                review = true;
-                chosen = Some((Action::Reflect, why, vec![primary.opened_at]));
-            }
-        }
-    }
-    // Rule 6.
+    // Rules 2 to 5; rule 6 (idle) when none applies.
+    let Choice {
+        chosen,
+        skipped,
+        review,
+    } = choose(view, th, turn, &stalled, repeat);
     let Some((action, reasoning, evidence)) = chosen else {
         return match (skipped, last_ref) {
             (Some(why), Some(prev)) => idle(
@@ -301,18 +247,116 @@ pub fn decide(view: &View, th: &Thresholds, slot: &Slot) -> Decision {
             _ => idle("no autonomous action needed".into(), Vec::new()),
         };
     };
-    if action != Action::Reflect {
-        return Decision {
-            decision: action,
-            reasoning,
-            evidence,
-            auto_close,
-            reflection: None,
-        };
+    let reflection = (action == Action::Reflect).then(|| {
+        let stalled_now = !stalled.is_empty();
+        kernel_reflection(view, &open, stalled_cids, stalled_now, &auto_close, review)
+    });
+    Decision {
+        decision: action,
+        reasoning,
+        evidence,
+        auto_close,
+        reflection,
     }
+}
 
-    // The reflection: the reference's shape (FORMATS.md §8.5), counting what is true now.
-    let stale = i64::from(!stalled.is_empty());
+/// The open commitments (not being auto-closed, not the kernel's own) at least
+/// `commitment_staleness` events old, with their ages, oldest first.
+fn stalled<'v>(
+    view: &View,
+    th: &Thresholds,
+    open: &[&'v OpenCommitment],
+) -> Vec<(&'v OpenCommitment, i64)> {
+    let mut stalled: Vec<(&OpenCommitment, i64)> = open
+        .iter()
+        .filter(|c| c.origin != "autonomy_kernel")
+        .map(|c| (*c, view.head - c.opened_at))
+        .filter(|(_, age)| th.commitment_staleness > 0 && *age >= th.commitment_staleness)
+        .collect();
+    stalled.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cid.cmp(&b.0.cid)));
+    stalled
+}
+
+/// What rules 2 to 5 chose: the action with its reasoning and evidence, or none; the reason
+/// of a reflect rule that applied but was skipped as a repeat; whether it is a review.
+struct Choice {
+    chosen: Option<(Action, String, Vec<i64>)>,
+    skipped: Option<String>,
+    review: bool,
+}
+
+/// Rules 2 to 5, in order; the first that applies wins.
+fn choose(
+    view: &View,
+    th: &Thresholds,
+    turn: i64,
+    stalled: &[(&OpenCommitment, i64)],
+    repeat: bool,
+) -> Choice {
+    let ref_id = view.last_kernel_reflection.as_ref().map(|r| r.id);
+    let mut c = Choice {
+        chosen: None,
+        skipped: None,
+        review: false,
+    };
+    // Rule 2.
+    if ref_id.is_none_or(|r| r < turn) {
+        let why = match ref_id {
+            None => "no autonomous reflection recorded yet".to_string(),
+            Some(_) => format!("no autonomous reflection since the latest metrics_turn ({turn})"),
+        };
+        c.chosen = Some((Action::Reflect, why, vec![turn]));
+        return c;
+    }
+    // Rule 3.
+    if let Some(n) = ref_id
+        .map(|r| view.head - r)
+        .filter(|n| *n >= th.reflection_interval)
+    {
+        let why = format!("reflection_interval reached ({n})");
+        if !repeat {
+            c.chosen = Some((Action::Reflect, why, vec![view.head]));
+            return c;
+        }
+        c.skipped.get_or_insert(why);
+    }
+    // Rule 4.
+    let since_summary = view.head - view.last_summary.unwrap_or(0);
+    if since_summary >= th.summary_interval
+        && ref_id.is_some_and(|r| r > view.last_summary.unwrap_or(0))
+    {
+        let why = format!("summary_interval reached ({since_summary})");
+        c.chosen = Some((Action::Summarize, why, vec![view.head]));
+        return c;
+    }
+    // Rule 5.
+    if let Some((primary, _)) = stalled.first() {
+        let why = format!(
+            "{} stalled commitments (age \u{2265} {} events); prioritizing {}",
+            stalled.len(),
+            th.commitment_staleness,
+            primary.cid
+        );
+        if repeat {
+            c.skipped.get_or_insert(why);
+        } else {
+            c.review = true;
+            c.chosen = Some((Action::Reflect, why, vec![primary.opened_at]));
+        }
+    }
+    c
+}
+
+/// The kernel reflection: the reference's shape (FORMATS.md §8.5), counting what is true now.
+fn kernel_reflection(
+    view: &View,
+    open: &[&OpenCommitment],
+    stalled_cids: Vec<String>,
+    stalled_now: bool,
+    auto_close: &[AutoClose],
+    review: bool,
+) -> Value {
+    let stale = i64::from(stalled_now);
     let intent = if review {
         "commitment_review".to_string()
     } else {
@@ -326,6 +370,7 @@ pub fn decide(view: &View, th: &Thresholds, slot: &Slot) -> Decision {
             .map_or("ledger", |(k, _)| k.as_str());
         format!("{dominant}_analysis")
     };
+    let ref_id = view.last_kernel_reflection.as_ref().map(|r| r.id);
     let mut m = Map::new();
     m.insert("action".into(), "maintain".into());
     if !auto_close.is_empty() {
@@ -360,13 +405,7 @@ pub fn decide(view: &View, th: &Thresholds, slot: &Slot) -> Decision {
     );
     m.insert("stale".into(), stale.into());
     m.insert("stalled".into(), stalled_cids.into());
-    Decision {
-        decision: Action::Reflect,
-        reasoning,
-        evidence,
-        auto_close,
-        reflection: Some(Value::Object(m)),
-    }
+    Value::Object(m)
 }
 
 #[cfg(test)]

@@ -4,10 +4,6 @@ fn th() -> Thresholds {
     Thresholds::default()
 }
 
-fn slot() -> Slot {
-    Slot::new(100, 10)
-}
-
 fn open(cid: &str, at: i64) -> OpenCommitment {
     OpenCommitment {
         cid: cid.into(),
@@ -35,7 +31,7 @@ fn rule_1_no_turn_yet_is_idle() {
         head: 5,
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Idle);
     assert_eq!(d.reasoning, "no metrics_turn recorded yet");
     assert!(d.evidence.is_empty());
@@ -53,7 +49,7 @@ fn rule_2_a_turn_without_a_kernel_reflection_after_it_reflects() {
         ]),
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Reflect);
     assert_eq!(d.reasoning, "no autonomous reflection recorded yet");
     assert_eq!(d.evidence, vec![15]);
@@ -63,7 +59,7 @@ fn rule_2_a_turn_without_a_kernel_reflection_after_it_reflects() {
     assert_eq!(r["since_event"], Value::Null);
 
     v.last_kernel_reflection = kernel_ref(10, &[]);
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Reflect);
     assert_eq!(
         d.reasoning,
@@ -80,14 +76,14 @@ fn rule_3_the_reflection_interval_reflects() {
         changes: changes(&[("claim", 2), ("commitment_open", 2)]),
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Reflect);
     assert_eq!(d.reasoning, "reflection_interval reached (10)");
     assert_eq!(d.evidence, vec![30]);
     // Ties go to the kind seen first.
     assert_eq!(d.reflection.unwrap()["intent"], "claim_analysis");
     let v = View { head: 29, ..v };
-    assert_eq!(decide(&v, &th(), &slot()).decision, Action::Idle);
+    assert_eq!(decide(&v, &th()).decision, Action::Idle);
 }
 
 #[test]
@@ -98,7 +94,7 @@ fn a_reflect_that_would_repeat_the_previous_one_is_idle() {
         last_kernel_reflection: kernel_ref(20, &[]),
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Idle);
     assert_eq!(
         d.reasoning,
@@ -117,7 +113,7 @@ fn rule_4_the_summary_interval_summarizes_after_a_kernel_reflection() {
         last_summary: Some(50),
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Summarize);
     assert_eq!(d.reasoning, "summary_interval reached (55)");
     // Without a kernel reflection since the summary, no summary.
@@ -127,7 +123,7 @@ fn rule_4_the_summary_interval_summarizes_after_a_kernel_reflection() {
         head: 105,
         ..v
     };
-    assert_eq!(decide(&v, &th(), &slot()).decision, Action::Idle);
+    assert_eq!(decide(&v, &th()).decision, Action::Idle);
 }
 
 #[test]
@@ -140,7 +136,7 @@ fn rule_5_a_stalled_commitment_is_reviewed_once() {
         open: vec![open("aaaa0001", 40)],
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Reflect);
     assert_eq!(
         d.reasoning,
@@ -154,7 +150,7 @@ fn rule_5_a_stalled_commitment_is_reviewed_once() {
     assert_eq!(r["outcome"], "1 open, stale=1");
     // Once reviewed, the same stalled set with nothing new is not reviewed again.
     v.last_kernel_reflection = kernel_ref(59, &["aaaa0001"]);
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Idle);
     assert!(d
         .reasoning
@@ -162,10 +158,7 @@ fn rule_5_a_stalled_commitment_is_reviewed_once() {
     // The kernel's own goals are not reviewed.
     v.open[0].origin = "autonomy_kernel".into();
     v.last_kernel_reflection = kernel_ref(55, &[]);
-    assert_eq!(
-        decide(&v, &th(), &slot()).reasoning,
-        "no autonomous action needed"
-    );
+    assert_eq!(decide(&v, &th()).reasoning, "no autonomous action needed");
 }
 
 #[test]
@@ -177,7 +170,7 @@ fn rule_6_otherwise_idle() {
         last_summary: Some(58),
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Idle);
     assert_eq!(d.reasoning, "no autonomous action needed");
 }
@@ -190,7 +183,7 @@ fn auto_close_needs_two_open_and_leaves_the_newest() {
         ..View::default()
     };
     // One open commitment, however old, stays open.
-    assert!(decide(&v, &th(), &slot()).auto_close.is_empty());
+    assert!(decide(&v, &th()).auto_close.is_empty());
     v.open = vec![
         open("b", 20),
         open("a", 10),
@@ -198,7 +191,7 @@ fn auto_close_needs_two_open_and_leaves_the_newest() {
         open("newest", 90),
     ];
     v.open.sort_by_key(|c| c.opened_at);
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     let closed: Vec<(&str, i64)> = d
         .auto_close
         .iter()
@@ -207,12 +200,12 @@ fn auto_close_needs_two_open_and_leaves_the_newest() {
     assert_eq!(closed, vec![("a", 90), ("b", 80)]);
     // Even the newest open commitment past the threshold stays.
     v.open = vec![open("a", 10), open("b", 20)];
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.auto_close.len(), 1);
     assert_eq!(d.auto_close[0].cid, "a");
     // Exec-bound commitments are exempt.
     v.open[0].exec_bound = true;
-    assert!(decide(&v, &th(), &slot()).auto_close.is_empty());
+    assert!(decide(&v, &th()).auto_close.is_empty());
 }
 
 #[test]
@@ -225,12 +218,12 @@ fn auto_closed_commitments_are_neither_stalled_nor_counted() {
         open: vec![open("a", 10), open("b", 85)],
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.auto_close.len(), 1);
     // `b` is not stalled (15 < 20): nothing to review; the close alone is not a reflection.
     assert_eq!(d.decision, Action::Idle);
     let v = View { head: 106, ..v };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Reflect);
     let r = d.reflection.unwrap();
     assert_eq!(r["auto_closed"], json!(["a"]));
@@ -247,12 +240,12 @@ fn thresholds_change_the_rules() {
         changes: changes(&[("claim", 1)]),
         ..View::default()
     };
-    assert_eq!(decide(&v, &th(), &slot()).decision, Action::Idle);
+    assert_eq!(decide(&v, &th()).decision, Action::Idle);
     let t = Thresholds {
         reflection_interval: 5,
         ..th()
     };
-    assert_eq!(decide(&v, &t, &slot()).decision, Action::Reflect);
+    assert_eq!(decide(&v, &t).decision, Action::Reflect);
 }
 
 #[test]
@@ -275,7 +268,7 @@ fn a_repeated_reflect_gives_way_to_a_due_summary() {
         last_summary: Some(50),
         ..View::default()
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Summarize);
     assert_eq!(d.reasoning, "summary_interval reached (110)");
     // After the summary (not itself a change), nothing is due until something happens.
@@ -284,7 +277,7 @@ fn a_repeated_reflect_gives_way_to_a_due_summary() {
         last_summary: Some(161),
         ..v
     };
-    let d = decide(&v, &th(), &slot());
+    let d = decide(&v, &th());
     assert_eq!(d.decision, Action::Idle);
     assert_eq!(
         d.reasoning,

@@ -117,7 +117,7 @@ fn slot_meta(slot: &Slot, pairs: &[(&str, Value)]) -> Map<String, Value> {
 pub fn dry_run(ledger: &Ledger, slot: &Slot) -> crate::Result<(Decision, Option<i64>)> {
     let p = store::project(ledger, None, true)?.projections;
     let already = stimulus_for(ledger, &p, slot)?;
-    Ok((decide(&View::of(&p), &p.mirror.thresholds, slot), already))
+    Ok((decide(&View::of(&p), &p.mirror.thresholds), already))
 }
 
 /// `sha256(C([{"content","kind","meta"}, …]))` of the newest changes (the reference's
@@ -157,7 +157,7 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
         });
     }
     let th = p.mirror.thresholds.clone();
-    let decision = decide(&View::of(&p), &th, slot);
+    let decision = decide(&View::of(&p), &th);
     ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
 
     let stimulus = format!(
