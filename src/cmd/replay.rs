@@ -128,7 +128,7 @@ fn narrate_line(ev: &Event) -> String {
     )
 }
 
-/// Runs `pmm-replay`.
+/// Runs `pmm-replay`: one of its modes.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     for k in &args.kind {
         crate::event::check_kind(k).map_err(|e| Error::bad_input(Some("--kind".into()), e))?;
@@ -137,67 +137,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut out = Out::new();
     let last = ledger.max_id()?;
     if args.state {
-        if let Some(at) = args.at {
-            if at < 1 || at > last {
-                return Err(Error::bad_input(
-                    Some("--at".into()),
-                    format!("event {at} is not in the ledger (events 1..{last})"),
-                )
-                .into());
-            }
-        }
-        let projected = project(&ledger, args.at, true)?;
-        out.with_writer(|w| {
-            projected.projections.state_record().write_json(w)?;
-            w.write_all(b"\n")
-        })?;
-        out.flush()?;
-        if projected.folded >= CHECKPOINT_EVERY {
-            save_reader_checkpoint(&args.ledger.path(), &projected.projections);
-        }
-        return Ok(Outcome::Success);
+        return state(&args, &ledger, last, &mut out);
     }
     if let Some(ab) = &args.diff {
-        for &id in ab {
-            if id < 1 || id > last {
-                return Err(Error::bad_input(
-                    Some("--diff".into()),
-                    format!("event {id} is not in the ledger (events 1..{last})"),
-                )
-                .into());
-            }
-        }
-        let a = project(&ledger, Some(ab[0]), true)?.projections;
-        let b = project(&ledger, Some(ab[1]), true)?.projections;
-        let d = crate::projection::rsm::diff(&a.rsm, &b.rsm);
-        out.record(&serde_json::json!({
-            "type": "rsm_diff",
-            "from": ab[0],
-            "to": ab[1],
-            "tendencies_delta": d.tendencies_delta,
-            "gaps_added": d.gaps_added,
-            "gaps_resolved": d.gaps_resolved,
-        }))?;
-        out.flush()?;
-        return Ok(Outcome::Success);
+        return diff(&ledger, ab, last, &mut out);
     }
     if args.check_fast {
-        let fast = project(&ledger, None, true)?;
-        let full = project(&ledger, None, false)?;
-        let identical = fast.projections == full.projections;
-        out.record(&serde_json::json!({
-            "type": "check_fast",
-            "checkpoint_at": fast.from_checkpoint,
-            "folded_after_checkpoint": fast.folded,
-            "events": full.folded,
-            "identical": identical,
-        }))?;
-        out.flush()?;
-        return Ok(if identical {
-            Outcome::Success
-        } else {
-            Outcome::Negative
-        });
+        return check_fast(&ledger, &mut out);
     }
     let filter = Filter {
         since: args.since,
@@ -212,9 +158,94 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         out.flush()?;
         return Ok(Outcome::Success);
     }
-    let mut next = match args.tail {
+    let next = stream(&args, &ledger, &filter, last, &mut out)?;
+    if !args.follow {
+        return Ok(Outcome::Success);
+    }
+    follow(&args, &ledger, next, &mut out)
+}
+
+/// `--at` or `--diff`'s ids must be events of the ledger.
+fn in_ledger(flag: &str, id: i64, last: i64) -> anyhow::Result<()> {
+    if id < 1 || id > last {
+        return Err(Error::bad_input(
+            Some(flag.into()),
+            format!("event {id} is not in the ledger (events 1..{last})"),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// `--state [--at ID]`: the projections as one JSON line (saving a checkpoint only where a
+/// pmm writer made the cache table).
+fn state(args: &Args, ledger: &Ledger, last: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+    if let Some(at) = args.at {
+        in_ledger("--at", at, last)?;
+    }
+    let projected = project(ledger, args.at, true)?;
+    out.with_writer(|w| {
+        projected.projections.state_record().write_json(w)?;
+        w.write_all(b"\n")
+    })?;
+    out.flush()?;
+    if projected.folded >= CHECKPOINT_EVERY {
+        save_reader_checkpoint(&args.ledger.path(), &projected.projections);
+    }
+    Ok(Outcome::Success)
+}
+
+/// `--diff A B`: how the self-model changed between two events.
+fn diff(ledger: &Ledger, ab: &[i64], last: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+    for &id in ab {
+        in_ledger("--diff", id, last)?;
+    }
+    let a = project(ledger, Some(ab[0]), true)?.projections;
+    let b = project(ledger, Some(ab[1]), true)?.projections;
+    let d = crate::projection::rsm::diff(&a.rsm, &b.rsm);
+    out.record(&serde_json::json!({
+        "type": "rsm_diff",
+        "from": ab[0],
+        "to": ab[1],
+        "tendencies_delta": d.tendencies_delta,
+        "gaps_added": d.gaps_added,
+        "gaps_resolved": d.gaps_resolved,
+    }))?;
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+/// `--check-fast`: the checkpointed projections against a full rebuild (exit 1 if they differ).
+fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Outcome> {
+    let fast = project(ledger, None, true)?;
+    let full = project(ledger, None, false)?;
+    let identical = fast.projections == full.projections;
+    out.record(&serde_json::json!({
+        "type": "check_fast",
+        "checkpoint_at": fast.from_checkpoint,
+        "folded_after_checkpoint": fast.folded,
+        "events": full.folded,
+        "identical": identical,
+    }))?;
+    out.flush()?;
+    Ok(if identical {
+        Outcome::Success
+    } else {
+        Outcome::Negative
+    })
+}
+
+/// The events (all, `--tail N`, or a range), as JSON Lines; the id to follow from.
+fn stream(
+    args: &Args,
+    ledger: &Ledger,
+    filter: &Filter,
+    last: i64,
+    out: &mut Out,
+) -> anyhow::Result<i64> {
+    let next = match args.tail {
         Some(n) => {
-            let events = ledger.tail(&filter, n)?;
+            let events = ledger.tail(filter, n)?;
             for ev in &events {
                 out.event(ev)?;
             }
@@ -227,7 +258,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         None => {
             let mut seen = filter.since.unwrap_or(1).max(1) - 1;
-            ledger.scan(&filter, |ev| {
+            ledger.scan(filter, |ev| {
                 seen = ev.id;
                 out.event(&ev).map_err(|e| Error::io("<stdout>", e))?;
                 Ok(true)
@@ -236,10 +267,12 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     };
     out.flush()?;
-    if !args.follow {
-        return Ok(Outcome::Success);
-    }
-    // Follow: poll the head a few times a second (cheap: an index lookup), sleep in between.
+    Ok(next)
+}
+
+/// `--follow`: poll the head a few times a second (cheap: an index lookup), print what is new,
+/// until SIGINT/SIGTERM or a closed stdout.
+fn follow(args: &Args, ledger: &Ledger, mut next: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     let stop = crate::cli::stop_flag()?;
     while !stop.load(Ordering::Relaxed) {
         if crate::cli::stdout_closed() {
