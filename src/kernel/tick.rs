@@ -15,7 +15,7 @@ use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
 use crate::store::{self, Ledger, Reads};
 use crate::turn::{
-    append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal,
+    append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal, Sink,
 };
 use serde_json::{json, Map, Value};
 
@@ -141,13 +141,13 @@ pub fn run(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Tic
     run_inner(ledger, slot, clock).map_err(|e| record_refusal(ledger, e, clock))
 }
 
+/// The tick, step by step: look for the slot's stimulus, decide, then write the slot's
+/// events, the auto-closes, the action and the bookkeeping in one transaction.
 fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
     let rows_at_start = store::rows_read();
     let projected = store::project(&*ledger, None, true)?;
     let mut p = projected.projections;
-    let folded_before = projected.folded;
     let mut events = Vec::new();
-
     let mut batch = ledger.begin()?;
     catch_up(&batch, &mut p)?;
     if let Some(stimulus) = stimulus_for(&batch, &p, slot)? {
@@ -159,7 +159,41 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
     let th = p.mirror.thresholds.clone();
     let decision = decide(&View::of(&p), &th);
     ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
+    let mut s = Sink {
+        batch: &mut batch,
+        p: &mut p,
+        events: &mut events,
+        clock,
+    };
+    append_slot_events(&mut s, slot, &th, &decision)?;
+    append_auto_closes(&mut s, &th, &decision)?;
+    append_action(&mut s, slot, &th, &decision)?;
+    append_bookkeeping(&mut s)?;
+    if let Some(ms) = std::env::var(PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    batch.commit()?;
+    if projected.folded >= store::CHECKPOINT_EVERY / 4 {
+        store::save_projection_checkpoint(ledger.path(), &p);
+    }
+    Ok(Ticked::Done(Outcome {
+        slot: slot.clone(),
+        decision,
+        events,
+        rows_read: store::rows_read() - rows_at_start,
+    }))
+}
 
+/// The stimulus, the rule table when the thresholds changed, and the decision.
+fn append_slot_events(
+    s: &mut Sink<'_, '_>,
+    slot: &Slot,
+    th: &Thresholds,
+    decision: &Decision,
+) -> crate::Result<()> {
     let stimulus = format!(
         "{{\"slot\": {}, \"slot_id\": \"{}\"}}",
         slot.slot, slot.slot_id
@@ -171,13 +205,14 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
             ("source", "autonomy_supervisor".into()),
         ],
     );
-    let ev = new_event("autonomy_stimulus", stimulus, m)?;
-    put(&mut batch, &mut p, &mut events, ev, clock)?;
+    s.put("autonomy_stimulus", stimulus, m)?;
     let rule_table = th.rule_table_text();
-    if p.autonomy.last_rule_table.as_deref() != Some(rule_table.as_str()) {
-        let m = meta(&[("source", "autonomy_kernel".into())]);
-        let ev = new_event("autonomy_rule_table", rule_table, m)?;
-        put(&mut batch, &mut p, &mut events, ev, clock)?;
+    if s.p.autonomy.last_rule_table.as_deref() != Some(rule_table.as_str()) {
+        s.put(
+            "autonomy_rule_table",
+            rule_table,
+            meta(&[("source", "autonomy_kernel".into())]),
+        )?;
     }
     let m = slot_meta(
         slot,
@@ -188,14 +223,16 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
         ],
     );
     let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
-    put(
-        &mut batch,
-        &mut p,
-        &mut events,
-        new_event("autonomy_tick", content, m)?,
-        clock,
-    )?;
+    s.put("autonomy_tick", content, m)?;
+    Ok(())
+}
 
+/// A `commitment_close` for every stale commitment the decision closes.
+fn append_auto_closes(
+    s: &mut Sink<'_, '_>,
+    th: &Thresholds,
+    decision: &Decision,
+) -> crate::Result<()> {
     for c in &decision.auto_close {
         let m = meta(&[
             ("age", c.age.into()),
@@ -205,18 +242,26 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
             ("source", "autonomy_kernel".into()),
             ("threshold", th.commitment_auto_close.into()),
         ]);
-        let ev = new_event(
+        s.put(
             "commitment_close",
             format!("Commitment closed: {}", c.cid),
             m,
         )?;
-        put(&mut batch, &mut p, &mut events, ev, clock)?;
     }
+    Ok(())
+}
 
+/// The decided action: the kernel reflection, or a summary.
+fn append_action(
+    s: &mut Sink<'_, '_>,
+    slot: &Slot,
+    th: &Thresholds,
+    decision: &Decision,
+) -> crate::Result<()> {
     match decision.decision {
         Action::Reflect => {
             let payload = decision.reflection.clone().unwrap_or(Value::Null);
-            let delta = delta_hash(&batch, &p.autonomy.recent_changes)?;
+            let delta = delta_hash(&*s.batch, &s.p.autonomy.recent_changes)?;
             let m = meta(&[
                 (
                     "auto_close_threshold",
@@ -232,52 +277,28 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
                 ("synth", "pmm".into()),
             ]);
             let content = canon::to_string(&payload).unwrap_or_default();
-            put(
-                &mut batch,
-                &mut p,
-                &mut events,
-                new_event("reflection", content, m)?,
-                clock,
-            )?;
+            s.put("reflection", content, m)?;
         }
-        Action::Summarize => append_summary(&mut batch, &mut p, &mut events, clock, true)?,
+        Action::Summarize => append_summary(s.batch, s.p, s.events, s.clock, true)?,
         Action::Idle => {}
     }
+    Ok(())
+}
 
-    if p.autonomy.ticks_total % METRICS_EVERY == 0 {
-        let ev = new_event(
+/// `autonomy_metrics` every [`METRICS_EVERY`] ticks and the `checkpoint_manifest` when due.
+fn append_bookkeeping(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+    if s.p.autonomy.ticks_total % METRICS_EVERY == 0 {
+        let content = metrics_content(s.p);
+        s.put(
             "autonomy_metrics",
-            metrics_content(&p),
+            content,
             meta(&[("source", "autonomy_tracker".into())]),
         )?;
-        put(&mut batch, &mut p, &mut events, ev, clock)?;
     }
-    if let Some((content, m)) = manifest(&p) {
-        put(
-            &mut batch,
-            &mut p,
-            &mut events,
-            new_event("checkpoint_manifest", content, m)?,
-            clock,
-        )?;
+    if let Some((content, m)) = manifest(s.p) {
+        s.put("checkpoint_manifest", content, m)?;
     }
-
-    if let Some(ms) = std::env::var(PAUSE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
-    batch.commit()?;
-    if folded_before >= store::CHECKPOINT_EVERY / 4 {
-        store::save_projection_checkpoint(ledger.path(), &p);
-    }
-    Ok(Ticked::Done(Outcome {
-        slot: slot.clone(),
-        decision,
-        events,
-        rows_read: store::rows_read() - rows_at_start,
-    }))
+    Ok(())
 }
 
 /// The `autonomy_metrics` content (FORMATS.md §8.7), from counts rebuilt from the ledger.

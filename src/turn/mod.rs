@@ -405,17 +405,19 @@ fn run_inner(
     })
 }
 
-/// Where a stage writes: the open transaction, the projections each event is folded into as it
-/// is written (so later events see earlier ones), and the list of what was written.
-struct Sink<'s, 'b> {
-    batch: &'s mut Batch<'b>,
-    p: &'s mut Projections,
-    events: &'s mut Vec<Event>,
-    clock: &'s Clock,
+/// Where a stage writes, in a turn or a tick: the open transaction, the projections each event
+/// is folded into as it is written (so later events see earlier ones), and the list of what was
+/// written.
+pub(crate) struct Sink<'s, 'b> {
+    pub(crate) batch: &'s mut Batch<'b>,
+    pub(crate) p: &'s mut Projections,
+    pub(crate) events: &'s mut Vec<Event>,
+    pub(crate) clock: &'s Clock,
 }
 
 impl Sink<'_, '_> {
-    fn put(
+    /// Appends one event (policy checked) and folds it in.
+    pub(crate) fn put(
         &mut self,
         kind: &str,
         content: impl Into<String>,
@@ -430,7 +432,8 @@ impl Sink<'_, '_> {
         )
     }
 
-    fn head_id(&self) -> i64 {
+    /// The head as this transaction sees it.
+    pub(crate) fn head_id(&self) -> i64 {
         self.batch.head().map_or(0, |h| h.id)
     }
 }
