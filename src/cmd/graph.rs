@@ -241,6 +241,22 @@ fn tracked_kind(kind: &str) -> crate::Result<NodeKind> {
     })
 }
 
+/// The graph's statistics as one JSON line, or as `--text` lines.
+fn print_stats(s: &GraphStats, text: bool, out: &mut Out) -> std::io::Result<()> {
+    if text {
+        let mut t = format!("nodes: {}\nedges: {}\ncounts_by_kind:\n", s.nodes, s.edges);
+        for (k, n) in &s.counts_by_kind {
+            t.push_str(&format!("  {k}: {n}\n"));
+        }
+        out.raw(t.as_bytes())
+    } else {
+        out.record(&StatsLine {
+            kind: "graph_stats",
+            stats: s,
+        })
+    }
+}
+
 /// Runs `pmm-graph`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // Validate everything before reading the ledger. The query is optional to clap only so
@@ -269,38 +285,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         // The statistics need only the counting fold (a bitset of node ids, not the graph):
         // memory stays small however large the ledger.
         let s = count(&ledger, args.common.quiet)?;
-        if args.text {
-            let mut t = format!("nodes: {}\nedges: {}\ncounts_by_kind:\n", s.nodes, s.edges);
-            for (k, n) in &s.counts_by_kind {
-                t.push_str(&format!("  {k}: {n}\n"));
-            }
-            out.raw(t.as_bytes())?;
-        } else {
-            out.record(&StatsLine {
-                kind: "graph_stats",
-                stats: &s,
-            })?;
-        }
+        print_stats(&s, args.text, &mut out)?;
         out.flush()?;
         return Ok(Outcome::Success);
     }
     let graph = build(&ledger, args.common.quiet)?;
     match &query {
-        Query::Stats => {
-            let s = graph.stats();
-            if args.text {
-                let mut t = format!("nodes: {}\nedges: {}\ncounts_by_kind:\n", s.nodes, s.edges);
-                for (k, n) in &s.counts_by_kind {
-                    t.push_str(&format!("  {k}: {n}\n"));
-                }
-                out.raw(t.as_bytes())?;
-            } else {
-                out.record(&StatsLine {
-                    kind: "graph_stats",
-                    stats: &s,
-                })?;
-            }
-        }
+        // Answered above, from the counting fold alone.
+        Query::Stats => unreachable!("stats are answered before the graph is built"),
         Query::Thread { cid } | Query::Explain { cid } => {
             let explain = matches!(query, Query::Explain { .. });
             let ids = if explain {
