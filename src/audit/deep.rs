@@ -245,8 +245,8 @@ impl DeepSecondPass {
     }
 
     /// The event ids whose content the pass is looking for (for callers that can fetch events
-    /// by id instead of rereading everything, e.g. from SQLite). Feed those events with
-    /// [`DeepSecondPass::see_text`].
+    /// by id instead of rereading everything, e.g. from SQLite). Feed those events to
+    /// [`DeepSecondPass::see`].
     pub fn wanted_texts(&self) -> Vec<i64> {
         let mut v: Vec<i64> = self.texts_wanted.iter().copied().collect();
         v.sort_unstable();
