@@ -13,6 +13,8 @@
 mod verify;
 
 pub mod deep;
+pub mod merkle;
+pub mod note;
 pub mod root;
 
 pub use verify::{compute, Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};
