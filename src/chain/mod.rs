@@ -15,6 +15,7 @@ mod verify;
 pub mod deep;
 pub mod merkle;
 pub mod note;
+pub mod proof;
 pub mod root;
 
 pub use verify::{compute, Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};
