@@ -12,6 +12,9 @@
 
 mod verify;
 
+pub mod merkle;
+pub mod note;
+pub mod proof;
 pub mod root;
 
 pub use verify::{compute, Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};

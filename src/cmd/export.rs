@@ -1,5 +1,7 @@
 //! `pmm-export`: export a ledger.
 
+use crate::chain::merkle;
+use crate::chain::note::{Checkpoint, SignerKey};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
 use crate::interchange::{self, ExportContext, ExportFormat};
 use crate::outfile::OutputFile;
@@ -22,6 +24,10 @@ EXAMPLES:
     pmm-export --format csv --kind commitment_open --kind commitment_close -o commitments.csv
   The telemetry report of the reference, for events 100 to 200:
     pmm-export --format telemetry --since 100 --until 200 -o telemetry.md
+  A signing key, then a signed checkpoint of the ledger's Merkle tree (docs/verification.md):
+    VKEY=$(pmm-export --keygen agent.example/ledger --key log.key)   # prints the verifier key
+    pmm-export --checkpoint --key log.key > cp.txt
+    pmm-verify --checkpoint cp.txt --key \"$VKEY\"          # later: the ledger only grew
 
 FORMATS:
   json       the reference export: a JSON array, indent 2, raw UTF-8, meta as a string
@@ -37,6 +43,14 @@ FORMATS:
   place when complete: whole or not at all, an existing file keeps its mode, and a failed
   export leaves the old file as it was. -o may not be the ledger or its -wal, -shm or
   -journal file (by identity: symlinks and hard links too); that is refused with exit 2.
+
+CHECKPOINTS:
+  --keygen NAME --key FILE writes a new Ed25519 private key to FILE (mode 0600, never
+  printed, never in the ledger; an existing FILE is refused) in Go's note format
+  (PRIVATE+KEY+NAME+HASH+BASE64), and prints the verifier key NAME+HASH+BASE64 to give to
+  whoever checks checkpoints. --checkpoint --key FILE prints a C2SP tlog-checkpoint (origin
+  NAME, tree size, base64 root) signed as a C2SP signed note. Neither is a ledger export:
+  nothing of them is written to the ledger.
 
 EXIT STATUS:
   0  exported (a closed pipe also ends quietly with 0)
@@ -77,6 +91,15 @@ pub struct Args {
     /// Only events of this kind (repeatable)
     #[arg(long, value_name = "KIND")]
     kind: Vec<String>,
+    /// Generate a signing key named NAME into --key FILE and print its verifier key
+    #[arg(long, value_name = "NAME", requires = "key", conflicts_with_all = ["checkpoint", "format", "output"], help_heading = "Checkpoints")]
+    keygen: Option<String>,
+    /// Print a signed checkpoint of the ledger's Merkle tree (signed with --key FILE)
+    #[arg(long, requires = "key", conflicts_with_all = ["format", "output"], help_heading = "Checkpoints")]
+    checkpoint: bool,
+    /// The private key file of --keygen and --checkpoint
+    #[arg(long, value_name = "FILE", help_heading = "Checkpoints")]
+    key: Option<PathBuf>,
 }
 
 impl Program for Args {
@@ -134,6 +157,19 @@ impl From<FormatArg> for ExportFormat {
 
 /// Runs `pmm-export`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    if let (Some(name), Some(key)) = (&args.keygen, &args.key) {
+        return keygen(name, key, &args.ledger.path());
+    }
+    if let (true, Some(key)) = (args.checkpoint, &args.key) {
+        return checkpoint(key, &args.ledger.path());
+    }
+    if args.key.is_some() {
+        return Err(Error::bad_input(
+            Some("--key".into()),
+            "--key goes with --keygen or --checkpoint",
+        )
+        .into());
+    }
     let format = args
         .format
         .map(ExportFormat::from)
@@ -274,4 +310,51 @@ impl<W: Write> Write for Shared<W> {
             None => Ok(()),
         }
     }
+}
+
+/// `--keygen NAME --key FILE`: a new key from the OS's random source, written with mode 0600
+/// to a file that must not exist yet; the verifier key on stdout.
+fn keygen(name: &str, path: &Path, db: &Path) -> anyhow::Result<Outcome> {
+    use std::os::unix::fs::OpenOptionsExt;
+    crate::outfile::check_not_ledger(path, db)?;
+    let mut seed = [0u8; 32];
+    getrandom::getrandom(&mut seed)
+        .map_err(|e| anyhow::anyhow!("no random bytes from the operating system: {e}"))?;
+    let signer = SignerKey::from_seed(name, seed)
+        .map_err(|e| Error::bad_input(Some("--keygen".into()), e.to_string()))?;
+    seed.fill(0);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    file.write_all(format!("{}\n", signer.to_text()).as_bytes())
+        .and_then(|_| file.sync_all())
+        .map_err(|e| Error::io(path, e))?;
+    let mut out = io::stdout().lock();
+    writeln!(out, "{}", signer.verifier().to_text())?;
+    Ok(Outcome::Success)
+}
+
+/// `--checkpoint --key FILE`: the signed checkpoint of the ledger's tree as it is now.
+fn checkpoint(key: &Path, db: &Path) -> anyhow::Result<Outcome> {
+    let text = std::fs::read_to_string(key).map_err(|e| Error::io(key, e))?;
+    let signer = SignerKey::parse(&text)
+        .map_err(|e| Error::bad_input(Some(key.display().to_string()), e.to_string()))?;
+    let ledger = Ledger::open_reader(db)?;
+    let mut tree = ledger.tree()?;
+    let size = tree.size();
+    let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
+    let cp = Checkpoint {
+        origin: signer.name.clone(),
+        size,
+        root,
+        extensions: Vec::new(),
+    };
+    let note = signer
+        .sign(&cp.to_text())
+        .map_err(|e| Error::bad_input(None, e.to_string()))?;
+    io::stdout().lock().write_all(note.as_bytes())?;
+    Ok(Outcome::Success)
 }

@@ -1,11 +1,15 @@
 //! `pmm-verify`: verify a ledger or an export.
 
 use crate::audit::deep::{DeepChecker, SelfModel};
-use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
+use crate::chain::merkle;
+use crate::chain::note::{self, Checkpoint, NoteError, VerifierKey};
+use crate::chain::proof::{self, Hex, Proof, Trusted};
+use crate::chain::{Anchor, Digest, Finding, Problem, Summary, Verifier};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
 use crate::interchange::{self, Input, Item};
 use crate::projection::state::Projections;
+use crate::store::{Ledger, Reads};
 use crate::Error;
 use anyhow::Context;
 use serde_json::{Map, Value};
@@ -24,6 +28,12 @@ EXAMPLES:
     pmm-verify ledger.json | jq -c 'select(.problem==\"broken_link\")'
   Also recompute every derived event (cids, embeddings, digests, roots, slots, snapshots):
     pmm-verify --deep | jq -c 'select(.type==\"summary\") | .deep'
+  Prove event 42 to someone who holds only a signed checkpoint (docs/verification.md):
+    pmm-export --checkpoint --key log.key > cp.txt           # the signer, once
+    pmm-verify --prove 42 --size \"$(sed -n 2p cp.txt)\" > proof.json
+    pmm-verify --check-proof proof.json --checkpoint cp.txt --key \"$VKEY\"   # no ledger needed
+  Check that the ledger only grew since a signed checkpoint:
+    pmm-verify --checkpoint cp.txt --key \"$VKEY\"
 
 OUTPUT:
   One {\"type\":\"finding\",\"id\",\"problem\",...} line per problem: hash_mismatch, broken_link
@@ -33,10 +43,19 @@ OUTPUT:
   ledgers: what SQLite's quick_check, or integrity_check with --integrity, reports), and with --deep
   derived_mismatch (what, expected, found); then one {\"type\":\"summary\"} line per input with counts, last_id,
   last_hash, ok and sha256_full_digest (and with --deep, what was recomputed).
+  The Merkle tree (RFC 9162; leaf = SHA-256(0x00 || the event hash's 32 bytes), one per
+  event in id order) answers instead, with hashes in lowercase hex and paths in RFC 9162
+  order:
+    --root            {\"type\":\"root\",\"size\",\"root\"}
+    --prove ID        {\"type\":\"inclusion\",\"id\",\"index\",\"size\",\"leaf\",\"event_hash\",\"root\",\"path\"}
+    --consistency M N {\"type\":\"consistency\",\"from\",\"to\",\"root_from\",\"root_to\",\"path\"}
+    --check-proof F   {\"type\":\"proof_check\",\"ok\",\"proof\",\"size\",...}
+    --checkpoint F    {\"type\":\"checkpoint_check\",\"ok\",\"size\",\"root\",\"ledger_size\",...}
 
 EXIT STATUS:
-  0  every input verifies clean
-  1  findings (an input without events is one, unless --allow-empty)
+  0  every input verifies clean (a proof checks, a checkpoint matches the ledger)
+  1  findings (an input without events is one, unless --allow-empty); a proof that does
+     not check; a checkpoint whose signature, root or history does not match the ledger
   2  an input could not be read (missing, not a ledger, truncated gzip, a line longer than
      --max-line), a bad --anchor, or an --anchors-from file that holds no anchor
 
@@ -81,6 +100,39 @@ pub struct Args {
     /// table) instead of the default quick_check (page structure and records)
     #[arg(long)]
     integrity: bool,
+
+    /// Print the Merkle root of the ledger (of its first --size events)
+    #[arg(long, help_heading = "Proofs")]
+    root: bool,
+    /// Print the inclusion proof of event ID (in the tree of --size events)
+    #[arg(long, value_name = "ID", help_heading = "Proofs", value_parser = clap::value_parser!(i64).range(1..))]
+    prove: Option<i64>,
+    /// The tree size --root and --prove answer for [default: every event]
+    #[arg(long, value_name = "N", help_heading = "Proofs", value_parser = clap::value_parser!(u64))]
+    size: Option<u64>,
+    /// Print the consistency proof that the tree of M events is a prefix of the tree of N
+    #[arg(long, num_args = 2, value_names = ["M", "N"], help_heading = "Proofs", value_parser = clap::value_parser!(u64))]
+    consistency: Vec<u64>,
+    /// Check a proof record (from --root, --prove or --consistency; `-` for stdin) offline,
+    /// without a ledger, against --root-hex or a --checkpoint signed by --key
+    #[arg(long, value_name = "FILE", help_heading = "Proofs")]
+    check_proof: Option<PathBuf>,
+    /// The root hash (64 hex digits) --check-proof trusts
+    #[arg(long, value_name = "HEX", help_heading = "Proofs")]
+    root_hex: Option<String>,
+    /// A signed checkpoint (pmm-export --checkpoint): alone, check the ledger against it (the
+    /// tree of its size has its root, and the ledger only grew since); with --check-proof,
+    /// what the proof is checked against
+    #[arg(long, value_name = "FILE", help_heading = "Proofs", requires = "key")]
+    checkpoint: Option<PathBuf>,
+    /// The verifier key of the checkpoint: NAME+HASH+BASE64 (as pmm-export --keygen printed
+    /// it), or a file holding it
+    #[arg(long, value_name = "VERIFIERKEY", help_heading = "Proofs")]
+    key: Option<String>,
+    /// Rebuild the ledger's stored Merkle tree from its events (a writer: it opens the
+    /// ledger for writing) and print its root
+    #[arg(long, help_heading = "Proofs")]
+    rebuild_tree: bool,
 }
 
 /// The self-model for `--deep`: our projections, folded alongside the check, give the
@@ -313,6 +365,22 @@ pub fn verify_input(
 
 /// Runs `pmm-verify`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    if let Some(outcome) = run_proofs(&ProofArgs {
+        db: args.ledger.path(),
+        root: args.root,
+        prove: args.prove,
+        size: args.size,
+        consistency: (args.consistency.len() == 2)
+            .then(|| (args.consistency[0], args.consistency[1])),
+        check_proof: args.check_proof.clone(),
+        root_hex: args.root_hex.clone(),
+        checkpoint: args.checkpoint.clone(),
+        key: args.key.clone(),
+        rebuild_tree: args.rebuild_tree,
+        files: !args.files.is_empty(),
+    })? {
+        return Ok(outcome);
+    }
     let mut anchors = args.anchor.clone();
     if let Some(path) = &args.anchors_from {
         anchors.extend(read_anchors(path)?);
@@ -348,4 +416,300 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Negative
     })
+}
+
+/// The proof options, apart from the chain verification's.
+struct ProofArgs {
+    db: PathBuf,
+    root: bool,
+    prove: Option<i64>,
+    size: Option<u64>,
+    consistency: Option<(u64, u64)>,
+    check_proof: Option<PathBuf>,
+    root_hex: Option<String>,
+    checkpoint: Option<PathBuf>,
+    key: Option<String>,
+    rebuild_tree: bool,
+    files: bool,
+}
+
+fn read_text(path: &Path) -> crate::Result<String> {
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut s)
+            .map_err(|e| Error::io(path, e))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+}
+
+/// `--key`: the key's text, or a file holding it.
+fn verifier_key(key: &str) -> crate::Result<VerifierKey> {
+    let at = || Some("--key".to_string());
+    match VerifierKey::parse(key) {
+        Ok(k) => Ok(k),
+        Err(e) if !Path::new(key).is_file() => Err(Error::bad_input(at(), e.to_string())),
+        Err(_) => VerifierKey::parse(&read_text(Path::new(key))?)
+            .map_err(|e| Error::bad_input(at(), e.to_string())),
+    }
+}
+
+/// Reads a signed checkpoint and opens it with the key: `Err` for unreadable input (exit 2),
+/// `Ok(Err)` for a checkpoint the key did not sign (a negative answer).
+fn signed_checkpoint(path: &Path, key: &str) -> crate::Result<Result<Checkpoint, NoteError>> {
+    let key = verifier_key(key)?;
+    let text = read_text(path)?;
+    match note::open_checkpoint(&text, &key) {
+        Err(e @ NoteError::Malformed { .. }) => Err(Error::bad_input(
+            Some(path.display().to_string()),
+            e.to_string(),
+        )),
+        r => Ok(r),
+    }
+}
+
+fn hexes(path: &[Digest]) -> Vec<Hex> {
+    path.iter().map(|d| Hex(*d)).collect()
+}
+
+/// The tree size asked for: `size`, at most the ledger's.
+fn tree_size(tree: &crate::store::Tree<'_>, size: Option<u64>) -> crate::Result<u64> {
+    let n = size.unwrap_or(tree.size());
+    if n > tree.size() {
+        return Err(Error::bad_input(
+            Some("--size".into()),
+            format!("the ledger has {} events, not {n}", tree.size()),
+        ));
+    }
+    Ok(n)
+}
+
+/// The proof modes of `pmm-verify`: `None` when none was asked for.
+fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
+    let modes = [
+        a.root,
+        a.prove.is_some(),
+        a.consistency.is_some(),
+        a.check_proof.is_some(),
+        a.checkpoint.is_some() && a.check_proof.is_none(),
+        a.rebuild_tree,
+    ];
+    let n = modes.iter().filter(|m| **m).count();
+    if n == 0 {
+        if a.root_hex.is_some() || a.key.is_some() || a.size.is_some() {
+            return Err(Error::bad_input(
+                None,
+                "--root-hex, --key and --size go with --root, --prove, --check-proof or --checkpoint",
+            )
+            .into());
+        }
+        return Ok(None);
+    }
+    if n > 1 {
+        return Err(Error::bad_input(
+            None,
+            "choose one of --root, --prove, --consistency, --check-proof, --checkpoint and --rebuild-tree",
+        )
+        .into());
+    }
+    if a.files {
+        return Err(
+            Error::bad_input(None, "proofs are about the --db ledger, not FILE arguments").into(),
+        );
+    }
+    let mut out = Out::new();
+    if let Some(file) = &a.check_proof {
+        let trusted = match (&a.root_hex, &a.checkpoint, &a.key) {
+            (Some(hex), None, _) => Trusted::Root(Digest::from_hex(hex).ok_or_else(|| {
+                Error::bad_input(Some("--root-hex".into()), "expected 64 hex digits")
+            })?),
+            (None, Some(cp), Some(key)) => match signed_checkpoint(cp, key)? {
+                Ok(cp) => Trusted::Checkpoint(cp),
+                Err(e) => {
+                    out.record(&serde_json::json!({
+                        "type": "proof_check", "ok": false, "error": e.to_string()
+                    }))?;
+                    out.flush()?;
+                    return Ok(Some(Outcome::Negative));
+                }
+            },
+            _ => {
+                return Err(Error::bad_input(
+                    Some("--check-proof".into()),
+                    "check it against --root-hex HEX, or --checkpoint FILE --key VERIFIERKEY",
+                )
+                .into())
+            }
+        };
+        let text = read_text(file)?;
+        let proof: Proof = serde_json::from_str(text.trim()).map_err(|e| {
+            Error::bad_input(
+                Some(file.display().to_string()),
+                format!("not a proof: {e}"),
+            )
+        })?;
+        let kind = match &proof {
+            Proof::Root { .. } => "root",
+            Proof::Inclusion { .. } => "inclusion",
+            Proof::Consistency { .. } => "consistency",
+        };
+        let against = match trusted {
+            Trusted::Root(_) => "root",
+            Trusted::Checkpoint(_) => "checkpoint",
+        };
+        let (record, outcome) = match proof::check(&proof, &trusted) {
+            Ok(size) => (
+                serde_json::json!({"type": "proof_check", "ok": true, "proof": kind,
+                    "against": against, "trusted_size": size}),
+                Outcome::Success,
+            ),
+            Err(e) => (
+                serde_json::json!({"type": "proof_check", "ok": false, "proof": kind,
+                    "against": against, "error": e.to_string()}),
+                Outcome::Negative,
+            ),
+        };
+        out.record(&record)?;
+        out.flush()?;
+        return Ok(Some(outcome));
+    }
+    if a.rebuild_tree {
+        let mut ledger = Ledger::open_writer(&a.db, crate::store::DEFAULT_BUSY_TIMEOUT_MS)?;
+        let size = ledger.rebuild_tree()?;
+        let mut tree = ledger.tree()?;
+        let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
+        out.record(&Proof::Root {
+            size,
+            root: Hex(root),
+        })?;
+        out.flush()?;
+        return Ok(Some(Outcome::Success));
+    }
+    let ledger = Ledger::open_reader(&a.db)?;
+    let mut tree = ledger.tree()?;
+    let e = |e| ledger.err(e);
+    let outcome = if a.root {
+        let size = tree_size(&tree, a.size)?;
+        let root = merkle::root(&mut tree, size).map_err(e)?;
+        out.record(&Proof::Root {
+            size,
+            root: Hex(root),
+        })?;
+        Outcome::Success
+    } else if let Some(id) = a.prove {
+        let size = tree_size(&tree, a.size)?;
+        let index = (id - 1) as u64;
+        if index >= size {
+            return Err(
+                Error::NotFound(format!("event {id} is not in the tree of {size} events")).into(),
+            );
+        }
+        let stored = tree.event_hash(id).map_err(e)?;
+        let Some(stored) = stored else {
+            return Err(Error::NotFound(format!("no event {id}")).into());
+        };
+        let Some(data) = merkle::event_leaf_data(stored.as_deref()) else {
+            return Err(Error::NotFound(format!(
+                "event {id} has no well-formed hash: it cannot be proved (run pmm-verify)"
+            ))
+            .into());
+        };
+        let leaf = merkle::leaf_hash(&data.0);
+        let at_index = merkle::subtree(&mut tree, index, index + 1).map_err(e)?;
+        if at_index != leaf {
+            return Err(Error::NotFound(format!(
+                "event {id} is not leaf {index} of the tree (its ids do not rise by one from 1: run pmm-verify)"
+            ))
+            .into());
+        }
+        let path = merkle::inclusion_proof(&mut tree, index, size).map_err(e)?;
+        let root = merkle::root(&mut tree, size).map_err(e)?;
+        out.record(&Proof::Inclusion {
+            id,
+            index,
+            size,
+            leaf: Hex(leaf),
+            event_hash: Some(Hex(data)),
+            root: Hex(root),
+            path: hexes(&path),
+        })?;
+        Outcome::Success
+    } else if let Some((from, to)) = a.consistency {
+        if from > to {
+            return Err(Error::bad_input(
+                Some("--consistency".into()),
+                format!("{from} is larger than {to}"),
+            )
+            .into());
+        }
+        tree_size(&tree, Some(to))?;
+        let path = merkle::consistency_proof(&mut tree, from, to).map_err(e)?;
+        let root_from = merkle::root(&mut tree, from).map_err(e)?;
+        let root_to = merkle::root(&mut tree, to).map_err(e)?;
+        out.record(&Proof::Consistency {
+            from,
+            to,
+            root_from: Hex(root_from),
+            root_to: Hex(root_to),
+            path: hexes(&path),
+        })?;
+        Outcome::Success
+    } else {
+        // --checkpoint alone: check the ledger against it.
+        let (Some(cp_path), Some(key)) = (&a.checkpoint, &a.key) else {
+            return Ok(None);
+        };
+        let cp = match signed_checkpoint(cp_path, key)? {
+            Ok(cp) => cp,
+            Err(err) => {
+                out.record(&serde_json::json!({
+                    "type": "checkpoint_check", "ok": false, "error": err.to_string()
+                }))?;
+                out.flush()?;
+                return Ok(Some(Outcome::Negative));
+            }
+        };
+        let ledger_size = tree.size();
+        let ledger_root = merkle::root(&mut tree, ledger_size).map_err(e)?;
+        let mut record = serde_json::json!({
+            "type": "checkpoint_check", "size": cp.size, "root": cp.root.to_hex(),
+            "ledger_size": ledger_size, "ledger_root": ledger_root.to_hex(),
+        });
+        let problem = if cp.size > ledger_size {
+            Some(format!(
+                "the ledger has {ledger_size} events, fewer than the checkpoint's {}: it was truncated",
+                cp.size
+            ))
+        } else {
+            let root = merkle::root(&mut tree, cp.size).map_err(e)?;
+            let path = merkle::consistency_proof(&mut tree, cp.size, ledger_size).map_err(e)?;
+            record["root_at_size"] = root.to_hex().into();
+            if root != cp.root {
+                Some(format!(
+                    "the ledger's first {} events have root {root}, the checkpoint says {}: history was rewritten",
+                    cp.size, cp.root
+                ))
+            } else if let Err(err) =
+                merkle::verify_consistency(cp.size, ledger_size, &cp.root, &ledger_root, &path)
+            {
+                Some(format!(
+                    "the ledger is not an extension of the checkpoint: {err}"
+                ))
+            } else {
+                None
+            }
+        };
+        record["ok"] = problem.is_none().into();
+        if let Some(p) = &problem {
+            record["error"] = p.clone().into();
+        }
+        out.record(&record)?;
+        if problem.is_some() {
+            Outcome::Negative
+        } else {
+            Outcome::Success
+        }
+    };
+    out.flush()?;
+    Ok(Some(outcome))
 }

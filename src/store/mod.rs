@@ -8,7 +8,10 @@
 
 mod checkpoint;
 mod fts;
+mod merkle;
 mod policy;
+
+pub use merkle::Tree;
 
 pub use fts::{RECALLED_KINDS, TOKENIZER};
 
@@ -63,6 +66,9 @@ const MIGRATIONS: &[&str] = &[
     );",
     // 2: the full-text index (store/fts.rs), filled by the next write's catch-up.
     fts::MIGRATION,
+    // 3: the Merkle tree's perfect-subtree hashes (store/merkle.rs), filled by the next
+    // write's catch-up.
+    merkle::MIGRATION,
 ];
 
 const COLUMNS: &str = "id, ts, kind, content, meta, prev_hash, hash";
@@ -95,6 +101,9 @@ pub struct Ledger {
     /// Whether write transactions keep the full-text index up to date (see
     /// [`Ledger::defer_index`]).
     index_writes: bool,
+    /// Whether write transactions keep the Merkle tree up to date (see
+    /// [`Ledger::defer_tree`]).
+    tree_writes: bool,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -168,6 +177,7 @@ impl Ledger {
             path: path.into(),
             busy_ms,
             index_writes: true,
+            tree_writes: true,
         };
         ledger.init_writer().map_err(|e| ledger.err(e))?;
         Ok(ledger)
@@ -272,6 +282,7 @@ impl Ledger {
             path: path.into(),
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
             index_writes: true,
+            tree_writes: true,
         };
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
@@ -305,6 +316,7 @@ impl Ledger {
             path: path.into(),
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
             index_writes: true,
+            tree_writes: true,
         };
         ledger
             .conn
@@ -401,10 +413,13 @@ impl Ledger {
         }
         let indexed =
             self.index_writes && fts::has_index(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+        let treed =
+            self.tree_writes && merkle::has_tree(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
         Ok(Batch {
             tx,
             head,
             indexed,
+            treed,
             path,
             busy_ms,
             scratch: Vec::with_capacity(1024),
@@ -416,6 +431,36 @@ impl Ledger {
     /// its own transaction. Never wrong, only later.
     pub fn defer_index(&mut self) {
         self.index_writes = false;
+    }
+
+    /// Leaves the Merkle tree behind for this connection's writes (for the benchmark that
+    /// prices keeping it): the next writer that keeps it brings it up to date.
+    pub fn defer_tree(&mut self) {
+        self.tree_writes = false;
+    }
+
+    /// The Merkle tree over the ledger as it is now: the stored nodes, and in memory whatever
+    /// the stored tree lags behind (a reader never writes).
+    pub fn tree(&self) -> Result<Tree<'_>> {
+        Tree::open(&self.conn).map_err(|e| self.err(e))
+    }
+
+    /// How many events the stored Merkle tree is behind the head (`None`: no stored tree).
+    pub fn tree_lag(&self) -> Result<Option<u64>> {
+        let state = merkle::state(&self.conn).map_err(|e| self.err(e))?;
+        let head = self.max_id()?;
+        Ok(state.map(|(_, t)| head.saturating_sub(t).max(0) as u64))
+    }
+
+    /// Rebuilds the stored Merkle tree from the ledger (`pmm-verify --rebuild-tree`): its size.
+    pub fn rebuild_tree(&mut self) -> Result<u64> {
+        let batch = self.begin()?;
+        let head = batch.head.as_ref().map_or(0, |h| h.id);
+        merkle::rebuild(&batch.tx, head).map_err(|e| batch.err(e))?;
+        batch.commit()?;
+        Ok(merkle::state(&self.conn)
+            .map_err(|e| self.err(e))?
+            .map_or(0, |(s, _)| s))
     }
 
     /// Whether the ledger has our projection-checkpoint table.
@@ -483,6 +528,7 @@ impl Ledger {
             path: path.into(),
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
             index_writes: true,
+            tree_writes: true,
         };
         ledger
             .conn
@@ -1022,6 +1068,8 @@ pub struct Batch<'a> {
     head: Option<Head>,
     /// Whether the ledger has a full-text index to keep up to date.
     indexed: bool,
+    /// Whether the ledger has a Merkle tree to keep up to date.
+    treed: bool,
     path: PathBuf,
     busy_ms: u64,
     scratch: Vec<u8>,
@@ -1153,13 +1201,16 @@ impl Batch<'_> {
     }
 
     /// Makes everything appended in this transaction durable at once, with the full-text
-    /// index brought up to the new head in the same transaction.
+    /// index and the Merkle tree brought up to the new head in the same transaction.
     pub fn commit(self) -> Result<()> {
         let (path, busy) = (self.path.clone(), self.busy_ms);
+        let head = self.head.as_ref().map_or(0, |h| h.id);
         if self.indexed {
-            let head = self.head.as_ref().map_or(0, |h| h.id);
             fts::catch_up(&self.tx, head, i64::MAX, &mut |_, _| {})
                 .map_err(|e| map_err(e, &path, busy))?;
+        }
+        if self.treed {
+            merkle::catch_up(&self.tx, head).map_err(|e| map_err(e, &path, busy))?;
         }
         self.tx.commit().map_err(|e| map_err(e, &path, busy))
     }

@@ -1,0 +1,390 @@
+//! Signed checkpoints: the C2SP `tlog-checkpoint` body in a C2SP `signed-note`, signed with
+//! Ed25519, keys in the Go `golang.org/x/mod/sumdb/note` text forms (docs/verification.md).
+//! Pure: key bytes in, text out; the random seed of a new key comes from the caller.
+//!
+//! - verifier key: `NAME+HASH+BASE64(0x01 ‖ public key)`, HASH the first 4 bytes of
+//!   `SHA-256(NAME ‖ "\n" ‖ 0x01 ‖ public key)` as 8 hex digits;
+//! - signer key: `PRIVATE+KEY+NAME+HASH+BASE64(0x01 ‖ seed)`, which Go's `note.NewSigner`
+//!   reads too;
+//! - checkpoint: `ORIGIN\nSIZE\nBASE64(root)\n`, the origin being the key's name;
+//! - signed note: the checkpoint, a blank line, then `— NAME BASE64(HASH ‖ signature)\n`, the
+//!   signature over the checkpoint text.
+
+use super::Digest;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
+use sha2::{Digest as _, Sha256};
+
+/// The algorithm byte of Ed25519 keys in the note formats.
+const ALG_ED25519: u8 = 1;
+
+/// Why a key, checkpoint or note is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoteError {
+    /// A key name the formats cannot carry.
+    #[error("bad key name {0:?}: it must be non-empty, without spaces or '+'")]
+    Name(String),
+    /// A key that does not parse.
+    #[error("malformed {what} key: {why}")]
+    Key {
+        /// `signer` or `verifier`.
+        what: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+    /// A note or checkpoint that does not parse.
+    #[error("malformed {what}: {why}")]
+    Malformed {
+        /// `note` or `checkpoint`.
+        what: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+    /// No signature by the key was found.
+    #[error("the note has no signature by key {0}")]
+    Unsigned(String),
+    /// The key's signature does not verify.
+    #[error("the signature by key {0} does not verify")]
+    BadSignature(String),
+}
+
+fn check_name(name: &str) -> Result<(), NoteError> {
+    if name.is_empty() || name.contains('+') || name.chars().any(|c| c.is_whitespace()) {
+        return Err(NoteError::Name(name.into()));
+    }
+    Ok(())
+}
+
+/// The 4-byte key hash that names a key in signatures: the first 4 bytes of
+/// `SHA-256(name ‖ "\n" ‖ 0x01 ‖ public key)`, big-endian.
+pub fn key_hash(name: &str, public: &[u8; 32]) -> u32 {
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    h.update(b"\n");
+    h.update([ALG_ED25519]);
+    h.update(public);
+    let d = h.finalize();
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+}
+
+/// A private signing key with its name.
+pub struct SignerKey {
+    /// The key's name (the checkpoint's origin).
+    pub name: String,
+    key: SigningKey,
+}
+
+impl std::fmt::Debug for SignerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the seed.
+        write!(f, "SignerKey({})", self.name)
+    }
+}
+
+impl SignerKey {
+    /// The key of this 32-byte seed (from the OS's random source for a new key).
+    pub fn from_seed(name: &str, seed: [u8; 32]) -> Result<SignerKey, NoteError> {
+        check_name(name)?;
+        Ok(SignerKey {
+            name: name.into(),
+            key: SigningKey::from_bytes(&seed),
+        })
+    }
+
+    /// Parses `PRIVATE+KEY+NAME+HASH+BASE64(0x01 ‖ seed)`.
+    pub fn parse(text: &str) -> Result<SignerKey, NoteError> {
+        let bad = |why: &str| NoteError::Key {
+            what: "signer",
+            why: why.into(),
+        };
+        let rest = text
+            .trim()
+            .strip_prefix("PRIVATE+KEY+")
+            .ok_or_else(|| bad("it does not start with PRIVATE+KEY+"))?;
+        let (name, hash, key) = split_key(rest).ok_or_else(|| bad("expected NAME+HASH+KEY"))?;
+        let bytes = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
+        let seed: [u8; 32] = match bytes.split_first() {
+            Some((&ALG_ED25519, seed)) => seed.try_into().map_err(|_| bad("wrong key length"))?,
+            _ => return Err(bad("not an Ed25519 key")),
+        };
+        let signer = SignerKey::from_seed(name, seed)?;
+        if signer.hash() != hash {
+            return Err(bad("its hash does not match its name and key"));
+        }
+        Ok(signer)
+    }
+
+    fn hash(&self) -> u32 {
+        key_hash(&self.name, self.key.verifying_key().as_bytes())
+    }
+
+    /// The Go note form of the private key (the file `--keygen` writes).
+    pub fn to_text(&self) -> String {
+        let mut k = vec![ALG_ED25519];
+        k.extend_from_slice(self.key.as_bytes());
+        format!(
+            "PRIVATE+KEY+{}+{:08x}+{}",
+            self.name,
+            self.hash(),
+            B64.encode(k)
+        )
+    }
+
+    /// The matching verifier key.
+    pub fn verifier(&self) -> VerifierKey {
+        let public = self.key.verifying_key();
+        VerifierKey {
+            name: self.name.clone(),
+            hash: self.hash(),
+            key: public,
+        }
+    }
+
+    /// Signs `text` (a note body ending in a newline) and returns the signed note.
+    pub fn sign(&self, text: &str) -> Result<String, NoteError> {
+        check_body(text)?;
+        let sig = self.key.sign(text.as_bytes());
+        let mut blob = self.hash().to_be_bytes().to_vec();
+        blob.extend_from_slice(&sig.to_bytes());
+        Ok(format!(
+            "{text}\n\u{2014} {} {}\n",
+            self.name,
+            B64.encode(blob)
+        ))
+    }
+}
+
+fn split_key(s: &str) -> Option<(&str, u32, &str)> {
+    let mut parts = s.splitn(3, '+');
+    let name = parts.next()?;
+    let hash = parts.next()?;
+    let key = parts.next()?;
+    if hash.len() != 8 || key.is_empty() {
+        return None;
+    }
+    Some((name, u32::from_str_radix(hash, 16).ok()?, key))
+}
+
+/// A public verifier key with its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifierKey {
+    /// The key's name.
+    pub name: String,
+    /// Its 4-byte hash.
+    pub hash: u32,
+    key: VerifyingKey,
+}
+
+impl VerifierKey {
+    /// Parses `NAME+HASH+BASE64(0x01 ‖ public key)`.
+    pub fn parse(text: &str) -> Result<VerifierKey, NoteError> {
+        let bad = |why: &str| NoteError::Key {
+            what: "verifier",
+            why: why.into(),
+        };
+        let (name, hash, key) =
+            split_key(text.trim()).ok_or_else(|| bad("expected NAME+HASH+BASE64"))?;
+        check_name(name)?;
+        let bytes = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
+        let public: [u8; 32] = match bytes.split_first() {
+            Some((&ALG_ED25519, k)) => k.try_into().map_err(|_| bad("wrong key length"))?,
+            _ => return Err(bad("not an Ed25519 key")),
+        };
+        if key_hash(name, &public) != hash {
+            return Err(bad("its hash does not match its name and key"));
+        }
+        let key = VerifyingKey::from_bytes(&public).map_err(|_| bad("not a valid point"))?;
+        Ok(VerifierKey {
+            name: name.into(),
+            hash,
+            key,
+        })
+    }
+
+    /// The text form.
+    pub fn to_text(&self) -> String {
+        let mut k = vec![ALG_ED25519];
+        k.extend_from_slice(self.key.as_bytes());
+        format!("{}+{:08x}+{}", self.name, self.hash, B64.encode(k))
+    }
+
+    /// Checks a signed note and returns its text (the signed body), when it carries a valid
+    /// signature by this key. Signatures by other keys are ignored, as Go's `note.Open` does
+    /// with unknown keys.
+    pub fn open<'n>(&self, note: &'n str) -> Result<&'n str, NoteError> {
+        let bad = |why: &str| NoteError::Malformed {
+            what: "note",
+            why: why.into(),
+        };
+        if !note.ends_with('\n') {
+            return Err(bad("it does not end in a newline"));
+        }
+        let split = note
+            .rfind("\n\n")
+            .ok_or_else(|| bad("no blank line before the signatures"))?;
+        let (text, sigs) = (&note[..split + 1], &note[split + 2..]);
+        check_body(text)?;
+        let mut seen = false;
+        for line in sigs.lines() {
+            let rest = line
+                .strip_prefix("\u{2014} ")
+                .ok_or_else(|| bad("a signature line does not start with '\u{2014} '"))?;
+            let (name, b64) = rest
+                .split_once(' ')
+                .ok_or_else(|| bad("a signature line has no signature"))?;
+            let blob = B64
+                .decode(b64)
+                .map_err(|_| bad("a signature is not base64"))?;
+            if blob.len() < 4 {
+                return Err(bad("a signature is too short"));
+            }
+            let hash = u32::from_be_bytes([blob[0], blob[1], blob[2], blob[3]]);
+            if name != self.name || hash != self.hash {
+                continue;
+            }
+            seen = true;
+            let sig = Signature::from_slice(&blob[4..])
+                .map_err(|_| NoteError::BadSignature(self.to_text()))?;
+            if self.key.verify_strict(text.as_bytes(), &sig).is_ok() {
+                return Ok(text);
+            }
+        }
+        Err(if seen {
+            NoteError::BadSignature(self.to_text())
+        } else {
+            NoteError::Unsigned(self.to_text())
+        })
+    }
+}
+
+/// A note body: non-empty, ends in a newline, no blank line inside, no control characters
+/// but newlines (the signed-note rules).
+fn check_body(text: &str) -> Result<(), NoteError> {
+    let bad = |why: &str| NoteError::Malformed {
+        what: "note",
+        why: why.into(),
+    };
+    if text.is_empty() || !text.ends_with('\n') {
+        return Err(bad("its text must end in a newline"));
+    }
+    if text.contains("\n\n") || text.starts_with('\n') {
+        return Err(bad("its text has a blank line"));
+    }
+    if text.chars().any(|c| c.is_control() && c != '\n') {
+        return Err(bad("its text has a control character"));
+    }
+    Ok(())
+}
+
+/// A C2SP `tlog-checkpoint`: the origin, the tree size and the root hash (and any extension
+/// lines, kept as they are).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The log's name (pmm uses the signing key's name).
+    pub origin: String,
+    /// The tree size.
+    pub size: u64,
+    /// The root of the tree of that size.
+    pub root: Digest,
+    /// Extension lines after the root, without their newlines.
+    pub extensions: Vec<String>,
+}
+
+impl Checkpoint {
+    /// The checkpoint's text (the note body that is signed).
+    pub fn to_text(&self) -> String {
+        let mut s = format!(
+            "{}\n{}\n{}\n",
+            self.origin,
+            self.size,
+            B64.encode(self.root.0)
+        );
+        for e in &self.extensions {
+            s.push_str(e);
+            s.push('\n');
+        }
+        s
+    }
+
+    /// Parses a checkpoint's text (a note body).
+    pub fn parse(text: &str) -> Result<Checkpoint, NoteError> {
+        let bad = |why: &str| NoteError::Malformed {
+            what: "checkpoint",
+            why: why.into(),
+        };
+        let mut lines = text
+            .strip_suffix('\n')
+            .ok_or_else(|| bad("it does not end in a newline"))?
+            .split('\n');
+        let origin = lines
+            .next()
+            .filter(|o| !o.is_empty())
+            .ok_or_else(|| bad("no origin"))?;
+        let size = lines.next().ok_or_else(|| bad("no tree size"))?;
+        if size.is_empty()
+            || !size.bytes().all(|b| b.is_ascii_digit())
+            || size.len() > 1 && size.starts_with('0')
+        {
+            return Err(bad("the tree size is not a decimal number"));
+        }
+        let size: u64 = size
+            .parse()
+            .map_err(|_| bad("the tree size is too large"))?;
+        let root = lines.next().ok_or_else(|| bad("no root hash"))?;
+        let root: [u8; 32] = B64
+            .decode(root)
+            .ok()
+            .and_then(|r| r.try_into().ok())
+            .ok_or_else(|| bad("the root hash is not 32 bytes of base64"))?;
+        Ok(Checkpoint {
+            origin: origin.into(),
+            size,
+            root: Digest(root),
+            extensions: lines.map(str::to_string).collect(),
+        })
+    }
+}
+
+/// Opens a signed checkpoint with `key`: the checkpoint, when its signature verifies and its
+/// origin is the key's name.
+pub fn open_checkpoint(note: &str, key: &VerifierKey) -> Result<Checkpoint, NoteError> {
+    let text = key.open(note)?;
+    let cp = Checkpoint::parse(text)?;
+    if cp.origin != key.name {
+        return Err(NoteError::Malformed {
+            what: "checkpoint",
+            why: format!(
+                "its origin {:?} is not the key's name {:?}",
+                cp.origin, key.name
+            ),
+        });
+    }
+    Ok(cp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_then_open_round_trips_and_keys_reparse() {
+        let s = SignerKey::from_seed("example.com/log", [7; 32]).unwrap();
+        let v = s.verifier();
+        assert_eq!(
+            SignerKey::parse(&s.to_text()).unwrap().to_text(),
+            s.to_text()
+        );
+        assert_eq!(VerifierKey::parse(&v.to_text()).unwrap(), v);
+        let cp = Checkpoint {
+            origin: "example.com/log".into(),
+            size: 5,
+            root: Digest::of(b"r"),
+            extensions: vec![],
+        };
+        let note = s.sign(&cp.to_text()).unwrap();
+        assert_eq!(open_checkpoint(&note, &v).unwrap(), cp);
+        let forged = note.replace("\n5\n", "\n6\n");
+        assert!(open_checkpoint(&forged, &v).is_err());
+    }
+}
