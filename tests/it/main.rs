@@ -21,6 +21,7 @@ mod issue15;
 mod keep_ts;
 mod llm;
 mod man;
+mod mcp;
 mod policy;
 mod programs;
 mod ranges;
