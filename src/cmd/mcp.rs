@@ -5,7 +5,8 @@ use crate::mcp::{Config, Server};
 use crate::store::Ledger;
 use anyhow::Context;
 use rmcp::service::ServerInitializeError;
-use rmcp::ServiceExt;
+use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
+use rmcp::{RoleServer, ServiceExt};
 
 const AFTER_HELP: &str = "\
 EXAMPLES:
@@ -41,7 +42,8 @@ TOOLS:
 
 PROTOCOL:
   JSON-RPC 2.0 on stdin and stdout, one message a line (MCP stdio transport); stdout carries
-  nothing else. Messages on stderr. The server ends when stdin closes. Every write is one
+  nothing else. Messages on stderr. A line that is not JSON (invalid UTF-8, garbage) is
+  skipped, as the MCP SDKs do; a line longer than --max-line (default here 16M) is dropped. The server ends when stdin closes. Every write is one
   BEGIN IMMEDIATE transaction through the write policy, as pmm-append's; none is held between
   calls, so pmm-turn, pmm-tick and pmm-append can write to the same ledger meanwhile.
 
@@ -112,8 +114,16 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
+    // One JSON-RPC message a line; a longer line is dropped unanswered (rmcp's default cap
+    // is 16 MiB, well above the 1 MiB a tool takes; --max-line sets it).
+    let max_line = args.common.max_line.map_or(DEFAULT_MAX_LINE_LENGTH, |n| {
+        n.min(usize::MAX as u64) as usize
+    });
     rt.block_on(async {
-        let service = match Server::new(cfg).serve(rmcp::transport::stdio()).await {
+        let (stdin, stdout) = rmcp::transport::stdio();
+        let transport =
+            AsyncRwTransport::<RoleServer, _, _>::new(stdin, stdout).with_max_line_length(max_line);
+        let service = match Server::new(cfg).serve(transport).await {
             Ok(s) => s,
             // The client went away before the session began: nothing to serve.
             Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
