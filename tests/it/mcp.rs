@@ -252,7 +252,7 @@ fn mcp_remember_500_times_while_ticks_and_a_turn_share_the_ledger() {
     }
     let pmm = Pmm::new();
     let mut c = client_cmd(&pmm, "remember", &["500", "mcp-note"], &[]);
-    let child = c
+    let mut child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -260,7 +260,7 @@ fn mcp_remember_500_times_while_ticks_and_a_turn_share_the_ledger() {
     let (mut slot, mut turned) = (1, false);
     let mut ticks = 0;
     let started = Instant::now();
-    let out = loop {
+    loop {
         let t = pmm.run("pmm-tick", &["--slot", &slot.to_string()], "");
         assert_eq!(t.code, 0, "pmm-tick: {t:?}");
         ticks += 1;
@@ -271,13 +271,15 @@ fn mcp_remember_500_times_while_ticks_and_a_turn_share_the_ledger() {
             turned = true;
         }
         if started.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
             panic!("the client did not finish in 10 minutes");
         }
-        // The client is done when its stdout closes; poll without blocking the tick loop.
+        // Poll the client without reaping it, so the tick loop never blocks on it.
         if child_done(&child) {
-            break child.wait_with_output().unwrap();
+            break;
         }
-    };
+    }
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "client: {}",
