@@ -27,6 +27,7 @@ pub mod kernel;
 pub mod lines;
 pub mod llm;
 pub mod marker;
+pub mod mcp;
 pub mod metrics;
 pub mod outfile;
 pub mod projection;

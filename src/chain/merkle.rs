@@ -392,7 +392,7 @@ impl MemTree {
             }
             self.levels[level].push(h);
             let i = self.levels[level].len() - 1;
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 break;
             }
             h = node_hash(&self.levels[level][i - 1], &h);

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod export;
 pub mod front;
 pub mod graph;
+pub mod mcp;
 pub mod metrics;
 pub mod recall;
 pub mod replay;
@@ -19,6 +20,7 @@ pub fn commands() -> Vec<clap::Command> {
         append::Args::command(),
         export::Args::command(),
         graph::Args::command(),
+        mcp::Args::command(),
         metrics::Args::command(),
         recall::Args::command(),
         replay::Args::command(),

@@ -287,7 +287,7 @@ fn append_action(
 
 /// `autonomy_metrics` every [`METRICS_EVERY`] ticks and the `checkpoint_manifest` when due.
 fn append_bookkeeping(s: &mut Sink<'_, '_>) -> crate::Result<()> {
-    if s.p.autonomy.ticks_total % METRICS_EVERY == 0 {
+    if s.p.autonomy.ticks_total.is_multiple_of(METRICS_EVERY) {
         let content = metrics_content(s.p);
         s.put(
             "autonomy_metrics",

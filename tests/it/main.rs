@@ -22,6 +22,7 @@ mod issue15;
 mod keep_ts;
 mod llm;
 mod man;
+mod mcp;
 mod merkle;
 mod policy;
 mod programs;

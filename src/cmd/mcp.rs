@@ -1,0 +1,147 @@
+//! `pmm-mcp`: the ledger as memory for any Model Context Protocol client.
+
+use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Outcome, Program, WriteArgs};
+use crate::mcp::{Config, Server};
+use crate::store::Ledger;
+use anyhow::Context;
+use rmcp::service::ServerInitializeError;
+use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
+use rmcp::{RoleServer, ServiceExt};
+
+const AFTER_HELP: &str = "\
+EXAMPLES:
+  Serve a ledger to an MCP client (the client starts the program and talks on its stdio):
+    pmm-mcp --db ~/agent.db
+  Claude Code:
+    claude mcp add pmm -- pmm-mcp --db ~/agent.db
+  Claude Desktop, Cursor, VS Code: see docs/mcp.md for the configuration snippets, e.g.
+    {\"mcpServers\": {\"pmm\": {\"command\": \"pmm-mcp\", \"args\": [\"--db\", \"/home/me/agent.db\"]}}}
+  Let a client read and search but never write:
+    pmm-mcp --db ~/agent.db --read-only
+  The same ledger, shared: cron ticks, turns and CI go on beside the server:
+    */1 * * * * pmm-tick --db ~/agent.db
+    pmm-turn --db ~/agent.db 'what did we decide yesterday?'
+    pmm-verify --db ~/agent.db
+  What a client remembered through the server:
+    pmm-replay --db ~/agent.db | jq -c 'select(.meta.source==\"mcp\") | {id, kind, content}'
+
+TOOLS:
+  recall(query, k?, budget?, kinds?)     the events recalled, best first, with score and via
+  remember(text, kind?)                  append a reflection (a note, the default),
+                                         user_message or assistant_message; meta.source \"mcp\"
+  commit(text)                           open a commitment (commitment_open, cid from the text)
+  close(cid)                             close an open commitment (commitment_close)
+  state(at?)                             pmm-replay --state: identity, open commitments, rsm, ...
+  events(since?, until?, kind?, limit?)  events in id order (limit 100 by default, 10000 at most)
+  verify(deep?)                          pmm-verify [--deep]: the summary and the first 100 findings
+  Resources: pmm://state, and the template pmm://event/{id}.
+  Limits: text and query 1 MiB, k 1000, budget 1000000, limit 10000. A refused or failed call
+  is an isError result naming the cause (a write the policy forbids appends its violation
+  event, as pmm-append does); the server goes on serving. --read-only lists only recall,
+  state, events and verify, and refuses the others.
+
+PROTOCOL:
+  JSON-RPC 2.0 on stdin and stdout, one message a line (MCP stdio transport); stdout carries
+  nothing else. Messages on stderr. A line that is not JSON (invalid UTF-8, garbage) is
+  skipped, as the MCP SDKs do; a line longer than --max-line (default here 16M) is dropped. The server ends when stdin closes. Every write is one
+  BEGIN IMMEDIATE transaction through the write policy, as pmm-append's; none is held between
+  calls, so pmm-turn, pmm-tick and pmm-append can write to the same ledger meanwhile.
+
+EXIT STATUS:
+  0  the client closed stdin (the session ended)
+  2  bad arguments, a ledger that cannot be opened (--read-only: a missing ledger), or the
+     protocol could not start (stdin is not an MCP client)
+
+ENVIRONMENT:
+  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
+  PMM_NOW   pin the clock of the events written (RFC 3339)";
+
+/// Serve the ledger as memory to any Model Context Protocol client, over stdio.
+///
+/// An MCP server (JSON-RPC on stdin/stdout) whose tools recall from the whole ledger, remember
+/// notes and messages, open and close commitments, and read the state, the events and the
+/// verification of the chain; pmm://state and pmm://event/{id} are resources clients can
+/// attach. Writes go through the same policy, transaction and hash chain as pmm-append, so the
+/// ledger stays shared with pmm-turn, cron ticks and CI verification.
+#[derive(Debug, clap::Parser)]
+#[command(name = "pmm-mcp", version, after_long_help = AFTER_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    ledger: LedgerArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    write: WriteArgs,
+    #[command(flatten)]
+    clock: ClockArgs,
+
+    /// Serve only the reading tools (recall, state, events, verify); the writing ones are not
+    /// listed and are refused if called. The ledger must exist
+    #[arg(long)]
+    read_only: bool,
+}
+
+impl Program for Args {
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+}
+
+/// Runs `pmm-mcp`.
+pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    let path = args.ledger.path();
+    // Opened once before serving: a ledger that cannot be used is a usage error now, not a
+    // failure of every call later. A writer creates it and brings its index up to date.
+    if args.read_only {
+        Ledger::open_reader(&path)?;
+    } else {
+        cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
+    }
+    let cfg = Config::new(
+        path.clone(),
+        args.read_only,
+        args.write.busy_timeout,
+        args.clock.clock(),
+    );
+    if !args.common.quiet {
+        eprintln!(
+            "pmm-mcp: serving {}{} on stdio",
+            path.display(),
+            if args.read_only { " (read-only)" } else { "" }
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    // One JSON-RPC message a line; a longer line is dropped unanswered (rmcp's default cap
+    // is 16 MiB, well above the 1 MiB a tool takes; --max-line sets it).
+    let max_line = args.common.max_line.map_or(DEFAULT_MAX_LINE_LENGTH, |n| {
+        n.min(usize::MAX as u64) as usize
+    });
+    rt.block_on(async {
+        let (stdin, stdout) = rmcp::transport::stdio();
+        let transport =
+            AsyncRwTransport::<RoleServer, _, _>::new(stdin, stdout).with_max_line_length(max_line);
+        let service = match Server::new(cfg).serve(transport).await {
+            Ok(s) => s,
+            // The client went away before the session began: nothing to serve.
+            Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+            Err(e) => {
+                return Err(crate::Error::bad_input(
+                    Some("<stdin>".into()),
+                    format!("the MCP session could not start: {e}"),
+                )
+                .into())
+            }
+        };
+        service
+            .waiting()
+            .await
+            .context("the MCP session ended abnormally")?;
+        anyhow::Ok(())
+    })?;
+    // Blocking reads of stdin may still be parked on the pool; they end with the process.
+    rt.shutdown_background();
+    Ok(Outcome::Success)
+}

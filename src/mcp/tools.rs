@@ -1,0 +1,610 @@
+//! The tools of `pmm-mcp` as plain functions: JSON arguments in, a JSON value or a
+//! [`ToolError`] out. No protocol here; [`super::server`] puts these behind MCP.
+//!
+//! Each call opens the ledger for itself (a reader for reads, a writer for writes) and every
+//! write is one `BEGIN IMMEDIATE` transaction that ends before the call returns, so nothing is
+//! held between calls and other programs write in between. The projections are kept in memory
+//! between calls and brought up to the ledger's head at each call (the events since, folded),
+//! so a call costs the events appended since the last one, not a replay.
+
+use super::{
+    DEFAULT_LIMIT, MAX_BUDGET, MAX_K, MAX_LIMIT, MAX_REPLY_CONTENT, MAX_TEXT, REMEMBER_KINDS,
+    SOURCE,
+};
+use crate::event::{Clock, Event, NewEvent};
+use crate::projection::mirror::commitment_cid;
+use crate::projection::state::Projections;
+use crate::recall::{self, Query};
+use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal, RECALLED_KINDS};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Why a tool call failed, in words a model can act on. It becomes an `isError` tool result;
+/// the server goes on serving.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl From<crate::Error> for ToolError {
+    fn from(e: crate::Error) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
+fn fail<T>(msg: impl Into<String>) -> Result<T, ToolError> {
+    Err(ToolError(msg.into()))
+}
+
+/// What the server serves and how.
+pub struct Config {
+    /// The ledger.
+    pub db: PathBuf,
+    /// Only the reading tools (`recall`, `state`, `events`, `verify`).
+    pub read_only: bool,
+    /// How long a write waits for another writer's lock, in milliseconds.
+    pub busy_ms: u64,
+    /// Where timestamps come from.
+    pub clock: Clock,
+    /// The projections as of the last call (see the module docs).
+    cache: Mutex<Option<Projections>>,
+}
+
+impl Config {
+    /// A server over `db`.
+    pub fn new(db: PathBuf, read_only: bool, busy_ms: u64, clock: Clock) -> Config {
+        Config {
+            db,
+            read_only,
+            busy_ms,
+            clock,
+            cache: Mutex::new(None),
+        }
+    }
+
+    fn reader(&self) -> Result<Ledger, ToolError> {
+        Ok(Ledger::open_reader(&self.db)?)
+    }
+
+    fn writer(&self) -> Result<Ledger, ToolError> {
+        Ok(Ledger::open_writer(&self.db, self.busy_ms)?)
+    }
+
+    /// Runs `f` on the projections as of `r`'s head: the cached ones brought up to date when
+    /// they still describe this ledger (their last event is still there with the same hash),
+    /// else a projection from the newest checkpoint.
+    pub fn with_projections<R: Reads, T>(
+        &self,
+        r: &R,
+        f: impl FnOnce(&Projections) -> T,
+    ) -> crate::Result<T> {
+        let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        // Taken out while it is folded: a failure leaves no half-folded cache behind.
+        let cached = guard.take();
+        let head = r.max_id()?;
+        let usable = match &cached {
+            Some(p) if p.mirror.last_event_id > 0 && p.mirror.last_event_id <= head => {
+                r.get(p.mirror.last_event_id)?.and_then(|e| e.hash) == p.mirror.last_hash
+            }
+            _ => false,
+        };
+        let p = match cached {
+            Some(mut p) if usable => {
+                let since = Filter {
+                    since: Some(p.mirror.last_event_id + 1),
+                    until: Some(head),
+                    ..Filter::default()
+                };
+                r.scan(&since, |ev| {
+                    p.apply(&ev);
+                    Ok(true)
+                })?;
+                p
+            }
+            _ => store::project(r, Some(head), true)?.projections,
+        };
+        let out = f(&p);
+        *guard = Some(p);
+        Ok(out)
+    }
+}
+
+/// One tool: its name, what it does (one line a model can act on), its input schema, and
+/// whether it writes.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The tool's name.
+    pub name: &'static str,
+    /// A short title.
+    pub title: &'static str,
+    /// What it does, for the model.
+    pub description: &'static str,
+    /// The JSON Schema of its arguments.
+    pub schema: Value,
+    /// True for the tools that append to the ledger (refused under `--read-only`).
+    pub writes: bool,
+}
+
+/// Every tool, in the order they are listed.
+pub fn specs() -> Vec<Spec> {
+    let recalled: Vec<&str> = RECALLED_KINDS.to_vec();
+    vec![
+        Spec {
+            name: "recall",
+            title: "Recall from memory",
+            description: "Search the agent's whole memory (the pmm ledger) for events relevant to a query; returns them best first, each with its score and via (why it was recalled: fts, neighbour-of:ID, concept:TOKEN, thread:CID).",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What to recall: words or a question", "minLength": 1, "maxLength": MAX_TEXT},
+                    "k": {"type": "integer", "description": "At most this many events", "minimum": 1, "maximum": MAX_K},
+                    "budget": {"type": "integer", "description": "Characters of event text to return at most (default 8000)", "minimum": 1, "maximum": MAX_BUDGET},
+                    "kinds": {"type": "array", "description": "Only events of these kinds", "items": {"type": "string", "enum": recalled}},
+                },
+                "required": ["query"],
+                "additionalProperties": false,
+            }),
+            writes: false,
+        },
+        Spec {
+            name: "remember",
+            title: "Remember",
+            description: "Append a note (kind reflection, the default) or a message (user_message, assistant_message) to the agent's memory so it can be recalled later; returns the appended event.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "description": "What to remember, verbatim", "minLength": 1, "maxLength": MAX_TEXT},
+                    "kind": {"type": "string", "description": "reflection (a note, the default), user_message or assistant_message", "enum": REMEMBER_KINDS},
+                },
+                "required": ["text"],
+                "additionalProperties": false,
+            }),
+            writes: true,
+        },
+        Spec {
+            name: "commit",
+            title: "Open a commitment",
+            description: "Open a commitment (something the agent undertakes to do) in its memory; returns its cid (use it with close) and the commitment_open event.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "description": "What the agent commits to", "minLength": 1, "maxLength": MAX_TEXT},
+                },
+                "required": ["text"],
+                "additionalProperties": false,
+            }),
+            writes: true,
+        },
+        Spec {
+            name: "close",
+            title: "Close a commitment",
+            description: "Close an open commitment by its cid (see state's open_commitments); fails when no open commitment has that cid.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "cid": {"type": "string", "description": "The commitment's cid (8 hex digits, or mc_… for internal goals)", "minLength": 1, "maxLength": 256},
+                },
+                "required": ["cid"],
+                "additionalProperties": false,
+            }),
+            writes: true,
+        },
+        Spec {
+            name: "state",
+            title: "Identity, commitments, self-model",
+            description: "The agent's state as of the newest event (or event at): identity, open commitments, self-model (rsm), thresholds, retrieval config, last_event_id and last_hash.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "at": {"type": "integer", "description": "The state as of this event id", "minimum": 1},
+                },
+                "additionalProperties": false,
+            }),
+            writes: false,
+        },
+        Spec {
+            name: "events",
+            title: "Read events",
+            description: "Read the ledger's events in id order: since and until are event ids (inclusive), kind filters by kind, limit caps the count (default 100, at most 10000).",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "since": {"type": "integer", "description": "Only events with id >= since", "minimum": 0},
+                    "until": {"type": "integer", "description": "Only events with id <= until", "minimum": 0},
+                    "kind": {"description": "Only events of this kind (or of these kinds)", "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+                    "limit": {"type": "integer", "description": "At most this many events (default 100)", "minimum": 1, "maximum": MAX_LIMIT},
+                },
+                "additionalProperties": false,
+            }),
+            writes: false,
+        },
+        Spec {
+            name: "verify",
+            title: "Verify the ledger",
+            description: "Verify the ledger's hash chain (every hash, link and id; with deep=true also every derived event); returns the summary (ok, counts, last_hash) and the first findings.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "deep": {"type": "boolean", "description": "Also recompute every derived event (slower)"},
+                },
+                "additionalProperties": false,
+            }),
+            writes: false,
+        },
+    ]
+}
+
+/// Calls tool `name` with `args`. An unknown name, bad arguments, a refused or failed write:
+/// all are [`ToolError`]s, and nothing of a failed write is committed.
+pub fn call(cfg: &Config, name: &str, args: Map<String, Value>) -> Result<Value, ToolError> {
+    let Some(spec) = specs().into_iter().find(|s| s.name == name) else {
+        return fail(format!("unknown tool '{name}'"));
+    };
+    if spec.writes && cfg.read_only {
+        return fail(format!(
+            "refused: pmm-mcp runs --read-only and '{name}' writes to the ledger (nothing was written)"
+        ));
+    }
+    match name {
+        "recall" => recall_tool(cfg, parse(name, args)?),
+        "remember" => remember(cfg, parse(name, args)?),
+        "commit" => commit(cfg, parse(name, args)?),
+        "close" => close(cfg, parse(name, args)?),
+        "state" => state(cfg, parse(name, args)?),
+        "events" => events(cfg, parse(name, args)?),
+        "verify" => {
+            let a: VerifyArgs = parse(name, args)?;
+            super::verify::verify(&cfg.db, a.deep.unwrap_or(false))
+        }
+        _ => fail(format!("unknown tool '{name}'")),
+    }
+}
+
+fn parse<T: DeserializeOwned>(tool: &str, args: Map<String, Value>) -> Result<T, ToolError> {
+    serde_json::from_value(Value::Object(args))
+        .map_err(|e| ToolError(format!("invalid arguments for {tool}: {e}")))
+}
+
+/// A text argument: not blank, at most [`MAX_TEXT`] bytes.
+fn check_text<'a>(what: &str, text: &'a str) -> Result<&'a str, ToolError> {
+    if text.len() > MAX_TEXT {
+        return fail(format!(
+            "{what} is {} bytes; the limit is {MAX_TEXT} bytes (1 MiB)",
+            text.len()
+        ));
+    }
+    let t = text.trim();
+    if t.is_empty() {
+        return fail(format!("{what} is empty"));
+    }
+    Ok(t)
+}
+
+fn in_range(what: &str, v: Option<u64>, max: u64) -> Result<Option<u64>, ToolError> {
+    match v {
+        Some(0) => fail(format!("{what} must be at least 1")),
+        Some(n) if n > max => fail(format!("{what} is {n}; the limit is {max}")),
+        v => Ok(v),
+    }
+}
+
+/// An event as the JSON object every program prints (meta an object).
+pub fn event_json(e: &Event) -> Value {
+    serde_json::from_str(&e.to_jsonl()).unwrap_or_else(|_| {
+        json!({"id": e.id, "ts": e.ts, "kind": e.kind, "content": e.content, "meta": e.meta,
+               "prev_hash": e.prev_hash, "hash": e.hash})
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecallArgs {
+    query: String,
+    k: Option<u64>,
+    budget: Option<u64>,
+    kinds: Option<Vec<String>>,
+}
+
+fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
+    let query = check_text("query", &a.query)?;
+    let k = in_range("k", a.k, MAX_K)?;
+    let budget = in_range("budget", a.budget, MAX_BUDGET)?;
+    let kinds = a.kinds.unwrap_or_default();
+    for k in &kinds {
+        if !RECALLED_KINDS.contains(&k.as_str()) {
+            return fail(format!(
+                "'{k}' is not a recalled kind ({})",
+                RECALLED_KINDS.join(", ")
+            ));
+        }
+    }
+    let ledger = cfg.reader()?;
+    let q = Query {
+        budget: budget.map_or(recall::DEFAULT_BUDGET, |b| b as usize),
+        k: k.map(|k| k as usize),
+        kinds,
+        ..Query::new(query, i64::MAX)
+    };
+    let found = cfg.with_projections(&ledger, |p| recall::recall(&ledger, p, &q))??;
+    let results: Vec<Value> = found
+        .iter()
+        .map(|r| {
+            let e = &r.event;
+            json!({
+                "id": e.id,
+                "ts": e.ts,
+                "kind": e.kind,
+                "content": e.content,
+                "score": crate::context::retrieval::round6(r.score),
+                "via": r.via,
+            })
+        })
+        .collect();
+    Ok(json!({"count": results.len(), "results": results}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RememberArgs {
+    text: String,
+    kind: Option<String>,
+}
+
+fn remember(cfg: &Config, a: RememberArgs) -> Result<Value, ToolError> {
+    check_text("text", &a.text)?;
+    let kind = a.kind.as_deref().unwrap_or(REMEMBER_KINDS[0]);
+    if !REMEMBER_KINDS.contains(&kind) {
+        return fail(format!(
+            "remember writes only {} (not '{kind}')",
+            REMEMBER_KINDS.join(", ")
+        ));
+    }
+    let mut meta = Map::new();
+    meta.insert("source".into(), SOURCE.into());
+    match kind {
+        "user_message" => meta.insert("role".into(), "user".into()),
+        "assistant_message" => meta.insert("role".into(), "assistant".into()),
+        _ => None,
+    };
+    // The text is kept verbatim (a message is what was said, whitespace and all).
+    let ev = NewEvent::new(kind, a.text, meta).map_err(ToolError)?;
+    let event = cfg.writer()?.append(&ev, &cfg.clock)?;
+    Ok(json!({"event": event_json(&event)}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitArgs {
+    text: String,
+}
+
+fn commit(cfg: &Config, a: CommitArgs) -> Result<Value, ToolError> {
+    // As a COMMIT: marker: the text stripped, its cid the sha1 prefix of that text.
+    let text = check_text("text", &a.text)?;
+    let cid = commitment_cid(text);
+    let mut ledger = cfg.writer()?;
+    let batch = ledger.begin()?;
+    let head = batch.max_id()?;
+    let score =
+        cfg.with_projections(&batch, |p| crate::turn::derive::impact_score(p, &cid, head))?;
+    let meta = obj(&[
+        ("cid", cid.clone().into()),
+        ("impact_score", json!(score)),
+        ("origin", SOURCE.into()),
+        ("source", SOURCE.into()),
+        ("text", text.into()),
+    ]);
+    let ev = NewEvent::new(
+        "commitment_open",
+        format!("Commitment opened: {text}"),
+        meta,
+    )
+    .map_err(ToolError)?;
+    let event = append_one(batch, &ev, &cfg.clock)?;
+    Ok(json!({"cid": cid, "event": event_json(&event)}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CloseArgs {
+    cid: String,
+}
+
+fn close(cfg: &Config, a: CloseArgs) -> Result<Value, ToolError> {
+    let cid = a.cid.trim();
+    if cid.is_empty() || cid.len() > 256 {
+        return fail("cid must be 1 to 256 characters");
+    }
+    let mut ledger = cfg.writer()?;
+    let batch = ledger.begin()?;
+    // Checked inside the write transaction: nobody closes it between the check and the write.
+    let (is_open, open) = cfg.with_projections(&batch, |p| {
+        let open: Vec<String> = p.mirror.open.keys().take(20).cloned().collect();
+        (p.mirror.open.contains_key(cid), open)
+    })?;
+    if !is_open {
+        drop(batch);
+        return fail(if open.is_empty() {
+            format!("no open commitment has cid '{cid}' (none is open)")
+        } else {
+            format!(
+                "no open commitment has cid '{cid}' (open: {})",
+                open.join(", ")
+            )
+        });
+    }
+    let meta = obj(&[
+        ("cid", cid.into()),
+        ("origin", SOURCE.into()),
+        ("source", SOURCE.into()),
+    ]);
+    let ev = NewEvent::new(
+        "commitment_close",
+        format!("Commitment closed: {cid}"),
+        meta,
+    )
+    .map_err(ToolError)?;
+    let event = append_one(batch, &ev, &cfg.clock)?;
+    Ok(json!({"cid": cid, "event": event_json(&event)}))
+}
+
+/// Appends `ev` in `batch` and commits; a policy refusal commits the `violation` event instead
+/// (as [`Ledger::append`] does) and is an error.
+fn append_one(mut batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> Result<Event, ToolError> {
+    match batch.append(ev, clock) {
+        Ok(event) => {
+            batch.commit()?;
+            Ok(event)
+        }
+        Err(Refusal::Policy(v)) => {
+            let violation = batch.append_violation(&v, clock)?;
+            batch.commit()?;
+            Err(crate::Error::PolicyViolation {
+                actor: v.actor,
+                kind: v.kind,
+                violation_id: violation.id,
+                unreadable: v.unreadable.is_some(),
+                reason: v.reason,
+            }
+            .into())
+        }
+        Err(Refusal::Error(e)) => Err(e.into()),
+    }
+}
+
+fn obj(pairs: &[(&str, Value)]) -> Map<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateArgs {
+    at: Option<i64>,
+}
+
+fn state(cfg: &Config, a: StateArgs) -> Result<Value, ToolError> {
+    let ledger = cfg.reader()?;
+    state_json(cfg, &ledger, a.at)
+}
+
+/// The `{"type":"state"}` record of `pmm-replay --state [--at]`.
+pub fn state_json(cfg: &Config, ledger: &Ledger, at: Option<i64>) -> Result<Value, ToolError> {
+    let mut bytes = Vec::new();
+    match at {
+        None => cfg.with_projections(ledger, |p| p.state_record().write_json(&mut bytes))??,
+        Some(at) => {
+            let last = ledger.max_id()?;
+            if at < 1 || at > last {
+                return fail(format!(
+                    "event {at} is not in the ledger (events 1..{last})"
+                ));
+            }
+            let p = store::project(ledger, Some(at), true)?.projections;
+            p.state_record()
+                .write_json(&mut bytes)
+                .map_err(|e| ToolError(e.to_string()))?;
+        }
+    }
+    serde_json::from_slice(&bytes).map_err(|e| ToolError(format!("state: {e}")))
+}
+
+impl From<std::io::Error> for ToolError {
+    fn from(e: std::io::Error) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsArgs {
+    since: Option<i64>,
+    until: Option<i64>,
+    kind: Option<Value>,
+    limit: Option<u64>,
+}
+
+fn events(cfg: &Config, a: EventsArgs) -> Result<Value, ToolError> {
+    let limit = in_range("limit", a.limit, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT) as usize;
+    let kinds: Vec<String> = match a.kind {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(k)) => vec![k],
+        Some(Value::Array(ks)) => ks
+            .into_iter()
+            .map(|k| match k {
+                Value::String(s) => Ok(s),
+                other => fail(format!("kind: expected a string, got {other}")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return fail(format!("kind: expected a string or a list, got {other}")),
+    };
+    for k in &kinds {
+        crate::event::check_kind(k).map_err(|e| ToolError(format!("kind: {e}")))?;
+    }
+    for (what, v) in [("since", a.since), ("until", a.until)] {
+        if v.is_some_and(|v| v < 0) {
+            return fail(format!("{what} must be an event id (0 or more)"));
+        }
+    }
+    let ledger = cfg.reader()?;
+    let filter = Filter {
+        since: a.since,
+        until: a.until,
+        kinds,
+    };
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut truncated = false;
+    ledger.scan(&filter, |ev| {
+        if out.len() >= limit {
+            truncated = true;
+            return Ok(false);
+        }
+        if !out.is_empty() && bytes + ev.content.len() + ev.meta.len() > MAX_REPLY_CONTENT {
+            truncated = true;
+            return Ok(false);
+        }
+        bytes += ev.content.len() + ev.meta.len();
+        out.push(event_json(&ev));
+        Ok(true)
+    })?;
+    let mut reply = json!({"count": out.len(), "events": out, "truncated": truncated});
+    if truncated {
+        if let Some(last) = reply["events"]
+            .as_array()
+            .and_then(|e| e.last())
+            .and_then(|e| e["id"].as_i64())
+        {
+            reply["next_since"] = json!(last + 1);
+        }
+    }
+    Ok(reply)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyArgs {
+    deep: Option<bool>,
+}
+
+/// The event behind `pmm://event/{id}`.
+pub fn event_by_id(cfg: &Config, id: i64) -> Result<Value, ToolError> {
+    let ledger = cfg.reader()?;
+    match ledger.get(id)? {
+        Some(e) => Ok(event_json(&e)),
+        None => fail(format!(
+            "no event {id} (the ledger has events 1..{})",
+            ledger.max_id()?
+        )),
+    }
+}
+
+/// The state behind `pmm://state`.
+pub fn current_state(cfg: &Config) -> Result<Value, ToolError> {
+    let ledger = cfg.reader()?;
+    state_json(cfg, &ledger, None)
+}
