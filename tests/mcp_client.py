@@ -73,6 +73,8 @@ async def session_mode(session, init):
     await call(session, "events", {"kind": "commitment_open"})
     await call(session, "verify", {})
     await call(session, "verify", {"deep": True})
+    await call(session, "prove", {"id": 2})
+    await call(session, "prove", {"id": 999})
     state = await session.read_resource("pmm://state")
     emit(step="read_resource", uri="pmm://state", mime=state.contents[0].mime_type,
          value=json.loads(state.contents[0].text))

@@ -1,5 +1,7 @@
 //! Checks that recompute across layers: deep verification recomputes every derived event from
 //! its inputs with the same library functions the writers use (the turn's, the kernel's, the
-//! projections'), so it sits above all of them, and nothing below imports it.
+//! projections'), so it sits above all of them, and nothing below imports it. Inclusion proofs
+//! of single events ([`prove`]) read the store's tree for `pmm-verify` and the MCP server alike.
 
 pub mod deep;
+pub mod prove;

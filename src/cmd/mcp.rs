@@ -33,12 +33,13 @@ TOOLS:
   close(cid)                             close an open commitment (commitment_close)
   state(at?)                             pmm-replay --state: identity, open commitments, rsm, ...
   events(since?, until?, kind?, limit?)  events in id order (limit 100 by default, 10000 at most)
+  prove(id, size?)                       pmm-verify --prove: the RFC 9162 inclusion proof of an event
   verify(deep?)                          pmm-verify [--deep]: the summary and the first 100 findings
   Resources: pmm://state, and the template pmm://event/{id}.
   Limits: text and query 1 MiB, k 1000, budget 1000000, limit 10000. A refused or failed call
   is an isError result naming the cause (a write the policy forbids appends its violation
   event, as pmm-append does); the server goes on serving. --read-only lists only recall,
-  state, events and verify, and refuses the others.
+  state, events, prove and verify, and refuses the others.
 
 PROTOCOL:
   JSON-RPC 2.0 on stdin and stdout, one message a line (MCP stdio transport); stdout carries
@@ -75,7 +76,7 @@ pub struct Args {
     #[command(flatten)]
     clock: ClockArgs,
 
-    /// Serve only the reading tools (recall, state, events, verify); the writing ones are not
+    /// Serve only the reading tools (recall, state, events, prove, verify); the writing ones are not
     /// listed and are refused if called. The ledger must exist
     #[arg(long)]
     read_only: bool,

@@ -474,14 +474,7 @@ fn hexes(path: &[Digest]) -> Vec<Hex> {
 
 /// The tree size asked for: `size`, at most the ledger's.
 fn tree_size(tree: &crate::store::Tree<'_>, size: Option<u64>) -> crate::Result<u64> {
-    let n = size.unwrap_or(tree.size());
-    if n > tree.size() {
-        return Err(Error::bad_input(
-            Some("--size".into()),
-            format!("the ledger has {} events, not {n}", tree.size()),
-        ));
-    }
-    Ok(n)
+    crate::audit::prove::tree_size(tree, size, "--size")
 }
 
 /// The proof modes of `pmm-verify`: `None` when none was asked for.
@@ -597,42 +590,9 @@ fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
         })?;
         Outcome::Success
     } else if let Some(id) = a.prove {
-        let size = tree_size(&tree, a.size)?;
-        let index = (id - 1) as u64;
-        if index >= size {
-            return Err(
-                Error::NotFound(format!("event {id} is not in the tree of {size} events")).into(),
-            );
-        }
-        let stored = tree.event_hash(id).map_err(e)?;
-        let Some(stored) = stored else {
-            return Err(Error::NotFound(format!("no event {id}")).into());
-        };
-        let Some(data) = merkle::event_leaf_data(stored.as_deref()) else {
-            return Err(Error::NotFound(format!(
-                "event {id} has no well-formed hash: it cannot be proved (run pmm-verify)"
-            ))
-            .into());
-        };
-        let leaf = merkle::leaf_hash(&data.0);
-        let at_index = merkle::subtree(&mut tree, index, index + 1).map_err(e)?;
-        if at_index != leaf {
-            return Err(Error::NotFound(format!(
-                "event {id} is not leaf {index} of the tree (its ids do not rise by one from 1: run pmm-verify)"
-            ))
-            .into());
-        }
-        let path = merkle::inclusion_proof(&mut tree, index, size).map_err(e)?;
-        let root = merkle::root(&mut tree, size).map_err(e)?;
-        out.record(&Proof::Inclusion {
-            id,
-            index,
-            size,
-            leaf: Hex(leaf),
-            event_hash: Some(Hex(data)),
-            root: Hex(root),
-            path: hexes(&path),
-        })?;
+        out.record(&crate::audit::prove::inclusion(
+            &ledger, id, a.size, "--size",
+        )?)?;
         Outcome::Success
     } else if let Some((from, to)) = a.consistency {
         if from > to {

@@ -221,6 +221,21 @@ pub fn specs() -> Vec<Spec> {
             writes: false,
         },
         Spec {
+            name: "prove",
+            title: "Prove an event is in memory",
+            description: "An RFC 9162 inclusion proof that event id is in the ledger's Merkle tree (of size events, default all): leaf, path and root, checkable offline with pmm-verify --check-proof or any RFC 9162 verifier, against a root or a signed checkpoint.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "id": {"type": "integer", "description": "The event to prove", "minimum": 1},
+                    "size": {"type": "integer", "description": "The tree size to prove it in (default: the whole ledger; use a signed checkpoint's size)", "minimum": 1},
+                },
+                "required": ["id"],
+                "additionalProperties": false,
+            }),
+            writes: false,
+        },
+        Spec {
             name: "verify",
             title: "Verify the ledger",
             description: "Verify the ledger's hash chain (every hash, link and id; with deep=true also every derived event); returns the summary (ok, counts, last_hash) and the first findings.",
@@ -254,6 +269,12 @@ pub fn call(cfg: &Config, name: &str, args: Map<String, Value>) -> Result<Value,
         "close" => close(cfg, parse(name, args)?),
         "state" => state(cfg, parse(name, args)?),
         "events" => events(cfg, parse(name, args)?),
+        "prove" => {
+            let a: ProveArgs = parse(name, args)?;
+            let ledger = cfg.reader()?;
+            let proof = crate::audit::prove::inclusion(&ledger, a.id, a.size, "size")?;
+            serde_json::to_value(&proof).map_err(|e| ToolError(format!("prove: {e}")))
+        }
         "verify" => {
             let a: VerifyArgs = parse(name, args)?;
             super::verify::verify(&cfg.db, a.deep.unwrap_or(false))
@@ -583,6 +604,13 @@ fn events(cfg: &Config, a: EventsArgs) -> Result<Value, ToolError> {
         }
     }
     Ok(reply)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProveArgs {
+    id: i64,
+    size: Option<u64>,
 }
 
 #[derive(Deserialize)]

@@ -126,7 +126,7 @@ fn mcp_session_with_the_python_sdk_client_uses_every_tool_and_resource() {
         .collect();
     assert_eq!(
         names,
-        ["recall", "remember", "commit", "close", "state", "events", "verify"]
+        ["recall", "remember", "commit", "close", "state", "events", "prove", "verify"]
     );
     for t in tools["tools"].as_array().unwrap() {
         let d = t["description"].as_str().unwrap_or_default();
@@ -222,6 +222,31 @@ fn mcp_session_with_the_python_sdk_client_uses_every_tool_and_resource() {
     let cli = verify_clean(&pmm);
     assert_eq!(summary["last_hash"], cli["last_hash"]);
     assert_eq!(summary["sha256_full_digest"], cli["sha256_full_digest"]);
+
+    // prove: the inclusion proof pmm-verify --prove prints for the same tree, and it checks
+    // offline against the root; an event that is not there is a tool error.
+    let proofs = calls(&recs, "prove");
+    let proof = &proofs[0]["value"];
+    assert_eq!(proof["type"], "inclusion");
+    assert_eq!(proof["id"], 2);
+    let size = proof["size"].as_u64().unwrap().to_string();
+    let cli = pmm.run("pmm-verify", &["--prove", "2", "--size", &size], "");
+    assert_eq!(cli.code, 0, "{cli:?}");
+    assert_eq!(
+        &cli.records()[0],
+        proof,
+        "the same record as pmm-verify --prove"
+    );
+    let file = pmm.path("proof.json");
+    std::fs::write(&file, proof.to_string()).unwrap();
+    let root = proof["root"].as_str().unwrap();
+    let check = pmm.run(
+        "pmm-verify",
+        &["--check-proof", file.to_str().unwrap(), "--root-hex", root],
+        "",
+    );
+    assert_eq!(check.code, 0, "{check:?}");
+    assert_tool_error(proofs[1], "not in the tree");
 
     // Resources: the state as pmm-replay --state prints it, one event, a missing one.
     let reads: Vec<&Value> = recs
@@ -363,7 +388,7 @@ fn mcp_read_only_lists_and_refuses_no_write_tool() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["recall", "state", "events", "verify"]);
+    assert_eq!(names, ["recall", "state", "events", "prove", "verify"]);
     for tool in ["remember", "commit", "close"] {
         assert_tool_error(calls(&recs, tool)[0], "--read-only");
     }
