@@ -578,3 +578,88 @@ fn mcp_a_10_mb_request_is_a_tool_error_not_a_crash() {
     assert_eq!(code, 0);
     assert_eq!(events(&pmm).len(), 1);
 }
+
+/// The MCP Inspector's command-line mode (npm `@modelcontextprotocol/inspector`, found through
+/// `PMM_MCP_INSPECTOR`, as `.ci/run` installs it) drives pmm-mcp too: list the tools, call
+/// recall and remember, read a resource.
+#[test]
+fn mcp_the_inspector_cli_lists_calls_and_reads() {
+    let Some(inspector) = std::env::var_os("PMM_MCP_INSPECTOR").filter(|p| !p.is_empty()) else {
+        if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
+            panic!("PMM_MCP_INSPECTOR is not set (PMM_REQUIRE_TOOLS=1): .ci/run installs it");
+        }
+        eprintln!(
+            "skipping: PMM_MCP_INSPECTOR is not set (npm install @modelcontextprotocol/inspector)"
+        );
+        return;
+    };
+    let pmm = Pmm::new();
+    let r = pmm.run(
+        "pmm-append",
+        &[
+            "--kind",
+            "user_message",
+            "--content",
+            "The blue folder holds the quarterly report.",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let server = assert_cmd::cargo::cargo_bin("pmm-mcp");
+    let run = |args: &[&str]| -> Value {
+        let out = std::process::Command::new(&inspector)
+            .arg("--cli")
+            .arg(&server)
+            .args(["--db", pmm.db.to_str().unwrap()])
+            .args(args)
+            .current_dir(pmm.dir.path())
+            .output()
+            .expect("the inspector runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("the inspector prints JSON")
+    };
+    let tools = run(&["--method", "tools/list"]);
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"recall") && names.contains(&"prove"),
+        "{names:?}"
+    );
+    let recall = run(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "recall",
+        "--tool-arg",
+        "query=where is the quarterly report?",
+    ]);
+    assert_eq!(recall["isError"], false, "{recall}");
+    assert_eq!(
+        recall["structuredContent"]["results"][0]["id"], 1,
+        "{recall}"
+    );
+    let remember = run(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "remember",
+        "--tool-arg",
+        "text=Dana wants it by Friday.",
+    ]);
+    assert_eq!(
+        remember["structuredContent"]["event"]["id"], 2,
+        "{remember}"
+    );
+    let ev = run(&["--method", "resources/read", "--uri", "pmm://event/2"]);
+    let text = ev["contents"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Dana wants it by Friday."), "{text}");
+    assert_eq!(pmm.run("pmm-verify", &["--quiet"], "").code, 0);
+}
