@@ -77,10 +77,28 @@ pub fn hash64_weighted(
     weight: &dyn Fn(&str) -> f64,
 ) -> Vec<f64> {
     let dims = dims.max(MIN_DIMS);
-    // Long texts repeat their words: each distinct token is hashed once (the sum is still
-    // taken token by token, in order, so the floating-point result is the same).
-    let mut cache: HashMap<String, Vec<f64>> = HashMap::new();
-    aggregate(text, dims, extra_tokens, weight, &mut cache)
+    // Texts repeat their words, and so do the many events a verifier re-embeds: each distinct
+    // token is hashed once per thread while the cache lasts (the sum is still taken token by
+    // token, in order, so the floating-point result is the same bit for bit).
+    TOKEN_VECTORS.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let (cached_dims, cache) = &mut *guard;
+        if *cached_dims != dims || cache.len() > TOKEN_CACHE_MAX {
+            cache.clear();
+            *cached_dims = dims;
+        }
+        aggregate(text, dims, extra_tokens, weight, cache)
+    })
+}
+
+/// How many token vectors a thread keeps (64 dimensions: 8 MiB at most); past it the cache
+/// starts over.
+const TOKEN_CACHE_MAX: usize = 16_384;
+
+thread_local! {
+    /// Token vectors of one dimension count, shared by every [`hash64`] call on the thread.
+    static TOKEN_VECTORS: std::cell::RefCell<(usize, HashMap<String, Vec<f64>>)> =
+        std::cell::RefCell::new((0, HashMap::new()));
 }
 
 fn aggregate(
