@@ -151,114 +151,170 @@ impl OpenAi {
         sink: &TextSink,
         cancel: Option<&Cancel>,
     ) -> Result<Reply, LlmError> {
-        let mut text = String::new();
-        // What is shown never holds the key, even split over pieces (see scrub::Holdback).
-        let mut shown = super::scrub::Holdback::new(self.key.as_deref());
-        let mut refusal = String::new();
-        let mut model: Option<String> = None;
-        let mut usage = Value::Null;
-        let mut finish: Option<String> = None;
-        // Lines that are not server-sent events: a server that did not stream.
-        let mut plain = String::new();
+        let mut parse = StreamParse::new(sink, self.key.as_deref());
         let streamed =
             self.http
                 .post_stream(&self.url, body, self.key.as_deref(), cancel, |event| {
-                    let line = match event {
-                        StreamEvent::Line(l) => l,
-                        StreamEvent::End => {
-                            let Ok(whole) = serde_json::from_str::<Value>(&plain) else {
-                                return Ok(Flow::More);
-                            };
-                            let Some(content) = whole
-                                .pointer("/choices/0/message/content")
-                                .and_then(Value::as_str)
-                            else {
-                                return Ok(Flow::More);
-                            };
-                            text.push_str(content);
-                            sink.send(&shown.push(content));
-                            model = whole
-                                .get("model")
-                                .and_then(Value::as_str)
-                                .map(str::to_string);
-                            usage = whole.get("usage").cloned().unwrap_or(Value::Null);
-                            finish = whole
-                                .pointer("/choices/0/finish_reason")
-                                .and_then(Value::as_str)
-                                .map(str::to_string);
-                            return Ok(Flow::Done);
-                        }
-                    };
-                    let Some(data) = line.strip_prefix("data:") else {
-                        // `event:`, `id:`, `retry:`, `: comments`, blank lines between events.
-                        if !line.starts_with([':', '\r', '\n'])
-                            && !["event:", "id:", "retry:"]
-                                .iter()
-                                .any(|f| line.starts_with(f))
-                        {
-                            plain.push_str(line);
-                        }
-                        return Ok(Flow::More);
-                    };
-                    let data = data.trim();
-                    if data == "[DONE]" {
-                        return Ok(Flow::Done);
-                    }
-                    if data.is_empty() {
-                        return Ok(Flow::More);
-                    }
-                    let chunk: Value = serde_json::from_str(data)
-                        .map_err(|e| format!("an event of the stream is not JSON ({e})"))?;
-                    if let Some(e) = chunk.get("error") {
-                        let e = e
-                            .get("message")
-                            .and_then(Value::as_str)
-                            .map_or_else(|| e.to_string(), str::to_string);
-                        return Err(format!("error: {e}"));
-                    }
-                    let delta = chunk.pointer("/choices/0/delta");
-                    if let Some(piece) =
-                        delta.and_then(|d| d.get("content")).and_then(Value::as_str)
-                    {
-                        text.push_str(piece);
-                        sink.send(&shown.push(piece));
-                    }
-                    if let Some(r) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str) {
-                        refusal.push_str(r);
-                    }
-                    if let Some(m) = chunk.get("model").and_then(Value::as_str) {
-                        if !m.is_empty() {
-                            model = Some(m.to_string());
-                        }
-                    }
-                    if chunk.get("usage").is_some_and(Value::is_object) {
-                        usage = chunk["usage"].clone();
-                    }
-                    if let Some(f) = chunk
-                        .pointer("/choices/0/finish_reason")
-                        .and_then(Value::as_str)
-                    {
-                        finish = Some(f.to_string());
-                    }
-                    Ok(Flow::More)
+                    parse.event(event)
                 })?;
-        if text.is_empty() && !refusal.is_empty() {
+        if parse.text.is_empty() && !parse.refusal.is_empty() {
             return Err(self
                 .http
-                .bad_response(&self.url, format!("the model refused: {refusal}")));
+                .bad_response(&self.url, format!("the model refused: {}", parse.refusal)));
         }
-        sink.send(&shown.finish());
-        let text = super::scrub::text(&text, self.key.as_deref());
-        let tokens = |field: &str| usage.get(field).and_then(Value::as_u64);
+        sink.send(&parse.shown.finish());
+        let text = super::scrub::text(&parse.text, self.key.as_deref());
+        let tokens = |field: &str| parse.usage.get(field).and_then(Value::as_u64);
         Ok(Reply {
             text,
-            model: model.unwrap_or_else(|| self.model.clone()),
+            model: parse.model.unwrap_or_else(|| self.model.clone()),
             in_tokens: tokens("prompt_tokens"),
             out_tokens: tokens("completion_tokens"),
             latency_ms: streamed.latency_ms,
             attempts: streamed.attempts,
-            finish_reason: finish,
+            finish_reason: parse.finish,
         })
+    }
+}
+
+/// What a streamed answer has brought so far, read one server-sent event line at a time.
+struct StreamParse<'s> {
+    /// Where the pieces of the reply go as they come.
+    sink: &'s TextSink,
+    /// What is shown never holds the key, even split over pieces (see scrub::Holdback).
+    shown: super::scrub::Holdback,
+    /// The reply so far.
+    text: String,
+    /// The refusal so far.
+    refusal: String,
+    /// The model the server names, when it names one.
+    model: Option<String>,
+    /// The newest `usage` object (`Null` until one comes).
+    usage: Value,
+    /// The newest finish reason.
+    finish: Option<String>,
+    /// Lines that are not server-sent events: a server that did not stream.
+    plain: String,
+}
+
+impl<'s> StreamParse<'s> {
+    /// Nothing read yet; what is shown on `sink` is held back around `key`.
+    fn new(sink: &'s TextSink, key: Option<&str>) -> Self {
+        StreamParse {
+            sink,
+            shown: super::scrub::Holdback::new(key),
+            text: String::new(),
+            refusal: String::new(),
+            model: None,
+            usage: Value::Null,
+            finish: None,
+            plain: String::new(),
+        }
+    }
+
+    /// Reads one event of the body: a line, or its end.
+    fn event(&mut self, event: StreamEvent<'_>) -> Result<Flow, String> {
+        match event {
+            StreamEvent::Line(line) => self.line(line),
+            StreamEvent::End => Ok(self.end()),
+        }
+    }
+
+    /// Appends a piece of the reply and shows what of it may be shown.
+    fn piece(&mut self, piece: &str) {
+        self.text.push_str(piece);
+        self.sink.send(&self.shown.push(piece));
+    }
+
+    /// The body ended: what was not server-sent events is read as one plain JSON completion,
+    /// when it is one with `choices[0].message.content`.
+    fn end(&mut self) -> Flow {
+        let Ok(whole) = serde_json::from_str::<Value>(&self.plain) else {
+            return Flow::More;
+        };
+        let Some(content) = whole
+            .pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+        else {
+            return Flow::More;
+        };
+        self.piece(content);
+        self.model = whole
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        self.usage = whole.get("usage").cloned().unwrap_or(Value::Null);
+        self.finish = whole
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        Flow::Done
+    }
+
+    /// One line: a `data:` line is an event's data; `event:`, `id:`, `retry:`,
+    /// `: comments` and blank lines between events are skipped; anything else is kept as
+    /// the body of a server that did not stream.
+    fn line(&mut self, line: &str) -> Result<Flow, String> {
+        let Some(data) = line.strip_prefix("data:") else {
+            if !line.starts_with([':', '\r', '\n'])
+                && !["event:", "id:", "retry:"]
+                    .iter()
+                    .any(|f| line.starts_with(f))
+            {
+                self.plain.push_str(line);
+            }
+            return Ok(Flow::More);
+        };
+        self.data(data.trim())
+    }
+
+    /// An event's data: `[DONE]` ends the stream, empty data is skipped, anything else must
+    /// be a JSON chunk.
+    fn data(&mut self, data: &str) -> Result<Flow, String> {
+        if data == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        if data.is_empty() {
+            return Ok(Flow::More);
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| format!("an event of the stream is not JSON ({e})"))?;
+        self.chunk(&chunk)?;
+        Ok(Flow::More)
+    }
+
+    /// A JSON chunk: an `error` fails the stream; otherwise its content delta, refusal
+    /// delta, non-empty model, `usage` object and finish reason are taken in.
+    fn chunk(&mut self, chunk: &Value) -> Result<(), String> {
+        if let Some(e) = chunk.get("error") {
+            let e = e
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| e.to_string(), str::to_string);
+            return Err(format!("error: {e}"));
+        }
+        let delta = chunk.pointer("/choices/0/delta");
+        if let Some(piece) = delta.and_then(|d| d.get("content")).and_then(Value::as_str) {
+            self.piece(piece);
+        }
+        if let Some(r) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str) {
+            self.refusal.push_str(r);
+        }
+        if let Some(m) = chunk.get("model").and_then(Value::as_str) {
+            if !m.is_empty() {
+                self.model = Some(m.to_string());
+            }
+        }
+        if chunk.get("usage").is_some_and(Value::is_object) {
+            self.usage = chunk["usage"].clone();
+        }
+        if let Some(f) = chunk
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+        {
+            self.finish = Some(f.to_string());
+        }
+        Ok(())
     }
 }
 

@@ -104,103 +104,132 @@ impl AutonomyLog {
         let bookkeeping = BOOKKEEPING.contains(&ev.kind.as_str());
         match ev.kind.as_str() {
             "metrics_turn" => self.last_metrics_turn = Some(ev.id),
-            "reflection" if is_kernel(ev) => {
-                let content: Option<Value> = serde_json::from_str(&ev.content).ok();
-                let mut stalled: Vec<String> = content
-                    .as_ref()
-                    .and_then(|c| c.get("stalled"))
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                stalled.sort();
-                self.last_kernel_reflection = Some(KernelReflection {
-                    id: ev.id,
-                    stalled,
-                    delta_hash: meta_of(ev)
-                        .get("delta_hash")
-                        .and_then(Value::as_str)
-                        .map(str::to_string),
-                });
-                self.last_reflection_id = Some(ev.id);
-                self.changes.clear();
-            }
-            "summary_update" => {
-                self.last_summary = Some(ev.id);
-                self.summarize_count += 1;
-                self.last_summary_triggered = serde_json::from_str::<Value>(&ev.content)
-                    .ok()
-                    .and_then(|c| c.get("rsm_triggered").and_then(Value::as_bool))
-                    .unwrap_or(false)
-                    || ev.content.contains("rsm_triggered:1");
-                self.summary_root = Some(self.root.root().to_string());
-            }
-            "checkpoint_manifest" => {
-                if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
-                    let up_to = c.get("up_to_id").and_then(Value::as_i64).unwrap_or(0);
-                    let root = c
-                        .get("root_hash")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
-                    self.last_manifest = Some((ev.id, up_to, root));
-                }
-            }
+            "reflection" if is_kernel(ev) => self.apply_kernel_reflection(ev),
+            "summary_update" => self.apply_summary(ev),
+            "checkpoint_manifest" => self.apply_manifest(ev),
             "autonomy_rule_table" => self.last_rule_table = Some(ev.content.clone()),
-            "autonomy_stimulus" => {
-                if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
-                    if let (Some(slot), Some(id)) = (
-                        c.get("slot").and_then(Value::as_i64),
-                        c.get("slot_id").and_then(Value::as_str),
-                    ) {
-                        self.last_stimulus = Some((ev.id, slot, id.to_string()));
-                        let interval = meta_of(ev)
-                            .get("interval")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(crate::formats::slot::INTERVAL_SECS);
-                        let max = self.max_slot.entry(interval).or_insert(slot);
-                        *max = (*max).max(slot);
-                    }
-                }
-            }
-            "autonomy_tick" => {
-                self.ticks_total += 1;
-                let decision = serde_json::from_str::<Value>(&ev.content)
-                    .ok()
-                    .and_then(|c| {
-                        c.get("decision")
-                            .and_then(Value::as_str)
-                            .map(str::to_string)
-                    });
-                match decision.as_deref() {
-                    Some("reflect") => self.reflect_count += 1,
-                    Some("summarize") => self.intention_summarize_count += 1,
-                    _ => self.idle_count += 1,
-                }
-            }
-            "config" => {
-                if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
-                    if c.get("type").and_then(Value::as_str) == Some("exec_bind") {
-                        if let Some(cid) = c.get("cid").and_then(Value::as_str) {
-                            self.exec_bound.insert(cid.to_string());
-                        }
-                    }
-                }
-            }
+            "autonomy_stimulus" => self.apply_stimulus(ev),
+            "autonomy_tick" => self.apply_tick(ev),
+            "config" => self.apply_config(ev),
             _ => {}
         }
         if !bookkeeping && ev.kind != "reflection" && ev.kind != "summary_update" {
-            match self.changes.iter_mut().find(|(k, _)| *k == ev.kind) {
-                Some((_, n)) => *n += 1,
-                None => self.changes.push((ev.kind.clone(), 1)),
+            self.note_change(ev);
+        }
+    }
+
+    /// A kernel reflection: becomes the newest one (its sorted `stalled` cids and
+    /// `meta.delta_hash`), and the changes since the last one start again from none.
+    fn apply_kernel_reflection(&mut self, ev: &Event) {
+        let content: Option<Value> = serde_json::from_str(&ev.content).ok();
+        let mut stalled: Vec<String> = content
+            .as_ref()
+            .and_then(|c| c.get("stalled"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        stalled.sort();
+        self.last_kernel_reflection = Some(KernelReflection {
+            id: ev.id,
+            stalled,
+            delta_hash: meta_of(ev)
+                .get("delta_hash")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        });
+        self.last_reflection_id = Some(ev.id);
+        self.changes.clear();
+    }
+
+    /// A `summary_update`: becomes the newest summary, counted, with whether it says the RSM
+    /// triggered it and the checkpoint root of the prefix ending at it.
+    fn apply_summary(&mut self, ev: &Event) {
+        self.last_summary = Some(ev.id);
+        self.summarize_count += 1;
+        self.last_summary_triggered = serde_json::from_str::<Value>(&ev.content)
+            .ok()
+            .and_then(|c| c.get("rsm_triggered").and_then(Value::as_bool))
+            .unwrap_or(false)
+            || ev.content.contains("rsm_triggered:1");
+        self.summary_root = Some(self.root.root().to_string());
+    }
+
+    /// A `checkpoint_manifest` whose content parses: becomes the newest manifest (its id,
+    /// `up_to_id` and `root_hash`).
+    fn apply_manifest(&mut self, ev: &Event) {
+        if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
+            let up_to = c.get("up_to_id").and_then(Value::as_i64).unwrap_or(0);
+            let root = c
+                .get("root_hash")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            self.last_manifest = Some((ev.id, up_to, root));
+        }
+    }
+
+    /// An `autonomy_stimulus` naming a slot and slot id: becomes the newest stimulus and
+    /// raises the highest slot seen for its interval.
+    fn apply_stimulus(&mut self, ev: &Event) {
+        if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
+            if let (Some(slot), Some(id)) = (
+                c.get("slot").and_then(Value::as_i64),
+                c.get("slot_id").and_then(Value::as_str),
+            ) {
+                self.last_stimulus = Some((ev.id, slot, id.to_string()));
+                let interval = meta_of(ev)
+                    .get("interval")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(crate::formats::slot::INTERVAL_SECS);
+                let max = self.max_slot.entry(interval).or_insert(slot);
+                *max = (*max).max(slot);
             }
-            self.recent_changes.push(ev.id);
-            if self.recent_changes.len() > DELTA_EVENTS {
-                self.recent_changes.remove(0);
+        }
+    }
+
+    /// An `autonomy_tick`: counts it, and counts its decision (`reflect`, `summarize`, or
+    /// anything else as idle).
+    fn apply_tick(&mut self, ev: &Event) {
+        self.ticks_total += 1;
+        let decision = serde_json::from_str::<Value>(&ev.content)
+            .ok()
+            .and_then(|c| {
+                c.get("decision")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            });
+        match decision.as_deref() {
+            Some("reflect") => self.reflect_count += 1,
+            Some("summarize") => self.intention_summarize_count += 1,
+            _ => self.idle_count += 1,
+        }
+    }
+
+    /// A `config`: one of type `exec_bind` binds its `cid` to an executor.
+    fn apply_config(&mut self, ev: &Event) {
+        if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
+            if c.get("type").and_then(Value::as_str) == Some("exec_bind") {
+                if let Some(cid) = c.get("cid").and_then(Value::as_str) {
+                    self.exec_bound.insert(cid.to_string());
+                }
             }
+        }
+    }
+
+    /// Counts a change (an event that is neither bookkeeping nor derived) under its kind and
+    /// keeps it among the newest [`DELTA_EVENTS`].
+    fn note_change(&mut self, ev: &Event) {
+        match self.changes.iter_mut().find(|(k, _)| *k == ev.kind) {
+            Some((_, n)) => *n += 1,
+            None => self.changes.push((ev.kind.clone(), 1)),
+        }
+        self.recent_changes.push(ev.id);
+        if self.recent_changes.len() > DELTA_EVENTS {
+            self.recent_changes.remove(0);
         }
     }
 }

@@ -187,110 +187,131 @@ impl Mirror {
         self.last_event_id = ev.id;
         self.last_hash = ev.hash.clone();
         match ev.kind.as_str() {
-            "commitment_open" => {
-                let meta = ev.meta_map().unwrap_or_default();
-                let Some(cid) = meta_str(&meta, "cid").filter(|c| !c.is_empty()) else {
-                    return;
-                };
-                let text = meta_str(&meta, "text")
-                    .or_else(|| meta_str(&meta, "goal"))
-                    .unwrap_or_default();
-                self.closed.remove(&cid);
-                self.history.entry(cid.clone()).or_default().0 += 1;
-                self.open.insert(
-                    cid.clone(),
-                    Commitment {
-                        cid,
-                        text,
-                        opened_at: ev.id,
-                        source: meta_str(&meta, "source").unwrap_or_else(|| "user".into()),
-                        origin: meta_str(&meta, "origin").unwrap_or_default(),
-                        closed_at: None,
-                        reason: None,
-                    },
-                );
-            }
-            "commitment_close" => {
-                let meta = ev.meta_map().unwrap_or_default();
-                let Some(cid) = meta_str(&meta, "cid") else {
-                    return;
-                };
-                if let Some(h) = self.history.get_mut(&cid) {
-                    h.1 += 1;
-                }
-                if let Some(mut c) = self.open.remove(&cid) {
-                    c.closed_at = Some(ev.id);
-                    c.reason = meta_str(&meta, "reason");
-                    self.closed.insert(cid, c);
-                }
-            }
-            "claim" => {
-                let meta = ev.meta_map().unwrap_or_default();
-                let claim_type = meta_str(&meta, "claim_type").unwrap_or_default();
-                if claim_type == "identity_proposal" || claim_type == "identity_ratify" {
-                    self.identity.note_claim(ev.id, &claim_type, &ev.content);
-                    return;
-                }
-                if claim_type != "name_change" {
-                    return;
-                }
-                let payload = ev.content.split_once('=').map(|(_, p)| p).unwrap_or("");
-                if let Ok(Value::Object(data)) = serde_json::from_str::<Value>(payload) {
-                    if let Some(name) = data.get("new_name").and_then(Value::as_str) {
-                        self.identity.name = Some(name.to_string());
-                        self.identity.name_event = Some(ev.id);
-                    }
-                }
-            }
-            "identity_adoption" => {
-                if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) {
-                    if let Some(tok) = c.get("token").and_then(Value::as_str) {
-                        if !self.identity.adopted.iter().any(|t| t == tok) {
-                            self.identity.adopted.push(tok.to_string());
-                        }
-                    }
-                }
-            }
-            "config" => {
-                if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) {
-                    match c.get("type").and_then(Value::as_str) {
-                        Some("retrieval") => self.retrieval = Some(Value::Object(c)),
-                        Some("autonomy_thresholds") => {
-                            let mut changed = false;
-                            for (k, v) in &c {
-                                if let Some(n) = v.as_i64() {
-                                    changed |= self.thresholds.set(k, n);
-                                }
-                            }
-                            if changed {
-                                self.thresholds.set_by = Some(ev.id);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            "autonomy_rule_table" => {
-                // `{reflection_interval:10,summary_interval:50,...}`: the reference writes it
-                // after every change, so it is the record of the thresholds in force.
-                let body = ev
-                    .content
-                    .trim()
-                    .trim_start_matches('{')
-                    .trim_end_matches('}');
-                let mut changed = false;
-                for pair in body.split(',') {
-                    if let Some((k, v)) = pair.split_once(':') {
-                        if let Ok(n) = v.trim().parse::<i64>() {
-                            changed |= self.thresholds.set(k.trim(), n);
-                        }
-                    }
-                }
-                if changed {
-                    self.thresholds.set_by = Some(ev.id);
-                }
-            }
+            "commitment_open" => self.apply_open(ev),
+            "commitment_close" => self.apply_close(ev),
+            "claim" => self.apply_claim(ev),
+            "identity_adoption" => self.apply_adoption(ev),
+            "config" => self.apply_config(ev),
+            "autonomy_rule_table" => self.apply_rule_table(ev),
             _ => {}
+        }
+    }
+
+    /// A `commitment_open`: the commitment (keyed by its non-empty `meta.cid`) becomes open,
+    /// leaves the closed set, and its open count grows by one.
+    fn apply_open(&mut self, ev: &Event) {
+        let meta = ev.meta_map().unwrap_or_default();
+        let Some(cid) = meta_str(&meta, "cid").filter(|c| !c.is_empty()) else {
+            return;
+        };
+        let text = meta_str(&meta, "text")
+            .or_else(|| meta_str(&meta, "goal"))
+            .unwrap_or_default();
+        self.closed.remove(&cid);
+        self.history.entry(cid.clone()).or_default().0 += 1;
+        self.open.insert(
+            cid.clone(),
+            Commitment {
+                cid,
+                text,
+                opened_at: ev.id,
+                source: meta_str(&meta, "source").unwrap_or_else(|| "user".into()),
+                origin: meta_str(&meta, "origin").unwrap_or_default(),
+                closed_at: None,
+                reason: None,
+            },
+        );
+    }
+
+    /// A `commitment_close`: counts the close against `meta.cid`'s history and moves the
+    /// commitment, if open, to the closed set with its reason.
+    fn apply_close(&mut self, ev: &Event) {
+        let meta = ev.meta_map().unwrap_or_default();
+        let Some(cid) = meta_str(&meta, "cid") else {
+            return;
+        };
+        if let Some(h) = self.history.get_mut(&cid) {
+            h.1 += 1;
+        }
+        if let Some(mut c) = self.open.remove(&cid) {
+            c.closed_at = Some(ev.id);
+            c.reason = meta_str(&meta, "reason");
+            self.closed.insert(cid, c);
+        }
+    }
+
+    /// A `claim`: identity proposals and ratifications go to the identity; a `name_change`
+    /// sets the name from the JSON after `=` in the content; other claims are ignored.
+    fn apply_claim(&mut self, ev: &Event) {
+        let meta = ev.meta_map().unwrap_or_default();
+        let claim_type = meta_str(&meta, "claim_type").unwrap_or_default();
+        if claim_type == "identity_proposal" || claim_type == "identity_ratify" {
+            self.identity.note_claim(ev.id, &claim_type, &ev.content);
+            return;
+        }
+        if claim_type != "name_change" {
+            return;
+        }
+        let payload = ev.content.split_once('=').map(|(_, p)| p).unwrap_or("");
+        if let Ok(Value::Object(data)) = serde_json::from_str::<Value>(payload) {
+            if let Some(name) = data.get("new_name").and_then(Value::as_str) {
+                self.identity.name = Some(name.to_string());
+                self.identity.name_event = Some(ev.id);
+            }
+        }
+    }
+
+    /// An `identity_adoption`: adds its `token` to the adopted tokens, once.
+    fn apply_adoption(&mut self, ev: &Event) {
+        if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) {
+            if let Some(tok) = c.get("token").and_then(Value::as_str) {
+                if !self.identity.adopted.iter().any(|t| t == tok) {
+                    self.identity.adopted.push(tok.to_string());
+                }
+            }
+        }
+    }
+
+    /// A `config`: a `retrieval` config replaces the retrieval settings; an
+    /// `autonomy_thresholds` config sets each integer threshold it names.
+    fn apply_config(&mut self, ev: &Event) {
+        if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) {
+            match c.get("type").and_then(Value::as_str) {
+                Some("retrieval") => self.retrieval = Some(Value::Object(c)),
+                Some("autonomy_thresholds") => {
+                    let mut changed = false;
+                    for (k, v) in &c {
+                        if let Some(n) = v.as_i64() {
+                            changed |= self.thresholds.set(k, n);
+                        }
+                    }
+                    if changed {
+                        self.thresholds.set_by = Some(ev.id);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// An `autonomy_rule_table`: `{reflection_interval:10,summary_interval:50,...}`; the
+    /// reference writes it after every change, so it is the record of the thresholds in force.
+    fn apply_rule_table(&mut self, ev: &Event) {
+        let body = ev
+            .content
+            .trim()
+            .trim_start_matches('{')
+            .trim_end_matches('}');
+        let mut changed = false;
+        for pair in body.split(',') {
+            if let Some((k, v)) = pair.split_once(':') {
+                if let Ok(n) = v.trim().parse::<i64>() {
+                    changed |= self.thresholds.set(k.trim(), n);
+                }
+            }
+        }
+        if changed {
+            self.thresholds.set_by = Some(ev.id);
         }
     }
 

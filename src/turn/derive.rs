@@ -240,60 +240,110 @@ pub fn lifetime_memory(
     candidates: &[Event],
     p: &Projections,
 ) -> Option<(String, Map<String, Value>)> {
+    let span = chunk_span(candidates)?;
+    let samples = chunk_samples(&span);
+    let concepts = chunk_concepts(&span, p);
+    let commitments = ChunkCommitments::of(&span);
+    let content = chunk_lines(&span, &concepts, &commitments, &samples).join("\n");
+    let meta = chunk_meta(&span, &samples, concepts, commitments.cids);
+    Some((content, meta))
+}
+
+/// The first [`CHUNK`] of `candidates` that are not `lifetime_memory` chunks themselves, or
+/// `None` while there are fewer.
+fn chunk_span(candidates: &[Event]) -> Option<Vec<&Event>> {
     let span: Vec<&Event> = candidates
         .iter()
         .filter(|e| e.kind != "lifetime_memory")
         .take(CHUNK)
         .collect();
-    if span.len() < CHUNK {
-        return None;
-    }
-    let (start, end) = (span[0].id, span[span.len() - 1].id);
-    let messages: Vec<&&Event> = span
+    (span.len() >= CHUNK).then_some(span)
+}
+
+/// At most 32 of the span's user and assistant messages, evenly strided from the first.
+fn chunk_samples<'a>(span: &[&'a Event]) -> Vec<&'a Event> {
+    let messages: Vec<&'a Event> = span
         .iter()
         .filter(|e| e.kind == "user_message" || e.kind == "assistant_message")
+        .copied()
         .collect();
     let stride = (messages.len() / 32).max(1);
-    let samples: Vec<&&Event> = messages.iter().step_by(stride).take(32).copied().collect();
+    messages.iter().step_by(stride).take(32).copied().collect()
+}
+
+/// The 20 concepts the span's events are tagged with most often (ties by name).
+fn chunk_concepts(span: &[&Event], p: &Projections) -> Vec<String> {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for e in &span {
+    for e in span {
         for tok in p.concepts.concepts_for_event(e.id) {
             *counts.entry(tok).or_default() += 1;
         }
     }
     let mut concepts: Vec<(String, usize)> = counts.into_iter().collect();
     concepts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let concepts: Vec<String> = concepts.into_iter().take(20).map(|(t, _)| t).collect();
-    let mut opened = Vec::new();
-    let mut closed = std::collections::BTreeSet::new();
-    let mut cids = std::collections::BTreeSet::new();
-    for e in &span {
-        let meta = e.meta_map().unwrap_or_default();
-        let cid = meta.get("cid").and_then(Value::as_str).unwrap_or("");
-        match e.kind.as_str() {
-            "commitment_open" if !cid.is_empty() => {
-                let text = meta
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or(e.content.as_str());
-                opened.push(format!("{cid}:{}", truncate_chars(py_strip(text), 120)));
-                cids.insert(cid.to_string());
+    concepts.into_iter().take(20).map(|(t, _)| t).collect()
+}
+
+/// The commitments a chunk's span opens and closes.
+struct ChunkCommitments {
+    /// `cid:text` of each commitment opened, in span order (text stripped, 120 characters).
+    opened: Vec<String>,
+    /// The cids closed.
+    closed: std::collections::BTreeSet<String>,
+    /// Every cid opened or closed.
+    cids: std::collections::BTreeSet<String>,
+}
+
+impl ChunkCommitments {
+    /// The commitments opened and closed (with a non-empty `meta.cid`) in `span`.
+    fn of(span: &[&Event]) -> Self {
+        let mut c = ChunkCommitments {
+            opened: Vec::new(),
+            closed: std::collections::BTreeSet::new(),
+            cids: std::collections::BTreeSet::new(),
+        };
+        for e in span {
+            let meta = e.meta_map().unwrap_or_default();
+            let cid = meta.get("cid").and_then(Value::as_str).unwrap_or("");
+            match e.kind.as_str() {
+                "commitment_open" if !cid.is_empty() => {
+                    let text = meta
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or(e.content.as_str());
+                    c.opened
+                        .push(format!("{cid}:{}", truncate_chars(py_strip(text), 120)));
+                    c.cids.insert(cid.to_string());
+                }
+                "commitment_close" if !cid.is_empty() => {
+                    c.closed.insert(cid.to_string());
+                    c.cids.insert(cid.to_string());
+                }
+                _ => {}
             }
-            "commitment_close" if !cid.is_empty() => {
-                closed.insert(cid.to_string());
-                cids.insert(cid.to_string());
-            }
-            _ => {}
         }
+        c
     }
+}
+
+/// The chunk's content lines: the span, its concepts, the first 8 commitments opened and
+/// closed (each line only when there are any), then the sampled messages.
+fn chunk_lines(
+    span: &[&Event],
+    concepts: &[String],
+    commitments: &ChunkCommitments,
+    samples: &[&Event],
+) -> Vec<String> {
+    let (start, end) = (span[0].id, span[span.len() - 1].id);
     let mut lines = vec![format!("Span {start}..{end} ({} events)", span.len())];
     if !concepts.is_empty() {
         lines.push(format!("Concepts: {}", concepts.join(", ")));
     }
-    if !opened.is_empty() {
+    if !commitments.opened.is_empty() {
         lines.push(format!(
             "Commitments opened: {}",
-            opened
+            commitments
+                .opened
                 .iter()
                 .take(8)
                 .cloned()
@@ -301,10 +351,11 @@ pub fn lifetime_memory(
                 .join(", ")
         ));
     }
-    if !closed.is_empty() {
+    if !commitments.closed.is_empty() {
         lines.push(format!(
             "Commitments closed: {}",
-            closed
+            commitments
+                .closed
                 .iter()
                 .take(8)
                 .cloned()
@@ -313,18 +364,33 @@ pub fn lifetime_memory(
         ));
     }
     lines.push("Messages:".into());
-    for e in &samples {
-        let role = e
-            .meta_map()
-            .ok()
-            .and_then(|m| m.get("role").and_then(Value::as_str).map(str::to_string))
-            .unwrap_or_else(|| e.kind.clone());
-        lines.push(format!(
-            "- [{}] {role}: {}",
-            e.id,
-            truncate_chars(py_strip(&e.content), 240)
-        ));
-    }
+    lines.extend(samples.iter().map(|e| sample_line(e)));
+    lines
+}
+
+/// One sampled message line: `- [id] role: text` (the role from `meta.role`, else the kind;
+/// the text stripped, 240 characters).
+fn sample_line(e: &Event) -> String {
+    let role = e
+        .meta_map()
+        .ok()
+        .and_then(|m| m.get("role").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| e.kind.clone());
+    format!(
+        "- [{}] {role}: {}",
+        e.id,
+        truncate_chars(py_strip(&e.content), 240)
+    )
+}
+
+/// The chunk's meta: its span, what it covers, the sampled ids, concepts and cids.
+fn chunk_meta(
+    span: &[&Event],
+    samples: &[&Event],
+    concepts: Vec<String>,
+    cids: std::collections::BTreeSet<String>,
+) -> Map<String, Value> {
+    let (start, end) = (span[0].id, span[span.len() - 1].id);
     let mut meta = Map::new();
     meta.insert("span_start".into(), start.into());
     meta.insert("span_end".into(), end.into());
@@ -339,7 +405,7 @@ pub fn lifetime_memory(
     );
     meta.insert("summary_kind".into(), "lifetime_memory".into());
     meta.insert("cids".into(), cids.into_iter().map(Value::from).collect());
-    Some((lines.join("\n"), meta))
+    meta
 }
 
 /// A new commitment's `impact_score` (§3.3.1): the history of its cid (0.5 when it was never
