@@ -479,6 +479,46 @@ fn tree_size(tree: &crate::store::Tree<'_>, size: Option<u64>) -> crate::Result<
 
 /// The proof modes of `pmm-verify`: `None` when none was asked for.
 fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
+    if !proof_mode(a)? {
+        return Ok(None);
+    }
+    let mut out = Out::new();
+    let outcome = if let Some(file) = &a.check_proof {
+        check_proof_file(a, file, &mut out)?
+    } else if a.rebuild_tree {
+        rebuild_tree(a, &mut out)?
+    } else {
+        let ledger = Ledger::open_reader(&a.db)?;
+        if a.root {
+            let mut tree = ledger.tree()?;
+            let size = tree_size(&tree, a.size)?;
+            let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
+            out.record(&Proof::Root {
+                size,
+                root: Hex(root),
+            })?;
+            Outcome::Success
+        } else if let Some(id) = a.prove {
+            out.record(&crate::audit::prove::inclusion(
+                &ledger, id, a.size, "--size",
+            )?)?;
+            Outcome::Success
+        } else if let Some((from, to)) = a.consistency {
+            consistency(&ledger, from, to, &mut out)?
+        } else {
+            // --checkpoint alone: check the ledger against it.
+            let (Some(cp_path), Some(key)) = (&a.checkpoint, &a.key) else {
+                return Ok(None);
+            };
+            check_against_checkpoint(&ledger, cp_path, key, &mut out)?
+        }
+    };
+    out.flush()?;
+    Ok(Some(outcome))
+}
+
+/// Whether one proof mode was asked for (exactly one may be; the proof-only flags need one).
+fn proof_mode(a: &ProofArgs) -> anyhow::Result<bool> {
     let modes = [
         a.root,
         a.prove.is_some(),
@@ -496,7 +536,7 @@ fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
             )
             .into());
         }
-        return Ok(None);
+        return Ok(false);
     }
     if n > 1 {
         return Err(Error::bad_input(
@@ -510,166 +550,160 @@ fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
             Error::bad_input(None, "proofs are about the --db ledger, not FILE arguments").into(),
         );
     }
-    let mut out = Out::new();
-    if let Some(file) = &a.check_proof {
-        let trusted = match (&a.root_hex, &a.checkpoint, &a.key) {
-            (Some(hex), None, _) => Trusted::Root(Digest::from_hex(hex).ok_or_else(|| {
-                Error::bad_input(Some("--root-hex".into()), "expected 64 hex digits")
-            })?),
-            (None, Some(cp), Some(key)) => match signed_checkpoint(cp, key)? {
-                Ok(cp) => Trusted::Checkpoint(cp),
-                Err(e) => {
-                    out.record(&serde_json::json!({
-                        "type": "proof_check", "ok": false, "error": e.to_string()
-                    }))?;
-                    out.flush()?;
-                    return Ok(Some(Outcome::Negative));
-                }
-            },
-            _ => {
-                return Err(Error::bad_input(
-                    Some("--check-proof".into()),
-                    "check it against --root-hex HEX, or --checkpoint FILE --key VERIFIERKEY",
-                )
-                .into())
-            }
-        };
-        let text = read_text(file)?;
-        let proof: Proof = serde_json::from_str(text.trim()).map_err(|e| {
-            Error::bad_input(
-                Some(file.display().to_string()),
-                format!("not a proof: {e}"),
-            )
-        })?;
-        let kind = match &proof {
-            Proof::Root { .. } => "root",
-            Proof::Inclusion { .. } => "inclusion",
-            Proof::Consistency { .. } => "consistency",
-        };
-        let against = match trusted {
-            Trusted::Root(_) => "root",
-            Trusted::Checkpoint(_) => "checkpoint",
-        };
-        let (record, outcome) = match proof::check(&proof, &trusted) {
-            Ok(size) => (
-                serde_json::json!({"type": "proof_check", "ok": true, "proof": kind,
-                    "against": against, "trusted_size": size}),
-                Outcome::Success,
-            ),
-            Err(e) => (
-                serde_json::json!({"type": "proof_check", "ok": false, "proof": kind,
-                    "against": against, "error": e.to_string()}),
-                Outcome::Negative,
-            ),
-        };
-        out.record(&record)?;
-        out.flush()?;
-        return Ok(Some(outcome));
-    }
-    if a.rebuild_tree {
-        let mut ledger = Ledger::open_writer(&a.db, crate::store::DEFAULT_BUSY_TIMEOUT_MS)?;
-        let size = ledger.rebuild_tree()?;
-        let mut tree = ledger.tree()?;
-        let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
-        out.record(&Proof::Root {
-            size,
-            root: Hex(root),
-        })?;
-        out.flush()?;
-        return Ok(Some(Outcome::Success));
-    }
-    let ledger = Ledger::open_reader(&a.db)?;
-    let mut tree = ledger.tree()?;
-    let e = |e| ledger.err(e);
-    let outcome = if a.root {
-        let size = tree_size(&tree, a.size)?;
-        let root = merkle::root(&mut tree, size).map_err(e)?;
-        out.record(&Proof::Root {
-            size,
-            root: Hex(root),
-        })?;
-        Outcome::Success
-    } else if let Some(id) = a.prove {
-        out.record(&crate::audit::prove::inclusion(
-            &ledger, id, a.size, "--size",
-        )?)?;
-        Outcome::Success
-    } else if let Some((from, to)) = a.consistency {
-        if from > to {
-            return Err(Error::bad_input(
-                Some("--consistency".into()),
-                format!("{from} is larger than {to}"),
-            )
-            .into());
-        }
-        tree_size(&tree, Some(to))?;
-        let path = merkle::consistency_proof(&mut tree, from, to).map_err(e)?;
-        let root_from = merkle::root(&mut tree, from).map_err(e)?;
-        let root_to = merkle::root(&mut tree, to).map_err(e)?;
-        out.record(&Proof::Consistency {
-            from,
-            to,
-            root_from: Hex(root_from),
-            root_to: Hex(root_to),
-            path: hexes(&path),
-        })?;
-        Outcome::Success
-    } else {
-        // --checkpoint alone: check the ledger against it.
-        let (Some(cp_path), Some(key)) = (&a.checkpoint, &a.key) else {
-            return Ok(None);
-        };
-        let cp = match signed_checkpoint(cp_path, key)? {
-            Ok(cp) => cp,
-            Err(err) => {
+    Ok(true)
+}
+
+/// `--check-proof FILE`: a proof record checked offline against `--root-hex` or a signed
+/// `--checkpoint`, as one `proof_check` record.
+fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result<Outcome> {
+    let trusted = match (&a.root_hex, &a.checkpoint, &a.key) {
+        (Some(hex), None, _) => Trusted::Root(Digest::from_hex(hex).ok_or_else(|| {
+            Error::bad_input(Some("--root-hex".into()), "expected 64 hex digits")
+        })?),
+        (None, Some(cp), Some(key)) => match signed_checkpoint(cp, key)? {
+            Ok(cp) => Trusted::Checkpoint(cp),
+            Err(e) => {
                 out.record(&serde_json::json!({
-                    "type": "checkpoint_check", "ok": false, "error": err.to_string()
+                    "type": "proof_check", "ok": false, "error": e.to_string()
                 }))?;
-                out.flush()?;
-                return Ok(Some(Outcome::Negative));
+                return Ok(Outcome::Negative);
             }
-        };
-        let ledger_size = tree.size();
-        let ledger_root = merkle::root(&mut tree, ledger_size).map_err(e)?;
-        let mut record = serde_json::json!({
-            "type": "checkpoint_check", "size": cp.size, "root": cp.root.to_hex(),
-            "ledger_size": ledger_size, "ledger_root": ledger_root.to_hex(),
-        });
-        let problem = if cp.size > ledger_size {
-            Some(format!(
-                "the ledger has {ledger_size} events, fewer than the checkpoint's {}: it was truncated",
-                cp.size
-            ))
-        } else {
-            let root = merkle::root(&mut tree, cp.size).map_err(e)?;
-            let path = merkle::consistency_proof(&mut tree, cp.size, ledger_size).map_err(e)?;
-            record["root_at_size"] = root.to_hex().into();
-            if root != cp.root {
-                Some(format!(
-                    "the ledger's first {} events have root {root}, the checkpoint says {}: history was rewritten",
-                    cp.size, cp.root
-                ))
-            } else if let Err(err) =
-                merkle::verify_consistency(cp.size, ledger_size, &cp.root, &ledger_root, &path)
-            {
-                Some(format!(
-                    "the ledger is not an extension of the checkpoint: {err}"
-                ))
-            } else {
-                None
-            }
-        };
-        record["ok"] = problem.is_none().into();
-        if let Some(p) = &problem {
-            record["error"] = p.clone().into();
-        }
-        out.record(&record)?;
-        if problem.is_some() {
-            Outcome::Negative
-        } else {
-            Outcome::Success
+        },
+        _ => {
+            return Err(Error::bad_input(
+                Some("--check-proof".into()),
+                "check it against --root-hex HEX, or --checkpoint FILE --key VERIFIERKEY",
+            )
+            .into())
         }
     };
-    out.flush()?;
-    Ok(Some(outcome))
+    let text = read_text(file)?;
+    let proof: Proof = serde_json::from_str(text.trim()).map_err(|e| {
+        Error::bad_input(
+            Some(file.display().to_string()),
+            format!("not a proof: {e}"),
+        )
+    })?;
+    let kind = match &proof {
+        Proof::Root { .. } => "root",
+        Proof::Inclusion { .. } => "inclusion",
+        Proof::Consistency { .. } => "consistency",
+    };
+    let against = match trusted {
+        Trusted::Root(_) => "root",
+        Trusted::Checkpoint(_) => "checkpoint",
+    };
+    let (record, outcome) = match proof::check(&proof, &trusted) {
+        Ok(size) => (
+            serde_json::json!({"type": "proof_check", "ok": true, "proof": kind,
+                "against": against, "trusted_size": size}),
+            Outcome::Success,
+        ),
+        Err(e) => (
+            serde_json::json!({"type": "proof_check", "ok": false, "proof": kind,
+                "against": against, "error": e.to_string()}),
+            Outcome::Negative,
+        ),
+    };
+    out.record(&record)?;
+    Ok(outcome)
+}
+
+/// `--rebuild-tree`: the stored tree rebuilt from the ledger; prints its root.
+fn rebuild_tree(a: &ProofArgs, out: &mut Out) -> anyhow::Result<Outcome> {
+    let mut ledger = Ledger::open_writer(&a.db, crate::store::DEFAULT_BUSY_TIMEOUT_MS)?;
+    let size = ledger.rebuild_tree()?;
+    let mut tree = ledger.tree()?;
+    let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
+    out.record(&Proof::Root {
+        size,
+        root: Hex(root),
+    })?;
+    Ok(Outcome::Success)
+}
+
+/// `--consistency M N`: the proof that the tree of N events extends the tree of M.
+fn consistency(ledger: &Ledger, from: u64, to: u64, out: &mut Out) -> anyhow::Result<Outcome> {
+    if from > to {
+        return Err(Error::bad_input(
+            Some("--consistency".into()),
+            format!("{from} is larger than {to}"),
+        )
+        .into());
+    }
+    let mut tree = ledger.tree()?;
+    let e = |e| ledger.err(e);
+    tree_size(&tree, Some(to))?;
+    let path = merkle::consistency_proof(&mut tree, from, to).map_err(e)?;
+    let root_from = merkle::root(&mut tree, from).map_err(e)?;
+    let root_to = merkle::root(&mut tree, to).map_err(e)?;
+    out.record(&Proof::Consistency {
+        from,
+        to,
+        root_from: Hex(root_from),
+        root_to: Hex(root_to),
+        path: hexes(&path),
+    })?;
+    Ok(Outcome::Success)
+}
+
+/// `--checkpoint FILE --key KEY` alone: the ledger's tree at the checkpoint's size has its
+/// root, and the current tree is consistent with it (one `checkpoint_check` record).
+fn check_against_checkpoint(
+    ledger: &Ledger,
+    cp_path: &Path,
+    key: &str,
+    out: &mut Out,
+) -> anyhow::Result<Outcome> {
+    let cp = match signed_checkpoint(cp_path, key)? {
+        Ok(cp) => cp,
+        Err(err) => {
+            out.record(&serde_json::json!({
+                "type": "checkpoint_check", "ok": false, "error": err.to_string()
+            }))?;
+            return Ok(Outcome::Negative);
+        }
+    };
+    let mut tree = ledger.tree()?;
+    let e = |e| ledger.err(e);
+    let ledger_size = tree.size();
+    let ledger_root = merkle::root(&mut tree, ledger_size).map_err(e)?;
+    let mut record = serde_json::json!({
+        "type": "checkpoint_check", "size": cp.size, "root": cp.root.to_hex(),
+        "ledger_size": ledger_size, "ledger_root": ledger_root.to_hex(),
+    });
+    let problem = if cp.size > ledger_size {
+        Some(format!(
+            "the ledger has {ledger_size} events, fewer than the checkpoint's {}: it was truncated",
+            cp.size
+        ))
+    } else {
+        let root = merkle::root(&mut tree, cp.size).map_err(e)?;
+        let path = merkle::consistency_proof(&mut tree, cp.size, ledger_size).map_err(e)?;
+        record["root_at_size"] = root.to_hex().into();
+        if root != cp.root {
+            Some(format!(
+                "the ledger's first {} events have root {root}, the checkpoint says {}: history was rewritten",
+                cp.size, cp.root
+            ))
+        } else if let Err(err) =
+            merkle::verify_consistency(cp.size, ledger_size, &cp.root, &ledger_root, &path)
+        {
+            Some(format!(
+                "the ledger is not an extension of the checkpoint: {err}"
+            ))
+        } else {
+            None
+        }
+    };
+    record["ok"] = problem.is_none().into();
+    if let Some(p) = &problem {
+        record["error"] = p.clone().into();
+    }
+    out.record(&record)?;
+    Ok(if problem.is_some() {
+        Outcome::Negative
+    } else {
+        Outcome::Success
+    })
 }
