@@ -405,8 +405,9 @@ struct Turns<'a> {
     /// Raised by SIGINT or SIGTERM during a turn.
     cancel: Cancel,
     opts: Options,
-    /// Whether replies are streamed, and where.
+    /// Whether replies are streamed.
     stream: bool,
+    /// Where a streamed reply is shown: stdout with `--text`, else stderr.
     screen: Screen,
     /// `--text`: only the reply is printed.
     text: bool,
