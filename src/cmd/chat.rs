@@ -11,6 +11,7 @@ use crate::turn::{self, Options, TurnError};
 use indicatif::{ProgressBar, ProgressStyle};
 use rustyline::error::ReadlineError;
 use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,6 +60,28 @@ fn visible(reply: &str) -> String {
         .to_string()
 }
 
+/// A slash command as typed: its name (lowercased), its words after the name joined by single
+/// spaces, and the rest of the line as typed (a cmd command keeps its spacing).
+#[derive(Debug, PartialEq, Eq)]
+struct Slash<'a> {
+    name: String,
+    arg: String,
+    rest: &'a str,
+}
+
+/// Splits a slash command line into its parts.
+fn parse_slash(line: &str) -> Slash<'_> {
+    let mut words = line.split_whitespace();
+    let name = words.next().unwrap_or("").to_lowercase();
+    let arg = words.collect::<Vec<_>>().join(" ");
+    let rest = line
+        .trim_start()
+        .split_once(char::is_whitespace)
+        .map_or("", |(_, r)| r.trim());
+    Slash { name, arg, rest }
+}
+
+/// Answers a slash command: the text to show, or `None` when the session ends.
 fn command(
     ledger: &mut Ledger,
     adapter: &mut Box<dyn Adapter>,
@@ -66,135 +89,168 @@ fn command(
     raw: &mut bool,
     line: &str,
 ) -> anyhow::Result<Option<String>> {
-    let mut words = line.split_whitespace();
-    let cmd = words.next().unwrap_or("").to_lowercase();
-    let arg = words.collect::<Vec<_>>().join(" ");
-    // The rest of the line as typed (a cmd command keeps its spacing).
-    let rest = line
-        .trim_start()
-        .split_once(char::is_whitespace)
-        .map_or("", |(_, r)| r.trim());
-    let text = match cmd.as_str() {
+    let Slash { name, arg, rest } = parse_slash(line);
+    let text = match name.as_str() {
         "/exit" | "/quit" => return Ok(None),
         "/help" => HELP.to_string(),
-        "/replay" => {
-            let n = arg.parse().unwrap_or(20);
-            let evs = ledger.tail(&Filter::default(), n)?;
-            evs.iter().map(one_line).collect::<Vec<_>>().join("\n")
-        }
-        "/metrics" => {
-            let max = ledger.max_id()?;
-            let m = super::metrics::compute(ledger.path(), max, true)?;
-            serde_json::to_string_pretty(&m)?
-        }
-        "/diag" => {
-            let evs = ledger.last_of_kind("metrics_turn", 5)?;
-            evs.iter()
-                .rev()
-                .map(one_line)
-                .collect::<Vec<_>>()
-                .join("\n")
-        }
-        "/goals" => {
-            let p = store::project(&*ledger, None, true)?.projections;
-            let open = p.mirror.open_in_order();
-            if open.is_empty() {
-                "no open commitments".into()
-            } else {
-                open.iter()
-                    .map(|c| {
-                        format!(
-                            "{}  opened at {}  ({})  {}",
-                            c.cid, c.opened_at, c.origin, c.text
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            }
-        }
-        "/rsm" => {
-            let p = store::project(&*ledger, None, true)?.projections;
-            let t: Vec<String> = p
-                .rsm
-                .tendencies()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            format!(
-                "tendencies: {}\nknowledge gaps: {}\nreflection intents: {}",
-                t.join(", "),
-                p.rsm.knowledge_gaps().join(", "),
-                p.rsm.reflection_intents().len()
-            )
-        }
-        "/graph" => {
-            let p = store::project(&*ledger, None, true)?.projections;
-            serde_json::to_string(&p.graph.stats())?
-        }
+        "/replay" => replay(ledger, &arg)?,
+        "/metrics" => metrics(ledger)?,
+        "/diag" => diag(ledger)?,
+        "/goals" => goals(ledger)?,
+        "/rsm" => rsm(ledger)?,
+        "/graph" => graph(ledger)?,
         "/raw" => {
             *raw = !*raw;
             format!("raw replies {}", if *raw { "on" } else { "off" })
         }
-        "/model" => {
-            if !arg.is_empty() {
-                let mut next = cfg.clone();
-                next.model = Some(arg.clone());
-                switch(adapter, cfg, next)?;
-            }
-            describe(adapter.as_ref())
-        }
-        "/adapter" => {
-            if !arg.is_empty() {
-                let (name, endpoint) = rest
-                    .split_once(char::is_whitespace)
-                    .map_or((rest, ""), |(n, e)| (n, e.trim()));
-                let mut next = cfg.clone();
-                next.kind = name.parse::<AdapterKind>()?;
-                next.model = None;
-                if !endpoint.is_empty() {
-                    set_endpoint(&mut next, endpoint)?;
-                }
-                switch(adapter, cfg, next)?;
-            }
-            describe(adapter.as_ref())
-        }
-        "/endpoint" => {
-            if !rest.is_empty() {
-                let mut next = cfg.clone();
-                set_endpoint(&mut next, rest)?;
-                switch(adapter, cfg, next)?;
-            }
-            describe(adapter.as_ref())
-        }
-        "/export" => {
-            if arg.is_empty() {
-                "usage: /export FILE".into()
-            } else {
-                // Never onto the ledger or its companions; written beside the target and
-                // renamed into place when complete.
-                let target = crate::outfile::OutputFile::create(
-                    std::path::Path::new(&arg),
-                    Some(ledger.path()),
-                )?;
-                let mut f = target.writer()?;
-                let mut n = 0;
-                ledger.scan(&Filter::default(), |e| {
-                    f.write_all(e.to_jsonl().as_bytes())
-                        .map_err(|err| crate::Error::io(&arg, err))?;
-                    f.write_all(b"\n")
-                        .map_err(|err| crate::Error::io(&arg, err))?;
-                    n += 1;
-                    Ok(true)
-                })?;
-                f.flush().map_err(|err| crate::Error::io(&arg, err))?;
-                drop(f);
-                target.commit()?;
-                format!("{n} events written to {arg}")
-            }
-        }
-        _ => format!("unknown command {cmd} (try /help)"),
+        "/model" => reconfigure(adapter, cfg, model_config(cfg, &arg))?,
+        "/adapter" => reconfigure(adapter, cfg, adapter_config(cfg, rest)?)?,
+        "/endpoint" => reconfigure(adapter, cfg, endpoint_config(cfg, rest)?)?,
+        "/export" => export(ledger, &arg)?,
+        _ => format!("unknown command {name} (try /help)"),
     };
     Ok(Some(text))
+}
+
+/// `/replay [N]`: the last N events (default 20), one line each.
+fn replay(ledger: &Ledger, arg: &str) -> anyhow::Result<String> {
+    let n = arg.parse().unwrap_or(20);
+    let evs = ledger.tail(&Filter::default(), n)?;
+    Ok(evs.iter().map(one_line).collect::<Vec<_>>().join("\n"))
+}
+
+/// `/metrics`: the ledger's metrics, as `pmm-metrics` prints them.
+fn metrics(ledger: &Ledger) -> anyhow::Result<String> {
+    let max = ledger.max_id()?;
+    let m = super::metrics::compute(ledger.path(), max, true)?;
+    Ok(serde_json::to_string_pretty(&m)?)
+}
+
+/// `/diag`: the last five `metrics_turn` events, oldest first.
+fn diag(ledger: &Ledger) -> anyhow::Result<String> {
+    let evs = ledger.last_of_kind("metrics_turn", 5)?;
+    Ok(evs
+        .iter()
+        .rev()
+        .map(one_line)
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// `/goals`: the open commitments, in the order they were opened.
+fn goals(ledger: &Ledger) -> anyhow::Result<String> {
+    let p = store::project(ledger, None, true)?.projections;
+    let open = p.mirror.open_in_order();
+    if open.is_empty() {
+        return Ok("no open commitments".into());
+    }
+    Ok(open
+        .iter()
+        .map(|c| {
+            format!(
+                "{}  opened at {}  ({})  {}",
+                c.cid, c.opened_at, c.origin, c.text
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// `/rsm`: the recursive self-model's tendencies, knowledge gaps and reflection count.
+fn rsm(ledger: &Ledger) -> anyhow::Result<String> {
+    let p = store::project(ledger, None, true)?.projections;
+    let t: Vec<String> = p
+        .rsm
+        .tendencies()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    Ok(format!(
+        "tendencies: {}\nknowledge gaps: {}\nreflection intents: {}",
+        t.join(", "),
+        p.rsm.knowledge_gaps().join(", "),
+        p.rsm.reflection_intents().len()
+    ))
+}
+
+/// `/graph`: the event graph's statistics.
+fn graph(ledger: &Ledger) -> anyhow::Result<String> {
+    let p = store::project(ledger, None, true)?.projections;
+    Ok(serde_json::to_string(&p.graph.stats())?)
+}
+
+/// `/model [NAME]`: the configuration with model `name`, or `None` (no change) without one.
+fn model_config(cfg: &Config, name: &str) -> Option<Config> {
+    (!name.is_empty()).then(|| {
+        let mut next = cfg.clone();
+        next.model = Some(name.to_string());
+        next
+    })
+}
+
+/// `/adapter [NAME [ENDPOINT]]`: the configuration for adapter `NAME` with its default model
+/// (and `ENDPOINT`, when given), or `None` (no change) for an empty `rest`.
+fn adapter_config(cfg: &Config, rest: &str) -> anyhow::Result<Option<Config>> {
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let (name, endpoint) = rest
+        .split_once(char::is_whitespace)
+        .map_or((rest, ""), |(n, e)| (n, e.trim()));
+    let mut next = cfg.clone();
+    next.kind = name.parse::<AdapterKind>()?;
+    next.model = None;
+    if !endpoint.is_empty() {
+        set_endpoint(&mut next, endpoint)?;
+    }
+    Ok(Some(next))
+}
+
+/// `/endpoint [URL]`: the configuration asking at `endpoint`, or `None` (no change) without
+/// one.
+fn endpoint_config(cfg: &Config, endpoint: &str) -> anyhow::Result<Option<Config>> {
+    if endpoint.is_empty() {
+        return Ok(None);
+    }
+    let mut next = cfg.clone();
+    set_endpoint(&mut next, endpoint)?;
+    Ok(Some(next))
+}
+
+/// Switches to the adapter `next` describes, if any, and describes the session's adapter.
+fn reconfigure(
+    adapter: &mut Box<dyn Adapter>,
+    cfg: &mut Config,
+    next: Option<Config>,
+) -> anyhow::Result<String> {
+    if let Some(next) = next {
+        switch(adapter, cfg, next)?;
+    }
+    Ok(describe(adapter.as_ref()))
+}
+
+/// `/export FILE`: writes the ledger as JSON Lines to `file`, never onto the ledger or its
+/// companions; written beside the target and renamed into place when complete.
+fn export(ledger: &Ledger, file: &str) -> anyhow::Result<String> {
+    if file.is_empty() {
+        return Ok("usage: /export FILE".into());
+    }
+    let target =
+        crate::outfile::OutputFile::create(std::path::Path::new(file), Some(ledger.path()))?;
+    let mut f = target.writer()?;
+    let mut n = 0;
+    ledger.scan(&Filter::default(), |e| {
+        f.write_all(e.to_jsonl().as_bytes())
+            .map_err(|err| crate::Error::io(file, err))?;
+        f.write_all(b"\n")
+            .map_err(|err| crate::Error::io(file, err))?;
+        n += 1;
+        Ok(true)
+    })?;
+    f.flush().map_err(|err| crate::Error::io(file, err))?;
+    drop(f);
+    target.commit()?;
+    Ok(format!("{n} events written to {file}"))
 }
 
 /// Builds the adapter `next` describes and, when that works, makes it the session's.
@@ -422,6 +478,82 @@ fn say(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
+/// Where the session's lines come from: on a terminal, rustyline edits lines (with history in
+/// `~/.pmm_history`); from a pipe or a file, lines are read through the bounded line reader
+/// (rustyline's own would grow without limit on an endless line).
+struct Input {
+    editor: Option<rustyline::DefaultEditor>,
+    history: Option<PathBuf>,
+    stdin: std::io::StdinLock<'static>,
+    buf: Vec<u8>,
+    /// Lines read from a pipe or a file so far (for error positions).
+    n: u64,
+}
+
+impl Input {
+    /// Opens the line editor on a terminal, with the history loaded.
+    fn open() -> anyhow::Result<Input> {
+        let mut editor = if std::io::stdin().is_terminal() {
+            Some(rustyline::DefaultEditor::new()?)
+        } else {
+            None
+        };
+        let history = std::env::var_os("HOME").map(|h| Path::new(&h).join(".pmm_history"));
+        if let (Some(h), Some(rl)) = (&history, editor.as_mut()) {
+            let _ = rl.load_history(h);
+        }
+        Ok(Input {
+            editor,
+            history,
+            stdin: std::io::stdin().lock(),
+            buf: Vec::new(),
+            n: 0,
+        })
+    }
+
+    /// The next line, or `None` at the end of input (Ctrl-D, or Ctrl-C at the prompt). A line
+    /// too long or not UTF-8 is bad input.
+    fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+        if let Some(rl) = self.editor.as_mut() {
+            return match rl.readline("you> ") {
+                Ok(l) => Ok(Some(l)),
+                Err(ReadlineError::Interrupted) | Err(ReadlineError::Eof) => Ok(None),
+                Err(e) => Err(e.into()),
+            };
+        }
+        self.n += 1;
+        let at = Some(format!("<stdin>:{}", self.n));
+        match crate::lines::read_line_default(&mut self.stdin, &mut self.buf) {
+            Ok(0) => Ok(None),
+            Ok(_) => match std::str::from_utf8(crate::lines::trim_eol(&self.buf)) {
+                Ok(l) => Ok(Some(l.to_string())),
+                Err(_) => Err(crate::Error::bad_input(at, "not UTF-8").into()),
+            },
+            Err(e) => {
+                let msg = match crate::lines::too_long(&e) {
+                    Some(t) => t.to_string(),
+                    None => e.to_string(),
+                };
+                Err(crate::Error::bad_input(at, msg).into())
+            }
+        }
+    }
+
+    /// Adds `line` to the editor's history.
+    fn remember(&mut self, line: &str) {
+        if let Some(rl) = self.editor.as_mut() {
+            let _ = rl.add_history_entry(line);
+        }
+    }
+
+    /// Saves the editor's history (errors ignored: the history is a convenience).
+    fn save(&mut self) {
+        if let (Some(h), Some(rl)) = (&self.history, self.editor.as_mut()) {
+            let _ = rl.save_history(h);
+        }
+    }
+}
+
 /// Runs the interactive session until `/exit` or end of input. With `stream`, replies are
 /// shown as they are generated (after a spinner on stderr).
 pub fn run(
@@ -440,58 +572,18 @@ pub fn run(
     // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.
     let cancel = Cancel::new();
     cancel.on_signals()?;
-    // On a terminal, rustyline edits lines; from a pipe or a file, lines are read through the
-    // bounded line reader (rustyline's own would grow without limit on an endless line).
-    let mut rl = if std::io::stdin().is_terminal() {
-        Some(rustyline::DefaultEditor::new()?)
-    } else {
-        None
-    };
-    let history = std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pmm_history"));
-    if let (Some(h), Some(rl)) = (&history, rl.as_mut()) {
-        let _ = rl.load_history(h);
-    }
+    let mut input = Input::open()?;
     let mut raw = false;
     eprintln!(
         "pmm — {} ({}). /help for commands, /exit to leave.",
         ledger.path().display(),
         describe(own.as_ref())
     );
-    let mut stdin = std::io::stdin().lock();
-    let mut buf = Vec::new();
-    let mut n = 0u64;
-    loop {
-        let line = match rl.as_mut() {
-            Some(rl) => match rl.readline("you> ") {
-                Ok(l) => l,
-                Err(ReadlineError::Interrupted) | Err(ReadlineError::Eof) => break,
-                Err(e) => return Err(e.into()),
-            },
-            None => {
-                n += 1;
-                let at = || Some(format!("<stdin>:{n}"));
-                match crate::lines::read_line_default(&mut stdin, &mut buf) {
-                    Ok(0) => break,
-                    Ok(_) => match std::str::from_utf8(crate::lines::trim_eol(&buf)) {
-                        Ok(l) => l.to_string(),
-                        Err(_) => return Err(crate::Error::bad_input(at(), "not UTF-8").into()),
-                    },
-                    Err(e) => {
-                        let msg = match crate::lines::too_long(&e) {
-                            Some(t) => t.to_string(),
-                            None => e.to_string(),
-                        };
-                        return Err(crate::Error::bad_input(at(), msg).into());
-                    }
-                }
-            }
-        };
+    while let Some(line) = input.next_line()? {
         if line.trim().is_empty() {
             continue;
         }
-        if let Some(rl) = rl.as_mut() {
-            let _ = rl.add_history_entry(line.as_str());
-        }
+        input.remember(&line);
         if line.trim_start().starts_with('/') {
             match command(ledger, &mut own, &mut cfg, &mut raw, line.trim()) {
                 Ok(Some(t)) => say(&t),
@@ -500,8 +592,40 @@ pub fn run(
             }
             continue;
         }
+        let reply = Replies { stream, raw };
+        let (result, streamed) = reply.answer(ledger, own.as_mut(), &line, opts, &cancel);
+        if reply.report(result, streamed) {
+            input.save();
+        }
+    }
+    input.save();
+    Ok(Outcome::Success)
+}
+
+/// How a turn's reply is shown.
+#[derive(Debug, Clone, Copy)]
+struct Replies {
+    /// Streamed as it is generated.
+    stream: bool,
+    /// Marker lines included.
+    raw: bool,
+}
+
+impl Replies {
+    /// Runs the turn on `line`, cancellable by `cancel`; its result, and whether the reply
+    /// was streamed.
+    fn answer(
+        self,
+        ledger: &mut Ledger,
+        adapter: &mut dyn Adapter,
+        line: &str,
+        opts: &Options,
+        cancel: &Cancel,
+    ) -> (Result<turn::Outcome, TurnError>, bool) {
         cancel.reset();
-        let live = stream.then(|| Live::start(Screen::Stdout, !raw, true));
+        let live = self
+            .stream
+            .then(|| Live::start(Screen::Stdout, !self.raw, true));
         let turn_opts = Options {
             stream: live.as_ref().map(Live::sink),
             cancel: Some(cancel.clone()),
@@ -509,16 +633,22 @@ pub fn run(
         };
         let result = {
             let _armed = cancel.arm();
-            turn::run(ledger, own.as_mut(), &line, &turn_opts)
+            turn::run(ledger, adapter, line, &turn_opts)
         };
         let streamed = live.is_some_and(|l| {
             l.finish();
             true
         });
+        (result, streamed)
+    }
+
+    /// Shows a turn's result: the reply (unless `streamed`) and what it changed, or why it
+    /// failed. True when the model call was interrupted.
+    fn report(self, result: Result<turn::Outcome, TurnError>, streamed: bool) -> bool {
         match result {
             Ok(o) => {
                 if !streamed {
-                    say(&if raw {
+                    say(&if self.raw {
                         o.reply.clone()
                     } else {
                         visible(&o.reply)
@@ -536,6 +666,7 @@ pub fn run(
                         o.failed_claims.len()
                     );
                 }
+                false
             }
             Err(TurnError::Generation { error, failure, .. })
                 if error.reason() == Some("interrupted") =>
@@ -545,23 +676,21 @@ pub fn run(
                      (Ctrl-C again or Ctrl-D leaves)",
                     failure.id
                 );
-                if let (Some(h), Some(rl)) = (&history, rl.as_mut()) {
-                    let _ = rl.save_history(h);
-                }
+                true
             }
             Err(TurnError::Generation { error, failure, .. }) => {
                 eprintln!(
                     "model failed: {error} (recorded as event {}); your message is kept",
                     failure.id
-                )
+                );
+                false
             }
-            Err(e) => eprintln!("error: {e}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                false
+            }
         }
     }
-    if let (Some(h), Some(rl)) = (&history, rl.as_mut()) {
-        let _ = rl.save_history(h);
-    }
-    Ok(Outcome::Success)
 }
 
 #[cfg(test)]
@@ -618,5 +747,56 @@ mod tests {
         );
         let d = llm::adapter(&Config::new(AdapterKind::Dummy)).unwrap();
         assert_eq!(describe(d.as_ref()), "adapter dummy");
+    }
+
+    #[test]
+    fn a_slash_command_splits_into_name_words_and_rest() {
+        assert_eq!(
+            parse_slash("/Adapter  cmd   ./m.sh  --x 'a  b'"),
+            Slash {
+                name: "/adapter".into(),
+                arg: "cmd ./m.sh --x 'a b'".into(),
+                rest: "cmd   ./m.sh  --x 'a  b'",
+            }
+        );
+        assert_eq!(
+            parse_slash("/exit"),
+            Slash {
+                name: "/exit".into(),
+                arg: String::new(),
+                rest: "",
+            }
+        );
+    }
+
+    #[test]
+    fn model_adapter_and_endpoint_commands_make_the_next_config() {
+        let mut cfg = Config::new(AdapterKind::Ollama);
+        cfg.model = Some("llama3.2".into());
+        assert!(model_config(&cfg, "").is_none());
+        assert_eq!(
+            model_config(&cfg, "qwen").unwrap().model.as_deref(),
+            Some("qwen")
+        );
+
+        assert!(adapter_config(&cfg, "").unwrap().is_none());
+        let next = adapter_config(&cfg, "cmd   ./m.sh  --x").unwrap().unwrap();
+        assert_eq!(next.kind, AdapterKind::Cmd);
+        assert_eq!(next.model, None);
+        assert_eq!(next.command.as_deref(), Some("./m.sh  --x"));
+        assert!(adapter_config(&cfg, "nosuch").is_err());
+        assert!(adapter_config(&cfg, "dummy somewhere").is_err());
+        assert_eq!(
+            adapter_config(&cfg, "dummy").unwrap().unwrap().kind,
+            AdapterKind::Dummy
+        );
+
+        assert!(endpoint_config(&cfg, "").unwrap().is_none());
+        let next = endpoint_config(&cfg, "http://127.0.0.1:9")
+            .unwrap()
+            .unwrap();
+        assert_eq!(next.ollama_host, "http://127.0.0.1:9");
+        assert_eq!(next.model.as_deref(), Some("llama3.2"));
+        assert!(endpoint_config(&Config::new(AdapterKind::Dummy), "x").is_err());
     }
 }

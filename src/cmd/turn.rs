@@ -2,10 +2,11 @@
 
 use super::chat::{Live, Screen};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
-use crate::llm::{self, AdapterKind, Cancel, Config};
+use crate::llm::{self, Adapter, AdapterKind, Cancel, Config};
+use crate::store::Ledger;
 use crate::turn::{self, Options, TurnError};
 use crate::Error;
-use std::io::IsTerminal;
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -352,17 +353,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if let Some(msg) = &args.message {
         check_message(msg, None)?;
     }
-    let cfg = args.config()?;
-    // A setup error names its own cause (OPENAI_BASE_URL, --script FILE, …).
-    let mut adapter = llm::adapter(&cfg).map_err(|e| Error::bad_input(None, e.to_string()))?;
-    // Mistakes known before anything is appended (a refused connection, an unknown model, a
-    // rejected key) are exit 3 with a hint, and leave the ledger as it was (or uncreated).
-    adapter.preflight()?;
+    let (cfg, mut adapter) = args.adapter()?;
     let path = args.ledger.path();
-    let stdin = std::io::stdin();
-    if args.chat || (args.message.is_none() && stdin.is_terminal()) {
-        let mut ledger =
-            crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
+    let chat = args.chats(std::io::stdin().is_terminal());
+    let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
+    if chat {
         return super::chat::run(
             &mut ledger,
             adapter.as_mut(),
@@ -371,50 +366,122 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             args.streams(),
         );
     }
-    let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
-    // SIGINT and SIGTERM during a turn cancel its model call: the turn records the
-    // interruption (a generation_failure) and the program exits 130 or 143.
-    let cancel = Cancel::new();
-    cancel.on_signals()?;
-    let opts = Options {
-        cancel: Some(cancel.clone()),
-        ..args.options()
-    };
-    let stream = args.streams();
-    let screen = if args.text {
-        Screen::Stdout
-    } else {
-        Screen::Stderr
-    };
+    let mut turns = Turns::new(&args, &mut ledger, adapter.as_mut())?;
     // A closed stdout stops the printing, never the turns (see Out::for_writer).
     let mut out = Out::for_writer();
-    let mut one = |msg: &str, out: &mut Out| -> anyhow::Result<()> {
-        let live = stream.then(|| Live::start(screen, false, !args.common.quiet));
+    match &args.message {
+        Some(msg) => turns.one(msg, &mut out)?,
+        None => each_line(&mut std::io::stdin().lock(), |line, at| {
+            let msg = message_of(line, args.plain, at.clone())?;
+            check_message(&msg, Some(at))?;
+            turns.one(&msg, &mut out)
+        })?,
+    }
+    Ok(Outcome::Success)
+}
+
+impl Args {
+    /// The adapter's configuration and the adapter, checked before anything is appended.
+    fn adapter(&self) -> anyhow::Result<(Config, Box<dyn Adapter>)> {
+        let cfg = self.config()?;
+        // A setup error names its own cause (OPENAI_BASE_URL, --script FILE, …).
+        let mut adapter = llm::adapter(&cfg).map_err(|e| Error::bad_input(None, e.to_string()))?;
+        // Mistakes known before anything is appended (a refused connection, an unknown model, a
+        // rejected key) are exit 3 with a hint, and leave the ledger as it was (or uncreated).
+        adapter.preflight()?;
+        Ok((cfg, adapter))
+    }
+
+    /// Whether this is an interactive session: `--chat`, or no message with `stdin_terminal`.
+    fn chats(&self, stdin_terminal: bool) -> bool {
+        self.chat || (self.message.is_none() && stdin_terminal)
+    }
+}
+
+/// Non-interactive turns: what each of them shares.
+struct Turns<'a> {
+    ledger: &'a mut Ledger,
+    adapter: &'a mut dyn Adapter,
+    /// Raised by SIGINT or SIGTERM during a turn.
+    cancel: Cancel,
+    opts: Options,
+    /// Whether replies are streamed.
+    stream: bool,
+    /// Where a streamed reply is shown: stdout with `--text`, else stderr.
+    screen: Screen,
+    /// `--text`: only the reply is printed.
+    text: bool,
+    /// Whether a spinner is shown until the reply starts (not with `--quiet`).
+    spinner: bool,
+}
+
+impl<'a> Turns<'a> {
+    /// Prepares the turns of `args` on `ledger` through `adapter`, with SIGINT and SIGTERM
+    /// cancelling a turn's model call: the turn records the interruption (a
+    /// generation_failure) and the program exits 130 or 143.
+    fn new(
+        args: &Args,
+        ledger: &'a mut Ledger,
+        adapter: &'a mut dyn Adapter,
+    ) -> anyhow::Result<Turns<'a>> {
+        let cancel = Cancel::new();
+        cancel.on_signals()?;
+        Ok(Turns {
+            ledger,
+            adapter,
+            opts: Options {
+                cancel: Some(cancel.clone()),
+                ..args.options()
+            },
+            cancel,
+            stream: args.streams(),
+            screen: if args.text {
+                Screen::Stdout
+            } else {
+                Screen::Stderr
+            },
+            text: args.text,
+            spinner: !args.common.quiet,
+        })
+    }
+
+    /// Runs one turn on `msg` and prints it on `out`; a signal after the reply was written
+    /// prints the turn and exits.
+    fn one(&mut self, msg: &str, out: &mut Out) -> anyhow::Result<()> {
+        let live = self
+            .stream
+            .then(|| Live::start(self.screen, false, self.spinner));
         let opts = Options {
             stream: live.as_ref().map(Live::sink),
-            ..opts.clone()
+            ..self.opts.clone()
         };
         let result = {
-            let _armed = cancel.arm();
-            turn::run(&mut ledger, adapter.as_mut(), msg, &opts)
+            let _armed = self.cancel.arm();
+            turn::run(self.ledger, self.adapter, msg, &opts)
         };
         if let Some(live) = live {
             live.finish();
         }
-        if let (Ok(o), Some(signal)) = (&result, cancel.signal()) {
+        if let (Ok(o), Some(signal)) = (&result, self.cancel.signal()) {
             // The signal came after the reply: the turn is whole; stop here all the same.
-            print(out, args.text, stream, o)?;
+            print(out, self.text, self.stream, o)?;
             eprintln!("pmm-turn: interrupted after the turn was written");
             std::process::exit(128 + signal);
         }
+        self.emit(out, result)
+    }
+
+    /// Prints a turn's result: the turn, or the events a failed model call left (not with
+    /// `--text`) before its error is returned.
+    fn emit(&self, out: &mut Out, result: Result<turn::Outcome, TurnError>) -> anyhow::Result<()> {
         match result {
-            Ok(o) => Ok(print(out, args.text, stream, &o)?),
+            Ok(o) => Ok(print(out, self.text, self.stream, &o)?),
             Err(TurnError::Generation {
                 error,
                 events,
                 failure,
             }) => {
-                if !args.text {
+                if !self.text {
                     for e in &events {
                         out.event(e)?;
                     }
@@ -429,18 +496,21 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             }
             Err(e) => Err(e.into()),
         }
-    };
-    if let Some(msg) = &args.message {
-        one(msg, &mut out)?;
-        return Ok(Outcome::Success);
     }
-    let mut input = stdin.lock();
+}
+
+/// Calls `each` with every non-blank line of `input` (line ending removed) and where it is
+/// (`<stdin>:N`, N counting every line); a line too long or not UTF-8 is bad input.
+fn each_line(
+    input: &mut impl BufRead,
+    mut each: impl FnMut(&str, String) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let mut buf = Vec::new();
     let mut n = 0u64;
     loop {
         n += 1;
         let at = || Some(format!("<stdin>:{n}"));
-        let read = crate::lines::read_line_default(&mut input, &mut buf).map_err(|e| {
+        let read = crate::lines::read_line_default(input, &mut buf).map_err(|e| {
             let msg = match crate::lines::too_long(&e) {
                 Some(t) => t.to_string(),
                 None => format!("reading stdin: {e}"),
@@ -448,16 +518,54 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             Error::bad_input(at(), msg)
         })?;
         if read == 0 {
-            break;
+            return Ok(());
         }
         let line = std::str::from_utf8(crate::lines::trim_eol(&buf))
             .map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
         if line.trim().is_empty() {
             continue;
         }
-        let msg = message_of(line, args.plain, format!("<stdin>:{n}"))?;
-        check_message(&msg, at())?;
-        one(&msg, &mut out)?;
+        each(line, format!("<stdin>:{n}"))?;
     }
-    Ok(Outcome::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(argv: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("pmm-turn").chain(argv.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn a_session_is_interactive_with_chat_or_no_message_on_a_terminal() {
+        assert!(args(&["--chat"]).chats(false));
+        assert!(args(&[]).chats(true));
+        assert!(!args(&[]).chats(false));
+        assert!(!args(&["hello"]).chats(true));
+    }
+
+    /// The lines [`each_line`] hands on, with where they are, or its error.
+    fn lines_of(input: &[u8]) -> Result<Vec<(String, String)>, String> {
+        let mut seen = Vec::new();
+        each_line(&mut &input[..], |line, at| {
+            seen.push((line.to_string(), at));
+            Ok(())
+        })
+        .map(|()| seen)
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn stdin_lines_skip_blanks_and_keep_their_numbers() {
+        let pair = |l: &str, at: &str| (l.to_string(), at.to_string());
+        assert_eq!(
+            lines_of(b"one\r\n\n  \ntwo").unwrap(),
+            vec![pair("one", "<stdin>:1"), pair("two", "<stdin>:4")]
+        );
+        assert_eq!(lines_of(b"").unwrap(), vec![]);
+        let e = lines_of(b"ok\n\xff\n").unwrap_err();
+        assert!(e.contains("<stdin>:2") && e.contains("not UTF-8"), "{e}");
+    }
 }

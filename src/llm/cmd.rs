@@ -148,10 +148,30 @@ impl Adapter for Cmd {
     }
 }
 
+/// What the reader threads brought back from the program's stdout and stderr (`None`: that
+/// pipe's thread never reported).
+#[derive(Default)]
+struct Piped {
+    stdout: Option<Drained>,
+    stderr: Option<Drained>,
+}
+
 impl Cmd {
     /// Runs the program for `req`, killing it when `cancel` is raised.
     fn run(&mut self, req: &Request, cancel: Option<&Cancel>) -> Result<Reply, LlmError> {
-        let input = json!({
+        let input = self.input(req);
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let (child, rx) = self.spawn(&input)?;
+        let (child, piped) = self.collect(child, &rx, deadline, cancel)?;
+        let status = self.wait(child, deadline, cancel)?;
+        let latency_ms = millis(started.elapsed());
+        self.reply(status, piped, latency_ms)
+    }
+
+    /// The JSON object the program reads on its stdin for `req`.
+    fn input(&self, req: &Request) -> serde_json::Value {
+        json!({
             "system": req.system,
             "user": req.user,
             "model": self.model,
@@ -161,10 +181,16 @@ impl Cmd {
             "max_tokens": req.max_tokens,
             "turn": req.turn,
             "messages": req.messages(),
-        });
-        let started = Instant::now();
-        let deadline = started + self.timeout;
+        })
+    }
 
+    /// Starts `sh -c <command>` in its own process group, writes `input` and a newline to its
+    /// stdin and drains its stdout and stderr, each from a thread that reports on the channel
+    /// returned.
+    fn spawn(
+        &self,
+        input: &serde_json::Value,
+    ) -> Result<(Child, mpsc::Receiver<(Pipe, Drained)>), LlmError> {
         let mut command = Command::new("sh");
         command
             .arg("-c")
@@ -199,14 +225,25 @@ impl Cmd {
         if let Some(err) = child.stderr.take() {
             thread::spawn(move || tx.send((Pipe::Err, drain(err, MAX_STDERR))));
         }
+        Ok((child, rx))
+    }
 
-        let (mut stdout, mut stderr) = (None, None);
-        while stdout.is_none() || stderr.is_none() {
+    /// Waits for both reader threads, killing the program at `deadline` or when `cancel` is
+    /// raised.
+    fn collect(
+        &self,
+        mut child: Child,
+        rx: &mpsc::Receiver<(Pipe, Drained)>,
+        deadline: Instant,
+        cancel: Option<&Cancel>,
+    ) -> Result<(Child, Piped), LlmError> {
+        let mut piped = Piped::default();
+        while piped.stdout.is_none() || piped.stderr.is_none() {
             child = self.cancelled(child, cancel)?;
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(POLL)) {
-                Ok((Pipe::Out, r)) => stdout = Some(r),
-                Ok((Pipe::Err, r)) => stderr = Some(r),
+                Ok((Pipe::Out, r)) => piped.stdout = Some(r),
+                Ok((Pipe::Err, r)) => piped.stderr = Some(r),
                 Err(mpsc::RecvTimeoutError::Timeout) if left <= POLL => {
                     return Err(self.kill(child))
                 }
@@ -214,27 +251,40 @@ impl Cmd {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
-        // Both pipes are closed, so the program is exiting; still bounded by the deadline.
-        let status = loop {
+        Ok((child, piped))
+    }
+
+    /// Waits for the program to exit once its pipes are closed; still bounded by `deadline`
+    /// and `cancel`.
+    fn wait(
+        &self,
+        mut child: Child,
+        deadline: Instant,
+        cancel: Option<&Cancel>,
+    ) -> Result<ExitStatus, LlmError> {
+        loop {
             child = self.cancelled(child, cancel)?;
             match child.try_wait() {
-                Ok(Some(status)) => break status,
+                Ok(Some(status)) => return Ok(status),
                 Ok(None) if Instant::now() >= deadline => return Err(self.kill(child)),
                 Ok(None) => thread::sleep(Duration::from_millis(5)),
                 Err(e) => return Err(self.error(format!("cannot wait for it: {e}"))),
             }
-        };
-        let latency_ms = millis(started.elapsed());
+        }
+    }
 
+    /// The reply from an exited program: its stdout less one line ending, or the error its
+    /// exit status, stderr or stdout makes it.
+    fn reply(&self, status: ExitStatus, piped: Piped, latency_ms: u64) -> Result<Reply, LlmError> {
         if !status.success() {
-            let stderr = match stderr {
+            let stderr = match piped.stderr {
                 Some(Ok((bytes, _))) => first_line(&bytes),
                 _ => String::new(),
             };
             let sep = if stderr.is_empty() { "" } else { ": " };
             return Err(self.error(format!("{}{sep}{stderr}", describe(status))));
         }
-        let (bytes, more) = match stdout {
+        let (bytes, more) = match piped.stdout {
             Some(Ok(out)) => out,
             Some(Err(e)) => return Err(self.error(format!("cannot read its stdout: {e}"))),
             None => (Vec::new(), false),
@@ -330,5 +380,64 @@ mod tests {
         assert!(Cmd::new(&cfg).err().unwrap().is_config());
         cfg.command = Some("./model.sh --key sk-1".into());
         assert_eq!(Cmd::new(&cfg).unwrap().program, "./model.sh");
+    }
+
+    #[test]
+    fn the_input_carries_the_request_and_the_model() {
+        let mut cfg = Config::new(crate::llm::AdapterKind::Cmd);
+        cfg.command = Some("cat".into());
+        cfg.model = Some("m1".into());
+        let cmd = Cmd::new(&cfg).unwrap();
+        let req = Request {
+            system: "sys".into(),
+            user: "hi".into(),
+            seed: Some(7),
+            turn: 3,
+            ..Request::default()
+        };
+        let v = cmd.input(&req);
+        assert_eq!(v["system"], "sys");
+        assert_eq!(v["user"], "hi");
+        assert_eq!(v["model"], "m1");
+        assert_eq!(v["seed"], 7);
+        assert_eq!(v["turn"], 3);
+        assert!(v["max_tokens"].is_null());
+        assert_eq!(v["messages"], req.messages());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_exited_program_makes_a_reply_or_an_error() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut cfg = Config::new(crate::llm::AdapterKind::Cmd);
+        cfg.command = Some("./model.sh --key sk-1".into());
+        let cmd = Cmd::new(&cfg).unwrap();
+        let piped = |out: &[u8], more: bool, err: &[u8]| Piped {
+            stdout: Some(Ok((out.to_vec(), more))),
+            stderr: Some(Ok((err.to_vec(), false))),
+        };
+        let ok = ExitStatus::from_raw(0);
+        let r = cmd.reply(ok, piped(b"hello\n", false, b""), 12).unwrap();
+        assert_eq!(
+            (r.text.as_str(), r.latency_ms, r.attempts),
+            ("hello", 12, 1)
+        );
+        let e = cmd.reply(
+            ExitStatus::from_raw(3 << 8),
+            piped(b"", false, b"\nboom\n"),
+            0,
+        );
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            cmd.error("exited with status 3: boom").to_string()
+        );
+        let e = cmd.reply(ok, piped(b"x", true, b""), 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            cmd.error("wrote more than 10 MB to stdout").to_string()
+        );
+        assert!(cmd.reply(ok, piped(&[0xff], false, b""), 0).is_err());
+        let none = cmd.reply(ok, Piped::default(), 0).unwrap();
+        assert_eq!(none.text, "");
     }
 }
