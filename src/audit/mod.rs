@@ -5,3 +5,4 @@
 
 pub mod deep;
 pub mod prove;
+pub mod verify;

@@ -1,18 +1,14 @@
 //! `pmm-verify`: verify a ledger or an export.
 
-use crate::audit::deep::{DeepChecker, SelfModel};
 use crate::chain::merkle;
 use crate::chain::note::{self, Checkpoint, NoteError, VerifierKey};
 use crate::chain::proof::{self, Hex, Proof, Trusted};
-use crate::chain::{Anchor, Digest, Finding, Problem, Summary, Verifier};
+use crate::chain::{Anchor, Digest, Summary};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
-use crate::event::Event;
-use crate::interchange::{self, Input, Item};
-use crate::projection::state::Projections;
+use crate::interchange::Input;
 use crate::store::{Ledger, Reads};
 use crate::Error;
 use anyhow::Context;
-use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 const AFTER_HELP: &str = "\
@@ -135,28 +131,6 @@ pub struct Args {
     rebuild_tree: bool,
 }
 
-/// The self-model for `--deep`: our projections, folded alongside the check, give the
-/// snapshot each `summary_update` should embed.
-#[derive(Default)]
-struct ProjectionModel(Projections);
-
-impl SelfModel for ProjectionModel {
-    fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
-        self.0.apply(ev);
-    }
-    fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
-        // Our own summaries keep only the newest intents and say how many there were.
-        let ours = summary
-            .meta_map()
-            .is_ok_and(|m| m.contains_key("rsm_reflections_total"));
-        Some(if ours {
-            self.0.rsm.summary_snapshot(&self.0.concepts).0
-        } else {
-            self.0.rsm_snapshot()
-        })
-    }
-}
-
 impl Program for Args {
     fn common(&self) -> &CommonArgs {
         &self.common
@@ -223,15 +197,8 @@ pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
     Ok(anchors)
 }
 
-fn emit(findings: &mut Vec<Finding>, out: &mut Out) -> std::io::Result<()> {
-    for f in findings.drain(..) {
-        out.record(&f)?;
-    }
-    Ok(())
-}
-
 /// Verifies one input, printing findings as they are found, then its summary. With `deep`,
-/// derived events are recomputed too.
+/// derived events are recomputed too (the engine is [`crate::audit::verify`]).
 pub fn verify_input(
     input: &Input,
     anchors: Vec<Anchor>,
@@ -247,117 +214,17 @@ pub fn verify_input(
         .and_then(|p| std::fs::metadata(p).ok())
         .map_or(0, |m| m.len());
     let bar = crate::cli::progress(size, quiet, "verifying");
-    let mut v = Verifier::new(anchors);
-    let mut findings: Vec<Finding> = Vec::new();
-    let mut io_err = None;
-    let tick = |n: u64| bar.set_position(n);
-    let mut checker =
-        deep.then(|| DeepChecker::new().with_self_model(Box::new(ProjectionModel::default())));
-    let mut derived: Vec<Finding> = Vec::new();
-    let format = interchange::read_with(input, &tick, &interchange::digest, &mut |item, digest| {
-        match (item, digest) {
-            (Item::Event(r), d) => {
-                match d {
-                    Some(d) => v.check_computed(&r.event, d, &mut findings),
-                    None => v.check(&r.event, r.meta.as_ref(), &mut findings),
-                }
-                if let Some(c) = checker.as_mut() {
-                    c.check(&r.event, &mut derived);
-                    for f in derived.drain(..) {
-                        v.report(f.id, f.problem, &mut findings);
-                    }
-                }
-            }
-            (Item::Malformed { line, id, error }, _) => v.malformed(id, line, error, &mut findings),
-        }
-        if let Err(e) = emit(&mut findings, out) {
-            io_err = Some(e);
-            return Ok(false);
-        }
-        Ok(true)
+    let opts = crate::audit::verify::Options {
+        anchors,
+        deep,
+        allow_empty,
+        integrity,
+    };
+    let summary = crate::audit::verify::verify(input, opts, &|n| bar.set_position(n), &mut |f| {
+        out.record(&f)
     })
     .with_context(|| format!("cannot verify {}", input.name()))?;
-    if let Some(e) = io_err {
-        return Err(e.into());
-    }
-    let chain_pass = v.second_pass();
-    let deep_pass = checker.as_mut().and_then(|c| c.second_pass());
-    if chain_pass.is_some() || deep_pass.is_some() {
-        let (mut chain_pass, mut deep_pass) = (chain_pass, deep_pass);
-        if input.rereadable() {
-            // One more read settles both: far-pointing links and repeats, and derived events
-            // whose inputs had left the deep checker's window.
-            interchange::read(input, &|_| {}, &mut |item| {
-                if let Item::Event(r) = item {
-                    if let Some(p) = chain_pass.as_mut() {
-                        p.see(r.event.id, r.event.hash.as_deref());
-                    }
-                    if let Some(p) = deep_pass.as_mut() {
-                        p.see(&r.event);
-                    }
-                }
-                Ok(true)
-            })?;
-        }
-        if let Some(p) = chain_pass {
-            v.settle(p, &mut findings);
-        }
-        if let (Some(c), Some(p)) = (checker.as_mut(), deep_pass) {
-            c.settle(p, &mut derived);
-            for f in derived.drain(..) {
-                v.report(f.id, f.problem, &mut findings);
-            }
-        }
-    }
-    if v.events() == 0 && !allow_empty {
-        v.report(
-            None,
-            Problem::Empty {
-                error: "no events: an empty file or ledger is not a verified one (pass --allow-empty if it is expected)".into(),
-            },
-            &mut findings,
-        );
-    }
-    if format == interchange::Format::Sqlite {
-        // The chain walk reads the table through its rowid tree only: a damaged index, or a
-        // damaged interior page that hides a subtree, passes it. SQLite's own check does not.
-        if let Some(path) = &input.path {
-            let ledger = crate::store::Ledger::open_reader(path)?;
-            let check = if integrity {
-                "integrity_check"
-            } else {
-                "quick_check"
-            };
-            for error in crate::store::sqlite_check(&ledger, integrity, 100)? {
-                let problem = crate::chain::Problem::SqliteDamage {
-                    check: check.into(),
-                    error,
-                };
-                v.report(None, problem, &mut findings);
-            }
-        }
-    }
-    let deep_counts = checker.map(|c| c.finish());
-    let mut summary = v.finish(&mut findings);
-    summary.deep = deep_counts
-        .and_then(|c| serde_json::to_value(c).ok())
-        .map(|mut d| {
-            // Say exactly what was recomputed and what was not (and why), not just counts.
-            use crate::audit::deep::{KINDS_CHECKED, KINDS_NOT_CHECKED};
-            let list = |l: &[(&str, &str)]| {
-                Value::Object(
-                    l.iter()
-                        .map(|(k, why)| (k.to_string(), Value::String(why.to_string())))
-                        .collect(),
-                )
-            };
-            d["kinds_checked"] = list(KINDS_CHECKED);
-            d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
-            d
-        });
-    emit(&mut findings, out)?;
     bar.finish_and_clear();
-    summary.source = Some(input.name());
     out.record(&summary)?;
     out.flush()?;
     Ok(summary)

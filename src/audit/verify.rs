@@ -1,0 +1,196 @@
+//! The verify engine behind `pmm-verify` and the MCP server's `verify` tool: the chain walk,
+//! the second pass for far links and repeats, the deep checker, SQLite's own check, and the
+//! summary. Findings go to a sink as they are found, so a program can print them at once and
+//! a server can keep the first few; nothing here touches stdout.
+
+use crate::audit::deep::{DeepChecker, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKED};
+use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
+use crate::event::Event;
+use crate::interchange::{self, Input, Item};
+use crate::projection::state::Projections;
+use crate::Error;
+use serde_json::{Map, Value};
+
+/// What a verification checks besides the chain.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Anchors the chain must contain (id and hash).
+    pub anchors: Vec<Anchor>,
+    /// Recompute every derived event too.
+    pub deep: bool,
+    /// An input without events is clean (otherwise it is an `empty` finding).
+    pub allow_empty: bool,
+    /// For SQLite ledgers, SQLite's full `integrity_check` instead of `quick_check`.
+    pub integrity: bool,
+}
+
+/// The self-model `--deep` checks `summary_update` snapshots against: the projections, folded
+/// as the events go by.
+#[derive(Default)]
+struct ProjectionModel(Projections);
+
+impl SelfModel for ProjectionModel {
+    fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
+        self.0.apply(ev);
+    }
+    fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
+        // Our own summaries keep only the newest intents and say how many there were.
+        let ours = summary
+            .meta_map()
+            .is_ok_and(|m| m.contains_key("rsm_reflections_total"));
+        Some(if ours {
+            self.0.rsm.summary_snapshot(&self.0.concepts).0
+        } else {
+            self.0.rsm_snapshot()
+        })
+    }
+}
+
+/// Verifies `input`, handing each finding to `sink` as it is found (`progress` gets the bytes
+/// read), and returns the summary with its source set. A sink error stops the walk.
+pub fn verify(
+    input: &Input,
+    opts: Options,
+    progress: &dyn Fn(u64),
+    sink: &mut dyn FnMut(Finding) -> std::io::Result<()>,
+) -> crate::Result<Summary> {
+    let mut v = Verifier::new(opts.anchors.clone());
+    let mut found: Vec<Finding> = Vec::new();
+    let mut sink_err = None;
+    let mut checker = opts
+        .deep
+        .then(|| DeepChecker::new().with_self_model(Box::new(ProjectionModel::default())));
+    let mut derived: Vec<Finding> = Vec::new();
+    let mut drain = |found: &mut Vec<Finding>| -> std::io::Result<()> {
+        for f in found.drain(..) {
+            sink(f)?;
+        }
+        Ok(())
+    };
+    let format = interchange::read_with(input, progress, &interchange::digest, &mut |item, d| {
+        match (item, d) {
+            (Item::Event(r), d) => {
+                match d {
+                    Some(d) => v.check_computed(&r.event, d, &mut found),
+                    None => v.check(&r.event, r.meta.as_ref(), &mut found),
+                }
+                if let Some(c) = checker.as_mut() {
+                    c.check(&r.event, &mut derived);
+                    for f in derived.drain(..) {
+                        v.report(f.id, f.problem, &mut found);
+                    }
+                }
+            }
+            (Item::Malformed { line, id, error }, _) => v.malformed(id, line, error, &mut found),
+        }
+        if let Err(e) = drain(&mut found) {
+            sink_err = Some(e);
+            return Ok(false);
+        }
+        Ok(true)
+    })?;
+    if let Some(e) = sink_err {
+        return Err(Error::io("<stdout>", e));
+    }
+    second_pass(input, &mut v, checker.as_mut(), &mut found)?;
+    if v.events() == 0 && !opts.allow_empty {
+        v.report(
+            None,
+            Problem::Empty {
+                error: "no events: an empty file or ledger is not a verified one (pass --allow-empty if it is expected)".into(),
+            },
+            &mut found,
+        );
+    }
+    if format == interchange::Format::Sqlite {
+        sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
+    }
+    let deep_counts = checker.map(|c| c.finish());
+    let mut summary = v.finish(&mut found);
+    summary.deep = deep_counts
+        .and_then(|c| serde_json::to_value(c).ok())
+        .map(|mut d| {
+            // Say exactly what was recomputed and what was not (and why), not just counts.
+            let list = |l: &[(&str, &str)]| {
+                Value::Object(
+                    l.iter()
+                        .map(|(k, why)| (k.to_string(), Value::String(why.to_string())))
+                        .collect(),
+                )
+            };
+            d["kinds_checked"] = list(KINDS_CHECKED);
+            d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
+            d
+        });
+    drain(&mut found).map_err(|e| Error::io("<stdout>", e))?;
+    summary.source = Some(input.name());
+    Ok(summary)
+}
+
+/// One more read, when the first left something open, settles both far-pointing links and
+/// repeats (the chain) and derived events whose inputs had left the deep checker's window.
+fn second_pass(
+    input: &Input,
+    v: &mut Verifier,
+    checker: Option<&mut DeepChecker>,
+    found: &mut Vec<Finding>,
+) -> crate::Result<()> {
+    let chain_pass = v.second_pass();
+    let mut checker = checker;
+    let deep_pass = checker.as_mut().and_then(|c| c.second_pass());
+    if chain_pass.is_none() && deep_pass.is_none() {
+        return Ok(());
+    }
+    let (mut chain_pass, mut deep_pass) = (chain_pass, deep_pass);
+    if input.rereadable() {
+        interchange::read(input, &|_| {}, &mut |item| {
+            if let Item::Event(r) = item {
+                if let Some(p) = chain_pass.as_mut() {
+                    p.see(r.event.id, r.event.hash.as_deref());
+                }
+                if let Some(p) = deep_pass.as_mut() {
+                    p.see(&r.event);
+                }
+            }
+            Ok(true)
+        })?;
+    }
+    if let Some(p) = chain_pass {
+        v.settle(p, found);
+    }
+    if let (Some(c), Some(p)) = (checker, deep_pass) {
+        let mut derived = Vec::new();
+        c.settle(p, &mut derived);
+        for f in derived {
+            v.report(f.id, f.problem, found);
+        }
+    }
+    Ok(())
+}
+
+/// SQLite's own check of a ledger file (the chain walk reads the table through its rowid tree
+/// only: a damaged index, or a damaged interior page that hides a subtree, passes it).
+fn sqlite_damage(
+    input: &Input,
+    integrity: bool,
+    v: &mut Verifier,
+    found: &mut Vec<Finding>,
+) -> crate::Result<()> {
+    let Some(path) = &input.path else {
+        return Ok(());
+    };
+    let ledger = crate::store::Ledger::open_reader(path)?;
+    let check = if integrity {
+        "integrity_check"
+    } else {
+        "quick_check"
+    };
+    for error in crate::store::sqlite_check(&ledger, integrity, 100)? {
+        let problem = Problem::SqliteDamage {
+            check: check.into(),
+            error,
+        };
+        v.report(None, problem, found);
+    }
+    Ok(())
+}
