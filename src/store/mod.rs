@@ -306,24 +306,7 @@ impl Ledger {
             Ok(md) if !md.is_file() => return Err(not_regular(path, &md)),
             Ok(_) => {}
         }
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
-        let ledger = Ledger {
-            conn,
-            path: path.into(),
-            busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
-            index_writes: true,
-            tree_writes: true,
-        };
-        ledger
-            .conn
-            .busy_timeout(std::time::Duration::from_millis(
-                ledger.busy_ms.min(i32::MAX as u64),
-            ))
-            .map_err(|e| ledger.err(e))?;
+        let ledger = Ledger::open_plain(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
                 path: path.into(),
@@ -516,13 +499,15 @@ impl Ledger {
     /// issued as an `INSERT` command, though it writes nothing), without migrations or a
     /// journal-mode change, so the file is left as it was.
     pub fn open_for_check(path: &Path) -> Result<Ledger> {
-        let reader = Ledger::open_reader(path)?;
-        drop(reader);
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
+        drop(Ledger::open_reader(path)?);
+        Ledger::open_plain(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+    }
+
+    /// A connection to an existing file with `flags`, the default busy timeout, and nothing
+    /// else: no migration, no journal-mode change.
+    fn open_plain(path: &Path, flags: OpenFlags) -> Result<Ledger> {
+        let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
         let ledger = Ledger {
             conn,
             path: path.into(),
