@@ -266,6 +266,35 @@ fn streaming(
     }
 }
 
+/// Appends line `n`'s event inside a batch: `Some` is the policy's refusal (the caller rolls
+/// the batch back and records it); other errors name the line.
+fn batch_append(
+    tx: &mut crate::store::Batch<'_>,
+    ev: &event::NewEvent,
+    clock: &event::Clock,
+    n: u64,
+) -> anyhow::Result<Option<crate::store::Violation>> {
+    match tx.append(ev, clock) {
+        Ok(_) => Ok(None),
+        Err(Refusal::Policy(v)) => Ok(Some(v)),
+        Err(Refusal::Error(e)) => Err(anyhow::Error::new(e).context(format!("<stdin>:{n}"))),
+    }
+}
+
+/// After a batch was rolled back for line `n`'s refused event: the `violation`, recorded in a
+/// transaction of its own, as the error to report (exit 1).
+fn rolled_back(
+    ledger: &mut Ledger,
+    v: &crate::store::Violation,
+    n: u64,
+    clock: &event::Clock,
+) -> anyhow::Error {
+    match ledger.record_violation(v, clock) {
+        Ok(err) => anyhow::Error::new(err).context(format!("<stdin>:{n}: batch rolled back")),
+        Err(e) => e.into(),
+    }
+}
+
 fn batch(
     ledger: &mut Ledger,
     input: &mut dyn BufRead,
@@ -283,19 +312,14 @@ fn batch(
         }
         // An error drops `tx`, which rolls the whole batch back.
         let ev = parse(&buf, n)?;
-        match tx.append(&ev, clock) {
-            Ok(_) => {}
-            Err(Refusal::Policy(v)) => break Some((v, n)),
-            Err(Refusal::Error(e)) => {
-                return Err(anyhow::Error::new(e).context(format!("<stdin>:{n}")))
-            }
+        if let Some(v) = batch_append(&mut tx, &ev, clock, n)? {
+            break Some((v, n));
         }
     };
     let last = tx.head().map_or(0, |h| h.id);
     if let Some((v, n)) = refused {
         drop(tx);
-        let err = ledger.record_violation(&v, clock)?;
-        return Err(anyhow::Error::new(err).context(format!("<stdin>:{n}: batch rolled back")));
+        return Err(rolled_back(ledger, &v, n, clock));
     }
     tx.commit()?;
     print_range(ledger, first, last, out)
@@ -399,22 +423,15 @@ fn keep_ts(
     let mut refused = None;
     for (n, ev, ts) in &events {
         // An error drops `tx`, which rolls the whole batch back.
-        match tx.append(ev, &event::Clock::Pinned(*ts)) {
-            Ok(_) => {}
-            Err(Refusal::Policy(v)) => {
-                refused = Some((v, *n));
-                break;
-            }
-            Err(Refusal::Error(e)) => {
-                return Err(anyhow::Error::new(e).context(format!("<stdin>:{n}")))
-            }
+        if let Some(v) = batch_append(&mut tx, ev, &event::Clock::Pinned(*ts), *n)? {
+            refused = Some((v, *n));
+            break;
         }
     }
     let last = tx.head().map_or(0, |h| h.id);
     if let Some((v, n)) = refused {
         drop(tx);
-        let err = ledger.record_violation(&v, clock)?;
-        return Err(anyhow::Error::new(err).context(format!("<stdin>:{n}: batch rolled back")));
+        return Err(rolled_back(ledger, &v, n, clock));
     }
     tx.commit()?;
     drop(events);
