@@ -1,6 +1,8 @@
 //! What every program shares: flags, the stdout writer, the error line, exit codes, progress
 //! bars (SPEC §3). The only module besides `cmd` that touches stdio or the exit status.
 
+pub mod embed;
+
 use crate::event::Clock;
 use crate::store::{DEFAULT_BUSY_TIMEOUT_MS, DEFAULT_DB};
 use clap::builder::TypedValueParser as _;

@@ -1,5 +1,6 @@
 //! `pmm-recall`: what the ledger remembers about a text.
 
+use crate::cli::embed::EmbedArgs;
 use crate::cli::{self, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::Clock;
 use crate::projection::state::Projections;
@@ -22,17 +23,36 @@ EXAMPLES:
   Rebuild the full-text index, then check it against the ledger:
     pmm-recall --reindex
     pmm-recall --check && echo index ok
+  Recall by meaning too, with all-MiniLM-L6-v2 run in this process (docs/recall.md says
+  how to get the model offline): embed the whole ledger once, then ask:
+    export PMM_EMBED_MODEL=$HOME/models/all-MiniLM-L6-v2
+    pmm-recall --embed
+    pmm-recall 'the canvas she finished'
+  The same with an Ollama embedding model:
+    pmm-recall --embed-provider ollama --embed-model nomic-embed-text --embed
 
 OUTPUT:
   One JSON line per recalled event, best first:
     {\"id\",\"ts\",\"kind\",\"content\",\"score\",\"via\"}
   score is the fused (reciprocal-rank) score; via says why: \"fts\" (full-text match),
-  \"neighbour-of:ID\" (the message before or after a match), \"concept:TOKEN\" (bound to a
-  concept the text mentions), \"thread:CID\" (the story of a commitment bound to one).
+  \"dense\" (near in meaning: the embedding model's vectors), \"neighbour-of:ID\" (the message
+  before or after a match), \"concept:TOKEN\" (bound to a concept the text mentions),
+  \"thread:CID\" (the story of a commitment bound to one).
   --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
   the text became (stop words and FTS5 syntax removed) and the index's state.
   --reindex prints {\"type\":\"reindex\",\"events\",\"through\"}; --check prints one
-  {\"type\":\"finding\",\"message\"} line per problem and {\"type\":\"check\",\"ok\",\"through\"}.
+  {\"type\":\"finding\",\"message\"} line per problem and {\"type\":\"check\",\"ok\",\"through\"};
+  with an embedding model it also recomputes the model's stored vectors and reports each
+  whose cosine with the stored one is below 0.995 ({\"type\":\"finding\",\"id\",\"cosine\"}).
+  --embed prints {\"type\":\"embed\",\"model\",\"embedded\",\"missing\",\"interrupted\"}.
+
+SEMANTIC RECALL:
+  With an embedding model (--embed-provider/--embed-model, PMM_EMBED_*, or the ledger's
+  retrieval config keys embed, embed_model, embed_url) the text is also embedded and the
+  events nearest in meaning are a fourth source. Vectors are stored in the ledger file per
+  model (pmm_ tables; never compared across models); turns embed their messages, --embed
+  fills in the rest (resumable; Ctrl-C stops it keeping what it finished). A server that is
+  down leaves recall to the other sources (a warning on stderr).
 
   Recalled kinds: user_message, assistant_message, reflection, summary_update,
   lifetime_memory, claim, commitment_open, commitment_close. The index lives in the ledger
@@ -44,10 +64,18 @@ OUTPUT:
 EXIT STATUS:
   0  answered (no match prints nothing); --check: the index matches the ledger
   1  --check: the index does not match the ledger (findings on stdout)
-  2  missing ledger, not a ledger, bad arguments, no text to recall
+  2  missing ledger, not a ledger, bad arguments, no text to recall, a missing or corrupt
+     model directory, a model whose dimensions differ from its stored vectors
+  3  --embed, --check: the embedding server failed (what was finished is kept)
+  130  --embed interrupted by SIGINT (what was finished is kept)
 
 ENVIRONMENT:
-  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)";
+  PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
+  PMM_EMBED_PROVIDER  local, ollama, openai or none (--embed-provider)
+  PMM_EMBED_MODEL     a model directory (local) or a model name (--embed-model)
+  PMM_EMBED_URL       the embedding server (--embed-url; default $OLLAMA_HOST or
+                      $OPENAI_BASE_URL)
+  PMM_EMBED_API_KEY   the embedding server's key (default $OPENAI_API_KEY; never shown)";
 
 /// Recall from the whole ledger: the events that match a text, best first, within a budget.
 ///
@@ -64,6 +92,8 @@ pub struct Args {
     common: CommonArgs,
     #[command(flatten)]
     write: WriteArgs,
+    #[command(flatten)]
+    model: EmbedArgs,
 
     /// What to recall (words, a question)
     #[arg(value_name = "TEXT")]
@@ -101,6 +131,11 @@ pub struct Args {
     /// Check that the index matches the ledger (exit 1 with findings when it does not)
     #[arg(long, conflicts_with = "text")]
     check: bool,
+
+    /// Embed every recallable event that has no vector of the embedding model yet (a write;
+    /// resumable) and print the counts
+    #[arg(long = "embed", conflicts_with_all = ["text", "check", "reindex"])]
+    backfill: bool,
 }
 
 impl Program for Args {
@@ -133,7 +168,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Success);
     }
     if args.check {
-        return check(&Ledger::open_for_check(&path)?);
+        return check(&args, &Ledger::open_for_check(&path)?);
+    }
+    if args.backfill {
+        return embed(&args, &path);
     }
     for k in &args.kind {
         if !RECALLED_KINDS.contains(&k.as_str()) {
@@ -156,7 +194,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     };
     let ledger = Ledger::open_reader(&path)?;
     let p: Projections = store::project(&ledger, None, true)?.projections;
+    let dense = query_vector(&args.model, &ledger, text)?;
     let q = Query {
+        dense,
         budget: args.budget as usize,
         k: args.k.map(|k| k as usize),
         kinds: args.kind.clone(),
@@ -191,12 +231,118 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// `--check`: the index against the ledger.
-fn check(ledger: &Ledger) -> anyhow::Result<Outcome> {
-    let findings = ledger.check_index()?;
+/// The text's vector for the dense source: `None` without a model, or (with a warning) when
+/// the server fails; a model that does not fit its stored vectors is bad input.
+fn query_vector(
+    args: &EmbedArgs,
+    ledger: &Ledger,
+    text: &str,
+) -> anyhow::Result<Option<recall::DenseQuery>> {
+    let Some(e) = args.open(ledger)? else {
+        return Ok(None);
+    };
+    let vector = match e.embed(&[recall::vectors::embed_text(text)]) {
+        Ok(mut v) => v.pop().unwrap_or_default(),
+        Err(err) if err.is_config() => return Err(Error::bad_input(None, err.to_string()).into()),
+        Err(err) => {
+            eprintln!("pmm-recall: warning: {err}; recalling without the dense source");
+            return Ok(None);
+        }
+    };
+    if let Some(m) = ledger.vector_model(e.id())? {
+        if m.dim != vector.len() {
+            return Err(Error::bad_input(
+                None,
+                format!(
+                    "embedding model {} gives {} dimensions, but its stored vectors have {}",
+                    e.id(),
+                    vector.len(),
+                    m.dim
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(Some(recall::DenseQuery {
+        model: e.id().to_string(),
+        vector,
+    }))
+}
+
+/// `--embed`: the backfill.
+fn embed(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
+    let mut ledger = Ledger::open_writer(path, args.write.busy_timeout)?;
+    let Some(e) = args.model.open(&ledger)? else {
+        return Err(Error::bad_input(
+            Some("--embed".into()),
+            "no embedding model: give --embed-model DIR (or --embed-provider ollama|openai --embed-model NAME, or PMM_EMBED_MODEL)",
+        )
+        .into());
+    };
+    let cancel = crate::llm::Cancel::new();
+    cancel.on_signals()?;
+    let _armed = cancel.arm();
+    let bar = cli::progress(0, args.common.quiet, "embedding");
+    let done = recall::vectors::backfill(&mut ledger, &e, &|| cancel.is_cancelled(), &mut |d, t| {
+        bar.set_length(t);
+        bar.set_position(d);
+    });
+    bar.finish_and_clear();
+    let done = done.map_err(backfill_error)?;
+    let mut out = Out::new();
+    out.record(&json!({
+        "type": "embed",
+        "model": e.id(),
+        "embedded": done.embedded,
+        "missing": done.missing,
+        "interrupted": done.interrupted,
+    }))?;
+    out.flush()?;
+    if let Some(signal) = cancel.signal().filter(|_| done.interrupted) {
+        std::process::exit(128 + signal);
+    }
+    Ok(Outcome::Success)
+}
+
+/// A failed backfill or check: a setup mistake is bad input, a server's failure its own error.
+fn backfill_error(e: recall::vectors::BackfillError) -> anyhow::Error {
+    use crate::llm::embed::EmbedError;
+    use recall::vectors::BackfillError;
+    match e {
+        BackfillError::Store(e) => e.into(),
+        BackfillError::Embed(e) if e.is_config() => Error::bad_input(None, e.to_string()).into(),
+        BackfillError::Embed(EmbedError::Server(e)) => e.into(),
+        BackfillError::Embed(e) => crate::llm::LlmError::Config(e.to_string()).into(),
+    }
+}
+
+/// `--check`: the index against the ledger, and the embedding model's vectors against a
+/// recomputation when a model is configured.
+fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
+    let mut findings = ledger.check_index()?;
     let mut out = Out::new();
     for f in &findings {
         out.record(&json!({"type": "finding", "message": f}))?;
+    }
+    if let Some(e) = args.model.open(ledger)? {
+        let bar = cli::progress(0, args.common.quiet, "checking vectors");
+        let checked = recall::vectors::check(ledger, &e, usize::MAX, &mut |d, t| {
+            bar.set_length(t);
+            bar.set_position(d);
+        });
+        bar.finish_and_clear();
+        let (bad, _) = checked.map_err(backfill_error)?;
+        for m in &bad {
+            let message = format!(
+                "event {}: its {} vector has cosine {:.4} with a recomputed one (below {})",
+                m.id,
+                e.id(),
+                m.cosine,
+                recall::vectors::CHECK_TOLERANCE
+            );
+            out.record(&json!({"type": "finding", "id": m.id, "cosine": m.cosine, "message": message}))?;
+            findings.push(message);
+        }
     }
     out.record(&json!({
         "type": "check",

@@ -82,6 +82,8 @@ ENVIRONMENT:
   OLLAMA_HOST      Ollama's address (default http://127.0.0.1:11434)
   OPENAI_BASE_URL  the OpenAI-compatible API (default https://api.openai.com/v1)
   OPENAI_API_KEY   its key (never written to the ledger, stdout or stderr)
+  PMM_EMBED_PROVIDER, PMM_EMBED_MODEL, PMM_EMBED_URL, PMM_EMBED_API_KEY
+                   semantic recall's embedding model (see pmm-recall --help)
   A .env file in the current directory is read for variables that are not set.";
 
 /// Run conversational turns: message in, the turn's ledger events out.
@@ -102,6 +104,8 @@ pub struct Args {
     write: WriteArgs,
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    embed: crate::cli::embed::EmbedArgs,
 
     /// The user's message (one turn); without it, stdin is read, one turn per line
     #[arg(value_name = "MESSAGE")]
@@ -289,6 +293,7 @@ impl Args {
             clock: self.clock.clock(),
             stream: None,
             cancel: None,
+            embedder: None,
         }
     }
 
@@ -357,16 +362,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let path = args.ledger.path();
     let chat = args.chats(std::io::stdin().is_terminal());
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
+    let opts = Options {
+        embedder: args.embed.open(&ledger)?,
+        ..args.options()
+    };
     if chat {
-        return super::chat::run(
-            &mut ledger,
-            adapter.as_mut(),
-            cfg,
-            &args.options(),
-            args.streams(),
-        );
+        return super::chat::run(&mut ledger, adapter.as_mut(), cfg, &opts, args.streams());
     }
-    let mut turns = Turns::new(&args, &mut ledger, adapter.as_mut())?;
+    let mut turns = Turns::new(&args, opts, &mut ledger, adapter.as_mut())?;
     // A closed stdout stops the printing, never the turns (see Out::for_writer).
     let mut out = Out::for_writer();
     match &args.message {
@@ -421,6 +424,7 @@ impl<'a> Turns<'a> {
     /// generation_failure) and the program exits 130 or 143.
     fn new(
         args: &Args,
+        opts: Options,
         ledger: &'a mut Ledger,
         adapter: &'a mut dyn Adapter,
     ) -> anyhow::Result<Turns<'a>> {
@@ -431,7 +435,7 @@ impl<'a> Turns<'a> {
             adapter,
             opts: Options {
                 cancel: Some(cancel.clone()),
-                ..args.options()
+                ..opts
             },
             cancel,
             stream: args.streams(),

@@ -205,10 +205,12 @@ pub fn select_hybrid<R: Reads>(
     user_id: i64,
     budget: usize,
     exclude: BTreeSet<i64>,
+    dense: Option<recall::DenseQuery>,
 ) -> Result<Selection> {
     let q = Query {
         budget,
         exclude,
+        dense,
         ..Query::new(query, user_id)
     };
     let recalled = recall::recall(r, p, &q)?;

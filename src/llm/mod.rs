@@ -27,6 +27,7 @@
 mod cancel;
 mod cmd;
 mod dummy;
+pub mod embed;
 mod http;
 mod ollama;
 mod openai;

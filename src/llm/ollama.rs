@@ -42,7 +42,7 @@ impl Ollama {
 }
 
 /// `$OLLAMA_HOST` as a URL: ollama itself accepts `host`, `host:port` and full URLs.
-fn with_scheme(host: &str) -> String {
+pub(crate) fn with_scheme(host: &str) -> String {
     let host = host.trim();
     if host.contains("://") {
         return host.to_string();

@@ -13,12 +13,17 @@
 //!    reference's CTL injector rule), the events bound to them, and the commitment threads
 //!    bound to them as story windows (the reply that opened the commitment, its open and its
 //!    close).
+//! 3. **Meaning** ([`dense`], when the query carries a vector: [`Query::dense`]): the events
+//!    whose sentence-embedding vectors of the same model are nearest, ranked like full-text
+//!    hits (sessions, neighbours).
 //!
 //! The newest messages of the conversation are not a source here: the turn always sends them
 //! as chat messages ([`crate::turn`]) and excludes them through [`Query::exclude`]. A budget
 //! of characters bounds what is returned.
 
 pub mod concepts;
+pub mod dense;
+pub mod vectors;
 pub mod terms;
 pub mod text;
 
@@ -61,6 +66,17 @@ pub struct Query {
     pub until: Option<String>,
     /// Events not to return (shown elsewhere in the prompt).
     pub exclude: BTreeSet<i64>,
+    /// The text's sentence-embedding vector, for the dense source (none: no dense source).
+    pub dense: Option<DenseQuery>,
+}
+
+/// The query's vector and the model that made it: compared with that model's vectors only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenseQuery {
+    /// The embedder's id (the stored vectors' model).
+    pub model: String,
+    /// The L2-normalised vector.
+    pub vector: Vec<f32>,
 }
 
 impl Query {
@@ -75,6 +91,7 @@ impl Query {
             since: None,
             until: None,
             exclude: BTreeSet::new(),
+            dense: None,
         }
     }
 
@@ -94,7 +111,7 @@ pub struct Recalled {
     pub event: Event,
     /// Its fused score (higher is better).
     pub score: f64,
-    /// Why it was picked: `fts`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`.
+    /// Why it was picked: `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`.
     pub via: Vec<String>,
 }
 
@@ -114,6 +131,7 @@ pub fn recall<R: Reads>(r: &R, p: &Projections, q: &Query) -> Result<Vec<Recalle
     let lists = [
         text::rank(r, q, &mut cache)?,
         concepts::rank(r, p, q, &mut cache)?,
+        dense::rank(r, q, &mut cache)?,
     ];
     let fused = fuse(&lists);
     fill(r, q, fused, &mut cache)

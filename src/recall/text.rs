@@ -38,10 +38,23 @@ const NEIGHBOUR_WINDOW: i64 = 64;
 /// The full-text ranking for `q`.
 pub fn rank<R: Reads>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     let scores = bm25(r, q)?;
-    if scores.is_empty() {
+    spread(r, q, cache, scores.into_iter().collect(), "fts")
+}
+
+/// Ranks scored hits (`(id, score)`, higher is better) as steps 2 and 3 of the module docs
+/// describe: the best [`CANDIDATES`] lifted by their sessions, the best [`NEIGHBOUR_HITS`]
+/// lending to their neighbours. Each hit's reasons start with `via`. Shared with the dense
+/// source, whose hits want the same context.
+pub fn spread<R: Reads>(
+    r: &R,
+    q: &Query,
+    cache: &mut Cache,
+    mut best: Vec<(i64, f64)>,
+    via: &str,
+) -> Result<Ranked> {
+    if best.is_empty() {
         return Ok(Ranked::default());
     }
-    let mut best: Vec<(i64, f64)> = scores.into_iter().collect();
     best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     best.truncate(CANDIDATES);
     for (id, _) in &best {
@@ -57,7 +70,7 @@ pub fn rank<R: Reads>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     for (id, v) in &values {
         let t = total.entry(*id).or_default();
         t.0 += v;
-        t.1.insert(0, "fts".into());
+        t.1.insert(0, via.into());
     }
     let mut order: Vec<(i64, f64)> = values.clone();
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

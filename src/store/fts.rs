@@ -30,7 +30,7 @@ pub const RECALLED_KINDS: [&str; 8] = [
 /// The tokenizer of every full-text table.
 pub const TOKENIZER: &str = "porter unicode61 remove_diacritics 2";
 
-fn kinds_sql() -> String {
+pub(crate) fn kinds_sql() -> String {
     RECALLED_KINDS
         .iter()
         .map(|k| format!("'{k}'"))

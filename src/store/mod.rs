@@ -10,6 +10,7 @@ mod checkpoint;
 mod fts;
 mod merkle;
 mod policy;
+pub mod vectors;
 
 pub use merkle::Tree;
 
@@ -69,6 +70,9 @@ const MIGRATIONS: &[&str] = &[
     // 3: the Merkle tree's perfect-subtree hashes (store/merkle.rs), filled by the next
     // write's catch-up.
     merkle::MIGRATION,
+    // 4: sentence-embedding vectors per model (store/vectors.rs), filled by turns, ticks and
+    // `pmm-recall --embed`.
+    vectors::MIGRATION,
 ];
 
 const COLUMNS: &str = "id, ts, kind, content, meta, prev_hash, hash";
@@ -485,6 +489,17 @@ impl Ledger {
         self.recallable_count()
     }
 
+    /// Stores vectors of model `name` (`dim` dimensions) in one write transaction of their
+    /// own (made before it begins: a model never holds the write lock); events that have one
+    /// keep it. Returns how many were new. A model whose stored vectors have other dimensions
+    /// is refused (exit 2): two vector spaces never share a name.
+    pub fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
+        let batch = self.begin()?;
+        let n = batch.put_vectors(name, dim, v)?;
+        batch.commit()?;
+        Ok(n)
+    }
+
     /// How many events of the recalled kinds the ledger holds.
     pub fn recallable_count(&self) -> Result<u64> {
         self.conn
@@ -617,6 +632,68 @@ pub trait Reads {
                 |r| r.get(0),
             )
             .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The stored vector model called `name` (`None`: no vector of it yet).
+    fn vector_model(&self, name: &str) -> Result<Option<vectors::Model>> {
+        vectors::model(self.conn(), name).map_err(|e| self.err(e))
+    }
+
+    /// The events whose vectors of model `name` are nearest to `query` among those before
+    /// `before`: `(id, cosine)`, best first, at most `k` (empty without vectors of `name`).
+    fn vector_search(
+        &self,
+        name: &str,
+        query: &[f32],
+        before: i64,
+        k: usize,
+    ) -> Result<Vec<(i64, f64)>> {
+        match self.vector_model(name)? {
+            Some(m) => vectors::search(self.conn(), m, query, before, k).map_err(|e| self.err(e)),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Every vector model of the ledger: `(name, dimensions, vectors)`, by name.
+    fn vector_models(&self) -> Result<Vec<(String, usize, u64)>> {
+        vectors::models(self.conn()).map_err(|e| self.err(e))
+    }
+
+    /// Recallable events after `after` without a vector of model `name` (all of them when
+    /// the model has none yet): `(id, content)` in id order, at most `limit`.
+    fn missing_vectors(&self, name: &str, after: i64, limit: usize) -> Result<Vec<(i64, String)>> {
+        let m = self.vector_model(name)?.unwrap_or(vectors::Model { mid: -1, dim: 0 });
+        vectors::missing(self.conn(), m, after, limit).map_err(|e| self.err(e))
+    }
+
+    /// How many recallable events have no vector of model `name`.
+    fn missing_vector_count(&self, name: &str) -> Result<u64> {
+        let m = self.vector_model(name)?.unwrap_or(vectors::Model { mid: -1, dim: 0 });
+        if !vectors::has_tables(self.conn()).map_err(|e| self.err(e))? {
+            return self.recallable_count_any();
+        }
+        vectors::missing_count(self.conn(), m).map_err(|e| self.err(e))
+    }
+
+    /// The stored vectors of model `name` (quantized: [`vectors::quantize`]), oldest event
+    /// first, at most `limit`.
+    fn stored_vectors(&self, name: &str, limit: usize) -> Result<Vec<(i64, Vec<u8>)>> {
+        match self.vector_model(name)? {
+            Some(m) => vectors::stored(self.conn(), m, limit).map_err(|e| self.err(e)),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// How many events of the recalled kinds the ledger holds (without the index's view).
+    fn recallable_count_any(&self) -> Result<u64> {
+        self.conn()
+            .query_row(
+                &format!("SELECT count(*) FROM events WHERE kind IN ({})", fts::kinds_sql()),
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n.max(0) as u64)
             .map_err(|e| self.err(e))
     }
 
@@ -1183,6 +1260,23 @@ impl Batch<'_> {
             hash: ev.hash.clone(),
         });
         Ok(())
+    }
+
+    /// [`Ledger::put_vectors`] inside this transaction (a turn stores its two vectors with
+    /// its events).
+    pub fn put_vectors(&self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
+        let m = vectors::register(&self.tx, name, dim).map_err(|e| self.err(e))?;
+        if m.dim != dim {
+            return Err(Error::BadInput {
+                at: None,
+                msg: format!(
+                    "embedding model {name} gives {dim} dimensions, but its stored vectors have {}: \
+                     a different model under the same name (give it another name, or delete its vectors)",
+                    m.dim
+                ),
+            });
+        }
+        vectors::put(&self.tx, m, v).map_err(|e| self.err(e))
     }
 
     /// Makes everything appended in this transaction durable at once, with the full-text

@@ -16,6 +16,7 @@
 //!    `summary_update` when due, `lifetime_memory` + its embedding when a chunk is ready.
 
 pub mod derive;
+mod dense;
 
 use crate::canon;
 use crate::claim::{self, ClaimContext};
@@ -57,6 +58,9 @@ pub struct Options {
     /// Cancels the model call once raised: the turn then appends a `generation_failure` with
     /// `reason` `interrupted` and ends with [`TurnError::Generation`].
     pub cancel: Option<Cancel>,
+    /// The sentence-embedding model of the dense recall source (none: full text and concepts
+    /// only). The turn embeds the user's message and the reply, and stores both vectors.
+    pub embedder: Option<crate::llm::embed::Shared>,
 }
 
 impl Default for Options {
@@ -70,6 +74,7 @@ impl Default for Options {
             clock: Clock::System,
             stream: None,
             cancel: None,
+            embedder: None,
         }
     }
 }
@@ -344,9 +349,10 @@ fn run_inner(
 ) -> Result<Outcome, TurnError> {
     let rows_at_start = store::rows_read();
     let mut events = Vec::new();
+    let mut dense = dense::Dense::for_message(&*ledger, opts.embedder.as_ref(), message)?;
     let (mut p, user, folded_before) = record_user(ledger, message, &opts.clock, &mut events)?;
     let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-    let prompt = build_prompt(&*ledger, &p, &cfg, message, user.id, opts)?;
+    let prompt = build_prompt(&*ledger, &p, &cfg, message, user.id, opts, &dense)?;
     let reply =
         match adapter.generate_with(&prompt.request, opts.stream.as_ref(), opts.cancel.as_ref()) {
             Ok(r) => r,
@@ -367,8 +373,11 @@ fn run_inner(
                 });
             }
         };
+    dense.embed_reply(&reply.text);
     let said = Said {
         provider: adapter.provider().to_string(),
+        dense: &dense,
+        user_id: user.id,
         cfg: &cfg,
         prompt: &prompt,
         reply: &reply,
@@ -441,6 +450,8 @@ impl Sink<'_, '_> {
 /// What the model was shown and what it said: the input of the last stage.
 struct Said<'a> {
     provider: String,
+    dense: &'a dense::Dense,
+    user_id: i64,
     cfg: &'a RetrievalConfig,
     prompt: &'a Prompt,
     reply: &'a crate::llm::Reply,
@@ -538,6 +549,7 @@ fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Co
         append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
     }
     append_retrieval_record(s, said, assistant.id)?;
+    said.dense.store(s.batch, said.user_id, assistant.id)?;
     append_metrics(s, said)?;
     append_reflections(s, &markers, &failed_claims, &opened, &closed, assistant.id)?;
     append_summary(s.batch, s.p, s.events, s.clock, false)?;
@@ -705,6 +717,9 @@ fn append_retrieval_record(
         content["budget"] = json!(said.opts.budget.unwrap_or(cfg.budget));
         content["history"] = json!(said.prompt.request.history.len());
     }
+    if let Some(d) = said.dense.record() {
+        content["dense"] = d;
+    }
     let digest = selection_digest(
         cfg.dims,
         &cfg.model,
@@ -825,12 +840,13 @@ fn build_prompt<R: Reads>(
     message: &str,
     user_id: i64,
     opts: &Options,
+    dense: &dense::Dense,
 ) -> crate::Result<Prompt> {
     let history = select::history(r, user_id, HISTORY_MESSAGES, HISTORY_CHARS)?;
     let sel: Selection = if cfg.strategy == "hybrid" {
         let exclude = history.iter().map(|e| e.id).collect();
         let budget = opts.budget.unwrap_or(cfg.budget);
-        select::select_hybrid(r, p, message, user_id, budget, exclude)?
+        select::select_hybrid(r, p, message, user_id, budget, exclude, dense.query.clone())?
     } else {
         select::select(r, cfg, message, user_id)?
     };

@@ -12,6 +12,7 @@ mod config_ranges;
 mod damage;
 mod deep;
 mod deep_kinds;
+mod embed;
 mod derived;
 mod fixture;
 mod floods;

@@ -1,0 +1,212 @@
+//! A sentence-transformers BERT model run in this process on the CPU (candle): the directory
+//! holds `config.json`, `tokenizer.json` and `model.safetensors`, and optionally
+//! `sentence_bert_config.json` (`max_seq_length`) and `1_Pooling/config.json` (mean or CLS
+//! pooling). As sentence-transformers does: tokens cut at `max_seq_length`, the token vectors
+//! pooled over the attention mask, the result L2-normalised. Nothing is downloaded.
+
+use super::{checked, EmbedError, Embedder, BATCH};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use sha2::{Digest, Sha256};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+/// Bytes of the weights' data hashed at each end for the model's fingerprint.
+const SAMPLE: u64 = 64 * 1024;
+
+/// A loaded model.
+pub struct Bert {
+    id: String,
+    dim: usize,
+    model: BertModel,
+    tokenizer: Tokenizer,
+    cls: bool,
+}
+
+impl Bert {
+    /// Loads the model in `dir`; a missing or corrupt file is [`EmbedError::Model`] naming it.
+    pub fn load(dir: &Path) -> Result<Bert, EmbedError> {
+        let file = |name: &str| -> Result<PathBuf, EmbedError> {
+            let p = dir.join(name);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(EmbedError::Model(format!(
+                    "{} has no {name} (a sentence-transformers model directory holds config.json, tokenizer.json and model.safetensors; docs/recall.md says how to get one)",
+                    dir.display()
+                )))
+            }
+        };
+        let (config, tokenizer, weights) = (
+            file("config.json")?,
+            file("tokenizer.json")?,
+            file("model.safetensors")?,
+        );
+        let corrupt = |p: &Path, e: &dyn std::fmt::Display| {
+            EmbedError::Model(format!("{}: {}", p.display(), one_line(e)))
+        };
+        let config_text = std::fs::read_to_string(&config).map_err(|e| corrupt(&config, &e))?;
+        let cfg: Config = serde_json::from_str(&config_text).map_err(|e| corrupt(&config, &e))?;
+        let dim = hidden_size(&config_text).ok_or_else(|| corrupt(&config, &"no hidden_size"))?;
+        let max_len = max_seq_length(dir).unwrap_or(512);
+        let tokenizer = load_tokenizer(&tokenizer, max_len).map_err(|e| corrupt(&tokenizer, &e))?;
+        let fingerprint = fingerprint(&[&config, &dir.join("tokenizer.json")], &weights)
+            .map_err(|e| corrupt(&weights, &e))?;
+        // SAFETY: the file is mapped read-only and not modified while the model lives (a
+        // model directory is not written by pmm); this is candle's documented way to load.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &Device::Cpu) }
+            .map_err(|e| corrupt(&weights, &e))?;
+        let model = BertModel::load(vb, &cfg).map_err(|e| corrupt(&weights, &e))?;
+        Ok(Bert {
+            id: format!("local:{}@{fingerprint}", model_name(dir)),
+            dim,
+            model,
+            tokenizer,
+            cls: cls_pooling(dir),
+        })
+    }
+
+    fn batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        let enc = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| e.to_string())?;
+        let dev = Device::Cpu;
+        let rows = |f: &dyn Fn(&tokenizers::Encoding) -> Vec<u32>| -> Result<Tensor, String> {
+            let v: Vec<Tensor> = enc
+                .iter()
+                .map(|e| Tensor::new(f(e).as_slice(), &dev))
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?;
+            Tensor::stack(&v, 0).map_err(|e| e.to_string())
+        };
+        let ids = rows(&|e| e.get_ids().to_vec())?;
+        let types = rows(&|e| e.get_type_ids().to_vec())?;
+        let mask = rows(&|e| e.get_attention_mask().to_vec())?;
+        let out = self
+            .model
+            .forward(&ids, &types, Some(&mask))
+            .map_err(|e| e.to_string())?;
+        self.pool(&out, &mask).map_err(|e| e.to_string())
+    }
+
+    /// Mean of the token vectors under the mask (or the first token's vector).
+    fn pool(&self, out: &Tensor, mask: &Tensor) -> candle_core::Result<Vec<Vec<f32>>> {
+        let pooled = if self.cls {
+            out.narrow(1, 0, 1)?.squeeze(1)?
+        } else {
+            let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+            let sum = out.broadcast_mul(&m)?.sum(1)?;
+            let count = m.sum(1)?.clamp(1e-9, f64::MAX)?;
+            sum.broadcast_div(&count)?
+        };
+        pooled.to_vec2::<f32>()
+    }
+}
+
+impl Embedder for Bert {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(BATCH) {
+            let v = self.batch(chunk).map_err(|detail| EmbedError::Compute {
+                model: self.id.clone(),
+                detail: one_line(&detail),
+            })?;
+            out.extend(v);
+        }
+        checked(&self.id, texts.len(), self.dim, out)
+    }
+}
+
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+fn hidden_size(config: &str) -> Option<usize> {
+    let v: serde_json::Value = serde_json::from_str(config).ok()?;
+    usize::try_from(v.get("hidden_size")?.as_u64()?).ok()
+}
+
+/// sentence-transformers' `max_seq_length`, when the directory says it.
+fn max_seq_length(dir: &Path) -> Option<usize> {
+    let text = std::fs::read_to_string(dir.join("sentence_bert_config.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    usize::try_from(v.get("max_seq_length")?.as_u64()?).ok()
+}
+
+/// Whether the pooling module asks for the CLS token's vector instead of the mean.
+fn cls_pooling(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("1_Pooling/config.json")) else {
+        return false;
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    v.get("pooling_mode_cls_token") == Some(&serde_json::Value::Bool(true))
+        && v.get("pooling_mode_mean_tokens") != Some(&serde_json::Value::Bool(true))
+}
+
+fn load_tokenizer(path: &Path, max_len: usize) -> Result<Tokenizer, String> {
+    let mut t = Tokenizer::from_file(path).map_err(|e| e.to_string())?;
+    t.with_padding(Some(PaddingParams {
+        strategy: PaddingStrategy::BatchLongest,
+        ..Default::default()
+    }));
+    t.with_truncation(Some(TruncationParams {
+        max_length: max_len,
+        ..Default::default()
+    }))
+    .map_err(|e| e.to_string())?;
+    Ok(t)
+}
+
+/// The model card's title (`# all-MiniLM-L6-v2` in README.md), else the directory's name:
+/// the readable part of the id.
+fn model_name(dir: &Path) -> String {
+    let title = std::fs::read_to_string(dir.join("README.md"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("# ").map(|s| s.trim().to_string()))
+        });
+    let name = title.unwrap_or_else(|| {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    });
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect()
+}
+
+/// What identifies the weights, cheaply: SHA-256 of the config and tokenizer files, the
+/// weights file's size and header, and its first and last 64 KiB; 12 hex digits.
+fn fingerprint(files: &[&Path], weights: &Path) -> std::io::Result<String> {
+    let mut h = Sha256::new();
+    for f in files {
+        h.update(std::fs::read(f)?);
+    }
+    let mut w = std::fs::File::open(weights)?;
+    let len = w.metadata()?.len();
+    h.update(len.to_le_bytes());
+    let mut buf = vec![0u8; SAMPLE.min(len) as usize];
+    w.read_exact(&mut buf)?;
+    h.update(&buf);
+    w.seek(SeekFrom::Start(len - buf.len() as u64))?;
+    w.read_exact(&mut buf)?;
+    h.update(&buf);
+    let hex: String = h.finalize()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(hex)
+}

@@ -1,0 +1,137 @@
+//! Making and checking the dense source's vectors over a whole ledger: the backfill of
+//! `pmm-recall --embed` (resumable: it embeds the events that have no vector of the model,
+//! in id order, each batch committed on its own) and the recomputation of `--check`.
+
+use crate::llm::embed::{EmbedError, Shared};
+use crate::store::{vectors, Ledger, Reads};
+use crate::Result;
+
+/// Events embedded per batch (and per write transaction).
+pub const BATCH: usize = 64;
+/// Characters of an event's text given to the model (it reads at most a few hundred tokens;
+/// the rest would only cost tokenizing).
+pub const MAX_CHARS: usize = 2_000;
+/// The cosine a recomputed vector must have with its stored one (stored vectors are `i8`:
+/// their own error is below 0.001).
+pub const CHECK_TOLERANCE: f32 = 0.995;
+
+/// What a backfill did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Backfill {
+    /// Vectors made and stored now.
+    pub embedded: u64,
+    /// Events that had none when it began.
+    pub missing: u64,
+    /// Whether it stopped early (a signal); what it finished is kept.
+    pub interrupted: bool,
+}
+
+/// The text of an event as the model is given it.
+pub fn embed_text(content: &str) -> &str {
+    match content.char_indices().nth(MAX_CHARS) {
+        Some((at, _)) => &content[..at],
+        None => content,
+    }
+}
+
+/// Embeds every recallable event without a vector of `e`'s model, [`BATCH`] at a time, each
+/// batch stored in a write transaction of its own (the model runs before it begins).
+/// `stop` is asked between batches; `progress(done, total)` after each. A model failure ends
+/// it with that error, keeping the batches already stored.
+pub fn backfill(
+    ledger: &mut Ledger,
+    e: &Shared,
+    stop: &dyn Fn() -> bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> std::result::Result<Backfill, BackfillError> {
+    let missing = ledger.missing_vector_count(e.id())?;
+    let mut done = Backfill {
+        missing,
+        ..Backfill::default()
+    };
+    let mut after = 0;
+    loop {
+        if stop() {
+            done.interrupted = true;
+            break;
+        }
+        let batch = ledger.missing_vectors(e.id(), after, BATCH)?;
+        let Some(last) = batch.last().map(|b| b.0) else {
+            break;
+        };
+        let texts: Vec<&str> = batch.iter().map(|(_, t)| embed_text(t)).collect();
+        let v = e.embed(&texts)?;
+        let dim = v.first().map_or(0, Vec::len);
+        let pairs: Vec<(i64, Vec<f32>)> = batch.iter().map(|b| b.0).zip(v).collect();
+        done.embedded += ledger.put_vectors(e.id(), dim, &pairs)? as u64;
+        after = last;
+        progress(done.embedded, missing);
+    }
+    Ok(done)
+}
+
+/// Why a backfill or a check stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BackfillError {
+    /// The ledger.
+    #[error(transparent)]
+    Store(#[from] crate::Error),
+    /// The model.
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+}
+
+/// One vector that no longer matches its event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mismatch {
+    /// The event.
+    pub id: i64,
+    /// The cosine of the stored and the recomputed vector.
+    pub cosine: f32,
+}
+
+/// Recomputes the stored vectors of `e`'s model (at most `limit`, oldest first) and returns
+/// those whose cosine with the recomputed one is below [`CHECK_TOLERANCE`], with how many were
+/// compared.
+pub fn check<R: Reads>(
+    r: &R,
+    e: &Shared,
+    limit: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> std::result::Result<(Vec<Mismatch>, u64), BackfillError> {
+    let stored = r.stored_vectors(e.id(), limit)?;
+    let total = stored.len() as u64;
+    let mut bad = Vec::new();
+    let mut seen = 0u64;
+    for chunk in stored.chunks(BATCH) {
+        let texts: Vec<String> = chunk
+            .iter()
+            .map(|(id, _)| {
+                r.get(*id)
+                    .map(|ev| ev.map(|ev| embed_text(&ev.content).to_string()).unwrap_or_default())
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        for ((id, q), v) in chunk.iter().zip(e.embed(&refs)?) {
+            let cosine = vectors::dot_quantized(q, &v).unwrap_or(0.0);
+            if cosine < CHECK_TOLERANCE {
+                bad.push(Mismatch { id: *id, cosine });
+            }
+        }
+        seen += chunk.len() as u64;
+        progress(seen, total);
+    }
+    Ok((bad, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(MAX_CHARS + 10);
+        assert_eq!(embed_text(&long).chars().count(), MAX_CHARS);
+        assert_eq!(embed_text("short"), "short");
+    }
+}

