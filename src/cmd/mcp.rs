@@ -55,7 +55,11 @@ EXIT STATUS:
 
 ENVIRONMENT:
   PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
-  PMM_NOW   pin the clock of the events written (RFC 3339)";
+  PMM_NOW   pin the clock of the events written (RFC 3339)
+  PMM_EMBED_PROVIDER, PMM_EMBED_MODEL, PMM_EMBED_URL, PMM_EMBED_API_KEY
+            an embedding model: the recall tool also recalls by meaning (see pmm-recall
+            --help); a server that fails leaves it to the other sources
+            (\"dense_unavailable\" in the answer)";
 
 /// Serve the ledger as memory to any Model Context Protocol client, over stdio.
 ///
@@ -75,6 +79,8 @@ pub struct Args {
     write: WriteArgs,
     #[command(flatten)]
     clock: ClockArgs,
+    #[command(flatten)]
+    embed: crate::cli::embed::EmbedArgs,
 
     /// Serve only the reading tools (recall, state, events, prove, verify); the writing ones are not
     /// listed and are refused if called. The ledger must exist
@@ -93,17 +99,18 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let path = args.ledger.path();
     // Opened once before serving: a ledger that cannot be used is a usage error now, not a
     // failure of every call later. A writer creates it and brings its index up to date.
-    if args.read_only {
-        Ledger::open_reader(&path)?;
+    let embedder = if args.read_only {
+        args.embed.open(&Ledger::open_reader(&path)?)?
     } else {
-        cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
-    }
-    let cfg = Config::new(
+        args.embed.open(&cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?)?
+    };
+    let mut cfg = Config::new(
         path.clone(),
         args.read_only,
         args.write.busy_timeout,
         args.clock.clock(),
     );
+    cfg.embedder = embedder;
     if !args.common.quiet {
         eprintln!(
             "pmm-mcp: serving {}{} on stdio",

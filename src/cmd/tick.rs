@@ -52,6 +52,9 @@ EXIT STATUS:
 ENVIRONMENT:
   PMM_DB   the ledger when --db is not given (default .data/pmmdb/pmm.db)
   PMM_NOW  pin the clock (RFC 3339): the slot and every timestamp come from it
+  PMM_EMBED_PROVIDER, PMM_EMBED_MODEL, PMM_EMBED_URL, PMM_EMBED_API_KEY
+           an embedding model: after each tick, up to 64 events without a vector are
+           embedded (semantic recall; see pmm-recall --help)
   A .env file in the current directory is read for variables that are not set.";
 
 /// Run the autonomy kernel: one tick per run, for cron, or a supervisor loop with --every.
@@ -72,6 +75,8 @@ pub struct Args {
     write: WriteArgs,
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    embed: crate::cli::embed::EmbedArgs,
 
     /// Tick this slot instead of the clock's
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(0..))]
@@ -198,9 +203,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Success);
     }
 
+    let embedder = args.embed.open(&ledger)?;
     let Some(every) = args.every else {
         let t = tick::run(&mut ledger, &slot_now(), &clock)?;
         print(&mut out, &t)?;
+        embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
         return Ok(Outcome::Success);
     };
 
@@ -213,6 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         match tick::run(&mut ledger, &slot_now(), &clock) {
             Ok(t) => {
                 print(&mut out, &t)?;
+                embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
                 ticked_once = true;
             }
             // The first tick failing means a bad setup: stop. Later failures (a ledger
@@ -229,6 +237,32 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     }
     Ok(Outcome::Success)
+}
+
+/// After a tick, with an embedding model: one bounded batch of events that have no vector
+/// yet, embedded outside the tick's transaction; a server that fails only skips it (a
+/// warning). Prints `{"type":"embed","model","embedded"}` when it embedded something.
+fn embed_step(
+    ledger: &mut crate::store::Ledger,
+    embedder: Option<&crate::llm::embed::Shared>,
+    out: &mut Out,
+) -> anyhow::Result<()> {
+    let Some(e) = embedder else {
+        return Ok(());
+    };
+    match crate::recall::vectors::backfill_step(ledger, e) {
+        Ok(0) => Ok(()),
+        Ok(n) => {
+            out.record(&json!({"type": "embed", "model": e.id(), "embedded": n}))?;
+            out.flush()?;
+            Ok(())
+        }
+        Err(crate::recall::vectors::BackfillError::Store(e)) => Err(e.into()),
+        Err(err) => {
+            eprintln!("pmm-tick: warning: embedding skipped: {err}");
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,9 @@ pub struct Config {
     pub busy_ms: u64,
     /// Where timestamps come from.
     pub clock: Clock,
+    /// The embedding model of the dense recall source, if any (the `recall` tool embeds its
+    /// query with it).
+    pub embedder: Option<crate::llm::embed::Shared>,
     /// The projections as of the last call (see the module docs).
     cache: Mutex<Option<Projections>>,
 }
@@ -60,6 +63,7 @@ impl Config {
             read_only,
             busy_ms,
             clock,
+            embedder: None,
             cache: Mutex::new(None),
         }
     }
@@ -342,7 +346,9 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
         }
     }
     let ledger = cfg.reader()?;
+    let (dense, unavailable) = query_vector(cfg, &ledger, query)?;
     let q = Query {
+        dense,
         budget: budget.map_or(recall::DEFAULT_BUDGET, |b| b as usize),
         k: k.map(|k| k as usize),
         kinds,
@@ -363,7 +369,40 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
             })
         })
         .collect();
-    Ok(json!({"count": results.len(), "results": results}))
+    let mut answer = json!({"count": results.len(), "results": results});
+    if let Some(why) = unavailable {
+        answer["dense_unavailable"] = why.into();
+    }
+    Ok(answer)
+}
+
+/// The query's vector when the server has an embedding model: `(vector, None)`, or `(None,
+/// why)` when the model failed (recall goes on with the other sources); a model whose
+/// dimensions differ from its stored vectors is the caller's error.
+fn query_vector(
+    cfg: &Config,
+    r: &Ledger,
+    query: &str,
+) -> Result<(Option<recall::DenseQuery>, Option<String>), ToolError> {
+    let Some(e) = &cfg.embedder else {
+        return Ok((None, None));
+    };
+    let vector = match e.embed(&[recall::vectors::embed_text(query)]) {
+        Ok(mut v) => v.pop().unwrap_or_default(),
+        Err(err) => return Ok((None, Some(err.to_string()))),
+    };
+    if let Some(m) = r.vector_model(e.id())? {
+        if m.dim != vector.len() {
+            return fail(format!(
+                "embedding model {} gives {} dimensions, but its stored vectors have {}",
+                e.id(),
+                vector.len(),
+                m.dim
+            ));
+        }
+    }
+    let model = e.id().to_string();
+    Ok((Some(recall::DenseQuery { model, vector }), None))
 }
 
 #[derive(Deserialize)]

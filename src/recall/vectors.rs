@@ -70,6 +70,20 @@ pub fn backfill(
     Ok(done)
 }
 
+/// One bounded step of the backfill (what a tick does): embeds at most [`BATCH`] of the
+/// oldest events without a vector and stores them; returns how many.
+pub fn backfill_step(ledger: &mut Ledger, e: &Shared) -> std::result::Result<u64, BackfillError> {
+    let batch = ledger.missing_vectors(e.id(), 0, BATCH)?;
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let texts: Vec<&str> = batch.iter().map(|(_, t)| embed_text(t)).collect();
+    let v = e.embed(&texts)?;
+    let dim = v.first().map_or(0, Vec::len);
+    let pairs: Vec<(i64, Vec<f32>)> = batch.iter().map(|b| b.0).zip(v).collect();
+    Ok(ledger.put_vectors(e.id(), dim, &pairs)? as u64)
+}
+
 /// Why a backfill or a check stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum BackfillError {
