@@ -554,20 +554,17 @@ impl Input {
     }
 }
 
-/// Runs the interactive session until `/exit` or end of input. With `stream`, replies are
-/// shown as they are generated (after a spinner on stderr).
+/// Runs the interactive session until `/exit` or end of input, with the adapter `cfg`
+/// describes. With `stream`, replies are shown as they are generated (after a spinner on
+/// stderr).
 pub fn run(
     ledger: &mut Ledger,
-    adapter: &mut dyn Adapter,
-    cfg: Config,
+    mut cfg: Config,
     opts: &Options,
     stream: bool,
 ) -> anyhow::Result<Outcome> {
-    // The session may switch models (/model, /adapter, /endpoint): it owns its adapter from
-    // here on.
-    let mut cfg = cfg;
+    // The session may switch models (/model, /adapter, /endpoint): it owns its adapter.
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg)?;
-    let _ = adapter;
     // Ctrl-C (SIGINT) and SIGTERM during a model call cancel that call; at the prompt the line
     // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.
     let cancel = Cancel::new();

@@ -358,13 +358,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let chat = args.chats(std::io::stdin().is_terminal());
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if chat {
-        return super::chat::run(
-            &mut ledger,
-            adapter.as_mut(),
-            cfg,
-            &args.options(),
-            args.streams(),
-        );
+        return super::chat::run(&mut ledger, cfg, &args.options(), args.streams());
     }
     let mut turns = Turns::new(&args, &mut ledger, adapter.as_mut())?;
     // A closed stdout stops the printing, never the turns (see Out::for_writer).
