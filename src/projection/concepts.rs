@@ -589,7 +589,7 @@ mod tests {
     }
 
     #[test]
-    fn serde_round_trip_keeps_the_whole_state() {
+    fn a_checkpoint_keeps_the_whole_state() {
         let g = fold(&[
             define(1, "x", "t"),
             bind(2, 10, &["x"], "r"),
@@ -599,8 +599,15 @@ mod tests {
                 json!({"from": "x", "to": "y", "relation": "supports", "weight": 0.5}),
             ),
         ]);
-        let text = serde_json::to_string(&g).expect("serialise");
-        let back: ConceptGraph = serde_json::from_str(&text).expect("deserialise");
+        // Through the bytes a projection checkpoint stores (MessagePack).
+        let saved = crate::projection::state::Projections {
+            concepts: g.clone(),
+            ..Default::default()
+        }
+        .to_checkpoint();
+        let back = crate::projection::state::Projections::from_checkpoint(&saved)
+            .expect("the checkpoint reads back")
+            .concepts;
         assert_eq!(back, g);
     }
 
