@@ -110,7 +110,12 @@ impl Pmm {
     /// A command for program `name` (`pmm-append` ...) with a clean environment: PMM_DB set to
     /// this ledger, no backtraces, a pinned clock, run inside the workspace.
     pub fn cmd(&self, name: &str) -> Command {
-        let mut c = Command::cargo_bin(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        Command::from_std(self.std_cmd(name))
+    }
+
+    /// [`Pmm::cmd`] as a plain `std::process::Command`, for tests that hold its pipes.
+    pub fn std_cmd(&self, name: &str) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin(name));
         c.current_dir(self.dir.path())
             .env_remove("RUST_BACKTRACE")
             .env_remove("PMM_NOW")
