@@ -5,12 +5,14 @@
 //! is a few lines of wiring over [`cmd`].
 //!
 //! Layers, bottom up (docs/architecture.md has the table, which a test checks against the
-//! code): [`canon`] (CPython-compatible canonical JSON, the only place hashed bytes are made),
-//! [`pystr`], [`formats`] and [`event`] (pure data); [`chain`] (digests and verification) and
-//! [`marker`]; [`projection`] (the folds); [`store`] (the only SQL) and [`llm`] (the only
-//! network) at the edges; [`claim`], [`recall`], [`context`] and [`interchange`]; [`turn`],
-//! [`kernel`] and [`audit`]; [`cli`] and [`cmd`] on top, the only code that touches clap,
-//! stdio or exit codes.
+//! code): [`canon`] (CPython-compatible canonical JSON, the bytes that are hashed), [`pystr`],
+//! [`formats`], [`error`], [`lines`] (the bounded line reader) and [`outfile`] (output files
+//! beside their target); [`event`]; [`chain`] (digests and verification), [`marker`] and
+//! [`metrics`]; [`projection`] (the folds); [`store`] (the only SQL) and [`llm`] (the only
+//! network) at the edges; [`claim`], [`recall`], [`context`] and [`interchange`] (import and
+//! export formats: it reads files, and stdin for `-`); [`turn`], [`kernel`] and [`audit`];
+//! [`mcp`] (the MCP server's tools) and [`cli`]; [`cmd`] on top. Only [`cli`] and [`cmd`] touch
+//! clap, stdout, stderr or the exit code.
 
 pub mod audit;
 pub mod canon;

@@ -253,13 +253,6 @@ impl DeepSecondPass {
         v
     }
 
-    /// Supplies the content of event `id` found by a direct lookup.
-    pub fn see_text(&mut self, id: i64, content: &str) {
-        if self.texts_wanted.contains(&id) {
-            self.texts.entry(id).or_insert_with(|| content.to_string());
-        }
-    }
-
     /// True if some deferred check needs prefix roots, which only a full pass in order gives.
     pub fn needs_full_pass(&self) -> bool {
         !self.roots_wanted.is_empty()

@@ -1,6 +1,11 @@
 //! Canonical JSON, byte-identical to CPython's
-//! `json.dumps(obj, sort_keys=True, separators=(",", ":"))` — the one place where the bytes that
-//! get hashed are made (SPEC §2.3, FORMATS.md §1.3).
+//! `json.dumps(obj, sort_keys=True, separators=(",", ":"))` — the one definition of the JSON
+//! text that gets hashed (SPEC §2.3, FORMATS.md §1.3): an event's payload
+//! ([`write_event_payload`]), and the strings and floats that the other hashed JSON (the
+//! retrieval digest's payload, embedding contents) is built from. What is hashed without being
+//! JSON (slot ids, embedding token vectors, Merkle nodes) is made where it is defined. Also the
+//! checks on `meta` text ([`parse_meta`]): a `meta` that has no canonical form is refused before
+//! it is written.
 //!
 //! What that means, precisely:
 //! - output is ASCII: `"` `\` and the short escapes `\n \r \t \b \f`; every other character
@@ -15,7 +20,9 @@
 //! Values come from `serde_json` built with `arbitrary_precision`, so a number arrives here as the
 //! text it was written with and nothing is lost on the way. Input CPython could not have produced
 //! is refused: NaN and Infinity (the parser rejects them, and [`write()`] rejects numbers that
-//! overflow to infinity), lone surrogates (the parser rejects them).
+//! overflow to infinity), lone surrogates (the parser rejects them). One known divergence: an
+//! object keyed `$serde_json::private::Number` is taken for a number by `serde_json` itself
+//! (an ignored test in tests/it/canon.rs shows it).
 
 use serde_json::{Map, Number, Value};
 use std::fmt;

@@ -425,22 +425,39 @@ impl Verifier {
         if self.summary.first_id.is_none() {
             self.summary.first_id = Some(id);
         }
-        // Ids: 1, 2, 3, ...
+        self.check_id(ev, out);
+        self.check_hash(ev, computed, out);
+        self.check_link(ev, out);
+        self.check_repeat(ev, out);
+        self.check_anchor(ev, out);
+        self.full
+            .update(ev.hash.as_deref().unwrap_or("").as_bytes());
+        self.summary.last_id = Some(id);
+        self.summary.last_hash = ev.hash.clone();
+        self.prev = Some((id, ev.hash.clone()));
+    }
+
+    /// Ids: 1, 2, 3, ...
+    fn check_id(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         // Saturating: an id of i64::MAX from the input has no successor, and must not wrap.
         let expected_id = self
             .prev
             .as_ref()
             .map_or(1, |(pid, _)| pid.saturating_add(1));
-        if id != expected_id {
+        if ev.id != expected_id {
             self.emit(
                 out,
-                Some(id),
+                Some(ev.id),
                 Problem::IdGap {
                     expected: expected_id,
                 },
             );
         }
-        // The hash itself.
+    }
+
+    /// The hash itself: the stored one is the one computed from the event.
+    fn check_hash(&mut self, ev: &Event, computed: Result<Digest, String>, out: &mut Vec<Finding>) {
+        let id = ev.id;
         match computed {
             Ok(d) => {
                 let mut hex = [0u8; 64];
@@ -457,7 +474,12 @@ impl Verifier {
             }
             Err(error) => self.emit(out, Some(id), Problem::Malformed { line: None, error }),
         }
-        // The link.
+    }
+
+    /// The link: `prev_hash` is the previous event's hash (none for the first event). A link
+    /// to a hash further back than the window is left to the second pass.
+    fn check_link(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        let id = ev.id;
         match &self.prev {
             None => {
                 if let Some(p) = &ev.prev_hash {
@@ -497,28 +519,34 @@ impl Verifier {
                 }
             }
         }
-        // Repeats.
+    }
+
+    /// Repeats: a hash seen before in the window (further back: see [`Verifier::remember`]).
+    fn check_repeat(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         if let Some(d) = ev.hash.as_deref().and_then(Digest::from_hex) {
             if let Some(first) = self.recent.get(&d).copied() {
                 self.emit(
                     out,
-                    Some(id),
+                    Some(ev.id),
                     Problem::DuplicateHash {
                         hash: d.to_string(),
                         first_id: Some(first),
                     },
                 );
             } else {
-                self.remember(d, id);
+                self.remember(d, ev.id);
             }
         }
-        // Anchors.
-        if let Some(want) = self.anchors.remove(&id) {
+    }
+
+    /// Anchors: the hash an anchor names for this id.
+    fn check_anchor(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        if let Some(want) = self.anchors.remove(&ev.id) {
             self.summary.anchors_checked += 1;
             if ev.hash.as_deref() != Some(want.as_str()) {
                 self.emit(
                     out,
-                    Some(id),
+                    Some(ev.id),
                     Problem::AnchorMismatch {
                         expected: want,
                         found: ev.hash.clone(),
@@ -526,11 +554,6 @@ impl Verifier {
                 );
             }
         }
-        self.full
-            .update(ev.hash.as_deref().unwrap_or("").as_bytes());
-        self.summary.last_id = Some(id);
-        self.summary.last_hash = ev.hash.clone();
-        self.prev = Some((id, ev.hash.clone()));
     }
 
     fn bloom_may_have(&self, d: &Digest) -> bool {

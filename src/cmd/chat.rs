@@ -478,6 +478,13 @@ fn say(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
+/// Prints a line about the session on stderr: the banner, what a turn changed, errors. A
+/// closed stderr does not end the session either (`pmm-turn --chat 2>&1 | head -1`), where
+/// `eprintln!` would panic.
+fn note(text: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
 /// Where the session's lines come from: on a terminal, rustyline edits lines (with history in
 /// `~/.pmm_history`); from a pipe or a file, lines are read through the bounded line reader
 /// (rustyline's own would grow without limit on an endless line).
@@ -554,31 +561,28 @@ impl Input {
     }
 }
 
-/// Runs the interactive session until `/exit` or end of input. With `stream`, replies are
-/// shown as they are generated (after a spinner on stderr).
+/// Runs the interactive session until `/exit` or end of input, with the adapter `cfg`
+/// describes. With `stream`, replies are shown as they are generated (after a spinner on
+/// stderr).
 pub fn run(
     ledger: &mut Ledger,
-    adapter: &mut dyn Adapter,
-    cfg: Config,
+    mut cfg: Config,
     opts: &Options,
     stream: bool,
 ) -> anyhow::Result<Outcome> {
-    // The session may switch models (/model, /adapter, /endpoint): it owns its adapter from
-    // here on.
-    let mut cfg = cfg;
+    // The session may switch models (/model, /adapter, /endpoint): it owns its adapter.
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg)?;
-    let _ = adapter;
     // Ctrl-C (SIGINT) and SIGTERM during a model call cancel that call; at the prompt the line
     // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.
     let cancel = Cancel::new();
     cancel.on_signals()?;
     let mut input = Input::open()?;
     let mut raw = false;
-    eprintln!(
+    note(format_args!(
         "pmm — {} ({}). /help for commands, /exit to leave.",
         ledger.path().display(),
         describe(own.as_ref())
-    );
+    ));
     while let Some(line) = input.next_line()? {
         if line.trim().is_empty() {
             continue;
@@ -588,7 +592,7 @@ pub fn run(
             match command(ledger, &mut own, &mut cfg, &mut raw, line.trim()) {
                 Ok(Some(t)) => say(&t),
                 Ok(None) => break,
-                Err(e) => eprintln!("error: {e:#}"),
+                Err(e) => note(format_args!("error: {e:#}")),
             }
             continue;
         }
@@ -658,35 +662,35 @@ impl Replies {
                     say(turn::TRUNCATED);
                 }
                 if !o.opened.is_empty() || !o.closed.is_empty() || !o.failed_claims.is_empty() {
-                    eprintln!(
+                    note(format_args!(
                         "  [opened {:?}, closed {:?}, {} claim(s) recorded, {} failed]",
                         o.opened,
                         o.closed,
                         o.valid_claims.len(),
                         o.failed_claims.len()
-                    );
+                    ));
                 }
                 false
             }
             Err(TurnError::Generation { error, failure, .. })
                 if error.reason() == Some("interrupted") =>
             {
-                eprintln!(
+                note(format_args!(
                     "interrupted: your message is kept and the interruption recorded as event {} \
                      (Ctrl-C again or Ctrl-D leaves)",
                     failure.id
-                );
+                ));
                 true
             }
             Err(TurnError::Generation { error, failure, .. }) => {
-                eprintln!(
+                note(format_args!(
                     "model failed: {error} (recorded as event {}); your message is kept",
                     failure.id
-                );
+                ));
                 false
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                note(format_args!("error: {e}"));
                 false
             }
         }

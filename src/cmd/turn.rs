@@ -367,7 +367,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         ..args.options()
     };
     if chat {
-        return super::chat::run(&mut ledger, adapter.as_mut(), cfg, &opts, args.streams());
+        return super::chat::run(&mut ledger, cfg, &opts, args.streams());
     }
     let mut turns = Turns::new(&args, opts, &mut ledger, adapter.as_mut())?;
     // A closed stdout stops the printing, never the turns (see Out::for_writer).

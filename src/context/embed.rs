@@ -60,22 +60,9 @@ fn write_usize(buf: &mut [u8; 20], mut n: usize) -> &[u8] {
     }
 }
 
-/// The normalised `hash64` vector of `text` with `max(8, dims)` components. `extra_tokens`
-/// come before the text's own tokens (the tf-idf variant prefixes `KIND:`/`ROLE:` tokens).
-/// No tokens, or a zero sum, give the zero vector.
-pub fn hash64(text: &str, dims: usize, extra_tokens: &[&str]) -> Vec<f64> {
-    hash64_weighted(text, dims, extra_tokens, &|_| 1.0)
-}
-
-/// [`hash64`] with a per-token weight (the `hash64_tfidf` model weighs each token by its idf,
-/// 1.0 for unknown tokens). A weight of exactly 1.0 adds the component unmultiplied, which is
-/// the same value bit for bit.
-pub fn hash64_weighted(
-    text: &str,
-    dims: usize,
-    extra_tokens: &[&str],
-    weight: &dyn Fn(&str) -> f64,
-) -> Vec<f64> {
+/// The normalised `hash64` vector of `text` with `max(8, dims)` components. No tokens, or a
+/// zero sum, give the zero vector.
+pub fn hash64(text: &str, dims: usize) -> Vec<f64> {
     let dims = dims.max(MIN_DIMS);
     // Texts repeat their words, and so do the many events a verifier re-embeds: each distinct
     // token is hashed once per thread while the cache lasts (the sum is still taken token by
@@ -87,7 +74,7 @@ pub fn hash64_weighted(
             cache.clear();
             *cached_dims = dims;
         }
-        aggregate(text, dims, extra_tokens, weight, cache)
+        aggregate(text, dims, cache)
     })
 }
 
@@ -101,33 +88,16 @@ thread_local! {
         std::cell::RefCell::new((0, HashMap::new()));
 }
 
-fn aggregate(
-    text: &str,
-    dims: usize,
-    extra_tokens: &[&str],
-    weight: &dyn Fn(&str) -> f64,
-    cache: &mut HashMap<String, Vec<f64>>,
-) -> Vec<f64> {
+fn aggregate(text: &str, dims: usize, cache: &mut HashMap<String, Vec<f64>>) -> Vec<f64> {
     let mut agg = vec![0.0f64; dims];
     let mut any = false;
-    for tok in extra_tokens
-        .iter()
-        .copied()
-        .filter(|t| !t.is_empty())
-        .chain(py_split(text))
-    {
+    for tok in py_split(text) {
         any = true;
         if !cache.contains_key(tok) {
             cache.insert(tok.to_string(), token_vector(tok, dims));
         }
-        let v = &cache[tok];
-        let w = weight(tok);
-        for (slot, x) in agg.iter_mut().zip(v.iter()) {
-            if w == 1.0 {
-                *slot += x;
-            } else {
-                *slot += w * x;
-            }
+        for (slot, x) in agg.iter_mut().zip(cache[tok].iter()) {
+            *slot += x;
         }
     }
     if !any {
@@ -162,9 +132,9 @@ impl Hash64 {
         }
     }
 
-    /// `hash64(text, dims, &[])`.
+    /// `hash64(text, dims)`.
     pub fn vector(&mut self, text: &str) -> Vec<f64> {
-        aggregate(text, self.dims, &[], &|_| 1.0, &mut self.cache)
+        aggregate(text, self.dims, &mut self.cache)
     }
 }
 
@@ -199,7 +169,7 @@ pub fn stored_scale(scale: f64) -> f64 {
 /// reference embeds with plain `hash64` whatever it says).
 pub fn embedding_content(event_id: i64, text: &str, model: &str, dims: i64) -> String {
     let n = usize::try_from(dims).unwrap_or(0);
-    let (q, scale) = quantize(&hash64(text, n, &[]));
+    let (q, scale) = quantize(&hash64(text, n));
     let mut out = Vec::with_capacity(96 + 5 * q.len());
     out.extend_from_slice(b"{\"dims\":");
     out.extend_from_slice(dims.to_string().as_bytes());
@@ -240,14 +210,14 @@ mod tests {
     fn the_caching_embedder_gives_the_same_vectors() {
         let mut e = Hash64::new(64);
         for t in [TEXT_92, "a b a", "", "b a b a c"] {
-            assert_eq!(e.vector(t), hash64(t, 64, &[]));
+            assert_eq!(e.vector(t), hash64(t, 64));
         }
     }
 
     #[test]
     fn reproduces_the_ledger_embedding_with_scale_0_002535373() {
         assert_eq!(embedding_content(92, TEXT_92, MODEL, 64), CONTENT_93);
-        let v = hash64(TEXT_92, 64, &[]);
+        let v = hash64(TEXT_92, 64);
         let (q, scale) = quantize(&v);
         assert_eq!(canon::float_repr(stored_scale(scale)), "0.002535373");
         assert_eq!(q[16], 127);
@@ -286,8 +256,8 @@ mod tests {
 
     #[test]
     fn empty_text_and_small_dims() {
-        assert_eq!(hash64("", 64, &[]), vec![0.0; 64]);
-        assert_eq!(hash64(" \n", 4, &[]).len(), 8);
+        assert_eq!(hash64("", 64), vec![0.0; 64]);
+        assert_eq!(hash64(" \n", 4).len(), 8);
         assert_eq!(quantize(&[0.0, 0.0]), (vec![0, 0], 1.0));
         let c = embedding_content(7, "", "hash64", 4);
         assert!(
@@ -297,8 +267,6 @@ mod tests {
             "{c}"
         );
         assert!(c.ends_with("\"vector\":[0,0,0,0,0,0,0,0]}"), "{c}");
-        // Extra tokens count as tokens.
-        assert_ne!(hash64("", 8, &["ROLE:user"]), vec![0.0; 8]);
     }
 
     #[test]

@@ -38,15 +38,6 @@ pub fn slot_of(t: DateTime<Utc>, epoch: DateTime<Utc>, interval_secs: i64) -> i6
     nanos.div_euclid(interval_secs as i128 * 1_000_000_000) as i64
 }
 
-/// The slot for a Unix time in (fractional) seconds, computed exactly as the reference does it
-/// with floats: `int((t - epoch_unix) // interval)`.
-pub fn slot_of_unix(unix_seconds: f64, epoch_unix: i64, interval_secs: i64) -> i64 {
-    if interval_secs <= 0 {
-        return 0;
-    }
-    ((unix_seconds - epoch_unix as f64) / interval_secs as f64).floor() as i64
-}
-
 /// The slot implied by a ledger timestamp (`YYYY-MM-DDTHH:MM:SS.ffffffZ`), with the
 /// reference's epoch and interval; `None` if the text is not a timestamp. The reference takes
 /// the slot and the stimulus' `ts` from two clock readings a moment apart, so the two agree on
@@ -100,8 +91,6 @@ mod tests {
         // GPT id 4 was appended at this ts, in slot 200854.
         assert_eq!(slot_of_ts("2025-11-24T05:55:41.199145Z"), Some(200854));
         assert_eq!(slot_of_ts("not a time"), None);
-        let unix = EPOCH_UNIX as f64 + 200854.0 * 10.0 + 1.199145;
-        assert_eq!(slot_of_unix(unix, EPOCH_UNIX, INTERVAL_SECS), 200854);
     }
 
     #[test]
@@ -114,7 +103,6 @@ mod tests {
         assert_eq!(slot_of(at(-1), e, 10), -1);
         assert_eq!(slot_of(at(-10), e, 10), -1);
         assert_eq!(slot_of(at(-11), e, 10), -2);
-        assert_eq!(slot_of_unix(EPOCH_UNIX as f64 - 0.5, EPOCH_UNIX, 10), -1);
         assert_eq!(slot_of(at(5), e, 0), 0);
         assert_eq!(slot_id(EPOCH, 10, -1).len(), 64);
     }

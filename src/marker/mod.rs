@@ -1,20 +1,23 @@
-//! Markers in a model reply (FORMATS.md §3), and the two Python string primitives they are
-//! defined by (§1.11): `str.splitlines()` and `str.strip()`.
+//! Markers in a model reply (FORMATS.md §3): one line rule for every consumer — the turn
+//! ([`parse`]), the event graph ([`commit_texts`]), and what the chat and the Markdown export
+//! show of a reply ([`is_marker_line`], [`could_become_marker`]).
 //!
 //! The reference parses replies with CPython's string methods, whose character sets differ from
 //! Rust's `lines` and `trim` (`\r` alone, `\x1c`, `\u2028` break lines; `\x1c`-`\x1f` are
 //! whitespace). Getting these wrong changes which commitments a reply opens, hence the cids and
-//! the ledger's hashes, so every marker parser goes through the functions here.
+//! the ledger's hashes, so every marker parser splits and strips with [`crate::pystr`]'s
+//! `splitlines` and `strip` (re-exported here, FORMATS.md §1.11).
 //!
-//! [`parse`] is the turn's parser. It deliberately differs from the reference in three ways:
+//! [`parse`], the turn's parser, deliberately differs from the reference in four ways (the
+//! first is the line rule every consumer shares):
 //!
 //! - **Indented markers count.** A line's leading whitespace (Python `isspace`) is skipped
 //!   before the prefix test, so ` COMMIT: x` and `\tCLAIM:…` are markers. The reference
 //!   requires column 0 and silently ignored such lines (gemma id 1086); models indent, and a
 //!   marker the model plainly meant should not vanish. Prefixes stay case-sensitive, and a
 //!   marker must still begin its line: `I will COMMIT: x`, `- COMMIT: x` and `**COMMIT:**` are
-//!   prose. [`commit_texts`] keeps the reference's column-0 rule for code that must reproduce
-//!   reference ledgers.
+//!   prose. The reference ledgers have no indented `COMMIT:` line, so the event graph that
+//!   [`commit_texts`] builds for them is the reference's.
 //! - **Markers inside fenced code blocks count**, as in the reference: models often wrap their
 //!   whole reply, or just the marker lines, in a fence, and skipping fences would make a reply's
 //!   effect depend on whether the model balanced its backticks.

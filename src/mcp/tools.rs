@@ -133,6 +133,17 @@ pub struct Spec {
 
 /// Every tool, in the order they are listed.
 pub fn specs() -> Vec<Spec> {
+    [
+        memory_specs(),
+        commitment_specs(),
+        reading_specs(),
+        audit_specs(),
+    ]
+    .concat()
+}
+
+/// The tools that search and add to memory: `recall`, `remember`.
+fn memory_specs() -> Vec<Spec> {
     let recalled: Vec<&str> = RECALLED_KINDS.to_vec();
     vec![
         Spec {
@@ -167,6 +178,12 @@ pub fn specs() -> Vec<Spec> {
             }),
             writes: true,
         },
+    ]
+}
+
+/// The tools that open and close commitments: `commit`, `close`.
+fn commitment_specs() -> Vec<Spec> {
+    vec![
         Spec {
             name: "commit",
             title: "Open a commitment",
@@ -195,6 +212,12 @@ pub fn specs() -> Vec<Spec> {
             }),
             writes: true,
         },
+    ]
+}
+
+/// The tools that read state and events: `state`, `events`.
+fn reading_specs() -> Vec<Spec> {
+    vec![
         Spec {
             name: "state",
             title: "Identity, commitments, self-model",
@@ -224,6 +247,12 @@ pub fn specs() -> Vec<Spec> {
             }),
             writes: false,
         },
+    ]
+}
+
+/// The tools that prove and verify: `prove`, `verify`.
+fn audit_specs() -> Vec<Spec> {
+    vec![
         Spec {
             name: "prove",
             title: "Prove an event is in memory",

@@ -53,26 +53,6 @@ pub struct ConceptDefinition {
     pub supersedes: Option<String>,
 }
 
-/// Counts a dashboard or health check wants without walking the graph (concept_graph.py
-/// `stats`). Maps are sorted so the serialised form is stable.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConceptStats {
-    /// Defined tokens.
-    pub total_concepts: usize,
-    /// Alias entries (`from` tokens).
-    pub total_aliases: usize,
-    /// Distinct `(from, to, relation)` edges.
-    pub total_edges: usize,
-    /// Distinct (concept, event) bindings.
-    pub total_bindings: usize,
-    /// Defined tokens per current `concept_kind` (`""` included).
-    pub concepts_by_kind: BTreeMap<String, usize>,
-    /// Edges per relation.
-    pub edges_by_relation: BTreeMap<String, usize>,
-    /// The last event folded (0 before any).
-    pub last_event_id: i64,
-}
-
 /// The concept graph as a pure fold over events in id order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConceptGraph {
@@ -386,23 +366,6 @@ impl ConceptGraph {
             .unwrap_or_default()
     }
 
-    /// Concepts related to `token` in either direction, optionally through one relation, sorted.
-    pub fn neighbors(&self, token: &str, relation: Option<&str>) -> Vec<String> {
-        let canonical = self.canonical_token(token);
-        let mut out = BTreeSet::new();
-        for (from, to, rel) in &self.edges {
-            if relation.is_some_and(|r| r != rel) {
-                continue;
-            }
-            if from == canonical {
-                out.insert(to.clone());
-            } else if to == canonical {
-                out.insert(from.clone());
-            }
-        }
-        out.into_iter().collect()
-    }
-
     /// Commitment cids bound to any of `tokens` (alias-resolved), for thread-aware retrieval.
     pub fn resolve_cids_for_concepts<S: AsRef<str>>(&self, tokens: &[S]) -> BTreeSet<String> {
         tokens
@@ -413,11 +376,6 @@ impl ConceptGraph {
             .collect()
     }
 
-    /// Concepts bound to a commitment cid.
-    pub fn concepts_for_cid(&self, cid: &str) -> BTreeSet<String> {
-        self.cid_concepts.get(cid).cloned().unwrap_or_default()
-    }
-
     /// Defined tokens, sorted. Tokens that are only bound, never defined, are not concepts yet.
     pub fn all_tokens(&self) -> Vec<String> {
         self.definitions.keys().cloned().collect()
@@ -426,63 +384,6 @@ impl ConceptGraph {
     /// The current definition of `token` (alias-resolved).
     pub fn definition(&self, token: &str) -> Option<&ConceptDefinition> {
         self.definitions.get(self.canonical_token(token))
-    }
-
-    /// How many definitions `token` (alias-resolved) has had.
-    pub fn versions(&self, token: &str) -> u64 {
-        self.versions
-            .get(self.canonical_token(token))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// The earliest event bound to `token` — where the concept entered the mind.
-    pub fn root_event_id(&self, token: &str) -> Option<i64> {
-        self.concept_events
-            .get(self.canonical_token(token))
-            .and_then(|s| s.first().copied())
-    }
-
-    /// The latest event bound to `token` — how recently the concept was used.
-    pub fn tail_event_id(&self, token: &str) -> Option<i64> {
-        self.concept_events
-            .get(self.canonical_token(token))
-            .and_then(|s| s.last().copied())
-    }
-
-    /// The recorded kind of `token` (`""` if none).
-    pub fn concept_kind(&self, token: &str) -> &str {
-        self.kinds
-            .get(self.canonical_token(token))
-            .map_or("", String::as_str)
-    }
-
-    /// The last event folded (0 before any).
-    pub fn last_event_id(&self) -> i64 {
-        self.last_event_id
-    }
-
-    /// Totals for dashboards and health checks (concept_graph.py `stats`).
-    pub fn stats(&self) -> ConceptStats {
-        let mut concepts_by_kind = BTreeMap::new();
-        for def in self.definitions.values() {
-            *concepts_by_kind
-                .entry(def.concept_kind.clone())
-                .or_insert(0) += 1;
-        }
-        let mut edges_by_relation = BTreeMap::new();
-        for (_, _, rel) in &self.edges {
-            *edges_by_relation.entry(rel.clone()).or_insert(0) += 1;
-        }
-        ConceptStats {
-            total_concepts: self.definitions.len(),
-            total_aliases: self.aliases.len(),
-            total_edges: self.edges.len(),
-            total_bindings: self.concept_events.values().map(BTreeSet::len).sum(),
-            concepts_by_kind,
-            edges_by_relation,
-            last_event_id: self.last_event_id,
-        }
     }
 
     /// The reference's `compute_concept_metrics` (FORMATS.md §14.4), embedded in every RSM
@@ -536,11 +437,6 @@ impl ConceptGraph {
             "hot_concepts": hot,
         })
     }
-
-    /// The first event that would have made the reference's graph rebuild raise, if any.
-    pub fn broken_by(&self) -> Option<i64> {
-        self.broken_by
-    }
 }
 
 #[cfg(test)]
@@ -593,8 +489,6 @@ mod tests {
         assert_eq!(g.concepts_for_event(101), vec!["b".to_string()]);
         // b → c → b: the walk stops instead of looping.
         assert_eq!(g.canonical_token("b"), "b");
-        assert_eq!(g.root_event_id("topic.a"), Some(100));
-        assert_eq!(g.tail_event_id("a"), Some(100));
     }
 
     #[test]
@@ -629,16 +523,29 @@ mod tests {
         assert_eq!(m["concept_conflicts"], json!(["x"]));
         assert_eq!(m["hot_concepts"], json!(["y", "x", "z"]));
         assert_eq!(g.all_tokens(), vec!["x", "y", "z"]);
-        assert_eq!(g.neighbors("x", None), vec!["y", "z"]);
-        assert_eq!(g.neighbors("x", Some("supports")), vec!["y"]);
-        assert_eq!(g.concept_kind("identity.Echo"), "identity");
+        let edge = |f: &str, t: &str, r: &str| (f.to_string(), t.to_string(), r.to_string());
+        assert_eq!(
+            g.edges,
+            BTreeSet::from([edge("x", "y", "supports"), edge("z", "x", "conflicts_with")])
+        );
+        let kinds: Vec<(&str, &str)> = g
+            .kinds
+            .iter()
+            .map(|(t, k)| (t.as_str(), k.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("identity.Echo", "identity"),
+                ("x", "topic"),
+                ("y", "topic"),
+                ("z", "policy")
+            ]
+        );
         assert_eq!(g.events_for_concept("identity.Echo", None), vec![9]);
-        let s = g.stats();
-        assert_eq!(s.total_concepts, 3);
-        assert_eq!(s.total_bindings, 3 + 2 + 1 + 1);
-        assert_eq!(s.concepts_by_kind["topic"], 2);
-        assert_eq!(s.edges_by_relation["supports"], 1);
-        assert_eq!(s.last_event_id, 9);
+        let bindings: usize = g.concept_events.values().map(BTreeSet::len).sum();
+        assert_eq!(bindings, 3 + 2 + 1 + 1);
+        assert_eq!(g.last_event_id, 9);
     }
 
     #[test]
@@ -647,13 +554,13 @@ mod tests {
             define(1, "x", "topic"),
             ev(2, "concept_bind_event", json!([1, 2])),
         ]);
-        assert_eq!(g.broken_by(), Some(2));
+        assert_eq!(g.broken_by, Some(2));
         assert_eq!(g.concept_metrics(), json!({}));
         // Plain text is not JSON: the reference returns quietly.
         let mut e = ev(2, "concept_bind_event", json!(null));
         e.content = "not json".into();
         let g = fold(&[define(1, "x", "topic"), e]);
-        assert_eq!(g.broken_by(), None);
+        assert_eq!(g.broken_by, None);
     }
 
     #[test]
@@ -672,7 +579,7 @@ mod tests {
             "concept_bind_thread",
             json!({"cid": "abc", "relation": "relevant_to", "tokens": ["t"]}),
         )]);
-        assert_eq!(g.concepts_for_cid("abc").len(), 1);
+        assert_eq!(g.cid_concepts["abc"].len(), 1);
         assert!(g.resolve_cids_for_concepts(&["t"]).contains("abc"));
         assert_eq!(
             g.events_for_concept("t", Some("relevant_to")),
@@ -682,7 +589,7 @@ mod tests {
     }
 
     #[test]
-    fn serde_round_trip_keeps_the_whole_state() {
+    fn a_checkpoint_keeps_the_whole_state() {
         let g = fold(&[
             define(1, "x", "t"),
             bind(2, 10, &["x"], "r"),
@@ -692,8 +599,15 @@ mod tests {
                 json!({"from": "x", "to": "y", "relation": "supports", "weight": 0.5}),
             ),
         ]);
-        let text = serde_json::to_string(&g).expect("serialise");
-        let back: ConceptGraph = serde_json::from_str(&text).expect("deserialise");
+        // Through the bytes a projection checkpoint stores (MessagePack).
+        let saved = crate::projection::state::Projections {
+            concepts: g.clone(),
+            ..Default::default()
+        }
+        .to_checkpoint();
+        let back = crate::projection::state::Projections::from_checkpoint(&saved)
+            .expect("the checkpoint reads back")
+            .concepts;
         assert_eq!(back, g);
     }
 
@@ -717,8 +631,8 @@ mod tests {
             g.definition("t.a").map(|d| d.definition.as_str()),
             Some("second")
         );
-        assert_eq!(g.versions("t.a"), 2);
-        assert_eq!(g.versions("t.b"), 0);
+        assert_eq!(g.versions["t.a"], 2);
+        assert!(!g.versions.contains_key("t.b"));
         assert_eq!(g.all_tokens(), ["t.a"]);
     }
 }

@@ -828,7 +828,7 @@ mod tests {
     }
 
     #[test]
-    fn serde_round_trip_mid_fold_continues_like_a_full_fold() {
+    fn a_checkpoint_mid_fold_continues_like_a_full_fold() {
         let mut l = Ledger::new();
         l.push("user_message", "who are you", "{}");
         l.push("reflection", r#"{"intent":"determinism"}"#, "{}");
@@ -844,8 +844,15 @@ mod tests {
         for e in &l.events[..300] {
             half.apply(e);
         }
-        let text = serde_json::to_string(&half).expect("serialise");
-        let mut resumed: Rsm = serde_json::from_str(&text).expect("deserialise");
+        // Through the bytes a projection checkpoint stores (MessagePack).
+        let saved = crate::projection::state::Projections {
+            rsm: half,
+            ..Default::default()
+        }
+        .to_checkpoint();
+        let mut resumed = crate::projection::state::Projections::from_checkpoint(&saved)
+            .expect("the checkpoint reads back")
+            .rsm;
         for e in &l.events[300..] {
             resumed.apply(e);
         }

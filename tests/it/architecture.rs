@@ -1,6 +1,7 @@
 //! The module table of docs/architecture.md is the real dependency graph: recomputed here from
 //! the sources (every `crate::<module>` a module's code names, outside comments and tests), it
-//! must match the table, and no module may use one of a higher layer.
+//! must match the table, and no module may use one of a higher layer. The page's rule of who
+//! speaks SQL, to the network, on stdio and to files is checked the same way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -43,8 +44,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What module `m`'s code uses: `crate::<other module>` outside comments and `#[cfg(test)]`.
-fn uses(m: &str, all: &BTreeSet<String>) -> BTreeSet<String> {
+/// The lines of module `m`'s code: outside comments, `#[cfg(test)]` and `tests.rs`.
+fn code_lines(m: &str) -> Vec<String> {
     let mut files = Vec::new();
     let dir = src().join(m);
     if dir.is_dir() {
@@ -52,19 +53,31 @@ fn uses(m: &str, all: &BTreeSet<String>) -> BTreeSet<String> {
     } else {
         files.push(src().join(format!("{m}.rs")));
     }
-    let mut found = BTreeSet::new();
+    let mut lines = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        for line in code.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
-            for (i, _) in line.match_indices("crate::") {
-                let name: String = line[i + 7..]
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if name != m && all.contains(&name) {
-                    found.insert(name);
-                }
+        lines.extend(
+            code.lines()
+                .map(str::trim)
+                .filter(|l| !l.starts_with("//"))
+                .map(str::to_string),
+        );
+    }
+    lines
+}
+
+/// What module `m`'s code uses: `crate::<other module>` outside comments and `#[cfg(test)]`.
+fn uses(m: &str, all: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for line in code_lines(m) {
+        for (i, _) in line.match_indices("crate::") {
+            let name: String = line[i + 7..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if name != m && all.contains(&name) {
+                found.insert(name);
             }
         }
     }
@@ -120,6 +133,61 @@ fn the_architecture_table_is_the_real_dependency_graph() {
                 dl < *layer || (dl == *layer && SAME_LAYER.contains(&(m.as_str(), d.as_str())));
             if !allowed {
                 wrong.push(format!("{m} (layer {layer}) uses {d} (layer {dl})"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// docs/architecture.md: "Only `store` speaks SQL, only `llm` speaks to the network, only `cli`
+/// and `cmd` write to stdout and stderr or choose the exit code", and the few modules that
+/// touch files besides the ledger are named.
+#[test]
+fn only_the_named_modules_speak_sql_network_stdio_and_files() {
+    let rules: [(&str, &[&str], &[&str]); 5] = [
+        // `error` only names SQLite's error type, in the variant that carries it.
+        ("SQL", &["rusqlite::"], &["store", "error"]),
+        ("the network", &["ureq::", "std::net"], &["llm"]),
+        (
+            "stdout, stderr or the exit code",
+            &[
+                "println!",
+                "print!(",
+                "eprintln!",
+                "eprint!(",
+                "stdout()",
+                "stderr()",
+                "process::exit",
+            ],
+            &["cli", "cmd"],
+        ),
+        ("stdin", &["stdin()"], &["cli", "cmd", "interchange"]),
+        // `claim` until a `REF:` target is opened outside it (issue 21 item 6).
+        (
+            "files",
+            &["std::fs", "fs::", "File::"],
+            &[
+                "cli",
+                "cmd",
+                "store",
+                "interchange",
+                "outfile",
+                "llm",
+                "claim",
+            ],
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for m in &modules() {
+        let lines = code_lines(m);
+        for (what, needles, allowed) in &rules {
+            if allowed.contains(&m.as_str()) {
+                continue;
+            }
+            for line in &lines {
+                if needles.iter().any(|n| line.contains(n)) {
+                    wrong.push(format!("{m} touches {what}: {line}"));
+                }
             }
         }
     }

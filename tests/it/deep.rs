@@ -44,18 +44,11 @@ fn deep_finds_no_mismatch_on_the_reference_ledger() {
     let s = r.summary();
     assert_eq!(s["derived_mismatches"], 0, "{r:?}");
     assert_eq!(s["broken_links"], 3);
-    let deep = &s["deep"];
-    for (what, n) in [
-        ("cids", 12),
-        ("embeddings", 43),
-        ("retrieval_digests", 17),
-        ("checkpoint_roots", 6),
-        ("slot_ids", 85),
-        ("rsm_snapshots", 15),
-        ("unresolved", 0),
-    ] {
-        assert_eq!(deep[what], n, "{what}: {deep}");
-    }
+    // What each derived kind counts is asserted once, in tests/it/derived.rs
+    // (reference_ledger_has_no_derived_mismatch); the self-model snapshots are compared only
+    // by the program, which folds the self-model alongside.
+    assert_eq!(s["deep"]["rsm_snapshots"], 15, "{r:?}");
+    assert_eq!(s["deep"]["unresolved"], 0, "{r:?}");
     // The same through the imported ledger.
     assert_eq!(
         pmm.run(

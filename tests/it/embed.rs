@@ -405,16 +405,15 @@ fn a_server_that_dies_mid_backfill_keeps_what_was_done_and_the_backfill_resumes(
 /// The real all-MiniLM-L6-v2 against the Python package's vectors
 /// (tests/fixtures/embed/minilm-l6-v2.json, made by scripts/embed-vectors). The model
 /// directory comes from `PMM_TEST_EMBED_MODEL` (`.ci/run` fetches it from PyPI); without it the
-/// test says so and passes, or fails under `PMM_REQUIRE_TOOLS=1`.
+/// harness's skip rule applies.
 #[test]
 fn the_in_process_model_matches_sentence_transformers() {
-    let Some(dir) = std::env::var_os("PMM_TEST_EMBED_MODEL").map(PathBuf::from) else {
-        if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
-            panic!("PMM_TEST_EMBED_MODEL is not set (PMM_REQUIRE_TOOLS=1): .ci/run fetches the model");
-        }
-        eprintln!("skipped: set PMM_TEST_EMBED_MODEL to an all-MiniLM-L6-v2 directory (docs/recall.md)");
+    let dir = std::env::var_os("PMM_TEST_EMBED_MODEL").map(PathBuf::from);
+    let what = "PMM_TEST_EMBED_MODEL (an all-MiniLM-L6-v2 directory: docs/recall.md; .ci/run fetches it)";
+    if !crate::harness::present_or_skip(dir.is_some(), what, "the embedding parity test") {
         return;
-    };
+    }
+    let dir = dir.unwrap_or_default();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/embed");
     let sentences: Vec<String> = std::fs::read_to_string(root.join("sentences.txt"))
         .unwrap()

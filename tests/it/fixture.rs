@@ -144,3 +144,42 @@ fn metrics_on_the_reference_ledger() {
     assert!(m.get("replay_ms_per_event").is_none());
     assert_eq!(m["autonomy"]["ticks"], 85);
 }
+
+/// The telemetry report of the reference ledger gives the continuity breaks and digest its
+/// archived report shows.
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn telemetry_of_the_reference_ledger_shows_its_breaks_and_digest() {
+    use pmm::interchange::telemetry::TelemetryWriter;
+    use pmm::interchange::{ExportContext, Input, Item, Sink};
+    let Some(path) = fixture_path(GPT_LEDGER) else {
+        return;
+    };
+    let ctx = ExportContext {
+        exported_at: "2025-11-24T06:09:48Z".parse().unwrap(),
+        output_name: None,
+    };
+    let mut out = Vec::new();
+    let mut w: Box<dyn Sink> = Box::new(TelemetryWriter::new(&mut out, &ctx).unwrap());
+    pmm::interchange::read(&Input::new(&path), &|_| {}, &mut |item| {
+        if let Item::Event(r) = item {
+            w.event(&r.event).unwrap();
+        }
+        Ok(true)
+    })
+    .unwrap();
+    w.finish().unwrap();
+    let text = String::from_utf8(out).unwrap();
+    for line in [
+        "- Event 468: expected `f6882e2206609062132a74a5eae90f962b6960123c23bbcf044b5fd0cbf77041` but saw `3420bce5eba332a2c04005964dd8d960b06d2316f40c453fe2dcbd697bafcb2c`\n",
+        "- Event 470: expected `a8a3a66b9a9709e4ab737cfdbcaa2702f1ee659be51e9dd2e1107b9174130c18` but saw `5673d5c635fa728f83c9e88e86fb0477b157427ec7b0a9feced6ed5a03e14671`\n",
+        "- Event 843: expected `b8fd307df6c67c07912510a35b7dd5b91cd9a30fc3d0674db870ea587e0201eb` but saw `ddd8f19e97a972326f379bc2cd909fd026cab0682652e4fa0732ed87f0324fe6`\n",
+        "  \"total_events\": 1199,\n",
+        "  \"continuity_breaks\": 3,\n",
+        "\"sha256_full_digest\": \"4b4a53093244a8c0413d4be9afc9974f3022f431d3f7b726c8c14dc275f3fb7b\"",
+        "- **Changes:** `{'autonomy_idle': 'increase_frequency', 'autonomy_reflect': 'increase_frequency', 'autonomy_summarize': 'increase_frequency'}`\n",
+        "- **Recent Definitions:**\n\n  - `ontology.Gap(x)` (ontology)\n\n  - `ontology.Stability(x)` (ontology)\n\n  - `ontology.Bias(x)` (ontology)\n\n\n\n\n## 🧾",
+    ] {
+        assert!(text.contains(line), "missing {line:?}");
+    }
+}

@@ -110,7 +110,12 @@ impl Pmm {
     /// A command for program `name` (`pmm-append` ...) with a clean environment: PMM_DB set to
     /// this ledger, no backtraces, a pinned clock, run inside the workspace.
     pub fn cmd(&self, name: &str) -> Command {
-        let mut c = Command::cargo_bin(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        Command::from_std(self.std_cmd(name))
+    }
+
+    /// [`Pmm::cmd`] as a plain `std::process::Command`, for tests that hold its pipes.
+    pub fn std_cmd(&self, name: &str) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin(name));
         c.current_dir(self.dir.path())
             .env_remove("RUST_BACKTRACE")
             .env_remove("PMM_NOW")
@@ -216,16 +221,24 @@ pub fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The one rule for tests that need an outside tool: true when `program` is there; without
-/// it, a failure under `PMM_REQUIRE_TOOLS=1` (as `.ci/run` sets it), else a printed reason and
-/// `false` (the caller returns, skipping).
+/// The one rule for tests that need an outside tool: true when `program` is on the PATH;
+/// otherwise as [`present_or_skip`] decides.
 pub fn tool_or_skip(program: &str, why: &str) -> bool {
-    if have(program) {
+    present_or_skip(have(program), program, why)
+}
+
+/// The one rule for tests that need something from outside the crate (a program, a Python
+/// package, a tool named by an environment variable): true when it is `present`; without it,
+/// a failure under `PMM_REQUIRE_TOOLS=1` (as `.ci/run` sets it), else a printed reason and
+/// `false` (the caller returns, skipping). `what` names the missing thing, with how to get it
+/// when that is not obvious.
+pub fn present_or_skip(present: bool, what: &str, why: &str) -> bool {
+    if present {
         return true;
     }
     if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{why} needs {program} (PMM_REQUIRE_TOOLS=1)");
+        panic!("{why} needs {what} (PMM_REQUIRE_TOOLS=1)");
     }
-    eprintln!("skipping: {program} is not installed ({why})");
+    eprintln!("skipping: {why} needs {what}, not found here");
     false
 }

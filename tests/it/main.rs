@@ -7,6 +7,7 @@ mod stub;
 mod architecture;
 mod bad_input;
 mod canon;
+mod chat;
 mod concurrency;
 mod config_ranges;
 mod damage;

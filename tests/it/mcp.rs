@@ -2,7 +2,7 @@
 //! server with the official MCP Python SDK (`tests/mcp_client.py`); the protocol-abuse tests
 //! (invalid UTF-8, a closed stdin mid-request) write raw bytes to its stdin.
 
-use crate::harness::{tool_or_skip, Pmm};
+use crate::harness::{present_or_skip, tool_or_skip, Pmm};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -15,8 +15,8 @@ fn server_bin() -> std::path::PathBuf {
     assert_cmd::cargo::cargo_bin("pmm-mcp")
 }
 
-/// True when python3 and its `mcp` package are there; without them, a failure under
-/// `PMM_REQUIRE_TOOLS=1` (`.ci/run` installs the package), else a printed reason and `false`.
+/// True when python3 and its `mcp` package are there (see [`present_or_skip`]; `.ci/run`
+/// installs the package).
 fn python_mcp_or_skip(why: &str) -> bool {
     if !tool_or_skip("python3", why) {
         return false;
@@ -27,16 +27,7 @@ fn python_mcp_or_skip(why: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if ok {
-        return true;
-    }
-    if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{why} needs the MCP Python SDK (python3 -m pip install mcp; PMM_REQUIRE_TOOLS=1)");
-    }
-    eprintln!(
-        "skipping: the Python package mcp is not installed ({why}; python3 -m pip install mcp)"
-    );
-    false
+    present_or_skip(ok, "the MCP Python SDK (python3 -m pip install mcp)", why)
 }
 
 /// The command line that runs `tests/mcp_client.py MODE ARGS -- pmm-mcp --db DB SERVER_ARGS`.
@@ -585,11 +576,10 @@ fn mcp_a_10_mb_request_is_a_tool_error_not_a_crash() {
 #[test]
 fn mcp_the_inspector_cli_lists_calls_and_reads() {
     let Some(inspector) = std::env::var_os("PMM_MCP_INSPECTOR").filter(|p| !p.is_empty()) else {
-        if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
-            panic!("PMM_MCP_INSPECTOR is not set (PMM_REQUIRE_TOOLS=1): .ci/run installs it");
-        }
-        eprintln!(
-            "skipping: PMM_MCP_INSPECTOR is not set (npm install @modelcontextprotocol/inspector)"
+        present_or_skip(
+            false,
+            "the MCP Inspector in PMM_MCP_INSPECTOR (npm install @modelcontextprotocol/inspector; .ci/run installs it)",
+            "the MCP Inspector test",
         );
         return;
     };

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 fn python3() -> bool {
-    crate::harness::tool_or_skip("python3", "scripts/recall-bench needs it")
+    crate::harness::tool_or_skip("python3", "scripts/recall-bench")
 }
 
 #[test]

@@ -342,8 +342,11 @@ fn leftover_read_only_shm_does_not_block_writers() {
             .arg("--version")
             .output()
             .is_ok_and(|o| o.status.success());
-        if !ok {
-            eprintln!("skipping: running as root and cannot run the programs as nobody");
+        if !crate::harness::present_or_skip(
+            ok,
+            "setpriv (util-linux) and programs that user nobody may run",
+            "the read-only -shm test as root",
+        ) {
             return;
         }
         std::os::unix::fs::chown(pmm.dir.path(), Some(65534), Some(65534)).unwrap();

@@ -5,6 +5,7 @@ use crate::harness::{fixture_path, GPT_LEDGER};
 use pmm::event::Event;
 use pmm::projection::concepts::ConceptGraph;
 use pmm::projection::rsm::Rsm;
+use pmm::projection::state::Projections;
 use serde_json::Value;
 
 /// The fixture's events, in id order, as the library's `Event`.
@@ -127,9 +128,15 @@ fn checkpointed_fold_of_the_reference_ledger_equals_the_full_fold() {
         r.apply(ev);
         c.apply(ev);
     }
-    let mut r: Rsm = serde_json::from_str(&serde_json::to_string(&r).expect("ser")).expect("de");
-    let mut c: ConceptGraph =
-        serde_json::from_str(&serde_json::to_string(&c).expect("ser")).expect("de");
+    // Through the bytes a projection checkpoint stores (MessagePack).
+    let saved = Projections {
+        rsm: r,
+        concepts: c,
+        ..Projections::default()
+    }
+    .to_checkpoint();
+    let restored = Projections::from_checkpoint(&saved).expect("the checkpoint reads back");
+    let (mut r, mut c) = (restored.rsm, restored.concepts);
     for ev in &events[half..] {
         r.apply(ev);
         c.apply(ev);

@@ -1,4 +1,5 @@
-//! Fixture tests that cannot run say so in cargo's own summary (issue 13, item 18).
+//! Fixture tests that cannot run say so in cargo's own summary (issue 13, item 18), and tests
+//! that need an outside tool skip by one rule (issue 21, item 10).
 
 use std::path::Path;
 
@@ -90,5 +91,53 @@ fn issue13_item18_fixture_tests_are_ignored_not_ok_without_fixtures() {
     assert!(
         missing.is_empty(),
         "fixture tests without {ATTR} (see tests/it/harness.rs): {missing:#?}"
+    );
+}
+
+/// Issue 21 item 10: one rule for tests that need an outside tool. Only the harness reads
+/// `PMM_REQUIRE_TOOLS` or prints a "skipping:" line, so that `PMM_REQUIRE_TOOLS=1` turns every
+/// missing tool into a failure (the live CPython check used to skip silently when python3
+/// would not start, the tmux and MCP checks had rules of their own), and no unit test in
+/// `src` has a skip rule of its own (the telemetry report's fixture test had one).
+#[test]
+fn issue21_item10_tests_skip_only_through_the_harness() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut own_rules = Vec::new();
+    let mut files = Vec::new();
+    let mut dirs = vec![root.join("tests/it"), root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().and_then(|e| e.to_str()) == Some("rs")
+                && !path.ends_with("tests/it/harness.rs")
+                && !path.ends_with("tests/it/skips.rs")
+            {
+                files.push(path);
+            }
+        }
+    }
+    for path in &files {
+        let src = std::fs::read_to_string(path).expect("read");
+        // Code only: comments may name the rule.
+        let code = src.lines().filter(|l| !l.trim_start().starts_with("//"));
+        for (n, line) in code.enumerate() {
+            for needle in ["PMM_REQUIRE_TOOLS", "PMM_REQUIRE_FIXTURES", "\"skipping"] {
+                if line.contains(needle) {
+                    own_rules.push(format!(
+                        "{} (code line {}): {needle}",
+                        path.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(files.len() > 50, "found only {} files", files.len());
+    assert!(
+        own_rules.is_empty(),
+        "skip rules outside tests/it/harness.rs (use tool_or_skip, present_or_skip or \
+         fixture_path): {own_rules:#?}"
     );
 }

@@ -368,21 +368,9 @@ fn is_zombie(pid: i32) -> bool {
 
 // ---- --chat under a pseudo-terminal ------------------------------------------------------
 
-/// True when tmux is there. Without it: a failure under `PMM_REQUIRE_TOOLS=1`, else a message
-/// and `false` (the caller skips).
+/// True when tmux is there (see [`crate::harness::tool_or_skip`]).
 fn tmux_or_skip(what: &str) -> bool {
-    let ok = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return true;
-    }
-    if std::env::var("PMM_REQUIRE_TOOLS").as_deref() == Ok("1") {
-        panic!("{what} needs tmux (PMM_REQUIRE_TOOLS=1): apt-get install tmux");
-    }
-    eprintln!("skipping: tmux is not installed ({what} runs the chat in a terminal)");
-    false
+    crate::harness::tool_or_skip("tmux", what)
 }
 
 /// A tmux server of our own (its own socket), running one command in a 100x40 pane.
