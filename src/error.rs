@@ -81,6 +81,38 @@ pub enum Error {
     /// Any other SQLite error.
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
+    /// An error of a module above this one (a model call, a turn) with the exit status that
+    /// module gave it ([`ExitStatus`]): the runner reads every status from this one type.
+    #[error(transparent)]
+    Exit(Coded),
+}
+
+/// A module's error and its exit status, fixed when it became an [`Error`]. It reads as the
+/// module's error (the same text, the same sources).
+#[derive(Debug)]
+pub struct Coded {
+    code: u8,
+    error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Coded {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+/// The process exit status an error maps to (SPEC §3): each library error type says its own,
+/// so the program's runner asks the error instead of knowing every module's types.
+pub trait ExitStatus {
+    /// 1 for a negative answer, 2 for usage, input, I/O and database errors, 3 when an
+    /// external service failed, 128 + the signal when a call was interrupted.
+    fn exit_code(&self) -> u8;
 }
 
 impl Error {
@@ -92,13 +124,15 @@ impl Error {
         }
     }
 
-    /// The process exit status this error maps to (SPEC §3): 1 for a negative answer (policy
-    /// refusal, nothing found), 2 for everything else.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::PolicyViolation { .. } | Error::NotFound(_) => 1,
-            _ => 2,
-        }
+    /// A module's error as an [`Error`] that keeps the module's exit status.
+    pub fn with_exit_status<E>(e: E) -> Self
+    where
+        E: ExitStatus + std::error::Error + Send + Sync + 'static,
+    {
+        Error::Exit(Coded {
+            code: e.exit_code(),
+            error: Box::new(e),
+        })
     }
 
     /// Wraps an I/O error with the path it concerns.
@@ -106,6 +140,18 @@ impl Error {
         Error::Io {
             path: path.into(),
             source,
+        }
+    }
+}
+
+impl ExitStatus for Error {
+    /// 1 for a negative answer (policy refusal, nothing found), the module's own status for
+    /// [`Error::Exit`], 2 for everything else.
+    fn exit_code(&self) -> u8 {
+        match self {
+            Error::PolicyViolation { .. } | Error::NotFound(_) => 1,
+            Error::Exit(c) => c.code,
+            _ => 2,
         }
     }
 }

@@ -255,7 +255,7 @@ fn export(ledger: &Ledger, file: &str) -> anyhow::Result<String> {
 
 /// Builds the adapter `next` describes and, when that works, makes it the session's.
 fn switch(adapter: &mut Box<dyn Adapter>, cfg: &mut Config, next: Config) -> anyhow::Result<()> {
-    *adapter = llm::adapter(&next)?;
+    *adapter = llm::adapter(&next).map_err(crate::Error::from)?;
     *cfg = next;
     Ok(())
 }
@@ -566,7 +566,7 @@ pub fn run(
     // The session may switch models (/model, /adapter, /endpoint): it owns its adapter from
     // here on.
     let mut cfg = cfg;
-    let mut own: Box<dyn Adapter> = llm::adapter(&cfg)?;
+    let mut own: Box<dyn Adapter> = llm::adapter(&cfg).map_err(crate::Error::from)?;
     let _ = adapter;
     // Ctrl-C (SIGINT) and SIGTERM during a model call cancel that call; at the prompt the line
     // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.

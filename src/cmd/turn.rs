@@ -388,7 +388,7 @@ impl Args {
         let mut adapter = llm::adapter(&cfg).map_err(|e| Error::bad_input(None, e.to_string()))?;
         // Mistakes known before anything is appended (a refused connection, an unknown model, a
         // rejected key) are exit 3 with a hint, and leave the ledger as it was (or uncreated).
-        adapter.preflight()?;
+        adapter.preflight().map_err(Error::from)?;
         Ok((cfg, adapter))
     }
 
@@ -487,14 +487,14 @@ impl<'a> Turns<'a> {
                     }
                     out.flush()?;
                 }
-                Err(TurnError::Generation {
+                Err(Error::from(TurnError::Generation {
                     error,
                     events,
                     failure,
-                }
+                })
                 .into())
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(Error::from(e).into()),
         }
     }
 }

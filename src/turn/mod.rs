@@ -23,6 +23,7 @@ use crate::context::embed;
 use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
+use crate::error::ExitStatus;
 use crate::event::{Clock, Event, NewEvent};
 use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
@@ -148,6 +149,27 @@ pub enum TurnError {
     /// The ledger could not be read or written.
     #[error(transparent)]
     Store(#[from] crate::Error),
+}
+
+impl ExitStatus for TurnError {
+    /// 3 when the model failed (128 + the signal when the call was interrupted), else the
+    /// store error's own status.
+    fn exit_code(&self) -> u8 {
+        match self {
+            TurnError::Generation { error, .. } => error.exit_status().unwrap_or(3),
+            TurnError::Store(e) => e.exit_code(),
+        }
+    }
+}
+
+impl From<TurnError> for crate::Error {
+    /// A store error stays itself; a failed generation keeps its exit status.
+    fn from(e: TurnError) -> Self {
+        match e {
+            TurnError::Store(e) => e,
+            e => crate::Error::with_exit_status(e),
+        }
+    }
 }
 
 pub(crate) fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
