@@ -16,6 +16,7 @@
 //!    `summary_update` when due, `lifetime_memory` + its embedding when a chunk is ready.
 
 pub mod derive;
+pub mod reference;
 
 use crate::canon;
 use crate::claim::{self, ClaimContext};
@@ -31,7 +32,6 @@ use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal};
 use serde_json::{json, Map, Value};
-use std::path::Path;
 
 /// The reference's default write policy, written on a ledger's first turn.
 pub const DEFAULT_POLICY: &str = r#"{"forbid_sources":{"cli":["config","checkpoint_manifest","embedding_add","retrieval_selection"]},"type":"policy"}"#;
@@ -901,15 +901,11 @@ fn append_ref(
     target: &str,
     clock: &Clock,
 ) -> crate::Result<()> {
-    let Some((path, id)) = claim::parse_ref(target) else {
+    let Some(req) = claim::parse_ref(target) else {
         return Ok(());
     };
-    let outcome = claim::resolve_ref(Path::new(&path), id);
-    let ev = new_event(
-        "inter_ledger_ref",
-        claim::ref_content(&path, id),
-        outcome.meta_map(),
-    )?;
+    let outcome = claim::RefOutcome::from(reference::resolve(&req));
+    let ev = new_event("inter_ledger_ref", req.content(), outcome.meta_map())?;
     put(batch, p, out, ev, clock)?;
     Ok(())
 }
