@@ -116,11 +116,11 @@ pub trait ExitStatus {
 }
 
 impl Error {
-    /// Shorthand for a [`Error::BadInput`].
-    pub fn bad_input(at: impl Into<Option<String>>, msg: impl Into<String>) -> Self {
+    /// Shorthand for a [`Error::BadInput`]; `msg` is a text or a module's typed error.
+    pub fn bad_input(at: impl Into<Option<String>>, msg: impl std::fmt::Display) -> Self {
         Error::BadInput {
             at: at.into(),
-            msg: msg.into(),
+            msg: msg.to_string(),
         }
     }
 

@@ -51,7 +51,7 @@ impl ClockArgs {
     }
 }
 
-fn parse_clock(s: &str) -> Result<Clock, String> {
+fn parse_clock(s: &str) -> Result<Clock, crate::event::EventError> {
     Clock::pinned(s)
 }
 

@@ -1097,7 +1097,7 @@ impl Batch<'_> {
                     actor: ev.actor(),
                     kind: ev.kind.clone(),
                     unreadable: None,
-                    reason: Some(why),
+                    reason: Some(why.to_string()),
                 }));
             }
         }
