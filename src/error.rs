@@ -18,6 +18,33 @@ pub enum Error {
         /// What is wrong with it.
         msg: String,
     },
+    /// A line of input that is not UTF-8; `at` is `<source>:<line>`.
+    #[error("{at}: not UTF-8")]
+    NotUtf8 {
+        /// Where the line is.
+        at: String,
+    },
+    /// An output file that would overwrite the ledger or one of its companion files.
+    #[error("{}: refusing to write over {what} of the ledger {} (choose another output file)", target.display(), ledger.display())]
+    WouldOverwriteLedger {
+        /// The output file asked for.
+        target: PathBuf,
+        /// Which file of the ledger it is (`the file`, `the -wal file of`, …).
+        what: String,
+        /// The ledger.
+        ledger: PathBuf,
+    },
+    /// An output file that is a directory.
+    #[error("{}: is a directory (an output file must be a file)", .0.display())]
+    OutputIsDirectory(PathBuf),
+    /// A reader's full-text index lags too far behind the ledger to be caught up on the fly.
+    #[error("the full-text index is {lag} events behind the ledger (readers index at most {max_unindexed} on the fly): run `pmm-recall --reindex`, or any writer, on it first")]
+    IndexBehind {
+        /// Events not indexed.
+        lag: u64,
+        /// The most a reader indexes on the fly.
+        max_unindexed: u64,
+    },
     /// A ledger a reader asked for does not exist (readers never create files).
     #[error("{}: no such ledger (readers never create one; check --db or $PMM_DB)", .0.display())]
     MissingLedger(PathBuf),
@@ -179,5 +206,51 @@ impl Violation {
             unreadable: self.unreadable.is_some(),
             reason: self.reason,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_variants_read_as_the_bad_input_they_replace() {
+        assert_eq!(
+            Error::NotUtf8 {
+                at: "<stdin>:3".into()
+            }
+            .to_string(),
+            Error::bad_input(Some("<stdin>:3".into()), "not UTF-8").to_string()
+        );
+        assert_eq!(
+            Error::OutputIsDirectory("out".into()).to_string(),
+            "out: is a directory (an output file must be a file)"
+        );
+        assert_eq!(
+            Error::WouldOverwriteLedger {
+                target: "x.db-wal".into(),
+                what: "the -wal file".into(),
+                ledger: "x.db".into(),
+            }
+            .to_string(),
+            "x.db-wal: refusing to write over the -wal file of the ledger x.db (choose another output file)"
+        );
+        assert!(Error::IndexBehind {
+            lag: 7,
+            max_unindexed: 5
+        }
+        .to_string()
+        .starts_with("the full-text index is 7 events behind the ledger (readers index at most 5 on the fly)"));
+        for e in [
+            Error::NotUtf8 { at: "a:1".into() },
+            Error::OutputIsDirectory("out".into()),
+            Error::IndexBehind {
+                lag: 7,
+                max_unindexed: 5,
+            },
+        ] {
+            assert_eq!(e.exit_code(), 2, "{e}");
+        }
+        assert_eq!(Error::NotFound("x".into()).exit_code(), 1);
     }
 }

@@ -230,7 +230,9 @@ fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Resul
         };
         Error::bad_input(at(), msg)
     })?;
-    *buf = String::from_utf8(bytes).map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
+    *buf = String::from_utf8(bytes).map_err(|_| Error::NotUtf8 {
+        at: format!("<stdin>:{n}"),
+    })?;
     Ok(read > 0)
 }
 

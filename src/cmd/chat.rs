@@ -527,7 +527,10 @@ impl Input {
             Ok(0) => Ok(None),
             Ok(_) => match std::str::from_utf8(crate::lines::trim_eol(&self.buf)) {
                 Ok(l) => Ok(Some(l.to_string())),
-                Err(_) => Err(crate::Error::bad_input(at, "not UTF-8").into()),
+                Err(_) => Err(crate::Error::NotUtf8 {
+                    at: format!("<stdin>:{}", self.n),
+                }
+                .into()),
             },
             Err(e) => {
                 let msg = match crate::lines::too_long(&e) {

@@ -544,8 +544,10 @@ fn each_line(
         if read == 0 {
             return Ok(());
         }
-        let line = std::str::from_utf8(crate::lines::trim_eol(&buf))
-            .map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
+        let line =
+            std::str::from_utf8(crate::lines::trim_eol(&buf)).map_err(|_| Error::NotUtf8 {
+                at: format!("<stdin>:{n}"),
+            })?;
         if line.trim().is_empty() {
             continue;
         }

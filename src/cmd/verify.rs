@@ -154,7 +154,9 @@ pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
     let mut anchors = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let at = || Some(format!("{}:{}", path.display(), i + 1));
-        let line = std::str::from_utf8(line).map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
+        let line = std::str::from_utf8(line).map_err(|_| Error::NotUtf8 {
+            at: format!("{}:{}", path.display(), i + 1),
+        })?;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
