@@ -18,6 +18,33 @@ pub enum Error {
         /// What is wrong with it.
         msg: String,
     },
+    /// A line of input that is not UTF-8; `at` is `<source>:<line>`.
+    #[error("{at}: not UTF-8")]
+    NotUtf8 {
+        /// Where the line is.
+        at: String,
+    },
+    /// An output file that would overwrite the ledger or one of its companion files.
+    #[error("{}: refusing to write over {what} of the ledger {} (choose another output file)", target.display(), ledger.display())]
+    WouldOverwriteLedger {
+        /// The output file asked for.
+        target: PathBuf,
+        /// Which file of the ledger it is (`the file`, `the -wal file of`, …).
+        what: String,
+        /// The ledger.
+        ledger: PathBuf,
+    },
+    /// An output file that is a directory.
+    #[error("{}: is a directory (an output file must be a file)", .0.display())]
+    OutputIsDirectory(PathBuf),
+    /// A reader's full-text index lags too far behind the ledger to be caught up on the fly.
+    #[error("the full-text index is {lag} events behind the ledger (readers index at most {max_unindexed} on the fly): run `pmm-recall --reindex`, or any writer, on it first")]
+    IndexBehind {
+        /// Events not indexed.
+        lag: u64,
+        /// The most a reader indexes on the fly.
+        max_unindexed: u64,
+    },
     /// A ledger a reader asked for does not exist (readers never create files).
     #[error("{}: no such ledger (readers never create one; check --db or $PMM_DB)", .0.display())]
     MissingLedger(PathBuf),
@@ -81,24 +108,58 @@ pub enum Error {
     /// Any other SQLite error.
     #[error("database error: {0}")]
     Db(#[from] rusqlite::Error),
+    /// An error of a module above this one (a model call, a turn) with the exit status that
+    /// module gave it ([`ExitStatus`]): the runner reads every status from this one type.
+    #[error(transparent)]
+    Exit(Coded),
+}
+
+/// A module's error and its exit status, fixed when it became an [`Error`]. It reads as the
+/// module's error (the same text, the same sources).
+#[derive(Debug)]
+pub struct Coded {
+    code: u8,
+    error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl std::fmt::Display for Coded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for Coded {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+/// The process exit status an error maps to (SPEC §3): each library error type says its own,
+/// so the program's runner asks the error instead of knowing every module's types.
+pub trait ExitStatus {
+    /// 1 for a negative answer, 2 for usage, input, I/O and database errors, 3 when an
+    /// external service failed, 128 + the signal when a call was interrupted.
+    fn exit_code(&self) -> u8;
 }
 
 impl Error {
-    /// Shorthand for a [`Error::BadInput`].
-    pub fn bad_input(at: impl Into<Option<String>>, msg: impl Into<String>) -> Self {
+    /// Shorthand for a [`Error::BadInput`]; `msg` is a text or a module's typed error.
+    pub fn bad_input(at: impl Into<Option<String>>, msg: impl std::fmt::Display) -> Self {
         Error::BadInput {
             at: at.into(),
-            msg: msg.into(),
+            msg: msg.to_string(),
         }
     }
 
-    /// The process exit status this error maps to (SPEC §3): 1 for a negative answer (policy
-    /// refusal, nothing found), 2 for everything else.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::PolicyViolation { .. } | Error::NotFound(_) => 1,
-            _ => 2,
-        }
+    /// A module's error as an [`Error`] that keeps the module's exit status.
+    pub fn with_exit_status<E>(e: E) -> Self
+    where
+        E: ExitStatus + std::error::Error + Send + Sync + 'static,
+    {
+        Error::Exit(Coded {
+            code: e.exit_code(),
+            error: Box::new(e),
+        })
     }
 
     /// Wraps an I/O error with the path it concerns.
@@ -106,6 +167,18 @@ impl Error {
         Error::Io {
             path: path.into(),
             source,
+        }
+    }
+}
+
+impl ExitStatus for Error {
+    /// 1 for a negative answer (policy refusal, nothing found), the module's own status for
+    /// [`Error::Exit`], 2 for everything else.
+    fn exit_code(&self) -> u8 {
+        match self {
+            Error::PolicyViolation { .. } | Error::NotFound(_) => 1,
+            Error::Exit(c) => c.code,
+            _ => 2,
         }
     }
 }
@@ -133,5 +206,51 @@ impl Violation {
             unreadable: self.unreadable.is_some(),
             reason: self.reason,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_variants_read_as_the_bad_input_they_replace() {
+        assert_eq!(
+            Error::NotUtf8 {
+                at: "<stdin>:3".into()
+            }
+            .to_string(),
+            Error::bad_input(Some("<stdin>:3".into()), "not UTF-8").to_string()
+        );
+        assert_eq!(
+            Error::OutputIsDirectory("out".into()).to_string(),
+            "out: is a directory (an output file must be a file)"
+        );
+        assert_eq!(
+            Error::WouldOverwriteLedger {
+                target: "x.db-wal".into(),
+                what: "the -wal file".into(),
+                ledger: "x.db".into(),
+            }
+            .to_string(),
+            "x.db-wal: refusing to write over the -wal file of the ledger x.db (choose another output file)"
+        );
+        assert!(Error::IndexBehind {
+            lag: 7,
+            max_unindexed: 5
+        }
+        .to_string()
+        .starts_with("the full-text index is 7 events behind the ledger (readers index at most 5 on the fly)"));
+        for e in [
+            Error::NotUtf8 { at: "a:1".into() },
+            Error::OutputIsDirectory("out".into()),
+            Error::IndexBehind {
+                lag: 7,
+                max_unindexed: 5,
+            },
+        ] {
+            assert_eq!(e.exit_code(), 2, "{e}");
+        }
+        assert_eq!(Error::NotFound("x".into()).exit_code(), 1);
     }
 }

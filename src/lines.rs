@@ -32,8 +32,22 @@ pub fn set_max_line(bytes: u64) {
     MAX_LINE.store(bytes.max(1), Ordering::Relaxed);
 }
 
+/// Why a `--max-line` value is not a size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// Not a number, or an unknown suffix.
+    #[error("'{0}' is not a size (BYTES, or a number with K, M or G)")]
+    NotASize(String),
+    /// Zero.
+    #[error("'{0}': the limit must be at least 1 byte")]
+    Zero(String),
+    /// More than a u64 holds.
+    #[error("'{0}' is too large")]
+    TooLarge(String),
+}
+
 /// Parses a size: bytes, or a number with a `K`, `M` or `G` suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
         Some((i, _)) => t.split_at(i),
@@ -44,19 +58,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "K" => 10,
         "M" => 20,
         "G" => 30,
-        _ => {
-            return Err(format!(
-                "'{s}' is not a size (BYTES, or a number with K, M or G)"
-            ))
-        }
+        _ => return Err(SizeError::NotASize(s.to_string())),
     };
     let n: u64 = digits
         .parse()
-        .map_err(|_| format!("'{s}' is not a size (BYTES, or a number with K, M or G)"))?;
+        .map_err(|_| SizeError::NotASize(s.to_string()))?;
     match n.checked_mul(1 << shift) {
         Some(v) if v >= 1 => Ok(v),
-        Some(_) => Err(format!("'{s}': the limit must be at least 1 byte")),
-        None => Err(format!("'{s}' is too large")),
+        Some(_) => Err(SizeError::Zero(s.to_string())),
+        None => Err(SizeError::TooLarge(s.to_string())),
     }
 }
 
@@ -175,5 +185,22 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("x").is_err());
         assert!(parse_size("5T").is_err());
+    }
+
+    #[test]
+    fn a_bad_size_is_a_typed_error_that_names_it() {
+        assert_eq!(parse_size("0"), Err(SizeError::Zero("0".into())));
+        assert_eq!(
+            parse_size("0").unwrap_err().to_string(),
+            "'0': the limit must be at least 1 byte"
+        );
+        assert_eq!(
+            parse_size("5T").unwrap_err().to_string(),
+            "'5T' is not a size (BYTES, or a number with K, M or G)"
+        );
+        assert_eq!(
+            parse_size("99999999999G").unwrap_err(),
+            SizeError::TooLarge("99999999999G".into())
+        );
     }
 }

@@ -57,13 +57,11 @@ fn resolve(path: &Path) -> Option<PathBuf> {
 /// companion that does not exist at the moment).
 pub fn check_not_ledger(target: &Path, ledger: &Path) -> Result<()> {
     let refuse = |what: &str| {
-        Err(Error::bad_input(
-            Some(target.display().to_string()),
-            format!(
-                "refusing to write over {what} of the ledger {} (choose another output file)",
-                ledger.display()
-            ),
-        ))
+        Err(Error::WouldOverwriteLedger {
+            target: target.to_path_buf(),
+            what: what.to_string(),
+            ledger: ledger.to_path_buf(),
+        })
     };
     let describe = |suffix: &str| {
         if suffix.is_empty() {
@@ -116,10 +114,7 @@ impl OutputFile {
         let existing = fs::metadata(target).ok();
         if let Some(md) = &existing {
             if md.is_dir() {
-                return Err(Error::bad_input(
-                    Some(target.display().to_string()),
-                    "is a directory (an output file must be a file)",
-                ));
+                return Err(Error::OutputIsDirectory(target.to_path_buf()));
             }
             if !md.is_file() {
                 // A device or a pipe: nothing to rename; write it as it is.

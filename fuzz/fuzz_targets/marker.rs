@@ -70,8 +70,8 @@ fuzz_target!(|data: &[u8]| {
     }
     for t in marker::ref_targets(&reply) {
         assert!(!t.is_empty());
-        if let Some((path, _id)) = claim::parse_ref(&t) {
-            assert!(!path.is_empty());
+        if let Some(req) = claim::parse_ref(&t) {
+            assert!(!req.path.is_empty());
         }
     }
 

@@ -257,6 +257,8 @@ impl fmt::Display for MetaError {
     }
 }
 
+impl std::error::Error for MetaError {}
+
 /// Explains a `serde_json` parse error in the user's terms (NaN, surrogates, ...).
 pub fn explain_json_error(text: &str, e: &serde_json::Error) -> String {
     let msg = e.to_string();

@@ -17,7 +17,10 @@ pub mod note;
 pub mod proof;
 pub mod root;
 
-pub use verify::{compute, Anchor, Finding, Problem, SecondPass, Summary, Verifier, WINDOW};
+pub use verify::{
+    compute, Anchor, AnchorError, Finding, HashError, Problem, SecondPass, Summary, Verifier,
+    WINDOW,
+};
 
 use crate::canon::{self, CanonError};
 use serde_json::{Map, Value};
@@ -116,5 +119,24 @@ mod tests {
         assert_eq!(Digest::from_hex(&d.to_string()), Some(d));
         assert_eq!(Digest::from_hex("xyz"), None);
         assert_eq!(Digest::from_hex(&"g".repeat(64)), None);
+    }
+
+    #[test]
+    fn anchor_and_hash_errors_are_typed_and_name_the_input() {
+        let err = |s: &str| s.parse::<Anchor>().unwrap_err();
+        assert_eq!(err("abc"), AnchorError::NotIdHash("abc".into()));
+        assert_eq!(err("abc").to_string(), "anchor 'abc' is not ID:HASH");
+        assert_eq!(
+            err("x:ab").to_string(),
+            "anchor 'x:ab': 'x' is not an event id"
+        );
+        assert_eq!(
+            err("0:ab").to_string(),
+            "anchor '0:ab' is not ID:HASH (an id ≥ 1 and 64 hex digits)"
+        );
+        let ev = crate::event::Event::sample(1, "test_event", "", "[1]");
+        let e = compute(&mut Vec::new(), &ev, None).unwrap_err();
+        assert!(matches!(e, HashError::Meta(_)), "{e}");
+        assert!(e.to_string().starts_with("meta: "), "{e}");
     }
 }

@@ -7,29 +7,39 @@ use serde_json::{Map, Value};
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+/// Why an event has no hash to check: its meta cannot be hashed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HashError {
+    /// The stored meta is not a JSON object.
+    #[error("meta: {0}")]
+    Meta(#[from] crate::canon::MetaError),
+    /// The meta has no canonical form (a number out of range).
+    #[error("meta: {0}")]
+    Canon(#[from] crate::canon::CanonError),
+}
+
 /// The hash an event should have, from its fields (`meta` parsed here unless given). An error
 /// says why there is none (meta that is not a JSON object, a number out of range).
 pub fn compute(
     scratch: &mut Vec<u8>,
     ev: &Event,
     meta: Option<&Map<String, Value>>,
-) -> Result<Digest, String> {
+) -> Result<Digest, HashError> {
     let parsed;
     let meta = match meta {
         Some(m) => m,
         None => {
-            parsed = ev.meta_map().map_err(|e| format!("meta: {e}"))?;
+            parsed = ev.meta_map()?;
             &parsed
         }
     };
-    event_digest(
+    Ok(event_digest(
         scratch,
         &ev.kind,
         &ev.content,
         meta,
         ev.prev_hash.as_deref(),
-    )
-    .map_err(|e| format!("meta: {e}"))
+    )?)
 }
 
 /// How many recent hashes the verifier remembers exactly.
@@ -72,22 +82,39 @@ pub struct Anchor {
     pub hash: String,
 }
 
+/// Why a text is not an `ID:HASH` anchor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnchorError {
+    /// No `:` in it.
+    #[error("anchor '{0}' is not ID:HASH")]
+    NotIdHash(String),
+    /// The part before the `:` is not a number.
+    #[error("anchor '{anchor}': '{id}' is not an event id")]
+    BadId {
+        /// The anchor as given.
+        anchor: String,
+        /// Its id part.
+        id: String,
+    },
+    /// An id below 1, or a hash that is not 64 hex digits.
+    #[error("anchor '{0}' is not ID:HASH (an id ≥ 1 and 64 hex digits)")]
+    OutOfRange(String),
+}
+
 impl std::str::FromStr for Anchor {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = AnchorError;
+    fn from_str(s: &str) -> Result<Self, AnchorError> {
         let (id, hash) = s
             .trim()
             .split_once(':')
-            .ok_or_else(|| format!("anchor '{s}' is not ID:HASH"))?;
-        let id: i64 = id
-            .trim()
-            .parse()
-            .map_err(|_| format!("anchor '{s}': '{id}' is not an event id"))?;
+            .ok_or_else(|| AnchorError::NotIdHash(s.to_string()))?;
+        let id: i64 = id.trim().parse().map_err(|_| AnchorError::BadId {
+            anchor: s.to_string(),
+            id: id.to_string(),
+        })?;
         let hash = hash.trim().to_ascii_lowercase();
         if id < 1 || Digest::from_hex(&hash).is_none() {
-            return Err(format!(
-                "anchor '{s}' is not ID:HASH (an id ≥ 1 and 64 hex digits)"
-            ));
+            return Err(AnchorError::OutOfRange(s.to_string()));
         }
         Ok(Anchor { id, hash })
     }
@@ -417,7 +444,7 @@ impl Verifier {
     pub fn check_computed(
         &mut self,
         ev: &Event,
-        computed: Result<Digest, String>,
+        computed: Result<Digest, HashError>,
         out: &mut Vec<Finding>,
     ) {
         let id = ev.id;
@@ -472,7 +499,10 @@ impl Verifier {
                     );
                 }
             }
-            Err(error) => self.emit(out, Some(id), Problem::Malformed { line: None, error }),
+            Err(e) => {
+                let error = e.to_string();
+                self.emit(out, Some(id), Problem::Malformed { line: None, error })
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! Claims: validating the `CLAIM:` lines of a reply against what the ledger says, one verdict
 //! per claim, with the evidence for a failure (SPEC §4, FORMATS.md §4); and the other pure
 //! decisions a turn makes from its markers: identity adoption ([`adoptions`]), the turn-delta
-//! reflection ([`delta_reflection_text`]) and `REF:` resolution ([`resolve_ref`]).
+//! reflection ([`delta_reflection_text`]) and what a `REF:` asks for and its verdict
+//! ([`parse_ref`], [`RefOutcome`]; the turn reads the target).
 //!
 //! Unlike the reference, every claim gets a verdict and none aborts the turn (FORMATS.md §17
 //! items 10–12): data of the wrong shape is [`ClaimFailure::InvalidData`], a well-formed claim
@@ -22,7 +23,7 @@ mod reference;
 
 pub use delta::{delta_reflection_text, delta_text, FailedClaim};
 pub use identity::adoptions;
-pub use reference::{parse_ref, ref_content, resolve_ref, RefOutcome};
+pub use reference::{parse_ref, RefLookup, RefOutcome, RefRequest};
 
 use crate::canon;
 use crate::marker::{py_strip, ClaimMarker, ClaimParseError, Line};

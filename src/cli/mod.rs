@@ -3,6 +3,7 @@
 
 pub mod embed;
 
+use crate::error::ExitStatus;
 use crate::event::Clock;
 use crate::store::{DEFAULT_BUSY_TIMEOUT_MS, DEFAULT_DB};
 use clap::builder::TypedValueParser as _;
@@ -52,7 +53,7 @@ impl ClockArgs {
     }
 }
 
-fn parse_clock(s: &str) -> Result<Clock, String> {
+fn parse_clock(s: &str) -> Result<Clock, crate::event::EventError> {
     Clock::pinned(s)
 }
 
@@ -179,42 +180,7 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
     if is_broken_pipe(e) {
         return ExitCode::SUCCESS;
     }
-    let generation_failed = e.chain().any(|c| {
-        matches!(
-            c.downcast_ref::<crate::turn::TurnError>(),
-            Some(crate::turn::TurnError::Generation { .. })
-        )
-    });
-    // A model that cannot be asked, found before the turn (LlmError::Preflight and kin): the
-    // external service failed, exit 3, though nothing was recorded.
-    let model_failed = e.chain().any(|c| {
-        c.downcast_ref::<crate::llm::LlmError>()
-            .is_some_and(|l| !l.is_config())
-    });
-    // A model call interrupted by a signal: 128 + the signal (130 SIGINT, 143 SIGTERM).
-    let interrupted = e
-        .chain()
-        .find_map(|c| match c.downcast_ref::<crate::turn::TurnError>() {
-            Some(crate::turn::TurnError::Generation { error, .. }) => error.exit_status(),
-            _ => None,
-        });
-    let code = if let Some(code) = interrupted {
-        code
-    } else if generation_failed || model_failed {
-        3
-    } else {
-        // A turn's store error is transparent: it is not in the chain as a crate::Error.
-        e.chain()
-            .find_map(|c| {
-                c.downcast_ref::<crate::Error>().or_else(|| {
-                    match c.downcast_ref::<crate::turn::TurnError>() {
-                        Some(crate::turn::TurnError::Store(inner)) => Some(inner),
-                        _ => None,
-                    }
-                })
-            })
-            .map_or(2, |pe| pe.exit_code())
-    };
+    let code = exit_code(e);
     let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
     let mut msg = String::new();
     for part in chain {
@@ -230,6 +196,15 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
     // their backtrace through the standard panic hook.
     let _ = writeln!(io::stderr(), "{name}: error: {}", msg.replace('\n', " "));
     ExitCode::from(code)
+}
+
+/// The exit status for an error that is not a broken pipe: the library error's own
+/// ([`ExitStatus`]; a module's error, a turn's or a model's, became a [`crate::Error`] that keeps
+/// its status on the way up), else 2.
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<crate::Error>())
+        .map_or(2, ExitStatus::exit_code)
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -494,5 +469,80 @@ fn roff_line(line: &str) -> String {
         format!("\\&{escaped}")
     } else {
         escaped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::LlmError;
+    use crate::turn::TurnError;
+
+    fn preflight() -> LlmError {
+        LlmError::Preflight {
+            provider: "ollama".into(),
+            endpoint: "http://127.0.0.1:1".into(),
+            detail: "connection refused".into(),
+        }
+    }
+
+    fn generation(error: LlmError) -> TurnError {
+        TurnError::Generation {
+            error,
+            events: vec![],
+            failure: Box::new(crate::event::Event::sample(
+                7,
+                "generation_failure",
+                "",
+                "{}",
+            )),
+        }
+    }
+
+    #[test]
+    fn exit_codes_come_from_the_errors_themselves() {
+        let code = |e: anyhow::Error| exit_code(&e);
+        assert_eq!(code(anyhow::anyhow!("plain")), 2);
+        assert_eq!(code(crate::Error::bad_input(None, "x").into()), 2);
+        assert_eq!(code(crate::Error::NotFound("x".into()).into()), 1);
+        // Under a context line too.
+        let e = anyhow::Error::new(crate::Error::NotFound("x".into())).context("<stdin>:3");
+        assert_eq!(code(e), 1);
+        assert_eq!(code(crate::Error::from(preflight()).into()), 3);
+        assert_eq!(
+            code(crate::Error::from(LlmError::Config("bad".into())).into()),
+            2
+        );
+        assert_eq!(code(crate::Error::from(generation(preflight())).into()), 3);
+        // A failed generation is exit 3 whatever the model's error was.
+        assert_eq!(
+            code(crate::Error::from(generation(LlmError::Config("bad".into()))).into()),
+            3
+        );
+        for (signal, status) in [(2, 130), (15, 143)] {
+            let interrupted = LlmError::Interrupted {
+                provider: "ollama".into(),
+                endpoint: String::new(),
+                signal,
+            };
+            assert_eq!(
+                code(crate::Error::from(generation(interrupted)).into()),
+                status
+            );
+        }
+        // A turn's store error is the store error, with its own status.
+        let store = TurnError::Store(crate::Error::NotFound("x".into()));
+        assert_eq!(code(crate::Error::from(store).into()), 1);
+    }
+
+    #[test]
+    fn a_module_error_reads_as_itself() {
+        let e = generation(preflight());
+        let text = e.to_string();
+        let wrapped = crate::Error::from(e);
+        assert_eq!(wrapped.to_string(), text);
+        let any: anyhow::Error = wrapped.into();
+        assert_eq!(any.chain().count(), 1);
+        assert_eq!(format!("{any:#}"), text);
     }
 }

@@ -1,15 +1,13 @@
 //! `pmm-append`: append events; import a reference export or another ledger.
 
-use crate::chain::{Finding, Problem, Verifier};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::{self, NewEvent};
-use crate::interchange::{self, Input, Item};
+use crate::interchange::{self, Input};
 use crate::store::Reads;
 use crate::store::{Filter, Ledger, Refusal};
 use crate::Error;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use std::io::BufRead;
 use std::path::PathBuf;
 
@@ -232,7 +230,9 @@ fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Resul
         };
         Error::bad_input(at(), msg)
     })?;
-    *buf = String::from_utf8(bytes).map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
+    *buf = String::from_utf8(bytes).map_err(|_| Error::NotUtf8 {
+        at: format!("<stdin>:{n}"),
+    })?;
     Ok(read > 0)
 }
 
@@ -438,61 +438,8 @@ fn keep_ts(
     print_range(ledger, first, last, out)
 }
 
-#[derive(Serialize)]
-struct ImportSummary {
-    #[serde(rename = "type")]
-    record: &'static str,
-    source: String,
-    events: u64,
-    first_id: Option<i64>,
-    last_id: Option<i64>,
-    last_hash: Option<String>,
-    broken_links: u64,
-}
-
-fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>) -> Option<String> {
-    let id = f.id.unwrap_or(0);
-    Some(match &f.problem {
-        Problem::BrokenLink { .. } if accept_forks && !first => return None,
-        Problem::BrokenLink { found, .. } if first => format!(
-            "event {id} does not continue this ledger: its prev_hash is {}, not the head's hash",
-            found.as_deref().unwrap_or("null")
-        ),
-        Problem::BrokenLink { found, .. } => format!(
-            "event {id}: prev_hash {} points to {} instead of event {}: the source's chain forks; pass --accept-forks to keep it verbatim",
-            found.as_deref().unwrap_or("null"),
-            points_to.map_or("no earlier event".to_string(), |p| format!("event {p}")),
-            id - 1
-        ),
-        Problem::HashMismatch { expected, found } => format!(
-            "event {id}: stored hash {} is not the hash of its fields ({expected})",
-            found.as_deref().unwrap_or("null")
-        ),
-        Problem::IdGap { expected } if first => format!(
-            "the source starts at event {id}, but this ledger needs event {expected} next (import into an empty ledger, or a continuation of its head)"
-        ),
-        Problem::IdGap { expected } => format!("event {id}: expected id {expected} (ids must rise by one)"),
-        Problem::GenesisPrevHash { found } => {
-            format!("event {id} is the first event but has prev_hash {found}")
-        }
-        Problem::DuplicateHash { hash, first_id } => format!(
-            "event {id} repeats hash {hash} of event {}",
-            first_id.map_or("?".into(), |i| i.to_string())
-        ),
-        Problem::Malformed { line, error } => match line {
-            Some(l) => format!("line {l}: {error}"),
-            None => format!("event {id}: {error}"),
-        },
-        Problem::SqliteDamage { error, .. } => format!("the source is damaged: {error}"),
-        Problem::AnchorMismatch { .. }
-        | Problem::DerivedMismatch { .. }
-        | Problem::Empty { .. } => return None,
-    })
-}
-
 fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Result<Outcome> {
     let input = Input::new(source);
-    let name = input.name();
     let mut ledger = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
     if args.no_index {
         ledger.defer_index();
@@ -503,65 +450,8 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
         .and_then(|p| std::fs::metadata(p).ok())
         .map_or(0, |m| m.len());
     let bar = crate::cli::progress(size, args.common.quiet, "importing");
-    let mut tx = ledger.begin()?;
-    let mut verifier = match tx.head() {
-        Some(h) => Verifier::after(h.id, h.hash.clone()),
-        None => Verifier::new(vec![]),
-    }
-    .eager();
-    let mut summary = ImportSummary {
-        record: "import",
-        source: name.clone(),
-        events: 0,
-        first_id: None,
-        last_id: None,
-        last_hash: None,
-        broken_links: 0,
-    };
-    let mut findings = Vec::new();
     let tick = |n: u64| bar.set_position(n);
-    interchange::read_with(&input, &tick, &interchange::digest, &mut |item, digest| {
-        findings.clear();
-        let record = match item {
-            Item::Event(r) => r,
-            Item::Malformed { line, id, error } => {
-                verifier.malformed(id, line, error, &mut findings);
-                let msg = refusal(&findings[0], false, false, None).unwrap_or_default();
-                return Err(Error::ImportRefused(format!("{name}: {msg}")));
-            }
-        };
-        let first = summary.events == 0;
-        match digest {
-            Some(d) => verifier.check_computed(&record.event, d, &mut findings),
-            None => verifier.check(&record.event, record.meta.as_ref(), &mut findings),
-        }
-        for f in &findings {
-            let points_to = match &f.problem {
-                Problem::BrokenLink {
-                    found: Some(h),
-                    points_to,
-                    ..
-                } => match points_to {
-                    Some(p) => Some(*p),
-                    None => tx.id_of_hash(h)?,
-                },
-                _ => None,
-            };
-            if let Some(msg) = refusal(f, first, args.accept_forks, points_to) {
-                return Err(Error::ImportRefused(format!("{name}: {msg}")));
-            }
-            if matches!(f.problem, Problem::BrokenLink { .. }) {
-                summary.broken_links += 1;
-            }
-        }
-        tx.insert_verbatim(&record.event)?;
-        summary.events += 1;
-        summary.first_id.get_or_insert(record.event.id);
-        summary.last_id = Some(record.event.id);
-        summary.last_hash = record.event.hash.clone();
-        Ok(true)
-    })?;
-    tx.commit()?;
+    let summary = interchange::import(&mut ledger, &input, args.accept_forks, &tick)?;
     bar.finish_and_clear();
     out.record(&summary)?;
     out.flush()?;

@@ -255,7 +255,7 @@ fn export(ledger: &Ledger, file: &str) -> anyhow::Result<String> {
 
 /// Builds the adapter `next` describes and, when that works, makes it the session's.
 fn switch(adapter: &mut Box<dyn Adapter>, cfg: &mut Config, next: Config) -> anyhow::Result<()> {
-    *adapter = llm::adapter(&next)?;
+    *adapter = llm::adapter(&next).map_err(crate::Error::from)?;
     *cfg = next;
     Ok(())
 }
@@ -534,7 +534,10 @@ impl Input {
             Ok(0) => Ok(None),
             Ok(_) => match std::str::from_utf8(crate::lines::trim_eol(&self.buf)) {
                 Ok(l) => Ok(Some(l.to_string())),
-                Err(_) => Err(crate::Error::bad_input(at, "not UTF-8").into()),
+                Err(_) => Err(crate::Error::NotUtf8 {
+                    at: format!("<stdin>:{}", self.n),
+                }
+                .into()),
             },
             Err(e) => {
                 let msg = match crate::lines::too_long(&e) {
@@ -571,7 +574,7 @@ pub fn run(
     stream: bool,
 ) -> anyhow::Result<Outcome> {
     // The session may switch models (/model, /adapter, /endpoint): it owns its adapter.
-    let mut own: Box<dyn Adapter> = llm::adapter(&cfg)?;
+    let mut own: Box<dyn Adapter> = llm::adapter(&cfg).map_err(crate::Error::from)?;
     // Ctrl-C (SIGINT) and SIGTERM during a model call cancel that call; at the prompt the line
     // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.
     let cancel = Cancel::new();

@@ -3,7 +3,9 @@
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
 use crate::marker;
-use crate::projection::graph::{Direction, EventGraph, GraphCounts, GraphStats, NodeKind};
+use crate::projection::graph::{
+    Direction, EventGraph, GraphAnswer, GraphFold, GraphQuery, GraphStats, NodeKind,
+};
 use crate::store::Reads;
 use crate::store::{Filter, Ledger};
 use crate::Error;
@@ -179,19 +181,37 @@ fn fold(ledger: &Ledger, quiet: bool, mut apply: impl FnMut(&Event)) -> crate::R
     Ok(())
 }
 
-/// Builds the graph of the whole ledger.
-pub fn build(ledger: &Ledger, quiet: bool) -> crate::Result<EventGraph> {
-    let mut graph = EventGraph::default();
-    fold(ledger, quiet, |ev| graph.apply(ev))?;
-    Ok(graph)
-}
+impl Query {
+    /// The library's query; `--kind` must be a kind the graph tracks.
+    fn graph_query(&self) -> crate::Result<GraphQuery> {
+        Ok(match self {
+            Query::Stats => GraphQuery::Stats,
+            Query::Thread { cid } => GraphQuery::Thread(cid.clone()),
+            Query::Explain { cid } => GraphQuery::Explain(cid.clone()),
+            Query::Neighbors {
+                id,
+                direction,
+                kind,
+            } => GraphQuery::Neighbors {
+                id: *id,
+                direction: direction.direction(),
+                kind: kind.as_deref().map(tracked_kind).transpose()?,
+            },
+            Query::Export { .. } => GraphQuery::Export,
+        })
+    }
 
-/// The graph's statistics from the counting fold ([`GraphCounts`]: the same rules, a test
-/// keeps the two in agreement) over the whole ledger: no graph is built.
-pub fn count(ledger: &Ledger, quiet: bool) -> crate::Result<GraphStats> {
-    let mut counts = GraphCounts::default();
-    fold(ledger, quiet, |ev| counts.apply(ev))?;
-    Ok(counts.graph_stats())
+    /// The heading of the `--text` rendering of the events that answer this query.
+    fn heading(&self) -> String {
+        match self {
+            Query::Thread { cid } => format!("Thread for {cid}:"),
+            Query::Explain { cid } => format!("Explanation for {cid}:"),
+            Query::Neighbors { id, direction, .. } => {
+                format!("Neighbors of {id} ({}):", direction.name())
+            }
+            Query::Stats | Query::Export { .. } => String::new(),
+        }
+    }
 }
 
 /// `[<id>] <kind> | <first line of content, 80 characters>`, the reference CLI's line.
@@ -275,71 +295,39 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         )
         .into());
     }
-    let kind = match &query {
-        Query::Neighbors { kind: Some(k), .. } => Some(tracked_kind(k)?),
-        _ => None,
-    };
+    let graph_query = query.graph_query()?;
     let ledger = Ledger::open_reader(&args.ledger.path())?;
     let mut out = Out::new();
-    if matches!(query, Query::Stats) {
-        // The statistics need only the counting fold (a bitset of node ids, not the graph):
-        // memory stays small however large the ledger.
-        let s = count(&ledger, args.common.quiet)?;
-        print_stats(&s, args.text, &mut out)?;
-        out.flush()?;
-        return Ok(Outcome::Success);
-    }
-    let graph = build(&ledger, args.common.quiet)?;
-    match &query {
-        // Answered above, from the counting fold alone.
-        Query::Stats => unreachable!("stats are answered before the graph is built"),
-        Query::Thread { cid } | Query::Explain { cid } => {
-            let explain = matches!(query, Query::Explain { .. });
-            let ids = if explain {
-                graph.subgraph(cid)
-            } else {
-                graph.thread(cid)
-            };
-            if ids.is_empty() {
-                return Err(Error::NotFound(format!(
-                    "no thread for cid '{cid}': no commitment_open has that cid"
-                ))
-                .into());
-            }
-            let heading = if explain {
-                format!("Explanation for {cid}:")
-            } else {
-                format!("Thread for {cid}:")
-            };
-            print_events(&ledger, &ids, args.text.then_some(heading), &mut out)?;
+    let mut graph = GraphFold::new(graph_query);
+    fold(&ledger, args.common.quiet, |ev| graph.apply(ev))?;
+    match graph.answer().map_err(|e| Error::NotFound(e.to_string()))? {
+        GraphAnswer::Stats(s) => print_stats(&s, args.text, &mut out)?,
+        GraphAnswer::Events(ids) => {
+            let heading = args.text.then(|| query.heading());
+            print_events(&ledger, &ids, heading, &mut out)?;
         }
-        Query::Neighbors { id, direction, .. } => {
-            if graph.node(*id).is_none() {
-                let why = match ledger.get(*id)? {
-                    None => format!("event {id} is not in the graph: there is no event {id}"),
-                    Some(ev) => format!(
-                        "event {id} is not in the graph: the graph does not track kind '{}'",
-                        ev.kind
-                    ),
-                };
-                return Err(Error::NotFound(why).into());
-            }
-            let ids = graph.neighbors(*id, direction.direction(), kind);
-            let heading = format!("Neighbors of {id} ({}):", direction.name());
-            print_events(&ledger, &ids, args.text.then_some(heading), &mut out)?;
-        }
-        Query::Export { format } => {
-            let mut w = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
-            match format {
-                GraphFormat::Dot => graph.write_dot(&mut w)?,
-                GraphFormat::Json => {
-                    graph.write_json(&mut w)?;
-                    w.write_all(b"\n")?;
-                }
-            }
-            w.flush()?;
+        GraphAnswer::Graph(g) => {
+            // Only export asks for the whole graph.
+            let format = match query {
+                Query::Export { format } => format,
+                _ => GraphFormat::Json,
+            };
+            export(g, format)?;
         }
     }
     out.flush()?;
     Ok(Outcome::Success)
+}
+
+/// Writes the whole graph to stdout as Graphviz DOT or one JSON line.
+fn export(graph: &EventGraph, format: GraphFormat) -> io::Result<()> {
+    let mut w = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    match format {
+        GraphFormat::Dot => graph.write_dot(&mut w)?,
+        GraphFormat::Json => {
+            graph.write_json(&mut w)?;
+            w.write_all(b"\n")?;
+        }
+    }
+    w.flush()
 }

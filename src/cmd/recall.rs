@@ -144,8 +144,13 @@ impl Program for Args {
     }
 }
 
+/// A `--since`/`--until` that is not a time.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not an RFC 3339 time or a YYYY-MM-DD date")]
+struct BadTime(String);
+
 /// A time bound in the ledger's `ts` form, so that it compares as text.
-fn parse_time(s: &str) -> Result<String, String> {
+fn parse_time(s: &str) -> Result<String, BadTime> {
     let full = if s.len() == 10 {
         format!("{s}T00:00:00Z")
     } else {
@@ -153,7 +158,7 @@ fn parse_time(s: &str) -> Result<String, String> {
     };
     Clock::pinned(&full)
         .map(|c| c.ts())
-        .map_err(|_| format!("'{s}' is not an RFC 3339 time or a YYYY-MM-DD date"))
+        .map_err(|_| BadTime(s.to_string()))
 }
 
 /// Runs `pmm-recall`.
@@ -311,8 +316,13 @@ fn backfill_error(e: recall::vectors::BackfillError) -> anyhow::Error {
     match e {
         BackfillError::Store(e) => e.into(),
         BackfillError::Embed(e) if e.is_config() => Error::bad_input(None, e.to_string()).into(),
-        BackfillError::Embed(EmbedError::Server(e)) => e.into(),
-        BackfillError::Embed(e) => crate::llm::LlmError::Config(e.to_string()).into(),
+        BackfillError::Embed(EmbedError::Server(e)) => Error::from(e).into(),
+        BackfillError::Embed(e) => Error::from(crate::llm::LlmError::BadResponse {
+            provider: "embedding".into(),
+            endpoint: String::new(),
+            detail: e.to_string(),
+        })
+        .into(),
     }
 }
 
@@ -355,4 +365,22 @@ fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Negative
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_bound_is_a_date_or_an_rfc_3339_time() {
+        assert_eq!(
+            parse_time("2025-11-24").unwrap(),
+            "2025-11-24T00:00:00.000000Z"
+        );
+        assert_eq!(parse_time("soon"), Err(BadTime("soon".into())));
+        assert_eq!(
+            parse_time("soon").unwrap_err().to_string(),
+            "'soon' is not an RFC 3339 time or a YYYY-MM-DD date"
+        );
+    }
 }

@@ -105,32 +105,76 @@ pub const KEYS: [&str; 4] = [
     "commitment_auto_close",
 ];
 
-fn parse_set(s: &str) -> Result<(String, i64), String> {
+/// Why a `--set` or `--every` value is refused.
+#[derive(Debug, PartialEq, thiserror::Error)]
+enum BadValue {
+    /// `--set` without `=`.
+    #[error("'{0}' is not KEY=VALUE")]
+    NotKeyValue(String),
+    /// `--set` of a key that is not a threshold.
+    #[error("unknown threshold '{0}' ({keys})", keys = KEYS.join(", "))]
+    UnknownThreshold(String),
+    /// `--set` of a value that is not an integer.
+    #[error("{key}: '{value}' is not an integer")]
+    NotAnInteger {
+        /// The threshold.
+        key: String,
+        /// The value given.
+        value: String,
+    },
+    /// `--set` of a value outside 1 to 10⁹.
+    #[error("{key}: {value} is out of range (1 to 1000000000)")]
+    OutOfRange {
+        /// The threshold.
+        key: String,
+        /// The value given.
+        value: i64,
+    },
+    /// `--every` of zero, a negative or a non-finite number.
+    #[error("'{0}' is not a positive duration")]
+    NotPositive(String),
+    /// `--every` that is neither seconds nor a duration like `5m`.
+    #[error("'{text}': {source}")]
+    NotADuration {
+        /// The value given.
+        text: String,
+        /// Why it does not parse.
+        source: humantime::DurationError,
+    },
+}
+
+fn parse_set(s: &str) -> Result<(String, i64), BadValue> {
     let (k, v) = s
         .split_once('=')
-        .ok_or_else(|| format!("'{s}' is not KEY=VALUE"))?;
+        .ok_or_else(|| BadValue::NotKeyValue(s.to_string()))?;
     let k = k.trim();
     if !KEYS.contains(&k) {
-        return Err(format!("unknown threshold '{k}' ({})", KEYS.join(", ")));
+        return Err(BadValue::UnknownThreshold(k.to_string()));
     }
-    let n: i64 = v
-        .trim()
-        .parse()
-        .map_err(|_| format!("{k}: '{v}' is not an integer"))?;
+    let n: i64 = v.trim().parse().map_err(|_| BadValue::NotAnInteger {
+        key: k.to_string(),
+        value: v.to_string(),
+    })?;
     if !(1..=1_000_000_000).contains(&n) {
-        return Err(format!("{k}: {n} is out of range (1 to 1000000000)"));
+        return Err(BadValue::OutOfRange {
+            key: k.to_string(),
+            value: n,
+        });
     }
     Ok((k.to_string(), n))
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     let d = match s.trim().parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
-        Ok(_) => return Err(format!("'{s}' is not a positive duration")),
-        Err(_) => humantime::parse_duration(s.trim()).map_err(|e| format!("'{s}': {e}"))?,
+        Ok(_) => return Err(BadValue::NotPositive(s.to_string())),
+        Err(_) => humantime::parse_duration(s.trim()).map_err(|source| BadValue::NotADuration {
+            text: s.to_string(),
+            source,
+        })?,
     };
     if d.is_zero() {
-        return Err(format!("'{s}' is not a positive duration"));
+        return Err(BadValue::NotPositive(s.to_string()));
     }
     Ok(d)
 }
@@ -300,5 +344,38 @@ mod tests {
         for bad in ["0", "-1", "soon", "0s", ""] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn bad_values_are_typed_and_read_as_before() {
+        let set = |s: &str| parse_set(s).unwrap_err().to_string();
+        assert_eq!(set("x"), "'x' is not KEY=VALUE");
+        assert_eq!(
+            set("x=1"),
+            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close)"
+        );
+        assert_eq!(
+            set("summary_interval= ten"),
+            "summary_interval: ' ten' is not an integer"
+        );
+        assert_eq!(
+            parse_set("summary_interval=0"),
+            Err(BadValue::OutOfRange {
+                key: "summary_interval".into(),
+                value: 0
+            })
+        );
+        assert_eq!(
+            set("summary_interval=0"),
+            "summary_interval: 0 is out of range (1 to 1000000000)"
+        );
+        assert_eq!(
+            parse_duration("-1").unwrap_err().to_string(),
+            "'-1' is not a positive duration"
+        );
+        assert!(parse_duration("soon")
+            .unwrap_err()
+            .to_string()
+            .starts_with("'soon': "));
     }
 }

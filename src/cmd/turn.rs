@@ -181,40 +181,64 @@ enum Stream {
 /// The longest `--timeout`: one day per model call.
 const MAX_TIMEOUT_SECS: f64 = 86_400.0;
 
+/// Why a `--temperature`, `--top-p`, `--timeout` or `--adapter` value is refused.
+#[derive(Debug, PartialEq, thiserror::Error)]
+enum BadValue {
+    /// Not a number.
+    #[error("'{0}' is not a number")]
+    NotANumber(String),
+    /// A number outside its range (or not finite).
+    #[error("'{value}' is out of range (a number from {lo} to {hi})")]
+    OutOfRange {
+        /// The value given.
+        value: String,
+        /// The least value allowed.
+        lo: f64,
+        /// The greatest value allowed.
+        hi: f64,
+    },
+    /// A `--timeout` of 0.
+    #[error("'{0}' is out of range (more than 0 and at most {MAX_TIMEOUT_SECS} seconds)")]
+    NoTime(String),
+    /// An adapter pmm does not have.
+    #[error("unknown adapter '{0}' (ollama, openai, cmd, scripted, dummy)")]
+    UnknownAdapter(String),
+}
+
 /// A finite number in `lo..=hi` (NaN and infinities would be sent to the model as null).
-fn parse_in_range(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
+fn parse_in_range(s: &str, lo: f64, hi: f64) -> Result<f64, BadValue> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x),
-        Ok(_) => Err(format!(
-            "'{s}' is out of range (a number from {lo} to {hi})"
-        )),
-        Err(_) => Err(format!("'{s}' is not a number")),
+        Ok(_) => Err(BadValue::OutOfRange {
+            value: s.to_string(),
+            lo,
+            hi,
+        }),
+        Err(_) => Err(BadValue::NotANumber(s.to_string())),
     }
 }
 
-fn parse_temperature(s: &str) -> Result<f64, String> {
+fn parse_temperature(s: &str) -> Result<f64, BadValue> {
     parse_in_range(s, 0.0, 100.0)
 }
 
-fn parse_top_p(s: &str) -> Result<f64, String> {
+fn parse_top_p(s: &str) -> Result<f64, BadValue> {
     parse_in_range(s, 0.0, 1.0)
 }
 
-fn parse_timeout(s: &str) -> Result<f64, String> {
+fn parse_timeout(s: &str) -> Result<f64, BadValue> {
     match parse_in_range(s, 0.0, MAX_TIMEOUT_SECS) {
         Ok(x) if x > 0.0 => Ok(x),
-        Ok(_) => Err(format!(
-            "'{s}' is out of range (more than 0 and at most {MAX_TIMEOUT_SECS} seconds)"
-        )),
+        Ok(_) => Err(BadValue::NoTime(s.to_string())),
         Err(e) => Err(e),
     }
 }
 
-fn parse_adapter(s: &str) -> Result<AdapterKind, String> {
+fn parse_adapter(s: &str) -> Result<AdapterKind, BadValue> {
     AdapterKind::ALL
         .into_iter()
         .find(|k| k.as_str() == s)
-        .ok_or_else(|| format!("unknown adapter '{s}' (ollama, openai, cmd, scripted, dummy)"))
+        .ok_or_else(|| BadValue::UnknownAdapter(s.to_string()))
 }
 
 impl Program for Args {
@@ -391,7 +415,7 @@ impl Args {
         let mut adapter = llm::adapter(&cfg).map_err(|e| Error::bad_input(None, e.to_string()))?;
         // Mistakes known before anything is appended (a refused connection, an unknown model, a
         // rejected key) are exit 3 with a hint, and leave the ledger as it was (or uncreated).
-        adapter.preflight()?;
+        adapter.preflight().map_err(Error::from)?;
         Ok((cfg, adapter))
     }
 
@@ -491,14 +515,14 @@ impl<'a> Turns<'a> {
                     }
                     out.flush()?;
                 }
-                Err(TurnError::Generation {
+                Err(Error::from(TurnError::Generation {
                     error,
                     events,
                     failure,
-                }
+                })
                 .into())
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(Error::from(e).into()),
         }
     }
 }
@@ -524,8 +548,10 @@ fn each_line(
         if read == 0 {
             return Ok(());
         }
-        let line = std::str::from_utf8(crate::lines::trim_eol(&buf))
-            .map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
+        let line =
+            std::str::from_utf8(crate::lines::trim_eol(&buf)).map_err(|_| Error::NotUtf8 {
+                at: format!("<stdin>:{n}"),
+            })?;
         if line.trim().is_empty() {
             continue;
         }
@@ -571,5 +597,30 @@ mod tests {
         assert_eq!(lines_of(b"").unwrap(), vec![]);
         let e = lines_of(b"ok\n\xff\n").unwrap_err();
         assert!(e.contains("<stdin>:2") && e.contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_typed_and_read_as_before() {
+        assert_eq!(
+            parse_temperature("hot"),
+            Err(BadValue::NotANumber("hot".into()))
+        );
+        assert_eq!(
+            parse_top_p("2").unwrap_err().to_string(),
+            "'2' is out of range (a number from 0 to 1)"
+        );
+        assert_eq!(
+            parse_temperature("NaN").unwrap_err().to_string(),
+            "'NaN' is out of range (a number from 0 to 100)"
+        );
+        assert_eq!(
+            parse_timeout("0").unwrap_err().to_string(),
+            "'0' is out of range (more than 0 and at most 86400 seconds)"
+        );
+        assert_eq!(
+            parse_adapter("gpt").unwrap_err().to_string(),
+            "unknown adapter 'gpt' (ollama, openai, cmd, scripted, dummy)"
+        );
+        assert_eq!(parse_adapter("dummy"), Ok(AdapterKind::Dummy));
     }
 }

@@ -3,7 +3,7 @@
 use crate::chain::merkle;
 use crate::chain::note::{self, Checkpoint, NoteError, VerifierKey};
 use crate::chain::proof::{self, Hex, Proof, Trusted};
-use crate::chain::{Anchor, Digest, Summary};
+use crate::chain::{Anchor, AnchorError, Digest, Summary};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::interchange::Input;
 use crate::store::{Ledger, Reads};
@@ -154,7 +154,9 @@ pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
     let mut anchors = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let at = || Some(format!("{}:{}", path.display(), i + 1));
-        let line = std::str::from_utf8(line).map_err(|_| Error::bad_input(at(), "not UTF-8"))?;
+        let line = std::str::from_utf8(line).map_err(|_| Error::NotUtf8 {
+            at: format!("{}:{}", path.display(), i + 1),
+        })?;
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -172,7 +174,7 @@ pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
                 (Some(id), Some(hash)) => anchors.push(
                     format!("{id}:{hash}")
                         .parse()
-                        .map_err(|e: String| Error::bad_input(at(), e))?,
+                        .map_err(|e: AnchorError| Error::bad_input(at(), e))?,
                 ),
                 _ => continue, // an empty ledger's summary anchors nothing
             }
@@ -183,7 +185,7 @@ pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
             {
                 anchors.push(
                     word.parse()
-                        .map_err(|e: String| Error::bad_input(at(), e))?,
+                        .map_err(|e: AnchorError| Error::bad_input(at(), e))?,
                 );
             }
         }

@@ -26,17 +26,42 @@ pub const THRESHOLD_KEYS: [&str; 4] = [
     "commitment_auto_close",
 ];
 
-fn int_in(v: &Value, key: &str, lo: i64, hi: i64) -> Result<(), String> {
+/// A `config` value the runtime must not use, named with its key and the range it must be in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutOfRange {
+    /// An integer setting that is not an integer in its range.
+    #[error("{key}: {value} is out of range ({lo} to {hi})")]
+    Int {
+        /// The key.
+        key: &'static str,
+        /// The value given.
+        value: Value,
+        /// The least value allowed.
+        lo: i64,
+        /// The greatest value allowed.
+        hi: i64,
+    },
+    /// A retrieval strategy pmm does not have.
+    #[error("strategy: {0} is not \"hybrid\", \"vector\" or \"fixed\"")]
+    Strategy(Value),
+}
+
+fn int_in(v: &Value, key: &'static str, lo: i64, hi: i64) -> Result<(), OutOfRange> {
     match v.as_i64() {
         Some(n) if (lo..=hi).contains(&n) => Ok(()),
-        _ => Err(format!("{key}: {v} is out of range ({lo} to {hi})")),
+        _ => Err(OutOfRange::Int {
+            key,
+            value: v.clone(),
+            lo,
+            hi,
+        }),
     }
 }
 
 /// Why the content of a `config` event holds a value the runtime must not use, if it does.
 /// Only the types and keys pmm reads are checked; anything else (a policy, an `exec_bind`,
 /// text that is not JSON) is left to the code that reads it.
-pub fn out_of_range(content: &str) -> Option<String> {
+pub fn out_of_range(content: &str) -> Option<OutOfRange> {
     let Ok(Value::Object(c)) = serde_json::from_str::<Value>(content) else {
         return None;
     };
@@ -54,14 +79,12 @@ pub fn out_of_range(content: &str) -> Option<String> {
             match c.get("strategy") {
                 None => Ok(()),
                 Some(Value::String(s)) if s == "hybrid" || s == "vector" || s == "fixed" => Ok(()),
-                Some(s) => Err(format!(
-                    "strategy: {s} is not \"hybrid\", \"vector\" or \"fixed\""
-                )),
+                Some(s) => Err(OutOfRange::Strategy(s.clone())),
             }
         })(),
         Some("autonomy_thresholds") => THRESHOLD_KEYS
             .iter()
-            .filter_map(|k| c.get(*k).map(|v| (k, v)))
+            .filter_map(|k| c.get(*k).map(|v| (*k, v)))
             .try_for_each(|(k, v)| int_in(v, k, *THRESHOLD_RANGE.start(), *THRESHOLD_RANGE.end())),
         _ => Ok(()),
     };
@@ -74,7 +97,11 @@ mod tests {
 
     #[test]
     fn issue13_item10_config_values_out_of_range_are_named() {
-        let bad = |c: &str| out_of_range(c).unwrap_or_else(|| panic!("{c} passed"));
+        let bad = |c: &str| {
+            out_of_range(c)
+                .unwrap_or_else(|| panic!("{c} passed"))
+                .to_string()
+        };
         assert!(bad(r#"{"type":"retrieval","dims":100000000}"#).starts_with("dims: 100000000"));
         assert!(bad(r#"{"type":"retrieval","dims":0}"#).starts_with("dims"));
         assert!(bad(r#"{"type":"retrieval","dims":"64"}"#).starts_with("dims"));
@@ -100,5 +127,30 @@ mod tests {
         ] {
             assert_eq!(out_of_range(ok), None, "{ok}");
         }
+    }
+
+    #[test]
+    fn out_of_range_values_are_typed_with_their_range() {
+        assert_eq!(
+            out_of_range(r#"{"type":"retrieval","dims":0}"#),
+            Some(OutOfRange::Int {
+                key: "dims",
+                value: Value::from(0),
+                lo: 1,
+                hi: MAX_DIMS
+            })
+        );
+        assert_eq!(
+            out_of_range(r#"{"type":"retrieval","dims":0}"#)
+                .unwrap()
+                .to_string(),
+            "dims: 0 is out of range (1 to 4096)"
+        );
+        let s = out_of_range(r#"{"type":"retrieval","strategy":"all"}"#).unwrap();
+        assert_eq!(s, OutOfRange::Strategy(Value::from("all")));
+        assert_eq!(
+            s.to_string(),
+            "strategy: \"all\" is not \"hybrid\", \"vector\" or \"fixed\""
+        );
     }
 }

@@ -193,10 +193,10 @@ impl NewEvent {
         kind: impl Into<String>,
         content: impl Into<String>,
         meta: Map<String, Value>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EventError> {
         let kind = kind.into();
         check_kind(&kind)?;
-        let meta = canon::into_meta(Value::Object(meta)).map_err(|e| e.0)?;
+        let meta = canon::into_meta(Value::Object(meta))?;
         Ok(NewEvent {
             kind,
             content: content.into(),
@@ -215,44 +215,29 @@ impl NewEvent {
 
     /// Parses one input line `{"kind","content","meta"?}`. Other fields (`id`, `hash`, … as
     /// `pmm-replay` prints them) are ignored, so events can be copied between ledgers.
-    pub fn from_json_line(line: &str) -> Result<Self, String> {
+    pub fn from_json_line(line: &str) -> Result<Self, EventError> {
         if line.trim().is_empty() {
-            return Err(
-                "empty line: expected a JSON object {\"kind\",\"content\",\"meta\"?}".into(),
-            );
+            return Err(EventError::EmptyLine);
         }
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| canon::explain_json_error(line, &e))?;
+        let v: Value = serde_json::from_str(line)
+            .map_err(|e| EventError::NotJson(canon::explain_json_error(line, &e)))?;
         let Value::Object(mut obj) = v else {
-            return Err(format!(
-                "expected a JSON object {{\"kind\",\"content\",\"meta\"?}}, got {}",
-                canon::type_name(&v)
-            ));
+            return Err(EventError::NotAnObject(canon::type_name(&v)));
         };
         let kind = match obj.remove("kind") {
             Some(Value::String(k)) => k,
-            Some(other) => {
-                return Err(format!(
-                    "\"kind\" must be a string, not {}",
-                    canon::type_name(&other)
-                ))
-            }
-            None => return Err("missing \"kind\"".into()),
+            Some(other) => return Err(EventError::not_a_string("kind", &other)),
+            None => return Err(EventError::Missing("kind")),
         };
         check_kind(&kind)?;
         let content = match obj.remove("content") {
             Some(Value::String(c)) => c,
-            Some(other) => {
-                return Err(format!(
-                    "\"content\" must be a string, not {}",
-                    canon::type_name(&other)
-                ))
-            }
-            None => return Err("missing \"content\"".into()),
+            Some(other) => return Err(EventError::not_a_string("content", &other)),
+            None => return Err(EventError::Missing("content")),
         };
         let meta = match obj.remove("meta") {
             None => Map::new(),
-            Some(v) => canon::into_meta(v).map_err(|e| e.0)?,
+            Some(v) => canon::into_meta(v)?,
         };
         Ok(NewEvent {
             kind,
@@ -262,18 +247,63 @@ impl NewEvent {
     }
 }
 
+/// Why an event cannot be appended as given, or a time cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    /// A kind outside the allowlist.
+    #[error("unknown kind '{0}' (`pmm-append --list-kinds` lists the {n} allowed kinds)", n = KINDS.len())]
+    UnknownKind(String),
+    /// An input line with nothing on it.
+    #[error("empty line: expected a JSON object {{\"kind\",\"content\",\"meta\"?}}")]
+    EmptyLine,
+    /// An input line that is not JSON (explained in the user's terms).
+    #[error("{0}")]
+    NotJson(String),
+    /// An input line that is JSON but not an object; the type it is.
+    #[error("expected a JSON object {{\"kind\",\"content\",\"meta\"?}}, got {0}")]
+    NotAnObject(&'static str),
+    /// A field that must be a string and is not.
+    #[error("\"{field}\" must be a string, not {found}")]
+    NotAString {
+        /// The field.
+        field: &'static str,
+        /// The JSON type it has.
+        found: &'static str,
+    },
+    /// A field that must be there.
+    #[error("missing \"{0}\"")]
+    Missing(&'static str),
+    /// A meta that is not a JSON object, or has no canonical form.
+    #[error(transparent)]
+    Meta(#[from] canon::MetaError),
+    /// `--now`/`$PMM_NOW` that is not an RFC 3339 time.
+    #[error("--now/PMM_NOW: '{text}' is not an RFC 3339 time ({source})")]
+    BadTime {
+        /// The text given.
+        text: String,
+        /// Why it does not parse.
+        source: chrono::ParseError,
+    },
+}
+
+impl EventError {
+    fn not_a_string(field: &'static str, v: &Value) -> Self {
+        EventError::NotAString {
+            field,
+            found: canon::type_name(v),
+        }
+    }
+}
+
 // Python truthiness: the one definition, in `pystr`.
 use crate::pystr::truthy;
 
 /// Checks a kind against the allowlist.
-pub fn check_kind(kind: &str) -> Result<(), String> {
+pub fn check_kind(kind: &str) -> Result<(), EventError> {
     if is_known_kind(kind) {
         Ok(())
     } else {
-        Err(format!(
-            "unknown kind '{kind}' (`pmm-append --list-kinds` lists the {} allowed kinds)",
-            KINDS.len()
-        ))
+        Err(EventError::UnknownKind(kind.to_string()))
     }
 }
 
@@ -289,10 +319,13 @@ pub enum Clock {
 
 impl Clock {
     /// Parses an RFC 3339 time (`2025-11-24T05:55:41Z`, `…+01:00`, fractions allowed).
-    pub fn pinned(text: &str) -> Result<Clock, String> {
+    pub fn pinned(text: &str) -> Result<Clock, EventError> {
         DateTime::parse_from_rfc3339(text.trim())
             .map(|t| Clock::Pinned(t.with_timezone(&Utc)))
-            .map_err(|e| format!("--now/PMM_NOW: '{text}' is not an RFC 3339 time ({e})"))
+            .map_err(|source| EventError::BadTime {
+                text: text.to_string(),
+                source,
+            })
     }
 
     /// The current instant.
@@ -364,9 +397,45 @@ mod tests {
             (r#"{"kind":"user_message","content":"\ud800"}"#, "surrogate"),
             (r#"[1]"#, "expected a JSON object"),
         ] {
-            let err = NewEvent::from_json_line(line).unwrap_err();
+            let err = NewEvent::from_json_line(line).unwrap_err().to_string();
             assert!(err.contains(needle), "{line:?}: {err}");
         }
+    }
+
+    #[test]
+    fn event_errors_are_typed_and_read_as_before() {
+        let err = |line: &str| NewEvent::from_json_line(line).unwrap_err();
+        assert_eq!(err(" "), EventError::EmptyLine);
+        assert_eq!(
+            err(" ").to_string(),
+            "empty line: expected a JSON object {\"kind\",\"content\",\"meta\"?}"
+        );
+        assert_eq!(
+            err("[1]").to_string(),
+            "expected a JSON object {\"kind\",\"content\",\"meta\"?}, got an array"
+        );
+        assert_eq!(err(r#"{"content":""}"#), EventError::Missing("kind"));
+        assert_eq!(err(r#"{"content":""}"#).to_string(), "missing \"kind\"");
+        assert_eq!(
+            err(r#"{"kind":1,"content":""}"#).to_string(),
+            "\"kind\" must be a string, not a number"
+        );
+        assert_eq!(
+            err(r#"{"kind":"bogus","content":""}"#).to_string(),
+            format!(
+                "unknown kind 'bogus' (`pmm-append --list-kinds` lists the {} allowed kinds)",
+                KINDS.len()
+            )
+        );
+        assert!(matches!(
+            NewEvent::new("x", "", Map::new()),
+            Err(EventError::UnknownKind(k)) if k == "x"
+        ));
+        let bad = Clock::pinned("yesterday").unwrap_err();
+        assert!(matches!(&bad, EventError::BadTime { text, .. } if text == "yesterday"));
+        assert!(bad
+            .to_string()
+            .starts_with("--now/PMM_NOW: 'yesterday' is not an RFC 3339 time ("));
     }
 
     #[test]

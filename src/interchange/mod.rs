@@ -1,9 +1,11 @@
 //! Import and export formats: the reference JSON export, JSONL events, gzip of either, SQLite
 //! ledgers (readers); and JSON, JSONL, CSV, Markdown transcript and telemetry report (writers).
 //!
-//! Readers stream: one event at a time, whatever the size of the input. Writers are [`Sink`]s:
+//! Readers stream: one event at a time, whatever the size of the input; [`import`] verifies
+//! what one reads and appends it to a ledger verbatim. Writers are [`Sink`]s:
 //! fed events in id order, then finished.
 
+mod import;
 mod read;
 mod write;
 
@@ -11,6 +13,7 @@ pub mod csv;
 pub mod markdown;
 pub mod telemetry;
 
+pub use import::{import, ImportSummary};
 pub use read::{detect, digest, read, read_with, Format, Input, Item, Record};
 pub use write::{python_str, JsonArrayWriter};
 

@@ -603,7 +603,9 @@ fn read_json<R: BufRead>(r: R, name: &str, f: &mut dyn FnMut(Item) -> Result<boo
 /// The work function for [`read_with`] that every verifying reader uses: the hash an event
 /// should have (see [`crate::chain::compute`]), computed on a worker thread; the parsed meta is
 /// dropped there too, since nothing after hashing needs it. `None` for malformed items.
-pub fn digest(item: &mut Item) -> Option<std::result::Result<crate::chain::Digest, String>> {
+pub fn digest(
+    item: &mut Item,
+) -> Option<std::result::Result<crate::chain::Digest, crate::chain::HashError>> {
     thread_local! {
         static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(4096));
     }

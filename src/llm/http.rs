@@ -164,7 +164,7 @@ impl Http {
         body: &Value,
         bearer: Option<&str>,
         cancel: Option<&Cancel>,
-        mut on_event: impl FnMut(StreamEvent<'_>) -> Result<Flow, String>,
+        mut on_event: impl FnMut(StreamEvent<'_>) -> Result<Flow, StreamError>,
     ) -> Result<Streamed, LlmError> {
         let endpoint = shown_url(url);
         let check = || match cancel {
@@ -217,7 +217,7 @@ impl Http {
                     )
                 }
                 Ok(Flow::More) => {}
-                Err(detail) => return Err(self.bad_response(url, detail)),
+                Err(e) => return Err(self.bad_response(url, e.to_string())),
             }
         };
         Err(match failed {
@@ -404,6 +404,22 @@ pub(crate) enum StreamEvent<'a> {
     Line(&'a str),
     /// The body ended.
     End,
+}
+
+/// Why a streamed answer is unusable: it becomes a [`LlmError::BadResponse`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StreamError {
+    /// A line (Ollama) or an event's data (OpenAI) that is not JSON.
+    #[error("{what} of the stream is not JSON ({source})")]
+    NotJson {
+        /// `a line`, `an event`.
+        what: &'static str,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+    /// The server put an error into the stream.
+    #[error("error: {0}")]
+    Server(String),
 }
 
 /// Whether a streamed reply is complete.

@@ -508,6 +508,24 @@ impl LlmError {
     }
 }
 
+impl crate::error::ExitStatus for LlmError {
+    /// 2 for a bad setup, 128 + the signal for an interrupted call, else 3: the external
+    /// service failed (SPEC §3).
+    fn exit_code(&self) -> u8 {
+        if self.is_config() {
+            2
+        } else {
+            self.exit_status().unwrap_or(3)
+        }
+    }
+}
+
+impl From<LlmError> for crate::Error {
+    fn from(e: LlmError) -> Self {
+        crate::Error::with_exit_status(e)
+    }
+}
+
 /// "SIGINT", "SIGTERM", or "signal N".
 fn signal_name(signal: i32) -> String {
     match signal_hook::low_level::signal_name(signal) {

@@ -2,7 +2,7 @@
 //! reply is wanted as it is generated) a stream of JSON lines, each with a piece of
 //! `message.content`, the last with `"done": true` and the token counts.
 
-use super::http::{base_url, shown_url, Flow, Http, StreamEvent};
+use super::http::{base_url, shown_url, Flow, Http, StreamError, StreamEvent};
 use super::preflight::{self, Probe};
 use super::{Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::{json, Value};
@@ -160,11 +160,14 @@ impl Ollama {
                     StreamEvent::Line(l) => l,
                     StreamEvent::End => return Ok(Flow::More),
                 };
-                let chunk: Value = serde_json::from_str(line)
-                    .map_err(|e| format!("a line of the stream is not JSON ({e})"))?;
+                let chunk: Value =
+                    serde_json::from_str(line).map_err(|source| StreamError::NotJson {
+                        what: "a line",
+                        source,
+                    })?;
                 if let Some(e) = chunk.get("error") {
                     let e = e.as_str().map_or_else(|| e.to_string(), str::to_string);
-                    return Err(format!("error: {e}"));
+                    return Err(StreamError::Server(e));
                 }
                 if let Some(piece) = chunk.pointer("/message/content").and_then(Value::as_str) {
                     text.push_str(piece);

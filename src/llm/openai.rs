@@ -4,7 +4,7 @@
 //! a last chunk with `usage` (asked for with `stream_options.include_usage`), then
 //! `data: [DONE]`.
 
-use super::http::{base_url, shown_url, Flow, Http, StreamEvent};
+use super::http::{base_url, shown_url, Flow, Http, StreamError, StreamEvent};
 use super::preflight::{self, Probe};
 use super::{Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::{json, Value};
@@ -213,7 +213,7 @@ impl<'s> StreamParse<'s> {
     }
 
     /// Reads one event of the body: a line, or its end.
-    fn event(&mut self, event: StreamEvent<'_>) -> Result<Flow, String> {
+    fn event(&mut self, event: StreamEvent<'_>) -> Result<Flow, StreamError> {
         match event {
             StreamEvent::Line(line) => self.line(line),
             StreamEvent::End => Ok(self.end()),
@@ -254,7 +254,7 @@ impl<'s> StreamParse<'s> {
     /// One line: a `data:` line is an event's data; `event:`, `id:`, `retry:`,
     /// `: comments` and blank lines between events are skipped; anything else is kept as
     /// the body of a server that did not stream.
-    fn line(&mut self, line: &str) -> Result<Flow, String> {
+    fn line(&mut self, line: &str) -> Result<Flow, StreamError> {
         let Some(data) = line.strip_prefix("data:") else {
             if !line.starts_with([':', '\r', '\n'])
                 && !["event:", "id:", "retry:"]
@@ -270,28 +270,30 @@ impl<'s> StreamParse<'s> {
 
     /// An event's data: `[DONE]` ends the stream, empty data is skipped, anything else must
     /// be a JSON chunk.
-    fn data(&mut self, data: &str) -> Result<Flow, String> {
+    fn data(&mut self, data: &str) -> Result<Flow, StreamError> {
         if data == "[DONE]" {
             return Ok(Flow::Done);
         }
         if data.is_empty() {
             return Ok(Flow::More);
         }
-        let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| format!("an event of the stream is not JSON ({e})"))?;
+        let chunk: Value = serde_json::from_str(data).map_err(|source| StreamError::NotJson {
+            what: "an event",
+            source,
+        })?;
         self.chunk(&chunk)?;
         Ok(Flow::More)
     }
 
     /// A JSON chunk: an `error` fails the stream; otherwise its content delta, refusal
     /// delta, non-empty model, `usage` object and finish reason are taken in.
-    fn chunk(&mut self, chunk: &Value) -> Result<(), String> {
+    fn chunk(&mut self, chunk: &Value) -> Result<(), StreamError> {
         if let Some(e) = chunk.get("error") {
             let e = e
                 .get("message")
                 .and_then(Value::as_str)
                 .map_or_else(|| e.to_string(), str::to_string);
-            return Err(format!("error: {e}"));
+            return Err(StreamError::Server(e));
         }
         let delta = chunk.pointer("/choices/0/delta");
         if let Some(piece) = delta.and_then(|d| d.get("content")).and_then(Value::as_str) {
@@ -343,5 +345,33 @@ mod tests {
         let e = OpenAi::new(&cfg).err().unwrap();
         assert!(e.is_config());
         assert!(!e.to_string().contains("sk-ab"));
+    }
+
+    #[test]
+    fn an_unusable_stream_says_why_in_a_typed_error() {
+        let sink = TextSink::new(|_| ());
+        let mut parse = StreamParse::new(&sink, None);
+        let Err(e) = parse.event(StreamEvent::Line("data: nope\n")) else {
+            panic!("not JSON, yet read")
+        };
+        assert!(matches!(
+            e,
+            StreamError::NotJson {
+                what: "an event",
+                ..
+            }
+        ));
+        assert!(e
+            .to_string()
+            .starts_with("an event of the stream is not JSON ("));
+        let Err(e) = parse.event(StreamEvent::Line(r#"data: {"error":{"message":"boom"}}"#)) else {
+            panic!("an error chunk, yet read")
+        };
+        assert!(matches!(&e, StreamError::Server(m) if m == "boom"));
+        assert_eq!(e.to_string(), "error: boom");
+        assert!(matches!(
+            parse.event(StreamEvent::Line("data: [DONE]\n")),
+            Ok(Flow::Done)
+        ));
     }
 }

@@ -163,7 +163,7 @@ pub struct Markers {
     pub claims: Vec<Line<Result<ClaimMarker, ClaimParseError>>>,
     /// The first `REFLECT:` line only (later ones are not tried, as in the reference): its JSON
     /// object, or why it is not one.
-    pub reflect: Option<Line<Result<Map<String, Value>, String>>>,
+    pub reflect: Option<Line<Result<Map<String, Value>, ReflectParseError>>>,
     /// `REF: ` targets (the space is part of the prefix), Python-stripped, empty ones dropped.
     /// When the whole reply is a JSON object with a `refs` list, those strings instead, all on
     /// line 1 (see [`ref_targets`]).
@@ -309,16 +309,26 @@ fn parse_claim(raw: &str, rest: &str) -> Result<ClaimMarker, ClaimParseError> {
     })
 }
 
+/// Why a `REFLECT:` line is not a reflection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReflectParseError {
+    /// JSON, but not an object; the type it is.
+    #[error("REFLECT must be a JSON object, not {0}")]
+    NotAnObject(&'static str),
+    /// Not JSON (explained in the user's terms).
+    #[error("{0}")]
+    NotJson(String),
+}
+
 /// Parses the part of a `REFLECT:` line after the prefix: a JSON object, or why not.
-fn parse_reflect(rest: &str) -> Result<Map<String, Value>, String> {
+fn parse_reflect(rest: &str) -> Result<Map<String, Value>, ReflectParseError> {
     let json = py_strip(rest);
     match serde_json::from_str::<Value>(json) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(format!(
-            "REFLECT must be a JSON object, not {}",
-            canon::type_name(&other)
-        )),
-        Err(e) => Err(canon::explain_json_error(json, &e)),
+        Ok(other) => Err(ReflectParseError::NotAnObject(canon::type_name(&other))),
+        Err(e) => Err(ReflectParseError::NotJson(canon::explain_json_error(
+            json, &e,
+        ))),
     }
 }
 
@@ -552,14 +562,19 @@ mod tests {
         let m = parse("REFLECT: [1]\nREFLECT:{\"note\":\"n\"}");
         let r = m.reflect.unwrap();
         assert_eq!(r.line, 1);
+        assert_eq!(r.value, Err(ReflectParseError::NotAnObject("an array")));
         assert_eq!(
-            r.value,
-            Err("REFLECT must be a JSON object, not an array".into())
+            r.value.unwrap_err().to_string(),
+            "REFLECT must be a JSON object, not an array"
         );
         let m = parse("x\nREFLECT: {bad\nREFLECT:{}");
         let r = m.reflect.unwrap();
         assert_eq!(r.line, 2);
-        assert!(r.value.unwrap_err().starts_with("not valid JSON"));
+        assert!(r
+            .value
+            .unwrap_err()
+            .to_string()
+            .starts_with("not valid JSON"));
         let m = parse("  REFLECT: {\"next\": \"n\"} ");
         assert_eq!(m.reflect.unwrap().value.unwrap()["next"], "n");
         assert_eq!(parse("no markers").reflect, None);

@@ -34,6 +34,12 @@ impl From<crate::Error> for ToolError {
     }
 }
 
+impl From<crate::event::EventError> for ToolError {
+    fn from(e: crate::event::EventError) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
 fn fail<T>(msg: impl Into<String>) -> Result<T, ToolError> {
     Err(ToolError(msg.into()))
 }
@@ -458,7 +464,7 @@ fn remember(cfg: &Config, a: RememberArgs) -> Result<Value, ToolError> {
         _ => None,
     };
     // The text is kept verbatim (a message is what was said, whitespace and all).
-    let ev = NewEvent::new(kind, a.text, meta).map_err(ToolError)?;
+    let ev = NewEvent::new(kind, a.text, meta)?;
     let event = cfg.writer()?.append(&ev, &cfg.clock)?;
     Ok(json!({"event": event_json(&event)}))
 }
@@ -489,8 +495,7 @@ fn commit(cfg: &Config, a: CommitArgs) -> Result<Value, ToolError> {
         "commitment_open",
         format!("Commitment opened: {text}"),
         meta,
-    )
-    .map_err(ToolError)?;
+    )?;
     let event = append_one(batch, &ev, &cfg.clock)?;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
 }
@@ -533,8 +538,7 @@ fn close(cfg: &Config, a: CloseArgs) -> Result<Value, ToolError> {
         "commitment_close",
         format!("Commitment closed: {cid}"),
         meta,
-    )
-    .map_err(ToolError)?;
+    )?;
     let event = append_one(batch, &ev, &cfg.clock)?;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
 }

@@ -86,20 +86,26 @@ pub struct ConceptGraph {
     broken_by: Option<i64>,
 }
 
+/// Content that is JSON but not an object: the reference's `data.get` raises on it, and its
+/// concept graph stops there (see `broken_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("concept event content is JSON but not an object")]
+struct NotAnObject;
+
 /// Parses `content` as the reference does with `json.loads` followed by `data.get`: `Ok(None)`
-/// when it is not JSON (the reference returns quietly), `Err(())` when it is JSON but not an
-/// object (the reference raises).
-fn parse_object(content: &str) -> Result<Option<Map<String, Value>>, ()> {
+/// when it is not JSON (the reference returns quietly), [`NotAnObject`] when it is JSON but
+/// not an object (the reference raises).
+fn parse_object(content: &str) -> Result<Option<Map<String, Value>>, NotAnObject> {
     match serde_json::from_str::<Value>(content) {
         Ok(Value::Object(map)) => Ok(Some(map)),
-        Ok(_) => Err(()),
+        Ok(_) => Err(NotAnObject),
         Err(_) => Ok(None),
     }
 }
 
 /// [`parse_object`], reading empty content as `{}` (as the identity and thread handlers of
 /// the reference do).
-fn parse_object_or_empty(content: &str) -> Result<Option<Map<String, Value>>, ()> {
+fn parse_object_or_empty(content: &str) -> Result<Option<Map<String, Value>>, NotAnObject> {
     parse_object(if content.is_empty() { "{}" } else { content })
 }
 
@@ -168,7 +174,7 @@ impl ConceptGraph {
         self.last_event_id = ev.id;
     }
 
-    fn define(&mut self, ev: &Event) -> Result<(), ()> {
+    fn define(&mut self, ev: &Event) -> Result<(), NotAnObject> {
         let Some(data) = parse_object(&ev.content)? else {
             return Ok(());
         };
@@ -195,7 +201,7 @@ impl ConceptGraph {
         Ok(())
     }
 
-    fn alias(&mut self, ev: &Event) -> Result<(), ()> {
+    fn alias(&mut self, ev: &Event) -> Result<(), NotAnObject> {
         let Some(data) = parse_object(&ev.content)? else {
             return Ok(());
         };
@@ -216,7 +222,7 @@ impl ConceptGraph {
             .insert(event_id);
     }
 
-    fn bind_event(&mut self, ev: &Event) -> Result<(), ()> {
+    fn bind_event(&mut self, ev: &Event) -> Result<(), NotAnObject> {
         let Some(data) = parse_object(&ev.content)? else {
             return Ok(());
         };
@@ -243,7 +249,7 @@ impl ConceptGraph {
         Ok(())
     }
 
-    fn adopt_identity(&mut self, ev: &Event) -> Result<(), ()> {
+    fn adopt_identity(&mut self, ev: &Event) -> Result<(), NotAnObject> {
         let Some(data) = parse_object_or_empty(&ev.content)? else {
             return Ok(());
         };
@@ -262,7 +268,7 @@ impl ConceptGraph {
         Ok(())
     }
 
-    fn relate(&mut self, ev: &Event) -> Result<(), ()> {
+    fn relate(&mut self, ev: &Event) -> Result<(), NotAnObject> {
         let Some(data) = parse_object(&ev.content)? else {
             return Ok(());
         };
@@ -282,7 +288,7 @@ impl ConceptGraph {
         Ok(())
     }
 
-    fn bind_thread(&mut self, ev: &Event) -> Result<(), ()> {
+    fn bind_thread(&mut self, ev: &Event) -> Result<(), NotAnObject> {
         let Some(data) = parse_object_or_empty(&ev.content)? else {
             return Ok(());
         };

@@ -587,6 +587,134 @@ impl GraphCounts {
     }
 }
 
+/// A question about the event graph: what `pmm-graph` asks, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraphQuery {
+    /// Node and edge counts, nodes per kind.
+    Stats,
+    /// The events of commitment `cid`'s thread ([`EventGraph::thread`]).
+    Thread(String),
+    /// The thread and every event directly linked to it ([`EventGraph::subgraph`]).
+    Explain(String),
+    /// The events linked to event `id` ([`EventGraph::neighbors`]).
+    Neighbors {
+        /// The event.
+        id: i64,
+        /// Which links to follow.
+        direction: Direction,
+        /// Only neighbours of this kind.
+        kind: Option<NodeKind>,
+    },
+    /// The whole graph.
+    Export,
+}
+
+/// What a [`GraphQuery`] found.
+#[derive(Debug)]
+pub enum GraphAnswer<'a> {
+    /// The statistics.
+    Stats(GraphStats),
+    /// Event ids, in the order they are shown.
+    Events(Vec<i64>),
+    /// The whole graph.
+    Graph(&'a EventGraph),
+}
+
+/// Why a [`GraphQuery`] has no answer (a negative answer, not a failure).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswered {
+    /// No `commitment_open` has the cid.
+    #[error("no thread for cid '{0}': no commitment_open has that cid")]
+    NoThread(String),
+    /// The ledger has no such event.
+    #[error("event {0} is not in the graph: there is no event {0}")]
+    NoEvent(i64),
+    /// The event is there, of a kind the graph does not track.
+    #[error("event {id} is not in the graph: the graph does not track kind '{kind}'")]
+    Untracked {
+        /// The event.
+        id: i64,
+        /// Its kind.
+        kind: String,
+    },
+}
+
+/// The fold a [`GraphQuery`] needs, fed every event in id order, then asked for the answer:
+/// the statistics need only the counting fold ([`GraphCounts`]: a bitset of node ids, not the
+/// graph), so memory stays small however large the ledger; every other query builds the graph.
+#[derive(Debug)]
+pub struct GraphFold {
+    query: GraphQuery,
+    fold: Fold,
+    /// The kind of the event a neighbours query asks about, once it went by.
+    asked_kind: Option<String>,
+}
+
+#[derive(Debug)]
+enum Fold {
+    Counts(GraphCounts),
+    Graph(EventGraph),
+}
+
+impl GraphFold {
+    /// The fold for `query`.
+    pub fn new(query: GraphQuery) -> Self {
+        let fold = match query {
+            GraphQuery::Stats => Fold::Counts(GraphCounts::default()),
+            _ => Fold::Graph(EventGraph::default()),
+        };
+        GraphFold {
+            query,
+            fold,
+            asked_kind: None,
+        }
+    }
+
+    /// Folds one event in.
+    pub fn apply(&mut self, ev: &Event) {
+        match &mut self.fold {
+            Fold::Counts(c) => c.apply(ev),
+            Fold::Graph(g) => g.apply(ev),
+        }
+        if matches!(self.query, GraphQuery::Neighbors { id, .. } if id == ev.id) {
+            self.asked_kind = Some(ev.kind.clone());
+        }
+    }
+
+    /// The answer to the query, from the events folded so far.
+    pub fn answer(&self) -> Result<GraphAnswer<'_>, Unanswered> {
+        let thread = |ids: Vec<i64>, cid: &str| {
+            if ids.is_empty() {
+                Err(Unanswered::NoThread(cid.to_string()))
+            } else {
+                Ok(GraphAnswer::Events(ids))
+            }
+        };
+        match (&self.fold, &self.query) {
+            (Fold::Counts(c), _) => Ok(GraphAnswer::Stats(c.graph_stats())),
+            (Fold::Graph(g), GraphQuery::Stats) => Ok(GraphAnswer::Stats(g.stats())),
+            (Fold::Graph(g), GraphQuery::Export) => Ok(GraphAnswer::Graph(g)),
+            (Fold::Graph(g), GraphQuery::Thread(cid)) => thread(g.thread(cid), cid),
+            (Fold::Graph(g), GraphQuery::Explain(cid)) => thread(g.subgraph(cid), cid),
+            (
+                Fold::Graph(g),
+                GraphQuery::Neighbors {
+                    id,
+                    direction,
+                    kind,
+                },
+            ) => match (g.node(*id), &self.asked_kind) {
+                (Some(_), _) => Ok(GraphAnswer::Events(g.neighbors(*id, *direction, *kind))),
+                (None, None) => Err(Unanswered::NoEvent(*id)),
+                (None, Some(k)) => Err(Unanswered::Untracked {
+                    id: *id,
+                    kind: k.clone(),
+                }),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod counts_tests {
     use super::*;
@@ -761,5 +889,107 @@ mod tests {
             v["links"][0],
             json!({"source":2,"target":1,"label":"replies_to"})
         );
+    }
+}
+
+#[cfg(test)]
+mod fold_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn events() -> Vec<Event> {
+        let ev =
+            |id, kind, content, meta: Value| Event::sample(id, kind, content, &meta.to_string());
+        vec![
+            ev(1, "user_message", "hi", json!({})),
+            ev(2, "assistant_message", "ok\n  COMMIT: a", json!({})),
+            ev(3, "commitment_open", "", json!({"cid":"c1","text":"a"})),
+            ev(4, "metrics_turn", "", json!({})),
+            ev(5, "reflection", "r", json!({"about_event": 2})),
+            ev(6, "commitment_close", "", json!({"cid":"c1"})),
+        ]
+    }
+
+    fn ask(query: GraphQuery) -> Result<Vec<i64>, Unanswered> {
+        let mut fold = GraphFold::new(query);
+        for e in &events() {
+            fold.apply(e);
+        }
+        fold.answer().map(|a| match a {
+            GraphAnswer::Events(ids) => ids,
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn stats_come_from_the_counting_fold_and_agree_with_the_graph() {
+        let mut fold = GraphFold::new(GraphQuery::Stats);
+        assert!(matches!(fold.fold, Fold::Counts(_)));
+        for e in &events() {
+            fold.apply(e);
+        }
+        let GraphAnswer::Stats(stats) = fold.answer().unwrap() else {
+            panic!()
+        };
+        assert_eq!(stats, EventGraph::from_events(&events()).stats());
+        assert_eq!((stats.nodes, stats.edges), (5, 4));
+    }
+
+    #[test]
+    fn threads_and_explanations_answer_with_ids_or_say_there_is_none() {
+        assert_eq!(ask(GraphQuery::Thread("c1".into())), Ok(vec![2, 3, 6, 5]));
+        assert_eq!(
+            ask(GraphQuery::Explain("c1".into())),
+            Ok(vec![1, 2, 3, 5, 6])
+        );
+        let none = ask(GraphQuery::Thread("nope".into())).unwrap_err();
+        assert_eq!(none, Unanswered::NoThread("nope".into()));
+        assert_eq!(
+            none.to_string(),
+            "no thread for cid 'nope': no commitment_open has that cid"
+        );
+        assert_eq!(
+            ask(GraphQuery::Explain("nope".into())),
+            Err(Unanswered::NoThread("nope".into()))
+        );
+    }
+
+    #[test]
+    fn neighbors_name_why_an_event_is_not_a_node() {
+        let neighbors = |id, kind| GraphQuery::Neighbors {
+            id,
+            direction: Direction::Both,
+            kind,
+        };
+        assert_eq!(ask(neighbors(2, None)), Ok(vec![1, 3, 5]));
+        assert_eq!(ask(neighbors(2, Some(NodeKind::Reflection))), Ok(vec![5]));
+        let untracked = ask(neighbors(4, None)).unwrap_err();
+        assert_eq!(
+            untracked.to_string(),
+            "event 4 is not in the graph: the graph does not track kind 'metrics_turn'"
+        );
+        let absent = ask(neighbors(99, None)).unwrap_err();
+        assert_eq!(
+            absent.to_string(),
+            "event 99 is not in the graph: there is no event 99"
+        );
+    }
+
+    #[test]
+    fn export_answers_with_the_whole_graph() {
+        let mut fold = GraphFold::new(GraphQuery::Export);
+        for e in &events() {
+            fold.apply(e);
+        }
+        let GraphAnswer::Graph(g) = fold.answer().unwrap() else {
+            panic!()
+        };
+        let mut fresh = Vec::new();
+        EventGraph::from_events(&events())
+            .write_json(&mut fresh)
+            .unwrap();
+        let mut got = Vec::new();
+        g.write_json(&mut got).unwrap();
+        assert_eq!(got, fresh);
     }
 }

@@ -148,15 +148,21 @@ struct IntentLogParts {
     seq: Vec<u32>,
 }
 
+/// A checkpointed [`IntentLog`] whose sequence points past its distinct intents.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("intent index {index} out of range ({distinct} distinct intents)")]
+struct IntentOutOfRange {
+    index: u32,
+    distinct: usize,
+}
+
 impl TryFrom<IntentLogParts> for IntentLog {
-    type Error = String;
+    type Error = IntentOutOfRange;
 
     fn try_from(parts: IntentLogParts) -> Result<Self, Self::Error> {
         let n = parts.distinct.len();
-        if let Some(bad) = parts.seq.iter().find(|&&i| i as usize >= n) {
-            return Err(format!(
-                "intent index {bad} out of range ({n} distinct intents)"
-            ));
+        if let Some(&index) = parts.seq.iter().find(|&&i| i as usize >= n) {
+            return Err(IntentOutOfRange { index, distinct: n });
         }
         Ok(IntentLog {
             distinct: parts.distinct,

@@ -825,12 +825,7 @@ pub trait Reads {
         let after = through.unwrap_or(0);
         let lag = head.saturating_sub(after).max(0) as u64;
         if lag > max_unindexed {
-            return Err(Error::bad_input(
-                None,
-                format!(
-                    "the full-text index is {lag} events behind the ledger (readers index at most {max_unindexed} on the fly): run `pmm-recall --reindex`, or any writer, on it first"
-                ),
-            ));
+            return Err(Error::IndexBehind { lag, max_unindexed });
         }
         let temp = lag > 0;
         if temp {
@@ -1174,7 +1169,7 @@ impl Batch<'_> {
                     actor: ev.actor(),
                     kind: ev.kind.clone(),
                     unreadable: None,
-                    reason: Some(why),
+                    reason: Some(why.to_string()),
                 }));
             }
         }

@@ -17,6 +17,7 @@
 
 pub mod derive;
 mod dense;
+pub mod reference;
 
 use crate::canon;
 use crate::claim::{self, ClaimContext};
@@ -24,6 +25,7 @@ use crate::context::embed;
 use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
+use crate::error::ExitStatus;
 use crate::event::{Clock, Event, NewEvent};
 use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
@@ -31,7 +33,6 @@ use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal};
 use serde_json::{json, Map, Value};
-use std::path::Path;
 
 /// The reference's default write policy, written on a ledger's first turn.
 pub const DEFAULT_POLICY: &str = r#"{"forbid_sources":{"cli":["config","checkpoint_manifest","embedding_add","retrieval_selection"]},"type":"policy"}"#;
@@ -153,6 +154,27 @@ pub enum TurnError {
     /// The ledger could not be read or written.
     #[error(transparent)]
     Store(#[from] crate::Error),
+}
+
+impl ExitStatus for TurnError {
+    /// 3 when the model failed (128 + the signal when the call was interrupted), else the
+    /// store error's own status.
+    fn exit_code(&self) -> u8 {
+        match self {
+            TurnError::Generation { error, .. } => error.exit_status().unwrap_or(3),
+            TurnError::Store(e) => e.exit_code(),
+        }
+    }
+}
+
+impl From<TurnError> for crate::Error {
+    /// A store error stays itself; a failed generation keeps its exit status.
+    fn from(e: TurnError) -> Self {
+        match e {
+            TurnError::Store(e) => e,
+            e => crate::Error::with_exit_status(e),
+        }
+    }
 }
 
 pub(crate) fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
@@ -895,15 +917,11 @@ fn append_ref(
     target: &str,
     clock: &Clock,
 ) -> crate::Result<()> {
-    let Some((path, id)) = claim::parse_ref(target) else {
+    let Some(req) = claim::parse_ref(target) else {
         return Ok(());
     };
-    let outcome = claim::resolve_ref(Path::new(&path), id);
-    let ev = new_event(
-        "inter_ledger_ref",
-        claim::ref_content(&path, id),
-        outcome.meta_map(),
-    )?;
+    let outcome = claim::RefOutcome::from(reference::resolve(&req));
+    let ev = new_event("inter_ledger_ref", req.content(), outcome.meta_map())?;
     put(batch, p, out, ev, clock)?;
     Ok(())
 }
