@@ -24,7 +24,7 @@ pub fn compute(
     };
     event_digest(
         scratch,
-        &ev.kind,
+        ev.kind.as_str(),
         &ev.content,
         meta,
         ev.prev_hash.as_deref(),

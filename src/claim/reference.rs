@@ -110,7 +110,7 @@ pub fn resolve_ref(path: &Path, id: i64) -> RefOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Clock, NewEvent};
+    use crate::event::{Clock, Kind, NewEvent};
 
     fn dir_listing(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -127,7 +127,7 @@ mod tests {
         let mut l = Ledger::open_writer(path, 1000).unwrap();
         let mut hashes = Vec::new();
         for content in ["a", "b"] {
-            let ev = NewEvent::new("test_event", content, Map::new()).unwrap();
+            let ev = NewEvent::new(Kind::TestEvent, content, Map::new()).unwrap();
             hashes.push(l.append(&ev, &clock).unwrap().hash.unwrap());
         }
         drop(l);

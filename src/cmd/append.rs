@@ -2,7 +2,7 @@
 
 use crate::chain::{Finding, Problem, Verifier};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
-use crate::event::{self, NewEvent};
+use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input, Item};
 use crate::store::Reads;
 use crate::store::{Filter, Ledger, Refusal};
@@ -176,7 +176,7 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
                 None => Default::default(),
             };
             Some(
-                NewEvent::new(kind.clone(), args.content.clone(), meta)
+                NewEvent::new(Kind::from(kind.as_str()), args.content.clone(), meta)
                     .map_err(|e| Error::bad_input(Some("--kind".into()), e))?,
             )
         }

@@ -126,7 +126,7 @@ impl Wire {
             event: Event {
                 id: self.id,
                 ts: self.ts,
-                kind: self.kind,
+                kind: self.kind.into(),
                 content: self.content,
                 meta: text,
                 prev_hash: self.prev_hash,

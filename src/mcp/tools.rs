@@ -11,7 +11,7 @@ use super::{
     DEFAULT_LIMIT, MAX_BUDGET, MAX_K, MAX_LIMIT, MAX_REPLY_CONTENT, MAX_TEXT, REMEMBER_KINDS,
     SOURCE,
 };
-use crate::event::{Clock, Event, NewEvent};
+use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
@@ -382,11 +382,12 @@ fn remember(cfg: &Config, a: RememberArgs) -> Result<Value, ToolError> {
             REMEMBER_KINDS.join(", ")
         ));
     }
+    let kind = Kind::from(kind);
     let mut meta = Map::new();
     meta.insert("source".into(), SOURCE.into());
     match kind {
-        "user_message" => meta.insert("role".into(), "user".into()),
-        "assistant_message" => meta.insert("role".into(), "assistant".into()),
+        Kind::UserMessage => meta.insert("role".into(), "user".into()),
+        Kind::AssistantMessage => meta.insert("role".into(), "assistant".into()),
         _ => None,
     };
     // The text is kept verbatim (a message is what was said, whitespace and all).
@@ -418,7 +419,7 @@ fn commit(cfg: &Config, a: CommitArgs) -> Result<Value, ToolError> {
         ("text", text.into()),
     ]);
     let ev = NewEvent::new(
-        "commitment_open",
+        Kind::CommitmentOpen,
         format!("Commitment opened: {text}"),
         meta,
     )
@@ -462,7 +463,7 @@ fn close(cfg: &Config, a: CloseArgs) -> Result<Value, ToolError> {
         ("source", SOURCE.into()),
     ]);
     let ev = NewEvent::new(
-        "commitment_close",
+        Kind::CommitmentClose,
         format!("Commitment closed: {cid}"),
         meta,
     )

@@ -13,18 +13,19 @@
 //!   match "cafe", and the Porter stemmer makes "painting", "painted" and "paints" one term,
 //!   which is how people ask about what they said in other inflections.
 
+use crate::event::Kind;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// The kinds the index holds: what a person would want recalled.
 pub const RECALLED_KINDS: [&str; 8] = [
-    "user_message",
-    "assistant_message",
-    "reflection",
-    "summary_update",
-    "lifetime_memory",
-    "claim",
-    "commitment_open",
-    "commitment_close",
+    Kind::UserMessage.as_str(),
+    Kind::AssistantMessage.as_str(),
+    Kind::Reflection.as_str(),
+    Kind::SummaryUpdate.as_str(),
+    Kind::LifetimeMemory.as_str(),
+    Kind::Claim.as_str(),
+    Kind::CommitmentOpen.as_str(),
+    Kind::CommitmentClose.as_str(),
 ];
 
 /// The tokenizer of every full-text table.

@@ -23,9 +23,11 @@ use crate::context::embed;
 use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
-use crate::event::{Clock, Event, NewEvent};
+use crate::event::config::Strategy;
+use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
+use crate::projection::graph::NodeKind;
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal};
@@ -158,7 +160,7 @@ pub(crate) fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
 }
 
 pub(crate) fn new_event(
-    kind: &str,
+    kind: Kind,
     content: impl Into<String>,
     m: Map<String, Value>,
 ) -> crate::Result<NewEvent> {
@@ -195,7 +197,7 @@ pub(crate) fn ensure_defaults(
 ) -> crate::Result<()> {
     if !batch.has_policy_config()? {
         let ev = new_event(
-            "config",
+            Kind::Config,
             DEFAULT_POLICY,
             meta(&[("source", "autonomy_kernel".into())]),
         )?;
@@ -203,7 +205,7 @@ pub(crate) fn ensure_defaults(
     }
     if p.mirror.retrieval.is_none() {
         let ev = new_event(
-            "config",
+            Kind::Config,
             RetrievalConfig::DEFAULT_CONTENT,
             meta(&[("source", "autonomy_kernel".into())]),
         )?;
@@ -239,7 +241,7 @@ pub(crate) fn append_summary(
     let inputs = derive::SummaryInputs {
         previous: previous.as_ref(),
         events_since: head - after,
-        reflections_since: batch.count_kind_after("reflection", after)?,
+        reflections_since: batch.count_kind_after(Kind::Reflection, after)?,
         last_event_id: head,
         force,
     };
@@ -248,7 +250,7 @@ pub(crate) fn append_summary(
             batch,
             p,
             events,
-            new_event("summary_update", content, m)?,
+            new_event(Kind::SummaryUpdate, content, m)?,
             clock,
         )?;
     }
@@ -419,7 +421,7 @@ impl Sink<'_, '_> {
     /// Appends one event (policy checked) and folds it in.
     pub(crate) fn put(
         &mut self,
-        kind: &str,
+        kind: Kind,
         content: impl Into<String>,
         m: Map<String, Value>,
     ) -> crate::Result<Event> {
@@ -477,11 +479,11 @@ fn record_user(
         events,
         clock,
     };
-    let user = s.put("user_message", message, meta(&[("role", "user".into())]))?;
+    let user = s.put(Kind::UserMessage, message, meta(&[("role", "user".into())]))?;
     let cfg = RetrievalConfig::from_config(s.p.mirror.retrieval.as_ref());
     if cfg.embeds() {
         let content = embed::embedding_content(user.id, message, &cfg.model, cfg.dims);
-        s.put("embedding_add", content, Map::new())?;
+        s.put(Kind::EmbeddingAdd, content, Map::new())?;
     }
     batch.commit()?;
     Ok((p, user, projected.folded))
@@ -515,7 +517,7 @@ fn record_failure(
         clock,
     }
     .put(
-        "generation_failure",
+        Kind::GenerationFailure,
         format!("generation failed: {error}"),
         m,
     )?;
@@ -576,11 +578,11 @@ fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Even
         m.insert("assistant_schema".into(), "assistant.v1".into());
         m.insert("assistant_structured".into(), true.into());
     }
-    let assistant = s.put("assistant_message", reply.text.as_str(), m)?;
+    let assistant = s.put(Kind::AssistantMessage, reply.text.as_str(), m)?;
     if said.cfg.embeds() {
         let cfg = said.cfg;
         let content = embed::embedding_content(assistant.id, &reply.text, &cfg.model, cfg.dims);
-        s.put("embedding_add", content, Map::new())?;
+        s.put(Kind::EmbeddingAdd, content, Map::new())?;
     }
     Ok(assistant)
 }
@@ -604,7 +606,7 @@ fn append_claims(
     let mut records = Vec::new();
     for c in &valid {
         let ce = s.put(
-            "claim",
+            Kind::Claim,
             claim::claim_content(c),
             meta(&[
                 ("claim_type", c.claim_type.clone().into()),
@@ -613,7 +615,7 @@ fn append_claims(
         )?;
         let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
         s.put(
-            "concept_bind_event",
+            Kind::ConceptBindEvent,
             canon::to_string(&bind).unwrap_or_default(),
             meta(&[("source", "auto_binder".into())]),
         )?;
@@ -633,7 +635,7 @@ fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
             ("ratify_event_id", ratify.into()),
             ("source", "identity_manager".into()),
         ]);
-        s.put("identity_adoption", content, m)?;
+        s.put(Kind::IdentityAdoption, content, m)?;
     }
     Ok(())
 }
@@ -652,7 +654,7 @@ fn append_opens(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Resul
             ("text", c.value.clone().into()),
         ]);
         s.put(
-            "commitment_open",
+            Kind::CommitmentOpen,
             format!("Commitment opened: {}", c.value),
             m,
         )?;
@@ -674,7 +676,7 @@ fn append_closes(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Resu
             ("source", "assistant".into()),
         ]);
         s.put(
-            "commitment_close",
+            Kind::CommitmentClose,
             format!("Commitment closed: {}", c.value),
             m,
         )?;
@@ -697,10 +699,10 @@ fn append_retrieval_record(
         "model": cfg.model,
         "scores": scores,
         "selected": sel.selected,
-        "strategy": cfg.strategy,
+        "strategy": cfg.strategy.as_str(),
         "turn_id": turn_id,
     });
-    if !sel.via.is_empty() || cfg.strategy == "hybrid" {
+    if !sel.via.is_empty() || cfg.strategy == Strategy::Hybrid {
         content["via"] = json!(sel.via);
         content["budget"] = json!(said.opts.budget.unwrap_or(cfg.budget));
         content["history"] = json!(said.prompt.request.history.len());
@@ -713,7 +715,7 @@ fn append_retrieval_record(
         &sel.selected,
     );
     s.put(
-        "retrieval_selection",
+        Kind::RetrievalSelection,
         canon::to_string(&content).unwrap_or_default(),
         meta(&[("digest", digest.into())]),
     )?;
@@ -732,7 +734,7 @@ fn append_metrics(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<()> {
         "provider:{},model:{},in_tokens:{in_tokens},out_tokens:{out_tokens},lat_ms:{}",
         said.provider, reply.model, reply.latency_ms
     );
-    s.put("metrics_turn", metrics, Map::new())?;
+    s.put(Kind::MetricsTurn, metrics, Map::new())?;
     Ok(())
 }
 
@@ -749,7 +751,7 @@ fn append_reflections(
     let mut window = s.batch.tail(&Filter::default(), derive::WINDOW)?;
     if let Some(content) = derive::synthesized_reflection(&window, s.p) {
         let m = meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]);
-        let refl = s.put("reflection", content, m)?;
+        let refl = s.put(Kind::Reflection, content, m)?;
         if window.len() >= derive::WINDOW {
             window.remove(0);
         }
@@ -759,12 +761,12 @@ fn append_reflections(
             ("about_event", refl.id.into()),
             ("source", "meta_reflection_engine".into()),
         ]);
-        s.put("meta_summary", content, m)?;
+        s.put(Kind::MetaSummary, content, m)?;
     }
     let reflect = markers.reflect.as_ref().and_then(|r| r.value.as_ref().ok());
     if let Some(text) = claim::delta_text(failed, opened, closed, reflect) {
         s.put(
-            "reflection",
+            Kind::Reflection,
             text.as_str(),
             meta(&[("about_event", assistant_id.into())]),
         )?;
@@ -779,7 +781,7 @@ fn append_reflections(
 fn append_memory(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     let last_chunk = s
         .batch
-        .last_of_kind("lifetime_memory", 1)?
+        .last_of_kind(Kind::LifetimeMemory, 1)?
         .into_iter()
         .next();
     let start = derive::chunk_start(last_chunk.as_ref());
@@ -795,10 +797,10 @@ fn append_memory(s: &mut Sink<'_, '_>) -> crate::Result<()> {
         },
     )?;
     if let Some((content, m)) = derive::lifetime_memory(&candidates, s.p) {
-        let chunk = s.put("lifetime_memory", content.as_str(), m)?;
+        let chunk = s.put(Kind::LifetimeMemory, content.as_str(), m)?;
         let emb =
             embed::embedding_content(chunk.id, &content, embed::MODEL, embed::DEFAULT_DIMS as i64);
-        s.put("embedding_add", emb, Map::new())?;
+        s.put(Kind::EmbeddingAdd, emb, Map::new())?;
     }
     Ok(())
 }
@@ -827,7 +829,7 @@ fn build_prompt<R: Reads>(
     opts: &Options,
 ) -> crate::Result<Prompt> {
     let history = select::history(r, user_id, HISTORY_MESSAGES, HISTORY_CHARS)?;
-    let sel: Selection = if cfg.strategy == "hybrid" {
+    let sel: Selection = if cfg.strategy == Strategy::Hybrid {
         let exclude = history.iter().map(|e| e.id).collect();
         let budget = opts.budget.unwrap_or(cfg.budget);
         select::select_hybrid(r, p, message, user_id, budget, exclude)?
@@ -841,7 +843,7 @@ fn build_prompt<R: Reads>(
         history: history
             .iter()
             .map(|e| {
-                let role = if e.kind == "user_message" {
+                let role = if e.kind == Kind::UserMessage {
                     "user"
                 } else {
                     "assistant"
@@ -853,7 +855,7 @@ fn build_prompt<R: Reads>(
         top_p: opts.top_p,
         seed: opts.seed,
         max_tokens: opts.max_tokens,
-        turn: p.graph.count_of("user_message") as u64,
+        turn: p.graph.count_of(NodeKind::UserMessage) as u64,
     };
     let mut hashed = json!({"system": request.system, "user": request.user});
     if !request.history.is_empty() {
@@ -884,10 +886,36 @@ fn append_ref(
     };
     let outcome = claim::resolve_ref(Path::new(&path), id);
     let ev = new_event(
-        "inter_ledger_ref",
+        Kind::InterLedgerRef,
         claim::ref_content(&path, id),
         outcome.meta_map(),
     )?;
     put(batch, p, out, ev, clock)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default policy forbids `cli` exactly the kinds the policy guards.
+    #[test]
+    fn default_policy_lists_the_sensitive_kinds() {
+        let v: Value = serde_json::from_str(DEFAULT_POLICY).unwrap();
+        let listed: Vec<&str> = v["forbid_sources"]["cli"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        let mut sensitive: Vec<&str> = Kind::ALL
+            .iter()
+            .filter(|k| k.is_sensitive())
+            .map(Kind::as_str)
+            .collect();
+        let mut sorted = listed.clone();
+        sorted.sort_unstable();
+        sensitive.sort_unstable();
+        assert_eq!(sorted, sensitive);
+    }
 }
