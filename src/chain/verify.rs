@@ -115,8 +115,9 @@ pub enum Problem {
     },
     /// The id is not the previous id plus one (or 1 for the first event).
     IdGap {
-        /// The id that should be here.
-        expected: i64,
+        /// The id that should be here; `None` (null) after an id of `i64::MAX`, which no id
+        /// can follow.
+        expected: Option<i64>,
     },
     /// The first event has a `prev_hash`.
     GenesisPrevHash {
@@ -425,13 +426,13 @@ impl Verifier {
         if self.summary.first_id.is_none() {
             self.summary.first_id = Some(id);
         }
-        // Ids: 1, 2, 3, ...
-        // Saturating: an id of i64::MAX from the input has no successor, and must not wrap.
-        let expected_id = self
-            .prev
-            .as_ref()
-            .map_or(1, |(pid, _)| pid.saturating_add(1));
-        if id != expected_id {
+        // Ids: 1, 2, 3, ... An id of i64::MAX from the input has no successor: whatever
+        // follows it is a gap (never a wrapped or repeated expected id).
+        let expected_id = match &self.prev {
+            None => Some(1),
+            Some((pid, _)) => pid.checked_add(1),
+        };
+        if expected_id != Some(id) {
             self.emit(
                 out,
                 Some(id),

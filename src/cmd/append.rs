@@ -462,16 +462,20 @@ fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>)
             "event {id}: prev_hash {} points to {} instead of event {}: the source's chain forks; pass --accept-forks to keep it verbatim",
             found.as_deref().unwrap_or("null"),
             points_to.map_or("no earlier event".to_string(), |p| format!("event {p}")),
-            id - 1
+            id.checked_sub(1).map_or("?".to_string(), |p| p.to_string())
         ),
         Problem::HashMismatch { expected, found } => format!(
             "event {id}: stored hash {} is not the hash of its fields ({expected})",
             found.as_deref().unwrap_or("null")
         ),
-        Problem::IdGap { expected } if first => format!(
+        Problem::IdGap { expected: Some(expected) } if first => format!(
             "the source starts at event {id}, but this ledger needs event {expected} next (import into an empty ledger, or a continuation of its head)"
         ),
-        Problem::IdGap { expected } => format!("event {id}: expected id {expected} (ids must rise by one)"),
+        Problem::IdGap { expected: Some(expected) } => format!("event {id}: expected id {expected} (ids must rise by one)"),
+        Problem::IdGap { expected: None } => format!(
+            "event {id}: it follows event {}, which no event can follow",
+            i64::MAX
+        ),
         Problem::GenesisPrevHash { found } => {
             format!("event {id} is the first event but has prev_hash {found}")
         }

@@ -323,7 +323,10 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
     let a = &p.autonomy;
     let up_to = a.last_summary?;
     let root = a.summary_root.clone()?;
-    let since = p.mirror.last_event_id - a.last_manifest.as_ref().map_or(0, |m| m.0);
+    let since = p
+        .mirror
+        .last_event_id
+        .saturating_sub(a.last_manifest.as_ref().map_or(0, |m| m.0));
     if since < MANIFEST_EVERY && !a.last_summary_triggered {
         return None;
     }

@@ -92,15 +92,18 @@ impl Config {
         };
         let p = match cached {
             Some(mut p) if usable => {
-                let since = Filter {
-                    since: Some(p.mirror.last_event_id + 1),
-                    until: Some(head),
-                    ..Filter::default()
-                };
-                r.scan(&since, |ev| {
-                    p.apply(&ev);
-                    Ok(true)
-                })?;
+                // Nothing follows an id of i64::MAX (ids are input).
+                if let Some(next) = p.mirror.last_event_id.checked_add(1) {
+                    let since = Filter {
+                        since: Some(next),
+                        until: Some(head),
+                        ..Filter::default()
+                    };
+                    r.scan(&since, |ev| {
+                        p.apply(&ev);
+                        Ok(true)
+                    })?;
+                }
                 p
             }
             _ => store::project(r, Some(head), true)?.projections,
@@ -601,7 +604,7 @@ fn events(cfg: &Config, a: EventsArgs) -> Result<Value, ToolError> {
             .and_then(|e| e.last())
             .and_then(|e| e["id"].as_i64())
         {
-            reply["next_since"] = json!(last + 1);
+            reply["next_since"] = json!(last.checked_add(1));
         }
     }
     Ok(reply)

@@ -240,7 +240,7 @@ pub(crate) fn append_summary(
     let head = p.mirror.last_event_id;
     let inputs = derive::SummaryInputs {
         previous: previous.as_ref(),
-        events_since: head - after,
+        events_since: head.saturating_sub(after),
         reflections_since: batch.count_kind_after(Kind::Reflection, after)?,
         last_event_id: head,
         force,
@@ -259,7 +259,10 @@ pub(crate) fn append_summary(
 
 /// Folds events past the projections' last id into them (what other processes appended).
 pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
-    let since = p.mirror.last_event_id + 1;
+    // Ids are input (another writer's ledger): nothing follows i64::MAX.
+    let Some(since) = p.mirror.last_event_id.checked_add(1) else {
+        return Ok(());
+    };
     r.scan(
         &Filter {
             since: Some(since),
