@@ -23,8 +23,9 @@ macro_rules! kinds {
         }
 
         impl Kind {
-            /// Every kind pmm knows, in the reference's allowlist order (FORMATS.md §1.7), then
-            /// `violation` and `generation_failure` (SPEC §2.4).
+            /// Every kind pmm knows and may append: the reference's allowlist in its order
+            /// (FORMATS.md §1.7 says 38 but lists 39; all 39 are kept), then `violation` and
+            /// `generation_failure` (SPEC §2.4).
             pub const ALL: &'static [Kind] = &[$(Kind::$variant),*];
 
             /// The kind's name, as the ledger stores it.
