@@ -5,7 +5,7 @@
 //! counts (but not out of the chain check), so that appending one does not change the metrics
 //! it records and `pmm-metrics --append` is idempotent.
 
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -69,20 +69,20 @@ fn meta_str(meta: &serde_json::Map<String, Value>, key: &str) -> Option<String> 
 impl MetricsFold {
     /// Folds one event in.
     pub fn add(&mut self, ev: &Event) {
-        if ev.kind == "metrics_update" {
+        if ev.kind == Kind::MetricsUpdate {
             return;
         }
         self.seq += 1;
         let m = &mut self.m;
         m.event_count += 1;
-        *m.kinds.entry(ev.kind.clone()).or_default() += 1;
+        *m.kinds.entry(ev.kind.to_string()).or_default() += 1;
         m.last_hash = ev.hash.clone().unwrap_or_default();
-        match ev.kind.as_str() {
-            "user_message" => m.turns += 1,
-            "commitment_open" | "commitment_close" => {
+        match ev.kind {
+            Kind::UserMessage => m.turns += 1,
+            Kind::CommitmentOpen | Kind::CommitmentClose => {
                 let meta = ev.meta_map().unwrap_or_default();
                 if let Some(cid) = meta_str(&meta, "cid") {
-                    if ev.kind == "commitment_open" {
+                    if ev.kind == Kind::CommitmentOpen {
                         let internal =
                             meta_str(&meta, "origin").as_deref() == Some("autonomy_kernel");
                         self.closed.remove(&cid);
@@ -92,7 +92,7 @@ impl MetricsFold {
                     }
                 }
             }
-            "autonomy_tick" => {
+            Kind::AutonomyTick => {
                 m.autonomy.ticks += 1;
                 let decision = serde_json::from_str::<Value>(&ev.content)
                     .ok()
@@ -104,7 +104,7 @@ impl MetricsFold {
                     .unwrap_or_else(|| "unknown".into());
                 *m.autonomy.decisions.entry(decision).or_default() += 1;
             }
-            "reflection" => {
+            Kind::Reflection => {
                 let meta = ev.meta_map().unwrap_or_default();
                 if meta_str(&meta, "source").as_deref() == Some("autonomy_kernel") {
                     m.autonomy.last_reflection_id = Some(ev.id);

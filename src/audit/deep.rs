@@ -43,7 +43,7 @@ use crate::canon;
 use crate::chain::root::{RootHasher, RootSnapshot};
 use crate::chain::{Digest, Finding, Problem};
 use crate::context::{embed, retrieval};
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::formats::slot;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -67,7 +67,11 @@ const SUMMARY_ROOTS: usize = 64;
 const USER_WINDOW: usize = 16;
 
 /// The kinds whose content an `embedding_add` may embed in the reference.
-const EMBEDDABLE: &[&str] = &["user_message", "assistant_message", "lifetime_memory"];
+const EMBEDDABLE: &[Kind] = &[
+    Kind::UserMessage,
+    Kind::AssistantMessage,
+    Kind::LifetimeMemory,
+];
 
 /// The cid of a commitment opened with `text` (FORMATS.md §3.2): the one definition, the
 /// Mirror's, which the turn writes with.
@@ -93,27 +97,27 @@ pub trait SelfModel: Send {
 
 /// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`.
 pub const KINDS_CHECKED: &[(&str, &str)] = &[
-    ("commitment_open", "meta.cid from meta.text"),
-    ("commitment_close", "content from meta.cid"),
-    ("embedding_add", "the whole content from the embedded event's text"),
-    ("retrieval_selection", "meta.digest from the selection and the user message"),
-    ("checkpoint_manifest", "root_hash from the prefix; covers; up_to_id before it"),
-    ("autonomy_stimulus", "slot_id (content and meta) from the slot"),
-    ("autonomy_tick", "meta.slot_id from meta.slot; decision is idle, reflect or summarize; evidence ids before it"),
-    ("autonomy_rule_table", "format: the four thresholds in order, each 1 to 1000000000"),
-    ("summary_update", "meta.rsm_state from the self-model over the events before it"),
-    ("meta_summary", "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
-    ("reflection", "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
+    (Kind::CommitmentOpen.as_str(), "meta.cid from meta.text"),
+    (Kind::CommitmentClose.as_str(), "content from meta.cid"),
+    (Kind::EmbeddingAdd.as_str(), "the whole content from the embedded event's text"),
+    (Kind::RetrievalSelection.as_str(), "meta.digest from the selection and the user message"),
+    (Kind::CheckpointManifest.as_str(), "root_hash from the prefix; covers; up_to_id before it"),
+    (Kind::AutonomyStimulus.as_str(), "slot_id (content and meta) from the slot"),
+    (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect or summarize; evidence ids before it"),
+    (Kind::AutonomyRuleTable.as_str(), "format: the four thresholds in order, each 1 to 1000000000"),
+    (Kind::SummaryUpdate.as_str(), "meta.rsm_state from the self-model over the events before it"),
+    (Kind::MetaSummary.as_str(), "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
+    (Kind::Reflection.as_str(), "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
 ];
 
 /// The derived kinds `--deep` does not recompute, and why (the summary's `kinds_not_checked`).
 pub const KINDS_NOT_CHECKED: &[(&str, &str)] = &[
-    ("metrics_turn", "latency and token counts are measurements of the model call, not derived from the ledger"),
-    ("reflection", "the reference's synthesized reflections, kernel and delta reflections depend on the kernel's whole state (their delta_hash and rules are not refolded); a synthesized reflection's internal_goals and self_model parts are not checked"),
-    ("meta_summary", "graph_stats counts and patterns are not refolded; the reference's event_count is not the id before it, so only its bound is checked"),
-    ("autonomy_tick", "whether the decision is the one the kernel would take is not refolded (the adaptive thresholds at that slot)"),
-    ("autonomy_rule_table", "the values are not refolded: the reference's adaptive loop changes them without a config event"),
-    ("lifetime_memory", "chunk text is not refolded"),
+    (Kind::MetricsTurn.as_str(), "latency and token counts are measurements of the model call, not derived from the ledger"),
+    (Kind::Reflection.as_str(), "the reference's synthesized reflections, kernel and delta reflections depend on the kernel's whole state (their delta_hash and rules are not refolded); a synthesized reflection's internal_goals and self_model parts are not checked"),
+    (Kind::MetaSummary.as_str(), "graph_stats counts and patterns are not refolded; the reference's event_count is not the id before it, so only its bound is checked"),
+    (Kind::AutonomyTick.as_str(), "whether the decision is the one the kernel would take is not refolded (the adaptive thresholds at that slot)"),
+    (Kind::AutonomyRuleTable.as_str(), "the values are not refolded: the reference's adaptive loop changes them without a config event"),
+    (Kind::LifetimeMemory.as_str(), "chunk text is not refolded"),
     ("concept_*, stability_metrics, coherence_check, outcome_observation, policy_update, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
 ];
 
@@ -322,15 +326,15 @@ impl DeepChecker {
         out: &mut Vec<Finding>,
     ) {
         let needs_meta = matches!(
-            ev.kind.as_str(),
-            "commitment_open"
-                | "commitment_close"
-                | "retrieval_selection"
-                | "autonomy_stimulus"
-                | "autonomy_tick"
-                | "summary_update"
-                | "meta_summary"
-                | "reflection"
+            ev.kind,
+            Kind::CommitmentOpen
+                | Kind::CommitmentClose
+                | Kind::RetrievalSelection
+                | Kind::AutonomyStimulus
+                | Kind::AutonomyTick
+                | Kind::SummaryUpdate
+                | Kind::MetaSummary
+                | Kind::Reflection
         );
         let parsed;
         let meta = match meta {
@@ -341,24 +345,24 @@ impl DeepChecker {
             }
             None => None,
         };
-        match ev.kind.as_str() {
-            "commitment_open" => self.check_cid(ev, meta, out),
-            "embedding_add" => self.check_embedding(ev, out),
-            "retrieval_selection" => self.check_digest(ev, meta, out),
-            "checkpoint_manifest" => self.check_root(ev, out),
-            "autonomy_stimulus" => self.check_stimulus(ev, meta, out),
-            "autonomy_tick" => {
+        match ev.kind {
+            Kind::CommitmentOpen => self.check_cid(ev, meta, out),
+            Kind::EmbeddingAdd => self.check_embedding(ev, out),
+            Kind::RetrievalSelection => self.check_digest(ev, meta, out),
+            Kind::CheckpointManifest => self.check_root(ev, out),
+            Kind::AutonomyStimulus => self.check_stimulus(ev, meta, out),
+            Kind::AutonomyTick => {
                 self.check_tick(ev, meta, out);
                 self.check_decision(ev, out);
             }
-            "summary_update" => self.check_self_model(ev, meta, out),
-            "commitment_close" => self.check_close(ev, meta, out),
-            "autonomy_rule_table" => self.check_rule_table(ev, out),
-            "meta_summary" => self.check_meta_summary(ev, meta, out),
-            "reflection" => self.check_synthesized(ev, meta, out),
+            Kind::SummaryUpdate => self.check_self_model(ev, meta, out),
+            Kind::CommitmentClose => self.check_close(ev, meta, out),
+            Kind::AutonomyRuleTable => self.check_rule_table(ev, out),
+            Kind::MetaSummary => self.check_meta_summary(ev, meta, out),
+            Kind::Reflection => self.check_synthesized(ev, meta, out),
             _ => {}
         }
-        if ev.kind == "checkpoint_manifest" {
+        if ev.kind == Kind::CheckpointManifest {
             self.check_covers(ev, out);
         }
         self.remember(ev, meta);
@@ -373,21 +377,21 @@ impl DeepChecker {
             self.roots_complete = false;
         }
         self.roots.push_back((ev.id, root.clone()));
-        match ev.kind.as_str() {
-            "summary_update" => {
+        match ev.kind {
+            Kind::SummaryUpdate => {
                 if self.summary_roots.len() == SUMMARY_ROOTS {
                     self.summary_roots.pop_front();
                 }
                 self.summary_roots.push_back((ev.id, root));
             }
-            "assistant_message" => self.last_reply = Some(ev.content.clone()),
-            "reflection" => {
+            Kind::AssistantMessage => self.last_reply = Some(ev.content.clone()),
+            Kind::Reflection => {
                 if self.reflections.len() == ROOT_WINDOW {
                     self.reflections.pop_front();
                 }
                 self.reflections.push_back(ev.id);
             }
-            "user_message" => {
+            Kind::UserMessage => {
                 self.last_user = Some(ev.content.clone());
                 if self.users.len() == USER_WINDOW {
                     self.users.pop_front();
@@ -396,7 +400,7 @@ impl DeepChecker {
             }
             _ => {}
         }
-        if EMBEDDABLE.contains(&ev.kind.as_str()) {
+        if EMBEDDABLE.contains(&ev.kind) {
             self.texts.push_back((ev.id, ev.content.clone()));
             self.text_bytes += ev.content.len();
             while self.texts.len() > TEXT_WINDOW_EVENTS
@@ -559,11 +563,12 @@ impl DeepChecker {
         // (GPT id 481 says 477), so only "not more than there were" holds for both.
         let count = c.get("event_count").cloned().unwrap_or(Value::Null);
         if !count.as_i64().is_some_and(|n| n >= 0 && n < ev.id) {
-            let p = mismatch(
-                "meta_summary.event_count",
-                format!("at most {}", ev.id - 1).into(),
-                count,
-            );
+            // The id is input: i64::MIN has no id before it.
+            let expected = match ev.id.checked_sub(1) {
+                Some(n) => format!("at most {n}"),
+                None => format!("less than {}", ev.id),
+            };
+            let p = mismatch("meta_summary.event_count", expected.into(), count);
             self.emit(out, ev.id, p);
         }
         let stats = c.get("graph_stats");
@@ -571,7 +576,11 @@ impl DeepChecker {
         let sum: Option<i64> = stats
             .and_then(|g| g.get("counts_by_kind"))
             .and_then(Value::as_object)
-            .map(|m| m.values().filter_map(Value::as_i64).sum());
+            .and_then(|m| {
+                // Counts are input: summed wide, and a sum beyond i64 is no count (no panic).
+                let sum: i128 = m.values().filter_map(Value::as_i64).map(i128::from).sum();
+                i64::try_from(sum).ok()
+            });
         if nodes.as_ref().and_then(Value::as_i64) != sum {
             let p = mismatch(
                 "meta_summary.graph_stats.nodes",
@@ -1000,7 +1009,7 @@ mod tests {
             out.push(Event {
                 id: i as i64 + 1,
                 ts: "2025-11-24T05:55:41.199145Z".into(),
-                kind: kind.to_string(),
+                kind: (*kind).into(),
                 content: content.clone(),
                 meta: canon::to_string(&Value::Object(m)).unwrap(),
                 prev_hash: prev,
@@ -1081,7 +1090,7 @@ mod tests {
     fn with_manifest(mut events: Vec<Event>, up_to: i64, root: &str) -> Vec<Event> {
         let items: Vec<(String, String, String)> = events
             .drain(..)
-            .map(|e| (e.kind, e.content, e.meta))
+            .map(|e| (e.kind.to_string(), e.content, e.meta))
             .chain([(
                 "checkpoint_manifest".to_string(),
                 format!(

@@ -35,7 +35,7 @@ pub fn compute(
     };
     Ok(event_digest(
         scratch,
-        &ev.kind,
+        ev.kind.as_str(),
         &ev.content,
         meta,
         ev.prev_hash.as_deref(),
@@ -142,8 +142,9 @@ pub enum Problem {
     },
     /// The id is not the previous id plus one (or 1 for the first event).
     IdGap {
-        /// The id that should be here.
-        expected: i64,
+        /// The id that should be here; `None` (null) after an id of `i64::MAX`, which no id
+        /// can follow.
+        expected: Option<i64>,
     },
     /// The first event has a `prev_hash`.
     GenesisPrevHash {
@@ -466,12 +467,13 @@ impl Verifier {
 
     /// Ids: 1, 2, 3, ...
     fn check_id(&mut self, ev: &Event, out: &mut Vec<Finding>) {
-        // Saturating: an id of i64::MAX from the input has no successor, and must not wrap.
-        let expected_id = self
-            .prev
-            .as_ref()
-            .map_or(1, |(pid, _)| pid.saturating_add(1));
-        if ev.id != expected_id {
+        // An id of i64::MAX from the input has no successor: whatever follows it is a gap
+        // (never a wrapped or repeated expected id).
+        let expected_id = match &self.prev {
+            None => Some(1),
+            Some((pid, _)) => pid.checked_add(1),
+        };
+        if expected_id != Some(ev.id) {
             self.emit(
                 out,
                 Some(ev.id),
@@ -483,7 +485,7 @@ impl Verifier {
     }
 
     /// The hash itself: the stored one is the one computed from the event.
-    fn check_hash(&mut self, ev: &Event, computed: Result<Digest, String>, out: &mut Vec<Finding>) {
+    fn check_hash(&mut self, ev: &Event, computed: Result<Digest, HashError>, out: &mut Vec<Finding>) {
         let id = ev.id;
         match computed {
             Ok(d) => {

@@ -89,7 +89,7 @@ fn bad(msg: String) -> Error {
 
 /// The newest retrieval config's content (an empty object without one): its `embed` keys.
 fn ledger_keys<R: Reads>(r: &R) -> crate::Result<serde_json::Map<String, Value>> {
-    for e in r.last_of_kind("config", CONFIG_LOOKBACK)? {
+    for e in r.last_of_kind(crate::event::Kind::Config, CONFIG_LOOKBACK)? {
         if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&e.content) {
             if m.get("type").and_then(Value::as_str) == Some("retrieval") {
                 return Ok(m);

@@ -1,7 +1,7 @@
 //! `pmm-append`: append events; import a reference export or another ledger.
 
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
-use crate::event::{self, NewEvent};
+use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input};
 use crate::store::Reads;
 use crate::store::{Filter, Ledger, Refusal};
@@ -174,7 +174,7 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
                 None => Default::default(),
             };
             Some(
-                NewEvent::new(kind.clone(), args.content.clone(), meta)
+                NewEvent::new(Kind::from(kind.as_str()), args.content.clone(), meta)
                     .map_err(|e| Error::bad_input(Some("--kind".into()), e))?,
             )
         }

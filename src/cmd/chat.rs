@@ -4,7 +4,7 @@
 //! call cancels that call (recorded as a `generation_failure`) and returns to the prompt.
 
 use crate::cli::Outcome;
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::llm::{self, Adapter, AdapterKind, Cancel, Config, TextSink};
 use crate::store::{self, Filter, Ledger, Reads};
 use crate::turn::{self, Options, TurnError};
@@ -128,7 +128,7 @@ fn metrics(ledger: &Ledger) -> anyhow::Result<String> {
 
 /// `/diag`: the last five `metrics_turn` events, oldest first.
 fn diag(ledger: &Ledger) -> anyhow::Result<String> {
-    let evs = ledger.last_of_kind("metrics_turn", 5)?;
+    let evs = ledger.last_of_kind(Kind::MetricsTurn, 5)?;
     Ok(evs
         .iter()
         .rev()

@@ -1,7 +1,7 @@
 //! `pmm-graph`: query the event graph.
 
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::marker;
 use crate::projection::graph::{
     Direction, EventGraph, GraphAnswer, GraphFold, GraphQuery, GraphStats, NodeKind,
@@ -249,7 +249,7 @@ fn print_events(
 }
 
 fn tracked_kind(kind: &str) -> crate::Result<NodeKind> {
-    NodeKind::from_kind(kind).ok_or_else(|| {
+    NodeKind::from_kind(&Kind::from(kind)).ok_or_else(|| {
         let names: Vec<&str> = NodeKind::ALL.iter().map(|k| k.as_str()).collect();
         Error::bad_input(
             Some("--kind".into()),

@@ -2,7 +2,7 @@
 
 use crate::chain::Verifier;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
-use crate::event::NewEvent;
+use crate::event::{Kind, NewEvent};
 use crate::interchange::{self, Input, Item};
 use crate::metrics::MetricsFold;
 use crate::store::Ledger;
@@ -118,7 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let path = args.ledger.path();
     if args.diag {
         let ledger = Ledger::open_reader(&path)?;
-        let mut turns = ledger.last_of_kind("metrics_turn", 5)?;
+        let mut turns = ledger.last_of_kind(Kind::MetricsTurn, 5)?;
         turns.reverse();
         for ev in &turns {
             out.event(ev)?;
@@ -134,12 +134,12 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut m = compute(&path, ledger.max_id()?, args.common.quiet)?;
     let appended = if args.append {
         let text = m.update_text();
-        let last = ledger.last_of_kind("metrics_update", 1)?;
+        let last = ledger.last_of_kind(Kind::MetricsUpdate, 1)?;
         if last.first().map(|e| e.content.as_str()) == Some(text.as_str()) {
             None
         } else {
             let mut ledger = ledger;
-            let ev = NewEvent::new("metrics_update", text, Default::default())
+            let ev = NewEvent::new(Kind::MetricsUpdate, text, Default::default())
                 .map_err(|e| crate::Error::bad_input(None, e))?;
             Some(ledger.append(&ev, &args.clock.clock())?)
         }

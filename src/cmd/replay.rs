@@ -235,14 +235,15 @@ fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Outcome> {
     })
 }
 
-/// The events (all, `--tail N`, or a range), as JSON Lines; the id to follow from.
+/// The events (all, `--tail N`, or a range), as JSON Lines; the id to follow from (`None`
+/// after an id of `i64::MAX`, which no event can follow).
 fn stream(
     args: &Args,
     ledger: &Ledger,
     filter: &Filter,
     last: i64,
     out: &mut Out,
-) -> anyhow::Result<i64> {
+) -> anyhow::Result<Option<i64>> {
     let next = match args.tail {
         Some(n) => {
             let events = ledger.tail(filter, n)?;
@@ -254,7 +255,7 @@ fn stream(
                 .last()
                 .map_or(last, |e| e.id)
                 .max(if n == 0 { last } else { 0 })
-                + 1
+                .checked_add(1)
         }
         None => {
             let mut seen = filter.since.unwrap_or(1).max(1) - 1;
@@ -263,7 +264,7 @@ fn stream(
                 out.event(&ev).map_err(|e| Error::io("<stdout>", e))?;
                 Ok(true)
             })?;
-            seen.max(if args.follow { last } else { 0 }) + 1
+            seen.max(if args.follow { last } else { 0 }).checked_add(1)
         }
     };
     out.flush()?;
@@ -272,16 +273,21 @@ fn stream(
 
 /// `--follow`: poll the head a few times a second (cheap: an index lookup), print what is new,
 /// until SIGINT/SIGTERM or a closed stdout.
-fn follow(args: &Args, ledger: &Ledger, mut next: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+fn follow(
+    args: &Args,
+    ledger: &Ledger,
+    mut next: Option<i64>,
+    out: &mut Out,
+) -> anyhow::Result<Outcome> {
     let stop = crate::cli::stop_flag()?;
     while !stop.load(Ordering::Relaxed) {
         if crate::cli::stdout_closed() {
             return Ok(Outcome::Success);
         }
         let head = ledger.max_id()?;
-        if head >= next {
+        if let Some(from) = next.filter(|n| head >= *n) {
             let filter = Filter {
-                since: Some(next),
+                since: Some(from),
                 until: Some(head),
                 kinds: args.kind.clone(),
             };
@@ -290,7 +296,7 @@ fn follow(args: &Args, ledger: &Ledger, mut next: i64, out: &mut Out) -> anyhow:
                 Ok(true)
             })?;
             out.flush()?;
-            next = head + 1;
+            next = head.checked_add(1);
         }
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -7,7 +7,8 @@
 //! used, the scores are the real ones, and `fixed` runs no vector pipeline.
 
 use super::embed::{self, Hash64};
-use crate::event::Event;
+use crate::event::config::Strategy;
+use crate::event::{Event, Kind};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
 use crate::store::{Filter, Reads};
@@ -20,14 +21,14 @@ pub const VECTOR_WINDOW: usize = 100;
 /// How many of the newest lifetime-memory chunks the vector strategy always includes.
 pub const PINNED_MEMORIES: usize = 2;
 /// The messages retrieval draws from.
-pub const MESSAGE_KINDS: [&str; 2] = ["user_message", "assistant_message"];
+pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
 
 /// The retrieval config in force (the newest `config` of type `retrieval`, FORMATS.md §9.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetrievalConfig {
     /// `hybrid` (whole-ledger recall, [`crate::recall`]), `vector` or `fixed` (the
     /// reference's, bounded to recent windows).
-    pub strategy: String,
+    pub strategy: Strategy,
     /// Characters of recalled text under `hybrid`.
     pub budget: usize,
     /// How many messages to select.
@@ -41,7 +42,7 @@ pub struct RetrievalConfig {
 impl Default for RetrievalConfig {
     fn default() -> Self {
         RetrievalConfig {
-            strategy: "vector".into(),
+            strategy: Strategy::Vector,
             budget: crate::recall::DEFAULT_BUDGET,
             limit: 7,
             model: embed::MODEL.into(),
@@ -62,10 +63,13 @@ impl RetrievalConfig {
         let Some(Value::Object(m)) = config else {
             return c;
         };
-        if let Some(s) = m.get("strategy").and_then(Value::as_str) {
-            if s == "fixed" || s == "vector" || s == "hybrid" {
-                c.strategy = s.into();
-            }
+        // An unknown strategy keeps the default.
+        if let Some(s) = m
+            .get("strategy")
+            .and_then(Value::as_str)
+            .and_then(Strategy::parse)
+        {
+            c.strategy = s;
         }
         match m.get("limit").and_then(Value::as_i64) {
             Some(n) if n > 0 => c.limit = n.min(crate::event::config::MAX_LIMIT) as usize,
@@ -92,7 +96,7 @@ impl RetrievalConfig {
     /// for the vector strategy, and under `hybrid` too, so that a reference reader of the
     /// ledger still finds its vectors.
     pub fn embeds(&self) -> bool {
-        self.strategy == "vector" || self.strategy == "hybrid"
+        matches!(self.strategy, Strategy::Vector | Strategy::Hybrid)
     }
 }
 
@@ -127,7 +131,7 @@ pub fn select<R: Reads>(
         ..Filter::default()
     };
     let mut picked: Vec<(Event, f64)> = Vec::new();
-    if cfg.strategy == "fixed" {
+    if cfg.strategy == Strategy::Fixed {
         let mut recent = r.tail(&messages, cfg.limit)?;
         recent.reverse();
         picked.extend(recent.into_iter().map(|e| (e, 0.0)));
@@ -138,7 +142,7 @@ pub fn select<R: Reads>(
         let mut score = |e: &Event| dot(&q, &embedder.vector(&e.content));
         let memories = Filter {
             until: Some(user_id - 1),
-            kinds: vec!["lifetime_memory".into()],
+            kinds: vec![Kind::LifetimeMemory.to_string()],
             ..Filter::default()
         };
         let mut pinned = r.tail(&memories, PINNED_MEMORIES)?;

@@ -18,6 +18,43 @@ pub const MAX_BUDGET: i64 = 1_000_000;
 /// The range of every autonomy threshold (the same as `pmm-tick --set`).
 pub const THRESHOLD_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000;
 
+/// How a turn chooses the past events it shows the model: a `retrieval` config's `strategy`
+/// (FORMATS.md §9.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Whole-ledger recall (`crate::recall`) within a character budget.
+    Hybrid,
+    /// The reference's: hash64 scores over a bounded window of recent messages.
+    Vector,
+    /// The reference's: the newest `limit` messages.
+    Fixed,
+}
+
+impl Strategy {
+    /// Every strategy.
+    pub const ALL: [Strategy; 3] = [Strategy::Hybrid, Strategy::Vector, Strategy::Fixed];
+
+    /// The name a config uses.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Hybrid => "hybrid",
+            Strategy::Vector => "vector",
+            Strategy::Fixed => "fixed",
+        }
+    }
+
+    /// The strategy named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The threshold keys of an `autonomy_thresholds` config.
 pub const THRESHOLD_KEYS: [&str; 4] = [
     "reflection_interval",
@@ -78,7 +115,7 @@ pub fn out_of_range(content: &str) -> Option<OutOfRange> {
             }
             match c.get("strategy") {
                 None => Ok(()),
-                Some(Value::String(s)) if s == "hybrid" || s == "vector" || s == "fixed" => Ok(()),
+                Some(Value::String(s)) if Strategy::parse(s).is_some() => Ok(()),
                 Some(s) => Err(OutOfRange::Strategy(s.clone())),
             }
         })(),
@@ -94,6 +131,16 @@ pub fn out_of_range(content: &str) -> Option<OutOfRange> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strategies_round_trip() {
+        for s in Strategy::ALL {
+            assert_eq!(Strategy::parse(s.as_str()), Some(s));
+            assert_eq!(s.to_string(), s.as_str());
+        }
+        assert_eq!(Strategy::parse("Hybrid"), None);
+        assert_eq!(Strategy::parse(""), None);
+    }
 
     #[test]
     fn issue13_item10_config_values_out_of_range_are_named() {

@@ -1,81 +1,19 @@
 //! Events, kinds, timestamps and the JSONL wire form. Pure data: no I/O.
 
 pub mod config;
+mod kind;
+
+pub use kind::{Kind, OtherKind, UnknownKind};
 
 use crate::canon;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 
-/// The kinds a ledger may hold: the reference's allowlist (FORMATS.md §1.7 says 38 but lists 39;
-/// all 39 are kept) plus `violation` and `generation_failure`
-/// (SPEC §2.4, FORMATS.md §1.7). Appending any other kind is refused.
-pub const KINDS: [&str; 41] = [
-    "user_message",
-    "assistant_message",
-    "reflection",
-    "identity_adoption",
-    "meta_summary",
-    "metrics_turn",
-    "metric_check",
-    "commitment_open",
-    "commitment_close",
-    "claim",
-    "autonomy_rule_table",
-    "autonomy_tick",
-    "autonomy_stimulus",
-    "autonomy_kernel",
-    "summary_update",
-    "inter_ledger_ref",
-    "config",
-    "filler",
-    "test_event",
-    "metrics_update",
-    "autonomy_metrics",
-    "internal_goal_created",
-    "retrieval_selection",
-    "checkpoint_manifest",
-    "embedding_add",
-    "lifetime_memory",
-    "stability_metrics",
-    "coherence_check",
-    "outcome_observation",
-    "policy_update",
-    "meta_policy_update",
-    "concept_define",
-    "concept_alias",
-    "concept_bind_event",
-    "concept_relate",
-    "concept_state_snapshot",
-    "concept_bind_thread",
-    "claim_from_text",
-    "concept_bind_async",
-    "violation",
-    "generation_failure",
-];
-
-/// Kinds the write policy guards (SPEC §2.5).
-pub const SENSITIVE_KINDS: [&str; 4] = [
-    "config",
-    "checkpoint_manifest",
-    "embedding_add",
-    "retrieval_selection",
-];
-
-/// True if `kind` may be appended.
-pub fn is_known_kind(kind: &str) -> bool {
-    KINDS.contains(&kind)
-}
-
-/// Every allowed kind, sorted, for help and error messages.
+/// Every kind pmm may append, sorted by name, for help and error messages.
 pub fn all_kinds() -> Vec<&'static str> {
-    let mut all: Vec<&str> = KINDS.to_vec();
+    let mut all: Vec<&str> = Kind::ALL.iter().map(Kind::as_str).collect();
     all.sort_unstable();
     all
-}
-
-/// True if writes of `kind` are checked against the policy.
-pub fn is_sensitive(kind: &str) -> bool {
-    SENSITIVE_KINDS.contains(&kind)
 }
 
 /// One stored event, exactly as the ledger holds it. `meta` is the stored text (canonical JSON
@@ -86,8 +24,8 @@ pub struct Event {
     pub id: i64,
     /// UTC `YYYY-MM-DDTHH:MM:SS.ffffffZ`; not hashed.
     pub ts: String,
-    /// One of [`KINDS`] for anything we write; readers accept any string.
-    pub kind: String,
+    /// A known kind for anything we write; readers accept any name ([`Kind::Other`]).
+    pub kind: Kind,
     /// Always a string.
     pub content: String,
     /// The stored meta text.
@@ -106,7 +44,7 @@ impl Event {
         out.extend_from_slice(b",\"ts\":");
         json_str(out, &self.ts);
         out.extend_from_slice(b",\"kind\":");
-        json_str(out, &self.kind);
+        json_str(out, self.kind.as_str());
         out.extend_from_slice(b",\"content\":");
         json_str(out, &self.content);
         out.extend_from_slice(b",\"meta\":");
@@ -179,8 +117,8 @@ fn opt_str(out: &mut Vec<u8>, s: Option<&str>) {
 /// An event to be appended: validated kind, string content, meta object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
-    /// An allowed kind.
-    pub kind: String,
+    /// A known kind.
+    pub kind: Kind,
     /// The content.
     pub content: String,
     /// The meta object.
@@ -190,12 +128,13 @@ pub struct NewEvent {
 impl NewEvent {
     /// Builds a new event after checking the kind and the meta.
     pub fn new(
-        kind: impl Into<String>,
+        kind: Kind,
         content: impl Into<String>,
         meta: Map<String, Value>,
     ) -> Result<Self, EventError> {
-        let kind = kind.into();
-        check_kind(&kind)?;
+        if let Kind::Other(_) = kind {
+            return Err(EventError::UnknownKind(kind.to_string()));
+        }
         let meta = canon::into_meta(Value::Object(meta))?;
         Ok(NewEvent {
             kind,
@@ -224,12 +163,13 @@ impl NewEvent {
         let Value::Object(mut obj) = v else {
             return Err(EventError::NotAnObject(canon::type_name(&v)));
         };
-        let kind = match obj.remove("kind") {
-            Some(Value::String(k)) => k,
+        let kind: Kind = match obj.remove("kind") {
+            Some(Value::String(k)) => k
+                .parse()
+                .map_err(|e: UnknownKind| EventError::UnknownKind(e.0))?,
             Some(other) => return Err(EventError::not_a_string("kind", &other)),
             None => return Err(EventError::Missing("kind")),
         };
-        check_kind(&kind)?;
         let content = match obj.remove("content") {
             Some(Value::String(c)) => c,
             Some(other) => return Err(EventError::not_a_string("content", &other)),
@@ -251,7 +191,7 @@ impl NewEvent {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventError {
     /// A kind outside the allowlist.
-    #[error("unknown kind '{0}' (`pmm-append --list-kinds` lists the {n} allowed kinds)", n = KINDS.len())]
+    #[error("unknown kind '{0}' (`pmm-append --list-kinds` lists the {n} allowed kinds)", n = Kind::ALL.len())]
     UnknownKind(String),
     /// An input line with nothing on it.
     #[error("empty line: expected a JSON object {{\"kind\",\"content\",\"meta\"?}}")]
@@ -298,13 +238,11 @@ impl EventError {
 // Python truthiness: the one definition, in `pystr`.
 use crate::pystr::truthy;
 
-/// Checks a kind against the allowlist.
+/// Checks a kind's name against the kinds pmm may append.
 pub fn check_kind(kind: &str) -> Result<(), EventError> {
-    if is_known_kind(kind) {
-        Ok(())
-    } else {
-        Err(EventError::UnknownKind(kind.to_string()))
-    }
+    kind.parse::<Kind>()
+        .map(drop)
+        .map_err(|e| EventError::UnknownKind(e.0))
 }
 
 /// Where timestamps come from: the system clock, or a pinned instant (`--now`, `$PMM_NOW`) so
@@ -358,6 +296,7 @@ mod tests {
         let mut dedup = all.clone();
         dedup.dedup();
         assert_eq!(dedup.len(), all.len());
+        assert!(all.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]
@@ -377,7 +316,7 @@ mod tests {
             r#"{"kind":"user_message","content":"hi","meta":{"role":"user"},"id":9}"#,
         )
         .unwrap();
-        assert_eq!(ok.kind, "user_message");
+        assert_eq!(ok.kind, Kind::UserMessage);
         for (line, needle) in [
             ("", "empty line"),
             ("nope", "not valid JSON"),

@@ -36,7 +36,7 @@ impl<W: Write> Sink for CsvWriter<W> {
         self.csv.write_record([
             id.as_str(),
             &ev.ts,
-            &ev.kind,
+            ev.kind.as_str(),
             &ev.content,
             &ev.meta,
             ev.prev_hash.as_deref().unwrap_or(""),
@@ -122,7 +122,7 @@ mod tests {
             assert_eq!(row.len(), 7);
             assert_eq!(row[0].parse::<i64>().unwrap(), e.id);
             assert_eq!(&row[1], e.ts);
-            assert_eq!(&row[2], e.kind);
+            assert_eq!(&row[2], e.kind.as_str());
             assert_eq!(&row[3], e.content);
             assert_eq!(&row[4], e.meta);
             assert_eq!(&row[5], e.prev_hash.as_deref().unwrap_or(""));

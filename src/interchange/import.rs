@@ -51,10 +51,14 @@ fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>)
             "event {id}: stored hash {} is not the hash of its fields ({expected})",
             found.as_deref().unwrap_or("null")
         ),
-        Problem::IdGap { expected } if first => format!(
+        Problem::IdGap { expected: Some(expected) } if first => format!(
             "the source starts at event {id}, but this ledger needs event {expected} next (import into an empty ledger, or a continuation of its head)"
         ),
-        Problem::IdGap { expected } => format!("event {id}: expected id {expected} (ids must rise by one)"),
+        Problem::IdGap { expected: Some(expected) } => format!("event {id}: expected id {expected} (ids must rise by one)"),
+        Problem::IdGap { expected: None } => format!(
+            "event {id}: it follows event {}, which no event can follow",
+            i64::MAX
+        ),
         Problem::GenesisPrevHash { found } => {
             format!("event {id} is the first event but has prev_hash {found}")
         }

@@ -18,7 +18,7 @@
 //! Streams: each message is written as it arrives; only a turn counter is kept.
 
 use super::{ExportContext, Sink};
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use std::io::{self, Write};
 
 /// Streams the conversation as a readable Markdown transcript.
@@ -52,17 +52,17 @@ impl<W: Write> Sink for MarkdownWriter<W> {
                 .and_then(serde_json::Value::as_str)
                 .filter(|v| !v.is_empty())
         };
-        let role = match ev.kind.as_str() {
-            "user_message" => {
+        let role = match ev.kind {
+            Kind::UserMessage => {
                 self.turn += 1;
                 "👤 User".to_string()
             }
-            "assistant_message" => match (field("provider"), field("model")) {
+            Kind::AssistantMessage => match (field("provider"), field("model")) {
                 (Some(p), Some(m)) => format!("🤖 Assistant ({p} · {m})"),
                 (Some(p), None) | (None, Some(p)) => format!("🤖 Assistant ({p})"),
                 (None, None) => "🤖 Assistant".to_string(),
             },
-            "generation_failure" => {
+            Kind::GenerationFailure => {
                 let interrupted = meta.get("interrupted").and_then(serde_json::Value::as_bool)
                     == Some(true)
                     || field("reason") == Some("interrupted");
@@ -85,9 +85,9 @@ impl<W: Write> Sink for MarkdownWriter<W> {
         };
         // A reply before any message (an import) still belongs to a turn.
         let turn = self.turn.max(1);
-        let mut text = match ev.kind.as_str() {
-            "generation_failure" => py_strip(field("error").unwrap_or(&ev.content)).to_string(),
-            kind => visible_text(&ev.content, kind == "assistant_message"),
+        let mut text = match ev.kind {
+            Kind::GenerationFailure => py_strip(field("error").unwrap_or(&ev.content)).to_string(),
+            ref kind => visible_text(&ev.content, *kind == Kind::AssistantMessage),
         };
         if field("finish_reason").is_some_and(crate::formats::reply::is_truncation) {
             text.push_str(if text.is_empty() { "" } else { "\n" });

@@ -126,7 +126,7 @@ impl Wire {
             event: Event {
                 id: self.id,
                 ts: self.ts,
-                kind: self.kind,
+                kind: self.kind.into(),
                 content: self.content,
                 meta: text,
                 prev_hash: self.prev_hash,
@@ -264,7 +264,7 @@ pub fn read_with<T: Send>(
             };
             drop(reader);
             let ledger = Ledger::open_reader(path)?;
-            let max = ledger.max_id()?.max(1) as u64;
+            let max = ledger.max_id()?.max(1);
             let to_item = |event: Event| {
                 Item::Event(Record {
                     event,
@@ -275,7 +275,7 @@ pub fn read_with<T: Send>(
             pipeline(&to_item, work, f, |p| {
                 ledger.scan(&Filter::default(), |event| {
                     if event.id % 1024 == 0 {
-                        tick(event.id as u64 * 1_000_000 / max);
+                        tick(per_million(event.id, max));
                     }
                     p.push(event)
                 })
@@ -293,6 +293,13 @@ pub fn read_with<T: Send>(
         })?,
     }
     Ok(format)
+}
+
+/// How far `id` is through ids up to `max` (≥ 1), in millionths: never more than a million,
+/// whatever ids the source holds (they are input: a negative or huge one must not overflow).
+fn per_million(id: i64, max: i64) -> u64 {
+    let done = i128::from(id.clamp(0, max));
+    u64::try_from(done * 1_000_000 / i128::from(max.max(1))).unwrap_or(1_000_000)
 }
 
 fn gz_err(name: &str, e: std::io::Error) -> Error {

@@ -39,7 +39,7 @@
 use super::markdown::py_strip;
 use super::{python_str, ExportContext, Sink};
 use crate::canon;
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use serde_json::{Map, Number, Value};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
@@ -131,8 +131,10 @@ impl<W: Write> TelemetryWriter<W> {
         }
     }
 
-    fn count_of(&self, kind: &str) -> u64 {
-        self.index.get(kind).map_or(0, |&i| self.counts[i].1)
+    fn count_of(&self, kind: Kind) -> u64 {
+        self.index
+            .get(kind.as_str())
+            .map_or(0, |&i| self.counts[i].1)
     }
 
     /// Everything after the event table.
@@ -273,10 +275,11 @@ impl<W: Write> TelemetryWriter<W> {
             s,
             &format!(
                 "- **Total Definitions:** `{}`\n",
-                self.count_of("concept_define")
+                self.count_of(Kind::ConceptDefine)
             ),
         );
-        let bindings = self.count_of("concept_bind_event") + self.count_of("concept_bind_async");
+        let bindings =
+            self.count_of(Kind::ConceptBindEvent) + self.count_of(Kind::ConceptBindAsync);
         piece_to(s, &format!("- **Total Bindings:** `{bindings}`\n"));
         if !self.definitions.is_empty() {
             piece_to(s, "- **Recent Definitions:**\n");
@@ -327,7 +330,7 @@ impl<W: Write> TelemetryWriter<W> {
 impl<W: Write> Sink for TelemetryWriter<W> {
     fn event(&mut self, ev: &Event) -> io::Result<()> {
         self.total += 1;
-        self.count(&ev.kind);
+        self.count(ev.kind.as_str());
 
         let prev = ev.prev_hash.as_deref().filter(|p| !p.is_empty());
         if let (Some(previous), Some(prev)) = (&self.previous, prev) {
@@ -348,17 +351,17 @@ impl<W: Write> Sink for TelemetryWriter<W> {
             self.tail.pop_front();
         }
         self.tail.push_back(ev.clone());
-        let latest = match ev.kind.as_str() {
-            "stability_metrics" => Some(&mut self.stability),
-            "coherence_check" => Some(&mut self.coherence),
-            "policy_update" => Some(&mut self.policy),
-            "meta_policy_update" => Some(&mut self.meta_policy),
+        let latest = match ev.kind {
+            Kind::StabilityMetrics => Some(&mut self.stability),
+            Kind::CoherenceCheck => Some(&mut self.coherence),
+            Kind::PolicyUpdate => Some(&mut self.policy),
+            Kind::MetaPolicyUpdate => Some(&mut self.meta_policy),
             _ => None,
         };
         if let Some(slot) = latest {
             *slot = Some(ev.content.clone());
         }
-        if ev.kind == "concept_define" {
+        if ev.kind == Kind::ConceptDefine {
             if self.definitions.len() == RECENT_DEFINITIONS {
                 self.definitions.pop_front();
             }
@@ -370,7 +373,7 @@ impl<W: Write> Sink for TelemetryWriter<W> {
         b.push_str("| ");
         b.push_str(&ev.id.to_string());
         b.push_str(" | ");
-        b.push_str(&ev.kind);
+        b.push_str(ev.kind.as_str());
         b.push_str(" | ");
         push_meta_preview(b, &ev.meta);
         b.push_str(" | `");
@@ -426,7 +429,7 @@ fn sql_insert(ev: &Event) -> String {
         "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES({}, {}, {}, {}, {}, {}, {});\n",
         ev.id,
         sql_literal(Some(&ev.ts)),
-        sql_literal(Some(&ev.kind)),
+        sql_literal(Some(ev.kind.as_str())),
         sql_literal(Some(&ev.content)),
         sql_literal(Some(&ev.meta)),
         sql_literal(ev.prev_hash.as_deref()),

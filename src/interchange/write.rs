@@ -65,7 +65,7 @@ impl<W: Write> JsonArrayWriter<W> {
         b.extend_from_slice(b",\n    \"ts\": ");
         python_str(b, &ev.ts);
         b.extend_from_slice(b",\n    \"kind\": ");
-        python_str(b, &ev.kind);
+        python_str(b, ev.kind.as_str());
         b.extend_from_slice(b",\n    \"content\": ");
         python_str(b, &ev.content);
         b.extend_from_slice(b",\n    \"meta\": ");

@@ -191,7 +191,7 @@ fn auto_closes(view: &View, th: &Thresholds) -> Vec<AutoClose> {
         .map(|c| AutoClose {
             cid: c.cid.clone(),
             opened_at: c.opened_at,
-            age: view.head - c.opened_at,
+            age: view.head.saturating_sub(c.opened_at),
             origin: c.origin.clone(),
         })
         .filter(|c| c.age > th.commitment_auto_close)
@@ -270,7 +270,7 @@ fn stalled<'v>(
     let mut stalled: Vec<(&OpenCommitment, i64)> = open
         .iter()
         .filter(|c| c.origin != "autonomy_kernel")
-        .map(|c| (*c, view.head - c.opened_at))
+        .map(|c| (*c, view.head.saturating_sub(c.opened_at)))
         .filter(|(_, age)| th.commitment_staleness > 0 && *age >= th.commitment_staleness)
         .collect();
     stalled.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cid.cmp(&b.0.cid)));
@@ -310,7 +310,7 @@ fn choose(
     }
     // Rule 3.
     if let Some(n) = ref_id
-        .map(|r| view.head - r)
+        .map(|r| view.head.saturating_sub(r))
         .filter(|n| *n >= th.reflection_interval)
     {
         let why = format!("reflection_interval reached ({n})");
@@ -321,7 +321,7 @@ fn choose(
         c.skipped.get_or_insert(why);
     }
     // Rule 4.
-    let since_summary = view.head - view.last_summary.unwrap_or(0);
+    let since_summary = view.head.saturating_sub(view.last_summary.unwrap_or(0));
     if since_summary >= th.summary_interval
         && ref_id.is_some_and(|r| r > view.last_summary.unwrap_or(0))
     {

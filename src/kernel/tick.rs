@@ -10,7 +10,7 @@
 
 use super::{decide, Action, Decision, Slot, View};
 use crate::canon;
-use crate::event::{Clock, Event};
+use crate::event::{Clock, Event, Kind};
 use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
 use crate::store::{self, Ledger, Reads};
@@ -100,7 +100,7 @@ fn stimulus_for<R: Reads>(r: &R, p: &Projections, slot: &Slot) -> crate::Result<
     match a.max_slot.get(&slot.interval) {
         None => Ok(None),
         Some(max) if slot.slot > *max => Ok(None),
-        Some(_) => r.find_kind_containing("autonomy_stimulus", &slot.slot_id),
+        Some(_) => r.find_kind_containing(Kind::AutonomyStimulus, &slot.slot_id),
     }
 }
 
@@ -205,11 +205,11 @@ fn append_slot_events(
             ("source", "autonomy_supervisor".into()),
         ],
     );
-    s.put("autonomy_stimulus", stimulus, m)?;
+    s.put(Kind::AutonomyStimulus, stimulus, m)?;
     let rule_table = th.rule_table_text();
     if s.p.autonomy.last_rule_table.as_deref() != Some(rule_table.as_str()) {
         s.put(
-            "autonomy_rule_table",
+            Kind::AutonomyRuleTable,
             rule_table,
             meta(&[("source", "autonomy_kernel".into())]),
         )?;
@@ -223,7 +223,7 @@ fn append_slot_events(
         ],
     );
     let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
-    s.put("autonomy_tick", content, m)?;
+    s.put(Kind::AutonomyTick, content, m)?;
     Ok(())
 }
 
@@ -243,7 +243,7 @@ fn append_auto_closes(
             ("threshold", th.commitment_auto_close.into()),
         ]);
         s.put(
-            "commitment_close",
+            Kind::CommitmentClose,
             format!("Commitment closed: {}", c.cid),
             m,
         )?;
@@ -277,7 +277,7 @@ fn append_action(
                 ("synth", "pmm".into()),
             ]);
             let content = canon::to_string(&payload).unwrap_or_default();
-            s.put("reflection", content, m)?;
+            s.put(Kind::Reflection, content, m)?;
         }
         Action::Summarize => append_summary(s.batch, s.p, s.events, s.clock, true)?,
         Action::Idle => {}
@@ -290,13 +290,13 @@ fn append_bookkeeping(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     if s.p.autonomy.ticks_total.is_multiple_of(METRICS_EVERY) {
         let content = metrics_content(s.p);
         s.put(
-            "autonomy_metrics",
+            Kind::AutonomyMetrics,
             content,
             meta(&[("source", "autonomy_tracker".into())]),
         )?;
     }
     if let Some((content, m)) = manifest(s.p) {
-        s.put("checkpoint_manifest", content, m)?;
+        s.put(Kind::CheckpointManifest, content, m)?;
     }
     Ok(())
 }
@@ -323,7 +323,10 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
     let a = &p.autonomy;
     let up_to = a.last_summary?;
     let root = a.summary_root.clone()?;
-    let since = p.mirror.last_event_id - a.last_manifest.as_ref().map_or(0, |m| m.0);
+    let since = p
+        .mirror
+        .last_event_id
+        .saturating_sub(a.last_manifest.as_ref().map_or(0, |m| m.0));
     if since < MANIFEST_EVERY && !a.last_summary_triggered {
         return None;
     }
@@ -377,7 +380,7 @@ fn set_inner(
         content.insert(k.clone(), (*v).into());
     }
     let ev = new_event(
-        "config",
+        Kind::Config,
         canon::to_string(&Value::Object(content)).unwrap_or_default(),
         meta(&[("source", "pmm-tick".into())]),
     )?;
@@ -389,7 +392,7 @@ fn set_inner(
             &mut batch,
             &mut p,
             &mut events,
-            new_event("autonomy_rule_table", text, m)?,
+            new_event(Kind::AutonomyRuleTable, text, m)?,
             clock,
         )?;
     }

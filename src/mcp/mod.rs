@@ -15,6 +15,8 @@ pub mod verify;
 pub use server::Server;
 pub use tools::{Config, ToolError};
 
+use crate::event::Kind;
+
 /// The largest `text`/`query` a tool accepts, in bytes.
 pub const MAX_TEXT: usize = 1 << 20;
 /// The largest `k` of `recall`.
@@ -31,6 +33,10 @@ pub const MAX_REPLY_CONTENT: usize = 8 << 20;
 /// `verify` returns at most this many findings (and counts them all).
 pub const MAX_FINDINGS: usize = 100;
 /// The kinds `remember` writes: messages and notes, never a sensitive or a derived kind.
-pub const REMEMBER_KINDS: &[&str] = &["reflection", "user_message", "assistant_message"];
+pub const REMEMBER_KINDS: &[&str] = &[
+    Kind::Reflection.as_str(),
+    Kind::UserMessage.as_str(),
+    Kind::AssistantMessage.as_str(),
+];
 /// The actor (`meta.source`) of everything `pmm-mcp` writes.
 pub const SOURCE: &str = "mcp";

@@ -11,7 +11,7 @@ use super::{
     DEFAULT_LIMIT, MAX_BUDGET, MAX_K, MAX_LIMIT, MAX_REPLY_CONTENT, MAX_TEXT, REMEMBER_KINDS,
     SOURCE,
 };
-use crate::event::{Clock, Event, NewEvent};
+use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
@@ -102,15 +102,18 @@ impl Config {
         };
         let p = match cached {
             Some(mut p) if usable => {
-                let since = Filter {
-                    since: Some(p.mirror.last_event_id + 1),
-                    until: Some(head),
-                    ..Filter::default()
-                };
-                r.scan(&since, |ev| {
-                    p.apply(&ev);
-                    Ok(true)
-                })?;
+                // Nothing follows an id of i64::MAX (ids are input).
+                if let Some(next) = p.mirror.last_event_id.checked_add(1) {
+                    let since = Filter {
+                        since: Some(next),
+                        until: Some(head),
+                        ..Filter::default()
+                    };
+                    r.scan(&since, |ev| {
+                        p.apply(&ev);
+                        Ok(true)
+                    })?;
+                }
                 p
             }
             _ => store::project(r, Some(head), true)?.projections,
@@ -456,11 +459,12 @@ fn remember(cfg: &Config, a: RememberArgs) -> Result<Value, ToolError> {
             REMEMBER_KINDS.join(", ")
         ));
     }
+    let kind = Kind::from(kind);
     let mut meta = Map::new();
     meta.insert("source".into(), SOURCE.into());
     match kind {
-        "user_message" => meta.insert("role".into(), "user".into()),
-        "assistant_message" => meta.insert("role".into(), "assistant".into()),
+        Kind::UserMessage => meta.insert("role".into(), "user".into()),
+        Kind::AssistantMessage => meta.insert("role".into(), "assistant".into()),
         _ => None,
     };
     // The text is kept verbatim (a message is what was said, whitespace and all).
@@ -492,7 +496,7 @@ fn commit(cfg: &Config, a: CommitArgs) -> Result<Value, ToolError> {
         ("text", text.into()),
     ]);
     let ev = NewEvent::new(
-        "commitment_open",
+        Kind::CommitmentOpen,
         format!("Commitment opened: {text}"),
         meta,
     )?;
@@ -535,7 +539,7 @@ fn close(cfg: &Config, a: CloseArgs) -> Result<Value, ToolError> {
         ("source", SOURCE.into()),
     ]);
     let ev = NewEvent::new(
-        "commitment_close",
+        Kind::CommitmentClose,
         format!("Commitment closed: {cid}"),
         meta,
     )?;
@@ -672,7 +676,7 @@ fn events(cfg: &Config, a: EventsArgs) -> Result<Value, ToolError> {
             .and_then(|e| e.last())
             .and_then(|e| e["id"].as_i64())
         {
-            reply["next_since"] = json!(last + 1);
+            reply["next_since"] = json!(last.checked_add(1));
         }
     }
     Ok(reply)

@@ -8,7 +8,7 @@
 //! projection checkpoint, so a tick on a ledger of any size reads only the events since it.
 
 use crate::chain::root::StoredRoot;
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -18,15 +18,15 @@ use std::collections::BTreeSet;
 /// out of a kernel reflection's `delta_hash`; nor do reflections and summaries, which are
 /// derived from the events they are about (a summary written in a quiet hour must not make
 /// the next tick reflect on it, or the two would alternate forever).
-pub const BOOKKEEPING: [&str; 8] = [
-    "autonomy_stimulus",
-    "autonomy_tick",
-    "autonomy_metrics",
-    "autonomy_rule_table",
-    "checkpoint_manifest",
-    "outcome_observation",
-    "stability_metrics",
-    "metrics_update",
+pub const BOOKKEEPING: [Kind; 8] = [
+    Kind::AutonomyStimulus,
+    Kind::AutonomyTick,
+    Kind::AutonomyMetrics,
+    Kind::AutonomyRuleTable,
+    Kind::CheckpointManifest,
+    Kind::OutcomeObservation,
+    Kind::StabilityMetrics,
+    Kind::MetricsUpdate,
 ];
 
 /// How many of the newest changes a kernel reflection's `delta_hash` covers (the reference's 3).
@@ -101,19 +101,20 @@ impl AutonomyLog {
     /// Folds one event in (events in id order).
     pub fn apply(&mut self, ev: &Event) {
         self.root.push(ev.hash.as_deref());
-        let bookkeeping = BOOKKEEPING.contains(&ev.kind.as_str());
-        match ev.kind.as_str() {
-            "metrics_turn" => self.last_metrics_turn = Some(ev.id),
-            "reflection" if is_kernel(ev) => self.apply_kernel_reflection(ev),
-            "summary_update" => self.apply_summary(ev),
-            "checkpoint_manifest" => self.apply_manifest(ev),
-            "autonomy_rule_table" => self.last_rule_table = Some(ev.content.clone()),
-            "autonomy_stimulus" => self.apply_stimulus(ev),
-            "autonomy_tick" => self.apply_tick(ev),
-            "config" => self.apply_config(ev),
+        let bookkeeping = BOOKKEEPING.contains(&ev.kind);
+        match ev.kind {
+            Kind::MetricsTurn => self.last_metrics_turn = Some(ev.id),
+            Kind::Reflection if is_kernel(ev) => self.apply_kernel_reflection(ev),
+            Kind::SummaryUpdate => self.apply_summary(ev),
+            Kind::CheckpointManifest => self.apply_manifest(ev),
+            Kind::AutonomyRuleTable => self.last_rule_table = Some(ev.content.clone()),
+            Kind::AutonomyStimulus => self.apply_stimulus(ev),
+            Kind::AutonomyTick => self.apply_tick(ev),
+            Kind::Config => self.apply_config(ev),
             _ => {}
         }
-        if !bookkeeping && ev.kind != "reflection" && ev.kind != "summary_update" {
+        let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate);
+        if !bookkeeping && !derived {
             self.note_change(ev);
         }
     }
@@ -223,9 +224,9 @@ impl AutonomyLog {
     /// Counts a change (an event that is neither bookkeeping nor derived) under its kind and
     /// keeps it among the newest [`DELTA_EVENTS`].
     fn note_change(&mut self, ev: &Event) {
-        match self.changes.iter_mut().find(|(k, _)| *k == ev.kind) {
+        match self.changes.iter_mut().find(|(k, _)| ev.kind == k.as_str()) {
             Some((_, n)) => *n += 1,
-            None => self.changes.push((ev.kind.clone(), 1)),
+            None => self.changes.push((ev.kind.to_string(), 1)),
         }
         self.recent_changes.push(ev.id);
         if self.recent_changes.len() > DELTA_EVENTS {

@@ -17,7 +17,7 @@
 //! - An integer `event_id` must fit in `i64`; `true`/`false` count as 1/0 because Python's
 //!   `isinstance(True, int)` holds.
 
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -159,13 +159,13 @@ impl ConceptGraph {
         if ev.id <= self.last_event_id {
             return;
         }
-        let outcome = match ev.kind.as_str() {
-            "concept_define" => self.define(ev),
-            "concept_alias" => self.alias(ev),
-            "concept_bind_event" | "concept_bind_async" => self.bind_event(ev),
-            "identity_adoption" => self.adopt_identity(ev),
-            "concept_relate" => self.relate(ev),
-            "concept_bind_thread" => self.bind_thread(ev),
+        let outcome = match ev.kind {
+            Kind::ConceptDefine => self.define(ev),
+            Kind::ConceptAlias => self.alias(ev),
+            Kind::ConceptBindEvent | Kind::ConceptBindAsync => self.bind_event(ev),
+            Kind::IdentityAdoption => self.adopt_identity(ev),
+            Kind::ConceptRelate => self.relate(ev),
+            Kind::ConceptBindThread => self.bind_thread(ev),
             _ => Ok(()),
         };
         if outcome.is_err() && self.broken_by.is_none() {

@@ -8,7 +8,7 @@
 //! user message, the latest reply or reflection, the first reply carrying each `COMMIT:` text,
 //! the first open of each cid), so building is linear and a node costs an id and a kind.
 
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::marker;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
@@ -50,31 +50,36 @@ impl NodeKind {
         NodeKind::SummaryUpdate,
     ];
 
-    /// The tracked kind named `kind`, or `None` for a kind the graph ignores.
-    pub fn from_kind(kind: &str) -> Option<NodeKind> {
+    /// The tracked kind of an event of `kind`, or `None` for a kind the graph ignores.
+    pub fn from_kind(kind: &Kind) -> Option<NodeKind> {
         Some(match kind {
-            "user_message" => NodeKind::UserMessage,
-            "assistant_message" => NodeKind::AssistantMessage,
-            "commitment_open" => NodeKind::CommitmentOpen,
-            "commitment_close" => NodeKind::CommitmentClose,
-            "identity_adoption" => NodeKind::IdentityAdoption,
-            "reflection" => NodeKind::Reflection,
-            "summary_update" => NodeKind::SummaryUpdate,
+            Kind::UserMessage => NodeKind::UserMessage,
+            Kind::AssistantMessage => NodeKind::AssistantMessage,
+            Kind::CommitmentOpen => NodeKind::CommitmentOpen,
+            Kind::CommitmentClose => NodeKind::CommitmentClose,
+            Kind::IdentityAdoption => NodeKind::IdentityAdoption,
+            Kind::Reflection => NodeKind::Reflection,
+            Kind::SummaryUpdate => NodeKind::SummaryUpdate,
             _ => return None,
         })
     }
 
+    /// The event kind.
+    pub fn kind(self) -> Kind {
+        match self {
+            NodeKind::UserMessage => Kind::UserMessage,
+            NodeKind::AssistantMessage => Kind::AssistantMessage,
+            NodeKind::CommitmentOpen => Kind::CommitmentOpen,
+            NodeKind::CommitmentClose => Kind::CommitmentClose,
+            NodeKind::IdentityAdoption => Kind::IdentityAdoption,
+            NodeKind::Reflection => Kind::Reflection,
+            NodeKind::SummaryUpdate => Kind::SummaryUpdate,
+        }
+    }
+
     /// The event kind's name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            NodeKind::UserMessage => "user_message",
-            NodeKind::AssistantMessage => "assistant_message",
-            NodeKind::CommitmentOpen => "commitment_open",
-            NodeKind::CommitmentClose => "commitment_close",
-            NodeKind::IdentityAdoption => "identity_adoption",
-            NodeKind::Reflection => "reflection",
-            NodeKind::SummaryUpdate => "summary_update",
-        }
+        self.kind().name().unwrap_or_default()
     }
 }
 
@@ -552,9 +557,9 @@ impl GraphCounts {
         }
     }
 
-    /// Nodes of `kind` (a ledger kind such as `user_message`).
-    pub fn count_of(&self, kind: &str) -> usize {
-        self.counts_by_kind.get(kind).copied().unwrap_or(0)
+    /// Nodes of `kind`.
+    pub fn count_of(&self, kind: NodeKind) -> usize {
+        self.counts_by_kind.get(kind.as_str()).copied().unwrap_or(0)
     }
 
     /// Node and edge counts.
@@ -570,7 +575,7 @@ impl GraphCounts {
             counts_by_kind: NodeKind::ALL
                 .iter()
                 .filter_map(|k| {
-                    let n = self.count_of(k.as_str());
+                    let n = self.count_of(*k);
                     (n > 0).then_some((k.as_str(), n))
                 })
                 .collect(),
@@ -677,7 +682,7 @@ impl GraphFold {
             Fold::Graph(g) => g.apply(ev),
         }
         if matches!(self.query, GraphQuery::Neighbors { id, .. } if id == ev.id) {
-            self.asked_kind = Some(ev.kind.clone());
+            self.asked_kind = Some(ev.kind.to_string());
         }
     }
 

@@ -6,7 +6,7 @@
 //! order, once), and thresholds are part of the projection, so replay reproduces the
 //! thresholds in force at any event (the reference keeps them in memory only).
 
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha1::{Digest as _, Sha1};
@@ -186,13 +186,13 @@ impl Mirror {
     pub fn apply(&mut self, ev: &Event) {
         self.last_event_id = ev.id;
         self.last_hash = ev.hash.clone();
-        match ev.kind.as_str() {
-            "commitment_open" => self.apply_open(ev),
-            "commitment_close" => self.apply_close(ev),
-            "claim" => self.apply_claim(ev),
-            "identity_adoption" => self.apply_adoption(ev),
-            "config" => self.apply_config(ev),
-            "autonomy_rule_table" => self.apply_rule_table(ev),
+        match ev.kind {
+            Kind::CommitmentOpen => self.apply_open(ev),
+            Kind::CommitmentClose => self.apply_close(ev),
+            Kind::Claim => self.apply_claim(ev),
+            Kind::IdentityAdoption => self.apply_adoption(ev),
+            Kind::Config => self.apply_config(ev),
+            Kind::AutonomyRuleTable => self.apply_rule_table(ev),
             _ => {}
         }
     }

@@ -44,7 +44,7 @@
 //! prefixes), and the first thousand events — every hand-made ledger — stay exact always.
 
 use super::concepts::ConceptGraph;
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
@@ -70,11 +70,13 @@ const IDENTITY_QUERY: &str = "identity_query";
 const COVER_PREFIX_CHARS: usize = 50;
 
 const DETERMINISM_MARKERS: &[&str] = &["determinism", "deterministic"];
-const MESSAGE_KINDS: &[&str] = &["assistant_message", "reflection"];
+const MESSAGE_KINDS: &[Kind] = &[Kind::AssistantMessage, Kind::Reflection];
+/// The reference's self-model event, which its own fold skips; pmm never writes it.
+const RSM_UPDATE: &str = "rsm_update";
 
 /// `(tendency, kinds it watches, markers summed)` in the reference's order.
-const PATTERNS: &[(&str, &[&str], &[&str])] = &[
-    (IDENTITY_QUERY, &["user_message"], &["who are you"]),
+const PATTERNS: &[(&str, &[Kind], &[&str])] = &[
+    (IDENTITY_QUERY, &[Kind::UserMessage], &["who are you"]),
     ("determinism_emphasis", MESSAGE_KINDS, DETERMINISM_MARKERS),
     ("stability_emphasis", MESSAGE_KINDS, &["stability"]),
     (
@@ -296,7 +298,7 @@ impl Rsm {
     /// Folds one event. `rsm_update` events are invisible to the model, and events with an id
     /// at or below the last folded one are ignored, as in the reference.
     pub fn apply(&mut self, ev: &Event) {
-        if ev.kind == "rsm_update" {
+        if ev.kind == RSM_UPDATE {
             return;
         }
         if self.last_id.is_some_and(|last| ev.id <= last) {
@@ -329,21 +331,24 @@ impl Rsm {
         }
 
         let content = py_strip(&ev.content);
-        let kind = ev.kind.as_str();
+        let kind = &ev.kind;
         // Only these kinds look at the text; lowercasing anything else would be wasted work.
-        if matches!(kind, "user_message" | "assistant_message" | "reflection") {
+        if matches!(
+            kind,
+            Kind::UserMessage | Kind::AssistantMessage | Kind::Reflection
+        ) {
             let lower = content.to_lowercase();
             self.track_tendencies(kind, &lower, index);
-            if kind == "reflection" {
+            if *kind == Kind::Reflection {
                 self.track_meta_patterns(&lower, index);
             }
-            if kind == "assistant_message" {
+            if *kind == Kind::AssistantMessage {
                 self.track_gap(ev, &lower, index);
             }
         }
         self.trim_gap_window();
 
-        if kind == "reflection" {
+        if *kind == Kind::Reflection {
             if let Ok(Value::Object(data)) = serde_json::from_str::<Value>(content) {
                 if let Some(Value::String(intent)) = data.get("intent") {
                     self.intents.push(intent);
@@ -361,12 +366,12 @@ impl Rsm {
             .insert(UNIQUENESS_KEY.to_string(), score.min(UNIQUENESS_CAP));
     }
 
-    fn track_tendencies(&mut self, kind: &str, lower: &str, index: u64) {
+    fn track_tendencies(&mut self, kind: &Kind, lower: &str, index: u64) {
         if lower.is_empty() {
             return;
         }
         for (name, kinds, markers) in PATTERNS {
-            if !kinds.contains(&kind) {
+            if !kinds.contains(kind) {
                 continue;
             }
             let inc: u64 = markers.iter().map(|m| py_count(lower, m)).sum();

@@ -98,7 +98,7 @@ impl Query {
     fn admits(&self, e: &Event) -> bool {
         e.id < self.before
             && !self.exclude.contains(&e.id)
-            && (self.kinds.is_empty() || self.kinds.contains(&e.kind))
+            && (self.kinds.is_empty() || self.kinds.iter().any(|k| e.kind == k.as_str()))
             && self.since.as_deref().is_none_or(|s| e.ts.as_str() >= s)
             && self.until.as_deref().is_none_or(|u| e.ts.as_str() <= u)
     }

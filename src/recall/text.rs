@@ -13,7 +13,7 @@
 //! they are few and coarse on purpose, so that they carry over to other conversations.
 
 use super::{epoch, terms, Cache, Query, Ranked, MAX_UNINDEXED};
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::store::Reads;
 use crate::Result;
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ pub const SESSION_WEIGHT: f64 = 0.3;
 /// Messages further apart than this (seconds) belong to different sessions.
 pub const SESSION_GAP_SECS: i64 = 3_600;
 /// The message kinds neighbours are drawn from.
-pub const MESSAGE_KINDS: [&str; 2] = ["user_message", "assistant_message"];
+pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
 /// How far (in ids) a neighbour is looked for.
 const NEIGHBOUR_WINDOW: i64 = 64;
 

@@ -13,18 +13,19 @@
 //!   match "cafe", and the Porter stemmer makes "painting", "painted" and "paints" one term,
 //!   which is how people ask about what they said in other inflections.
 
+use crate::event::Kind;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// The kinds the index holds: what a person would want recalled.
 pub const RECALLED_KINDS: [&str; 8] = [
-    "user_message",
-    "assistant_message",
-    "reflection",
-    "summary_update",
-    "lifetime_memory",
-    "claim",
-    "commitment_open",
-    "commitment_close",
+    Kind::UserMessage.as_str(),
+    Kind::AssistantMessage.as_str(),
+    Kind::Reflection.as_str(),
+    Kind::SummaryUpdate.as_str(),
+    Kind::LifetimeMemory.as_str(),
+    Kind::Claim.as_str(),
+    Kind::CommitmentOpen.as_str(),
+    Kind::CommitmentClose.as_str(),
 ];
 
 /// The tokenizer of every full-text table.
@@ -109,13 +110,19 @@ pub(crate) fn catch_up(
         // The index claims events the ledger does not have: rebuild it.
         return rebuild(conn, head);
     }
-    let total = (head - from) as u64;
+    let total = head.saturating_sub(from) as u64;
     let mut at = from;
     while at < head {
-        let to = at.saturating_add(step.max(1)).min(head);
+        // `step` events, not ids: a ledger whose ids jump (another writer's) must not make
+        // this walk the gap one empty range at a time.
+        let to = conn
+            .prepare_cached("SELECT id FROM events WHERE id > ?1 ORDER BY id LIMIT 1 OFFSET ?2")?
+            .query_row(params![at, step.max(1) - 1], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map_or(head, |id| id.min(head));
         index_range(conn, at, to)?;
         at = to;
-        progress((at - from) as u64, total);
+        progress(at.saturating_sub(from) as u64, total);
     }
     Ok(())
 }

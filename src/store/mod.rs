@@ -24,7 +24,7 @@ pub use checkpoint::{
 pub use policy::{Policy, Verdict};
 
 use crate::chain::event_digest;
-use crate::event::{Clock, Event, NewEvent};
+use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::{canon, Error, Result};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -138,7 +138,7 @@ fn row_to_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
     Ok(Event {
         id: row.get(0)?,
         ts: text(row.get_ref(1)?).unwrap_or_default(),
-        kind: text(row.get_ref(2)?).unwrap_or_default(),
+        kind: text(row.get_ref(2)?).unwrap_or_default().into(),
         content: text(row.get_ref(3)?).unwrap_or_default(),
         meta: text(row.get_ref(4)?).unwrap_or_default(),
         prev_hash: text(row.get_ref(5)?),
@@ -611,11 +611,11 @@ pub trait Reads {
     }
 
     /// How many events of `kind` have an id above `after` (an index range count).
-    fn count_kind_after(&self, kind: &str, after: i64) -> Result<u64> {
+    fn count_kind_after(&self, kind: Kind, after: i64) -> Result<u64> {
         self.conn()
             .query_row(
                 "SELECT COUNT(*) FROM events WHERE kind = ?1 AND id > ?2",
-                params![kind, after],
+                params![kind.as_str(), after],
                 |r| r.get::<_, i64>(0),
             )
             .map(|n| n.max(0) as u64)
@@ -624,11 +624,11 @@ pub trait Reads {
 
     /// The newest event of `kind` whose content contains `needle` (through the kind index,
     /// then a scan of that kind's rows: meant for rare look-ups such as an old autonomy slot).
-    fn find_kind_containing(&self, kind: &str, needle: &str) -> Result<Option<i64>> {
+    fn find_kind_containing(&self, kind: Kind, needle: &str) -> Result<Option<i64>> {
         self.conn()
             .query_row(
                 "SELECT id FROM events WHERE kind = ?1 AND instr(content, ?2) > 0 ORDER BY id DESC LIMIT 1",
-                params![kind, needle],
+                params![kind.as_str(), needle],
                 |r| r.get(0),
             )
             .optional()
@@ -701,15 +701,15 @@ pub trait Reads {
     fn has_policy_config(&self) -> Result<bool> {
         self.conn()
             .query_row(
-                "SELECT EXISTS(SELECT 1 FROM events WHERE kind = 'config' AND content LIKE '%\"policy\"%')",
-                [],
+                "SELECT EXISTS(SELECT 1 FROM events WHERE kind = ?1 AND content LIKE '%\"policy\"%')",
+                [Kind::Config.as_str()],
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))
     }
 
     /// The newest events of `kind`, newest first, at most `limit`.
-    fn last_of_kind(&self, kind: &str, limit: usize) -> Result<Vec<Event>> {
+    fn last_of_kind(&self, kind: Kind, limit: usize) -> Result<Vec<Event>> {
         let mut stmt = self
             .conn()
             .prepare_cached(&format!(
@@ -717,7 +717,7 @@ pub trait Reads {
             ))
             .map_err(|e| self.err(e))?;
         let rows = stmt
-            .query_map(params![kind, limit as i64], row_to_event)
+            .query_map(params![kind.as_str(), limit as i64], row_to_event)
             .map_err(|e| self.err(e))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(|e| self.err(e))
@@ -1140,7 +1140,7 @@ impl Batch<'_> {
 
     /// Appends `ev` after the policy check.
     pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event, Refusal> {
-        if crate::event::is_sensitive(&ev.kind) {
+        if ev.kind.is_sensitive() {
             let actor = ev.actor();
             let policy = Policy::current(&self.tx).map_err(|e| self.err(e))?;
             match policy.verdict_for(&actor, &ev.kind, &ev.content) {
@@ -1148,7 +1148,7 @@ impl Batch<'_> {
                 Verdict::Forbidden => {
                     return Err(Refusal::Policy(Violation {
                         actor,
-                        kind: ev.kind.clone(),
+                        kind: ev.kind.to_string(),
                         unreadable: None,
                         reason: None,
                     }))
@@ -1156,18 +1156,18 @@ impl Batch<'_> {
                 Verdict::Unreadable(id, why) => {
                     return Err(Refusal::Policy(Violation {
                         actor,
-                        kind: ev.kind.clone(),
+                        kind: ev.kind.to_string(),
                         unreadable: Some((id, why)),
                         reason: None,
                     }))
                 }
             }
         }
-        if ev.kind == "config" {
+        if ev.kind == Kind::Config {
             if let Some(why) = crate::event::config::out_of_range(&ev.content) {
                 return Err(Refusal::Policy(Violation {
                     actor: ev.actor(),
-                    kind: ev.kind.clone(),
+                    kind: ev.kind.to_string(),
                     unreadable: None,
                     reason: Some(why.to_string()),
                 }));
@@ -1178,7 +1178,7 @@ impl Batch<'_> {
 
     fn insert(
         &mut self,
-        kind: &str,
+        kind: &Kind,
         content: &str,
         meta: &Map<String, Value>,
         ts: &str,
@@ -1193,8 +1193,14 @@ impl Batch<'_> {
                 )
             })?,
         };
-        let digest = event_digest(&mut self.scratch, kind, content, meta, prev_hash.as_deref())
-            .map_err(|e| Error::bad_input(None, e.to_string()))?;
+        let digest = event_digest(
+            &mut self.scratch,
+            kind.as_str(),
+            content,
+            meta,
+            prev_hash.as_deref(),
+        )
+        .map_err(|e| Error::bad_input(None, e.to_string()))?;
         let meta_text = canon::to_string(&Value::Object(meta.clone()))
             .map_err(|e| Error::bad_input(None, e.to_string()))?;
         let hash = digest.to_string();
@@ -1202,7 +1208,9 @@ impl Batch<'_> {
             .prepare_cached(
                 "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
-            .and_then(|mut s| s.execute(params![id, ts, kind, content, meta_text, prev_hash, hash]))
+            .and_then(|mut s| {
+                s.execute(params![id, ts, kind.as_str(), content, meta_text, prev_hash, hash])
+            })
             .map_err(|e| self.err(e))?;
         self.head = Some(Head {
             id,
@@ -1211,7 +1219,7 @@ impl Batch<'_> {
         Ok(Event {
             id,
             ts: ts.into(),
-            kind: kind.into(),
+            kind: kind.clone(),
             content: content.into(),
             meta: meta_text,
             prev_hash,
@@ -1236,7 +1244,7 @@ impl Batch<'_> {
         }
         let content = format!("policy_violation:{}:{}", v.actor, v.kind);
         let ts = clock.ts();
-        self.insert("violation", &content, &meta, &ts)
+        self.insert(&Kind::Violation, &content, &meta, &ts)
     }
 
     /// Inserts an event verbatim (import): id, ts, meta text, prev_hash and hash as given.
@@ -1247,7 +1255,15 @@ impl Batch<'_> {
                 "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .and_then(|mut s| {
-                s.execute(params![ev.id, ev.ts, ev.kind, ev.content, ev.meta, ev.prev_hash, ev.hash])
+                s.execute(params![
+                    ev.id,
+                    ev.ts,
+                    ev.kind.as_str(),
+                    ev.content,
+                    ev.meta,
+                    ev.prev_hash,
+                    ev.hash
+                ])
             })
             .map_err(|e| self.err(e))?;
         self.head = Some(Head {

@@ -12,6 +12,7 @@
 //! The lookup walks `config` events newest first through the `idx_kind` index: it never scans
 //! the ledger.
 
+use crate::event::Kind;
 use rusqlite::Connection;
 use serde_json::Value;
 
@@ -41,10 +42,9 @@ pub enum Verdict {
 impl Policy {
     /// Finds the policy in force, as `conn` sees the ledger.
     pub fn current(conn: &Connection) -> rusqlite::Result<Policy> {
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, content FROM events WHERE kind = 'config' ORDER BY id DESC",
-        )?;
-        let mut rows = stmt.query([])?;
+        let mut stmt =
+            conn.prepare_cached("SELECT id, content FROM events WHERE kind = ?1 ORDER BY id DESC")?;
+        let mut rows = stmt.query([Kind::Config.as_str()])?;
         let mut broken: Option<(i64, String)> = None;
         while let Some(row) = rows.next()? {
             let id: i64 = row.get(0)?;
@@ -78,10 +78,11 @@ impl Policy {
     }
 
     /// The verdict on `actor` writing an event of `kind` with `content`.
-    pub fn verdict_for(&self, actor: &str, kind: &str, content: &str) -> Verdict {
+    pub fn verdict_for(&self, actor: &str, kind: &Kind, content: &str) -> Verdict {
         match self {
             Policy::Unreadable(_, _, fallback)
-                if kind == "config" && matches!(read_policy(content), Candidate::Policy(_)) =>
+                if *kind == Kind::Config
+                    && matches!(read_policy(content), Candidate::Policy(_)) =>
             {
                 fallback.verdict(actor, kind)
             }
@@ -90,10 +91,10 @@ impl Policy {
     }
 
     /// The verdict on `actor` writing `kind`.
-    pub fn verdict(&self, actor: &str, kind: &str) -> Verdict {
+    pub fn verdict(&self, actor: &str, kind: &Kind) -> Verdict {
         match self {
             Policy::Default => {
-                if actor == "cli" && crate::event::is_sensitive(kind) {
+                if actor == "cli" && kind.is_sensitive() {
                     Verdict::Forbidden
                 } else {
                     Verdict::Allowed
@@ -103,7 +104,7 @@ impl Policy {
             Policy::Found(id, fs) => match fs.get(actor) {
                 None | Some(Value::Null) => Verdict::Allowed,
                 Some(Value::Array(kinds)) => {
-                    if kinds.iter().any(|k| k.as_str() == Some(kind)) {
+                    if kinds.iter().any(|k| k.as_str() == Some(kind.as_str())) {
                         Verdict::Forbidden
                     } else {
                         Verdict::Allowed
@@ -154,9 +155,12 @@ mod tests {
 
     #[test]
     fn default_forbids_only_cli() {
-        assert_eq!(Policy::Default.verdict("cli", "config"), Verdict::Forbidden);
         assert_eq!(
-            Policy::Default.verdict("unknown", "config"),
+            Policy::Default.verdict("cli", &Kind::Config),
+            Verdict::Forbidden
+        );
+        assert_eq!(
+            Policy::Default.verdict("unknown", &Kind::Config),
             Verdict::Allowed
         );
     }
@@ -186,7 +190,7 @@ mod tests {
             Policy::current(&ledger(&[policy, r#"{"type":"policy","forbid_sources":"#])).unwrap();
         assert!(matches!(broken, Policy::Unreadable(2, _, _)), "{broken:?}");
         assert!(matches!(
-            broken.verdict("anyone", "config"),
+            broken.verdict("anyone", &Kind::Config),
             Verdict::Unreadable(2, _)
         ));
         let odd = Policy::current(&ledger(&[r#"{"type":"policy","forbid_sources":[1]}"#])).unwrap();
@@ -199,22 +203,25 @@ mod tests {
         let p = Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#])).unwrap();
         let repair = r#"{"type":"policy","forbid_sources":{}}"#;
         assert_eq!(
-            p.verdict_for("operator", "config", repair),
+            p.verdict_for("operator", &Kind::Config, repair),
             Verdict::Allowed
         );
-        assert_eq!(p.verdict_for("cli", "config", repair), Verdict::Forbidden);
+        assert_eq!(
+            p.verdict_for("cli", &Kind::Config, repair),
+            Verdict::Forbidden
+        );
         // Anything that is not a readable policy stays refused.
         assert!(matches!(
-            p.verdict_for("operator", "config", "{}"),
+            p.verdict_for("operator", &Kind::Config, "{}"),
             Verdict::Unreadable(2, _)
         ));
         assert!(matches!(
-            p.verdict_for("operator", "embedding_add", repair),
+            p.verdict_for("operator", &Kind::EmbeddingAdd, repair),
             Verdict::Unreadable(2, _)
         ));
         let healed =
             Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#, repair])).unwrap();
-        assert_eq!(healed.verdict("cli", "config"), Verdict::Allowed);
+        assert_eq!(healed.verdict("cli", &Kind::Config), Verdict::Allowed);
     }
 
     #[test]
@@ -222,11 +229,11 @@ mod tests {
         let fs: serde_json::Map<String, Value> =
             serde_json::from_str(r#"{"bot":["embedding_add"],"odd":"config"}"#).unwrap();
         let p = Policy::Found(7, fs);
-        assert_eq!(p.verdict("bot", "embedding_add"), Verdict::Forbidden);
-        assert_eq!(p.verdict("bot", "config"), Verdict::Allowed);
-        assert_eq!(p.verdict("cli", "config"), Verdict::Allowed);
+        assert_eq!(p.verdict("bot", &Kind::EmbeddingAdd), Verdict::Forbidden);
+        assert_eq!(p.verdict("bot", &Kind::Config), Verdict::Allowed);
+        assert_eq!(p.verdict("cli", &Kind::Config), Verdict::Allowed);
         assert!(matches!(
-            p.verdict("odd", "config"),
+            p.verdict("odd", &Kind::Config),
             Verdict::Unreadable(..)
         ));
     }

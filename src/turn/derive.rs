@@ -6,7 +6,7 @@
 
 use crate::canon;
 use crate::context::render::truncate_chars;
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::marker::py_strip;
 use crate::projection::state::Projections;
 use serde_json::{json, Map, Value};
@@ -27,10 +27,10 @@ fn first_chars(s: &str, n: usize) -> String {
 /// this turn's included): `{"intent","outcome","next":"continue"[,"internal_goals"][,"self_model"]}`,
 /// canonical JSON; `None` without a user message, a reply and a `metrics_turn` in the window.
 pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<String> {
-    let last = |kind: &str| window.iter().rev().find(|e| e.kind == kind);
-    let user = last("user_message")?;
-    let reply = last("assistant_message")?;
-    last("metrics_turn")?;
+    let last = |kind: Kind| window.iter().rev().find(|e| e.kind == kind);
+    let user = last(Kind::UserMessage)?;
+    let reply = last(Kind::AssistantMessage)?;
+    last(Kind::MetricsTurn)?;
     let mut m = Map::new();
     m.insert(
         "intent".into(),
@@ -51,7 +51,7 @@ pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<Strin
     if !goals.is_empty() {
         m.insert("internal_goals".into(), Value::Array(goals));
     }
-    if window.iter().filter(|e| e.kind == "reflection").count() >= 5 {
+    if window.iter().filter(|e| e.kind == Kind::Reflection).count() >= 5 {
         let det = p
             .rsm
             .tendencies()
@@ -80,12 +80,16 @@ pub fn meta_summary(window: &[Event], p: &Projections, event_count: i64) -> Stri
     let patterns: Vec<Value> = window
         .chunks(50)
         .map(|w| {
-            let n = |k: &str| w.iter().filter(|e| e.kind == k).count();
-            json!({
-                "commitment_close": n("commitment_close"),
-                "commitment_open": n("commitment_open"),
-                "reflection": n("reflection"),
-            })
+            let n = |k: &Kind| w.iter().filter(|e| e.kind == *k).count();
+            [
+                Kind::CommitmentClose,
+                Kind::CommitmentOpen,
+                Kind::Reflection,
+            ]
+            .iter()
+            .map(|k| (k.to_string(), n(k).into()))
+            .collect::<Map<String, Value>>()
+            .into()
         })
         .collect();
     let span = match (window.first(), window.last()) {
@@ -254,7 +258,7 @@ pub fn lifetime_memory(
 fn chunk_span(candidates: &[Event]) -> Option<Vec<&Event>> {
     let span: Vec<&Event> = candidates
         .iter()
-        .filter(|e| e.kind != "lifetime_memory")
+        .filter(|e| e.kind != Kind::LifetimeMemory)
         .take(CHUNK)
         .collect();
     (span.len() >= CHUNK).then_some(span)
@@ -264,7 +268,7 @@ fn chunk_span(candidates: &[Event]) -> Option<Vec<&Event>> {
 fn chunk_samples<'a>(span: &[&'a Event]) -> Vec<&'a Event> {
     let messages: Vec<&'a Event> = span
         .iter()
-        .filter(|e| e.kind == "user_message" || e.kind == "assistant_message")
+        .filter(|e| matches!(e.kind, Kind::UserMessage | Kind::AssistantMessage))
         .copied()
         .collect();
     let stride = (messages.len() / 32).max(1);
@@ -305,8 +309,8 @@ impl ChunkCommitments {
         for e in span {
             let meta = e.meta_map().unwrap_or_default();
             let cid = meta.get("cid").and_then(Value::as_str).unwrap_or("");
-            match e.kind.as_str() {
-                "commitment_open" if !cid.is_empty() => {
+            match e.kind {
+                Kind::CommitmentOpen if !cid.is_empty() => {
                     let text = meta
                         .get("text")
                         .and_then(Value::as_str)
@@ -315,7 +319,7 @@ impl ChunkCommitments {
                         .push(format!("{cid}:{}", truncate_chars(py_strip(text), 120)));
                     c.cids.insert(cid.to_string());
                 }
-                "commitment_close" if !cid.is_empty() => {
+                Kind::CommitmentClose if !cid.is_empty() => {
                     c.closed.insert(cid.to_string());
                     c.cids.insert(cid.to_string());
                 }
@@ -375,7 +379,7 @@ fn sample_line(e: &Event) -> String {
         .meta_map()
         .ok()
         .and_then(|m| m.get("role").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| e.kind.clone());
+        .unwrap_or_else(|| e.kind.to_string());
     format!(
         "- [{}] {role}: {}",
         e.id,
@@ -403,7 +407,7 @@ fn chunk_meta(
         "concepts".into(),
         concepts.into_iter().map(Value::from).collect(),
     );
-    meta.insert("summary_kind".into(), "lifetime_memory".into());
+    meta.insert("summary_kind".into(), Kind::LifetimeMemory.as_str().into());
     meta.insert("cids".into(), cids.into_iter().map(Value::from).collect());
     meta
 }

@@ -26,9 +26,11 @@ use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
 use crate::error::ExitStatus;
-use crate::event::{Clock, Event, NewEvent};
+use crate::event::config::Strategy;
+use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
+use crate::projection::graph::NodeKind;
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal};
@@ -185,7 +187,7 @@ pub(crate) fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
 }
 
 pub(crate) fn new_event(
-    kind: &str,
+    kind: Kind,
     content: impl Into<String>,
     m: Map<String, Value>,
 ) -> crate::Result<NewEvent> {
@@ -222,7 +224,7 @@ pub(crate) fn ensure_defaults(
 ) -> crate::Result<()> {
     if !batch.has_policy_config()? {
         let ev = new_event(
-            "config",
+            Kind::Config,
             DEFAULT_POLICY,
             meta(&[("source", "autonomy_kernel".into())]),
         )?;
@@ -230,7 +232,7 @@ pub(crate) fn ensure_defaults(
     }
     if p.mirror.retrieval.is_none() {
         let ev = new_event(
-            "config",
+            Kind::Config,
             RetrievalConfig::DEFAULT_CONTENT,
             meta(&[("source", "autonomy_kernel".into())]),
         )?;
@@ -265,8 +267,8 @@ pub(crate) fn append_summary(
     let head = p.mirror.last_event_id;
     let inputs = derive::SummaryInputs {
         previous: previous.as_ref(),
-        events_since: head - after,
-        reflections_since: batch.count_kind_after("reflection", after)?,
+        events_since: head.saturating_sub(after),
+        reflections_since: batch.count_kind_after(Kind::Reflection, after)?,
         last_event_id: head,
         force,
     };
@@ -275,7 +277,7 @@ pub(crate) fn append_summary(
             batch,
             p,
             events,
-            new_event("summary_update", content, m)?,
+            new_event(Kind::SummaryUpdate, content, m)?,
             clock,
         )?;
     }
@@ -284,7 +286,10 @@ pub(crate) fn append_summary(
 
 /// Folds events past the projections' last id into them (what other processes appended).
 pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
-    let since = p.mirror.last_event_id + 1;
+    // Ids are input (another writer's ledger): nothing follows i64::MAX.
+    let Some(since) = p.mirror.last_event_id.checked_add(1) else {
+        return Ok(());
+    };
     r.scan(
         &Filter {
             since: Some(since),
@@ -450,7 +455,7 @@ impl Sink<'_, '_> {
     /// Appends one event (policy checked) and folds it in.
     pub(crate) fn put(
         &mut self,
-        kind: &str,
+        kind: Kind,
         content: impl Into<String>,
         m: Map<String, Value>,
     ) -> crate::Result<Event> {
@@ -510,11 +515,11 @@ fn record_user(
         events,
         clock,
     };
-    let user = s.put("user_message", message, meta(&[("role", "user".into())]))?;
+    let user = s.put(Kind::UserMessage, message, meta(&[("role", "user".into())]))?;
     let cfg = RetrievalConfig::from_config(s.p.mirror.retrieval.as_ref());
     if cfg.embeds() {
         let content = embed::embedding_content(user.id, message, &cfg.model, cfg.dims);
-        s.put("embedding_add", content, Map::new())?;
+        s.put(Kind::EmbeddingAdd, content, Map::new())?;
     }
     batch.commit()?;
     Ok((p, user, projected.folded))
@@ -548,7 +553,7 @@ fn record_failure(
         clock,
     }
     .put(
-        "generation_failure",
+        Kind::GenerationFailure,
         format!("generation failed: {error}"),
         m,
     )?;
@@ -610,11 +615,11 @@ fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Even
         m.insert("assistant_schema".into(), "assistant.v1".into());
         m.insert("assistant_structured".into(), true.into());
     }
-    let assistant = s.put("assistant_message", reply.text.as_str(), m)?;
+    let assistant = s.put(Kind::AssistantMessage, reply.text.as_str(), m)?;
     if said.cfg.embeds() {
         let cfg = said.cfg;
         let content = embed::embedding_content(assistant.id, &reply.text, &cfg.model, cfg.dims);
-        s.put("embedding_add", content, Map::new())?;
+        s.put(Kind::EmbeddingAdd, content, Map::new())?;
     }
     Ok(assistant)
 }
@@ -638,7 +643,7 @@ fn append_claims(
     let mut records = Vec::new();
     for c in &valid {
         let ce = s.put(
-            "claim",
+            Kind::Claim,
             claim::claim_content(c),
             meta(&[
                 ("claim_type", c.claim_type.clone().into()),
@@ -647,7 +652,7 @@ fn append_claims(
         )?;
         let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
         s.put(
-            "concept_bind_event",
+            Kind::ConceptBindEvent,
             canon::to_string(&bind).unwrap_or_default(),
             meta(&[("source", "auto_binder".into())]),
         )?;
@@ -667,7 +672,7 @@ fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
             ("ratify_event_id", ratify.into()),
             ("source", "identity_manager".into()),
         ]);
-        s.put("identity_adoption", content, m)?;
+        s.put(Kind::IdentityAdoption, content, m)?;
     }
     Ok(())
 }
@@ -686,7 +691,7 @@ fn append_opens(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Resul
             ("text", c.value.clone().into()),
         ]);
         s.put(
-            "commitment_open",
+            Kind::CommitmentOpen,
             format!("Commitment opened: {}", c.value),
             m,
         )?;
@@ -708,7 +713,7 @@ fn append_closes(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Resu
             ("source", "assistant".into()),
         ]);
         s.put(
-            "commitment_close",
+            Kind::CommitmentClose,
             format!("Commitment closed: {}", c.value),
             m,
         )?;
@@ -731,10 +736,10 @@ fn append_retrieval_record(
         "model": cfg.model,
         "scores": scores,
         "selected": sel.selected,
-        "strategy": cfg.strategy,
+        "strategy": cfg.strategy.as_str(),
         "turn_id": turn_id,
     });
-    if !sel.via.is_empty() || cfg.strategy == "hybrid" {
+    if !sel.via.is_empty() || cfg.strategy == Strategy::Hybrid {
         content["via"] = json!(sel.via);
         content["budget"] = json!(said.opts.budget.unwrap_or(cfg.budget));
         content["history"] = json!(said.prompt.request.history.len());
@@ -750,7 +755,7 @@ fn append_retrieval_record(
         &sel.selected,
     );
     s.put(
-        "retrieval_selection",
+        Kind::RetrievalSelection,
         canon::to_string(&content).unwrap_or_default(),
         meta(&[("digest", digest.into())]),
     )?;
@@ -769,7 +774,7 @@ fn append_metrics(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<()> {
         "provider:{},model:{},in_tokens:{in_tokens},out_tokens:{out_tokens},lat_ms:{}",
         said.provider, reply.model, reply.latency_ms
     );
-    s.put("metrics_turn", metrics, Map::new())?;
+    s.put(Kind::MetricsTurn, metrics, Map::new())?;
     Ok(())
 }
 
@@ -786,7 +791,7 @@ fn append_reflections(
     let mut window = s.batch.tail(&Filter::default(), derive::WINDOW)?;
     if let Some(content) = derive::synthesized_reflection(&window, s.p) {
         let m = meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]);
-        let refl = s.put("reflection", content, m)?;
+        let refl = s.put(Kind::Reflection, content, m)?;
         if window.len() >= derive::WINDOW {
             window.remove(0);
         }
@@ -796,12 +801,12 @@ fn append_reflections(
             ("about_event", refl.id.into()),
             ("source", "meta_reflection_engine".into()),
         ]);
-        s.put("meta_summary", content, m)?;
+        s.put(Kind::MetaSummary, content, m)?;
     }
     let reflect = markers.reflect.as_ref().and_then(|r| r.value.as_ref().ok());
     if let Some(text) = claim::delta_text(failed, opened, closed, reflect) {
         s.put(
-            "reflection",
+            Kind::Reflection,
             text.as_str(),
             meta(&[("about_event", assistant_id.into())]),
         )?;
@@ -816,7 +821,7 @@ fn append_reflections(
 fn append_memory(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     let last_chunk = s
         .batch
-        .last_of_kind("lifetime_memory", 1)?
+        .last_of_kind(Kind::LifetimeMemory, 1)?
         .into_iter()
         .next();
     let start = derive::chunk_start(last_chunk.as_ref());
@@ -832,10 +837,10 @@ fn append_memory(s: &mut Sink<'_, '_>) -> crate::Result<()> {
         },
     )?;
     if let Some((content, m)) = derive::lifetime_memory(&candidates, s.p) {
-        let chunk = s.put("lifetime_memory", content.as_str(), m)?;
+        let chunk = s.put(Kind::LifetimeMemory, content.as_str(), m)?;
         let emb =
             embed::embedding_content(chunk.id, &content, embed::MODEL, embed::DEFAULT_DIMS as i64);
-        s.put("embedding_add", emb, Map::new())?;
+        s.put(Kind::EmbeddingAdd, emb, Map::new())?;
     }
     Ok(())
 }
@@ -865,7 +870,7 @@ fn build_prompt<R: Reads>(
     dense: &dense::Dense,
 ) -> crate::Result<Prompt> {
     let history = select::history(r, user_id, HISTORY_MESSAGES, HISTORY_CHARS)?;
-    let sel: Selection = if cfg.strategy == "hybrid" {
+    let sel: Selection = if cfg.strategy == Strategy::Hybrid {
         let exclude = history.iter().map(|e| e.id).collect();
         let budget = opts.budget.unwrap_or(cfg.budget);
         select::select_hybrid(r, p, message, user_id, budget, exclude, dense.query.clone())?
@@ -879,7 +884,7 @@ fn build_prompt<R: Reads>(
         history: history
             .iter()
             .map(|e| {
-                let role = if e.kind == "user_message" {
+                let role = if e.kind == Kind::UserMessage {
                     "user"
                 } else {
                     "assistant"
@@ -891,7 +896,7 @@ fn build_prompt<R: Reads>(
         top_p: opts.top_p,
         seed: opts.seed,
         max_tokens: opts.max_tokens,
-        turn: p.graph.count_of("user_message") as u64,
+        turn: p.graph.count_of(NodeKind::UserMessage) as u64,
     };
     let mut hashed = json!({"system": request.system, "user": request.user});
     if !request.history.is_empty() {
@@ -921,7 +926,33 @@ fn append_ref(
         return Ok(());
     };
     let outcome = claim::RefOutcome::from(reference::resolve(&req));
-    let ev = new_event("inter_ledger_ref", req.content(), outcome.meta_map())?;
+    let ev = new_event(Kind::InterLedgerRef, req.content(), outcome.meta_map())?;
     put(batch, p, out, ev, clock)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default policy forbids `cli` exactly the kinds the policy guards.
+    #[test]
+    fn default_policy_lists_the_sensitive_kinds() {
+        let v: Value = serde_json::from_str(DEFAULT_POLICY).unwrap();
+        let listed: Vec<&str> = v["forbid_sources"]["cli"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        let mut sensitive: Vec<&str> = Kind::ALL
+            .iter()
+            .filter(|k| k.is_sensitive())
+            .map(Kind::as_str)
+            .collect();
+        let mut sorted = listed.clone();
+        sorted.sort_unstable();
+        sensitive.sort_unstable();
+        assert_eq!(sorted, sensitive);
+    }
 }

@@ -50,7 +50,7 @@ fn jsonl_export_of_a_meta_with_line_breaks_stays_one_line() {
     assert_eq!(again.line, Some(1));
     assert_eq!(
         (&again.event.id, &again.event.kind, &again.event.content),
-        (&1, &"k".to_string(), &String::new())
+        (&1, &pmm::event::Kind::from("k"), &String::new())
     );
 }
 

@@ -20,6 +20,7 @@ mod floods;
 mod front;
 mod fuzz;
 mod graph;
+mod ids;
 mod issue15;
 mod keep_ts;
 mod llm;

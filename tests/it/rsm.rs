@@ -19,7 +19,7 @@ fn load(path: &std::path::Path) -> Vec<Event> {
             Event {
                 id: r["id"].as_i64().expect("id"),
                 ts: s("ts").unwrap_or_default(),
-                kind: s("kind").expect("kind"),
+                kind: s("kind").expect("kind").into(),
                 content: s("content").unwrap_or_default(),
                 meta: s("meta").unwrap_or_default(),
                 prev_hash: s("prev_hash"),
