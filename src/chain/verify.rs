@@ -485,7 +485,12 @@ impl Verifier {
     }
 
     /// The hash itself: the stored one is the one computed from the event.
-    fn check_hash(&mut self, ev: &Event, computed: Result<Digest, HashError>, out: &mut Vec<Finding>) {
+    fn check_hash(
+        &mut self,
+        ev: &Event,
+        computed: Result<Digest, HashError>,
+        out: &mut Vec<Finding>,
+    ) {
         let id = ev.id;
         match computed {
             Ok(d) => {

@@ -19,7 +19,11 @@ const CONFIG_LOOKBACK: usize = 200;
 pub struct EmbedArgs {
     /// Semantic recall with a sentence-embedding model: local (a sentence-transformers
     /// directory run in this process), ollama, openai; none turns it off
-    #[arg(long = "embed-provider", value_name = "PROVIDER", env = "PMM_EMBED_PROVIDER")]
+    #[arg(
+        long = "embed-provider",
+        value_name = "PROVIDER",
+        env = "PMM_EMBED_PROVIDER"
+    )]
     pub embed_provider: Option<String>,
     /// The embedding model: a model directory (local, e.g. all-MiniLM-L6-v2) or a model name
     /// (ollama, openai)
@@ -124,7 +128,10 @@ mod tests {
         assert!(args(Some("none"), Some("x")).config(&l).unwrap().is_none());
         let c = args(None, Some("/m")).config(&l).unwrap().unwrap();
         assert_eq!((c.provider, c.model.as_str()), (Provider::Local, "/m"));
-        let c = args(Some("ollama"), Some("nomic")).config(&l).unwrap().unwrap();
+        let c = args(Some("ollama"), Some("nomic"))
+            .config(&l)
+            .unwrap()
+            .unwrap();
         assert_eq!(c.provider, Provider::Ollama);
         assert!(args(Some("bert"), Some("x")).config(&l).is_err());
         assert!(args(Some("ollama"), None).config(&l).is_err());
@@ -133,7 +140,9 @@ mod tests {
     #[test]
     fn a_missing_model_directory_is_bad_input() {
         let (_d, l) = ledger();
-        let e = args(Some("local"), Some("/nonexistent/model")).open(&l).unwrap_err();
+        let e = args(Some("local"), Some("/nonexistent/model"))
+            .open(&l)
+            .unwrap_err();
         assert!(e.to_string().contains("config.json"), "{e}");
     }
 }

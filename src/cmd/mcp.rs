@@ -102,7 +102,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let embedder = if args.read_only {
         args.embed.open(&Ledger::open_reader(&path)?)?
     } else {
-        args.embed.open(&cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?)?
+        args.embed.open(&cli::open_writer(
+            &path,
+            args.write.busy_timeout,
+            args.common.quiet,
+        )?)?
     };
     let mut cfg = Config::new(
         path.clone(),

@@ -288,10 +288,11 @@ fn embed(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
     cancel.on_signals()?;
     let _armed = cancel.arm();
     let bar = cli::progress(0, args.common.quiet, "embedding");
-    let done = recall::vectors::backfill(&mut ledger, &e, &|| cancel.is_cancelled(), &mut |d, t| {
-        bar.set_length(t);
-        bar.set_position(d);
-    });
+    let done =
+        recall::vectors::backfill(&mut ledger, &e, &|| cancel.is_cancelled(), &mut |d, t| {
+            bar.set_length(t);
+            bar.set_position(d);
+        });
     bar.finish_and_clear();
     let done = done.map_err(backfill_error)?;
     let mut out = Out::new();
@@ -350,7 +351,9 @@ fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
                 m.cosine,
                 recall::vectors::CHECK_TOLERANCE
             );
-            out.record(&json!({"type": "finding", "id": m.id, "cosine": m.cosine, "message": message}))?;
+            out.record(
+                &json!({"type": "finding", "id": m.id, "cosine": m.cosine, "message": message}),
+            )?;
             findings.push(message);
         }
     }

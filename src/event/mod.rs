@@ -363,11 +363,11 @@ mod tests {
             err(r#"{"kind":"bogus","content":""}"#).to_string(),
             format!(
                 "unknown kind 'bogus' (`pmm-append --list-kinds` lists the {} allowed kinds)",
-                KINDS.len()
+                Kind::ALL.len()
             )
         );
         assert!(matches!(
-            NewEvent::new("x", "", Map::new()),
+            NewEvent::new(Kind::from("x"), "", Map::new()),
             Err(EventError::UnknownKind(k)) if k == "x"
         ));
         let bad = Clock::pinned("yesterday").unwrap_err();

@@ -170,7 +170,7 @@ mod tests {
         contents
             .iter()
             .map(|c| {
-                let ev = NewEvent::new("test_event", *c, Map::new()).unwrap();
+                let ev = NewEvent::new(crate::event::Kind::TestEvent, *c, Map::new()).unwrap();
                 l.append(&ev, &clock).unwrap()
             })
             .collect()

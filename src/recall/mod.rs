@@ -23,9 +23,9 @@
 
 pub mod concepts;
 pub mod dense;
-pub mod vectors;
 pub mod terms;
 pub mod text;
+pub mod vectors;
 
 use crate::event::Event;
 use crate::projection::state::Projections;

@@ -121,8 +121,10 @@ pub fn check<R: Reads>(
         let texts: Vec<String> = chunk
             .iter()
             .map(|(id, _)| {
-                r.get(*id)
-                    .map(|ev| ev.map(|ev| embed_text(&ev.content).to_string()).unwrap_or_default())
+                r.get(*id).map(|ev| {
+                    ev.map(|ev| embed_text(&ev.content).to_string())
+                        .unwrap_or_default()
+                })
             })
             .collect::<Result<_>>()?;
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

@@ -663,13 +663,17 @@ pub trait Reads {
     /// Recallable events after `after` without a vector of model `name` (all of them when
     /// the model has none yet): `(id, content)` in id order, at most `limit`.
     fn missing_vectors(&self, name: &str, after: i64, limit: usize) -> Result<Vec<(i64, String)>> {
-        let m = self.vector_model(name)?.unwrap_or(vectors::Model { mid: -1, dim: 0 });
+        let m = self
+            .vector_model(name)?
+            .unwrap_or(vectors::Model { mid: -1, dim: 0 });
         vectors::missing(self.conn(), m, after, limit).map_err(|e| self.err(e))
     }
 
     /// How many recallable events have no vector of model `name`.
     fn missing_vector_count(&self, name: &str) -> Result<u64> {
-        let m = self.vector_model(name)?.unwrap_or(vectors::Model { mid: -1, dim: 0 });
+        let m = self
+            .vector_model(name)?
+            .unwrap_or(vectors::Model { mid: -1, dim: 0 });
         if !vectors::has_tables(self.conn()).map_err(|e| self.err(e))? {
             return self.recallable_count_any();
         }
@@ -689,7 +693,10 @@ pub trait Reads {
     fn recallable_count_any(&self) -> Result<u64> {
         self.conn()
             .query_row(
-                &format!("SELECT count(*) FROM events WHERE kind IN ({})", fts::kinds_sql()),
+                &format!(
+                    "SELECT count(*) FROM events WHERE kind IN ({})",
+                    fts::kinds_sql()
+                ),
                 [],
                 |r| r.get::<_, i64>(0),
             )

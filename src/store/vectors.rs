@@ -116,7 +116,10 @@ pub fn quantize(v: &[f32]) -> Vec<u8> {
     let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
     let mut out = Vec::with_capacity(4 + v.len());
     out.extend_from_slice(&scale.to_le_bytes());
-    out.extend(v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8 as u8));
+    out.extend(
+        v.iter()
+            .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8 as u8),
+    );
     out
 }
 
@@ -162,12 +165,15 @@ fn hamming(a: &[u8], b: &[u8]) -> u32 {
 
 /// Stores vectors of model `m` (inside the caller's write transaction); events that already
 /// have one keep it. Returns how many were new.
-pub(crate) fn put(conn: &Connection, m: Model, vectors: &[(i64, Vec<f32>)]) -> rusqlite::Result<usize> {
+pub(crate) fn put(
+    conn: &Connection,
+    m: Model,
+    vectors: &[(i64, Vec<f32>)],
+) -> rusqlite::Result<usize> {
     let mut fresh: Vec<(i64, Vec<u8>)> = Vec::new();
     {
-        let mut ins = conn.prepare_cached(
-            "INSERT OR IGNORE INTO pmm_vectors (mid, id, q) VALUES (?1, ?2, ?3)",
-        )?;
+        let mut ins = conn
+            .prepare_cached("INSERT OR IGNORE INTO pmm_vectors (mid, id, q) VALUES (?1, ?2, ?3)")?;
         for (id, v) in vectors {
             if v.len() == m.dim && ins.execute(params![m.mid, id, quantize(v)])? == 1 {
                 fresh.push((*id, sign_bits(v)));
@@ -249,7 +255,11 @@ pub(crate) fn missing_count(conn: &Connection, m: Model) -> rusqlite::Result<u64
 }
 
 /// The stored (quantized) vectors of model `m`, oldest event first, at most `limit`.
-pub(crate) fn stored(conn: &Connection, m: Model, limit: usize) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
+pub(crate) fn stored(
+    conn: &Connection,
+    m: Model,
+    limit: usize,
+) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
     let mut stmt =
         conn.prepare_cached("SELECT id, q FROM pmm_vectors WHERE mid = ?1 ORDER BY id LIMIT ?2")?;
     let rows = stmt.query_map(params![m.mid, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -271,8 +281,7 @@ pub(crate) fn search(
     let qbits = sign_bits(query);
     let width = qbits.len();
     let mut near: Vec<(u32, i64)> = Vec::new();
-    let mut stmt =
-        conn.prepare_cached("SELECT ids, bits FROM pmm_vector_pack WHERE mid = ?1")?;
+    let mut stmt = conn.prepare_cached("SELECT ids, bits FROM pmm_vector_pack WHERE mid = ?1")?;
     let mut rows = stmt.query([m.mid])?;
     while let Some(row) = rows.next()? {
         let ids = row.get_ref(0)?.as_blob()?;
@@ -307,10 +316,8 @@ mod tests {
 
     fn conn() -> Connection {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch(
-            "CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT);",
-        )
-        .unwrap();
+        c.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT);")
+            .unwrap();
         c.execute_batch(MIGRATION).unwrap();
         c
     }
@@ -319,7 +326,9 @@ mod tests {
         let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
         let mut v: Vec<f32> = (0..dim)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((x >> 33) as f32 / (1u64 << 31) as f32) - 0.5
             })
             .collect();
@@ -359,8 +368,15 @@ mod tests {
         );
         assert_eq!(ra, rb);
         assert_eq!(ra[0].0, 7, "the query's own vector is nearest");
-        assert!(search(&a, ma, &q, 7, 10).unwrap().iter().all(|(id, _)| *id < 7));
-        assert_eq!(put(&a, ma, &vs[..5]).unwrap(), 0, "a second vector is ignored");
+        assert!(search(&a, ma, &q, 7, 10)
+            .unwrap()
+            .iter()
+            .all(|(id, _)| *id < 7));
+        assert_eq!(
+            put(&a, ma, &vs[..5]).unwrap(),
+            0,
+            "a second vector is ignored"
+        );
         let packed: i64 = a
             .query_row("SELECT sum(n) FROM pmm_vector_pack", [], |r| r.get(0))
             .unwrap();
@@ -376,6 +392,10 @@ mod tests {
         put(&c, m1, &[(1, unit(1, 8))]).unwrap();
         assert!(search(&c, m2, &unit(1, 8), i64::MAX, 5).unwrap().is_empty());
         assert_eq!(search(&c, m1, &unit(1, 8), i64::MAX, 5).unwrap().len(), 1);
-        assert_eq!(register(&c, "one", 99).unwrap(), m1, "a model keeps its row");
+        assert_eq!(
+            register(&c, "one", 99).unwrap(),
+            m1,
+            "a model keeps its row"
+        );
     }
 }

@@ -15,8 +15,8 @@
 //!    synthesized `reflection` + `meta_summary`, the correction/delta `reflection`,
 //!    `summary_update` when due, `lifetime_memory` + its embedding when a chunk is ready.
 
-pub mod derive;
 mod dense;
+pub mod derive;
 pub mod reference;
 
 use crate::canon;

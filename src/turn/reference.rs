@@ -64,7 +64,7 @@ mod tests {
         let mut l = Ledger::open_writer(path, 1000).unwrap();
         let mut hashes = Vec::new();
         for content in ["a", "b"] {
-            let ev = NewEvent::new("test_event", content, Map::new()).unwrap();
+            let ev = NewEvent::new(crate::event::Kind::TestEvent, content, Map::new()).unwrap();
             hashes.push(l.append(&ev, &clock).unwrap().hash.unwrap());
         }
         drop(l);

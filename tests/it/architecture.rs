@@ -162,7 +162,7 @@ fn only_the_named_modules_speak_sql_network_stdio_and_files() {
             &["cli", "cmd"],
         ),
         ("stdin", &["stdin()"], &["cli", "cmd", "interchange"]),
-        // `claim` until a `REF:` target is opened outside it (issue 21 item 6).
+        // `turn` reads a `REF:` target (`turn::reference`), read-only; `claim` does no I/O.
         (
             "files",
             &["std::fs", "fs::", "File::"],
@@ -173,7 +173,7 @@ fn only_the_named_modules_speak_sql_network_stdio_and_files() {
                 "interchange",
                 "outfile",
                 "llm",
-                "claim",
+                "turn",
             ],
         ),
     ];

@@ -53,18 +53,35 @@ fn tiny_bert(dir: &Path, seed: u64, hidden: usize) {
     let ones = |n: usize| Tensor::ones(n, DType::F32, &Device::Cpu).unwrap();
     let zeros = |n: usize| Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap();
     let mut t: HashMap<String, Tensor> = HashMap::new();
-    t.insert("embeddings.word_embeddings.weight".into(), rand(&[vocab.len(), hidden]));
-    t.insert("embeddings.position_embeddings.weight".into(), rand(&[max_pos, hidden]));
-    t.insert("embeddings.token_type_embeddings.weight".into(), rand(&[2, hidden]));
+    t.insert(
+        "embeddings.word_embeddings.weight".into(),
+        rand(&[vocab.len(), hidden]),
+    );
+    t.insert(
+        "embeddings.position_embeddings.weight".into(),
+        rand(&[max_pos, hidden]),
+    );
+    t.insert(
+        "embeddings.token_type_embeddings.weight".into(),
+        rand(&[2, hidden]),
+    );
     t.insert("embeddings.LayerNorm.weight".into(), ones(hidden));
     t.insert("embeddings.LayerNorm.bias".into(), zeros(hidden));
     for l in 0..layers {
         let p = format!("encoder.layer.{l}");
-        for m in ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"] {
+        for m in [
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+            "attention.output.dense",
+        ] {
             t.insert(format!("{p}.{m}.weight"), rand(&[hidden, hidden]));
             t.insert(format!("{p}.{m}.bias"), zeros(hidden));
         }
-        t.insert(format!("{p}.intermediate.dense.weight"), rand(&[inter, hidden]));
+        t.insert(
+            format!("{p}.intermediate.dense.weight"),
+            rand(&[inter, hidden]),
+        );
         t.insert(format!("{p}.intermediate.dense.bias"), zeros(inter));
         t.insert(format!("{p}.output.dense.weight"), rand(&[hidden, inter]));
         t.insert(format!("{p}.output.dense.bias"), zeros(hidden));
@@ -110,10 +127,19 @@ fn model(pmm: &Pmm, name: &str, seed: u64, hidden: usize) -> PathBuf {
 /// A short conversation in which "painting" is only said as "canvas".
 fn conversation(pmm: &Pmm) {
     let lines = [
-        ("user", "Caroline: I went camping in the mountains with my dog"),
+        (
+            "user",
+            "Caroline: I went camping in the mountains with my dog",
+        ),
         ("assistant", "Melanie: the mountains sound great"),
-        ("user", "Caroline: I finished the canvas of the lake at sunset"),
-        ("assistant", "Melanie: I adopted a kitten from the rescue shelter"),
+        (
+            "user",
+            "Caroline: I finished the canvas of the lake at sunset",
+        ),
+        (
+            "assistant",
+            "Melanie: I adopted a kitten from the rescue shelter",
+        ),
         ("user", "Caroline: my tomatoes in the garden are doing well"),
         ("assistant", "Melanie: I ran a marathon for the hospital"),
     ];
@@ -143,29 +169,54 @@ fn a_backfill_embeds_every_recallable_event_once_and_resumes() {
     let pmm = Pmm::new();
     conversation(&pmm);
     let m = model(&pmm, "m", 1, 16);
-    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", m.to_str().unwrap()], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--embed-model", m.to_str().unwrap()],
+        "",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     let out = last(&r);
-    assert_eq!((out["embedded"].as_u64(), out["missing"].as_u64()), (Some(6), Some(6)), "{out}");
-    assert!(out["model"].as_str().unwrap().starts_with("local:"), "{out}");
+    assert_eq!(
+        (out["embedded"].as_u64(), out["missing"].as_u64()),
+        (Some(6), Some(6)),
+        "{out}"
+    );
+    assert!(
+        out["model"].as_str().unwrap().starts_with("local:"),
+        "{out}"
+    );
     assert_eq!(out["interrupted"], false);
     assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 6);
     assert_eq!(sql(&pmm, "SELECT sum(n) FROM pmm_vector_pack"), 6);
     // Again: nothing left to do.
-    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", m.to_str().unwrap()], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--embed-model", m.to_str().unwrap()],
+        "",
+    );
     assert_eq!(last(&r)["embedded"], 0, "{r:?}");
     // The vectors are derived data: verification and the chain do not see them.
     let v = pmm.run("pmm-verify", &["--quiet"], "");
     assert_eq!(v.code, 0, "{v:?}");
     // Recall uses them: the dense source shows in the reasons.
-    let r = pmm.run("pmm-recall", &["--embed-model", m.to_str().unwrap(), "canvas painting"], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed-model", m.to_str().unwrap(), "canvas painting"],
+        "",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        r.records().iter().any(|x| x["via"].as_array().unwrap().iter().any(|v| v == "dense")),
+        r.records()
+            .iter()
+            .any(|x| x["via"].as_array().unwrap().iter().any(|v| v == "dense")),
         "{}",
         r.stdout
     );
-    let check = pmm.run("pmm-recall", &["--check", "--embed-model", m.to_str().unwrap()], "");
+    let check = pmm.run(
+        "pmm-recall",
+        &["--check", "--embed-model", m.to_str().unwrap()],
+        "",
+    );
     assert_eq!(check.code, 0, "{check:?}");
 }
 
@@ -176,7 +227,13 @@ fn a_turn_embeds_its_message_and_reply_and_records_the_model() {
     let m = model(&pmm, "m", 1, 16);
     let r = pmm.run(
         "pmm-turn",
-        &["--adapter", "dummy", "--embed-model", m.to_str().unwrap(), "what did Caroline paint?"],
+        &[
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            m.to_str().unwrap(),
+            "what did Caroline paint?",
+        ],
         "",
     );
     assert_eq!(r.code, 0, "{r:?}");
@@ -186,15 +243,43 @@ fn a_turn_embeds_its_message_and_reply_and_records_the_model() {
         .find(|e| e["kind"] == "retrieval_selection")
         .unwrap();
     let content: Value = serde_json::from_str(sel["content"].as_str().unwrap()).unwrap();
-    assert!(content["dense"]["model"].as_str().unwrap().starts_with("local:"), "{content}");
-    let user = r.records().into_iter().find(|e| e["kind"] == "user_message").unwrap();
-    let reply = r.records().into_iter().find(|e| e["kind"] == "assistant_message").unwrap();
+    assert!(
+        content["dense"]["model"]
+            .as_str()
+            .unwrap()
+            .starts_with("local:"),
+        "{content}"
+    );
+    let user = r
+        .records()
+        .into_iter()
+        .find(|e| e["kind"] == "user_message")
+        .unwrap();
+    let reply = r
+        .records()
+        .into_iter()
+        .find(|e| e["kind"] == "assistant_message")
+        .unwrap();
     for id in [&user["id"], &reply["id"]] {
-        assert_eq!(sql(&pmm, &format!("SELECT count(*) FROM pmm_vectors WHERE id = {id}")), 1);
+        assert_eq!(
+            sql(
+                &pmm,
+                &format!("SELECT count(*) FROM pmm_vectors WHERE id = {id}")
+            ),
+            1
+        );
     }
     // Without a model the same turn records no dense source.
-    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "what did Caroline paint?"], "");
-    let sel = r.records().into_iter().find(|e| e["kind"] == "retrieval_selection").unwrap();
+    let r = pmm.run(
+        "pmm-turn",
+        &["--adapter", "dummy", "what did Caroline paint?"],
+        "",
+    );
+    let sel = r
+        .records()
+        .into_iter()
+        .find(|e| e["kind"] == "retrieval_selection")
+        .unwrap();
     assert!(!sel["content"].as_str().unwrap().contains("dense"), "{sel}");
 }
 
@@ -204,16 +289,28 @@ fn two_models_never_mix_and_switching_back_uses_the_old_vectors() {
     conversation(&pmm);
     let (a, b) = (model(&pmm, "a", 1, 16), model(&pmm, "b", 2, 16));
     for dir in [&a, &b] {
-        let r = pmm.run("pmm-recall", &["--embed", "--embed-model", dir.to_str().unwrap()], "");
+        let r = pmm.run(
+            "pmm-recall",
+            &["--embed", "--embed-model", dir.to_str().unwrap()],
+            "",
+        );
         assert_eq!(last(&r)["embedded"], 6, "{r:?}");
     }
     assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_embed_models"), 2);
     assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 12);
-    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", a.to_str().unwrap()], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--embed-model", a.to_str().unwrap()],
+        "",
+    );
     assert_eq!(last(&r)["embedded"], 0, "back to a: its vectors are there");
     // A third model with other dimensions has its own space too.
     let c = model(&pmm, "c", 3, 8);
-    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", c.to_str().unwrap()], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--embed-model", c.to_str().unwrap()],
+        "",
+    );
     assert_eq!(last(&r)["embedded"], 6, "{r:?}");
     let dims: i64 = sql(&pmm, "SELECT count(DISTINCT dim) FROM pmm_embed_models");
     assert_eq!(dims, 2);
@@ -224,7 +321,11 @@ fn a_changed_vector_is_found_by_the_check() {
     let pmm = Pmm::new();
     conversation(&pmm);
     let m = model(&pmm, "m", 1, 16);
-    let r = pmm.run("pmm-recall", &["--embed", "--embed-model", m.to_str().unwrap()], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--embed-model", m.to_str().unwrap()],
+        "",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
     // Flip the sign of every component of event 3's vector (its scale stays).
@@ -239,7 +340,11 @@ fn a_changed_vector_is_found_by_the_check() {
     c.execute("UPDATE pmm_vectors SET q = ?1 WHERE id = 3", [flipped])
         .unwrap();
     drop(c);
-    let r = pmm.run("pmm-recall", &["--check", "--embed-model", m.to_str().unwrap()], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--check", "--embed-model", m.to_str().unwrap()],
+        "",
+    );
     assert_eq!(r.code, 1, "{r:?}");
     let findings: Vec<Value> = r.of_type("finding");
     assert_eq!(findings.len(), 1, "{}", r.stdout);
@@ -253,7 +358,13 @@ fn a_missing_or_corrupt_model_is_exit_2_and_nothing_is_written() {
     let before = pmm.count();
     let r = pmm.run(
         "pmm-turn",
-        &["--adapter", "dummy", "--embed-model", "/nonexistent/model", "hello"],
+        &[
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            "/nonexistent/model",
+            "hello",
+        ],
         "",
     );
     assert_eq!(r.code, 2, "{r:?}");
@@ -261,10 +372,24 @@ fn a_missing_or_corrupt_model_is_exit_2_and_nothing_is_written() {
     assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
     let m = model(&pmm, "m", 1, 16);
     std::fs::write(m.join("model.safetensors"), b"not safetensors").unwrap();
-    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "--embed-model", m.to_str().unwrap(), "hello"], "");
+    let r = pmm.run(
+        "pmm-turn",
+        &[
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            m.to_str().unwrap(),
+            "hello",
+        ],
+        "",
+    );
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("model.safetensors"), "{}", r.stderr);
-    let r = pmm.run("pmm-recall", &["--embed", "--embed-provider", "bert", "--embed-model", "x"], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--embed-provider", "bert", "--embed-model", "x"],
+        "",
+    );
     assert_eq!(r.code, 2, "{r:?}");
     let r = pmm.run("pmm-recall", &["--embed"], "");
     assert_eq!(r.code, 2, "no model: {r:?}");
@@ -275,7 +400,10 @@ fn ollama_answer(n: usize, dim: usize, seed: f32) -> StubResponse {
     let rows: Vec<Vec<f32>> = (0..n)
         .map(|i| (0..dim).map(|d| ((i + d) as f32 + seed).sin()).collect())
         .collect();
-    StubResponse::Status(200, json!({"model": "stub-embed", "embeddings": rows}).to_string())
+    StubResponse::Status(
+        200,
+        json!({"model": "stub-embed", "embeddings": rows}).to_string(),
+    )
 }
 
 #[test]
@@ -283,7 +411,13 @@ fn an_ollama_server_is_asked_as_its_api_says() {
     let pmm = Pmm::new();
     conversation(&pmm);
     let stub = Stub::start(vec![ollama_answer(6, 8, 0.0), ollama_answer(1, 8, 1.0)]);
-    let args = ["--embed-provider", "ollama", "--embed-model", "stub-embed", "--embed-url"];
+    let args = [
+        "--embed-provider",
+        "ollama",
+        "--embed-model",
+        "stub-embed",
+        "--embed-url",
+    ];
     let with = |extra: &[&str]| {
         let mut v: Vec<&str> = args.to_vec();
         let url = stub.url();
@@ -310,27 +444,55 @@ fn an_openai_server_is_asked_with_its_key_which_is_never_shown() {
     conversation(&pmm);
     let data: Vec<Value> = (0..6)
         .rev()
-        .map(|i| json!({"object": "embedding", "index": i, "embedding": [i as f32 + 1.0, 1.0, 0.5]}))
+        .map(
+            |i| json!({"object": "embedding", "index": i, "embedding": [i as f32 + 1.0, 1.0, 0.5]}),
+        )
         .collect();
-    let stub = Stub::start(vec![StubResponse::Status(200, json!({"data": data}).to_string())]);
+    let stub = Stub::start(vec![StubResponse::Status(
+        200,
+        json!({"data": data}).to_string(),
+    )]);
     let url = format!("{}/v1", stub.url());
     let r = pmm
         .cmd("pmm-recall")
-        .args(["--embed", "--embed-provider", "openai", "--embed-model", "e5", "--embed-url", &url])
+        .args([
+            "--embed",
+            "--embed-provider",
+            "openai",
+            "--embed-model",
+            "e5",
+            "--embed-url",
+            &url,
+        ])
         .env("PMM_EMBED_API_KEY", "sk-embed-secret")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&r.stdout);
-    assert_eq!(r.status.code(), Some(0), "{stdout} {}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{stdout} {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert!(stdout.contains("\"embedded\":6"), "{stdout}");
     let asked = &stub.requests()[0];
     assert_eq!(asked.path, "/v1/embeddings");
-    assert_eq!(asked.header("authorization"), Some("Bearer sk-embed-secret"));
+    assert_eq!(
+        asked.header("authorization"),
+        Some("Bearer sk-embed-secret")
+    );
     // Answers out of index order are put back in order: event 1 got index 0's vector.
     let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
-    let q1: Vec<u8> = c.query_row("SELECT q FROM pmm_vectors WHERE id = 1", [], |r| r.get(0)).unwrap();
-    let q6: Vec<u8> = c.query_row("SELECT q FROM pmm_vectors WHERE id = 6", [], |r| r.get(0)).unwrap();
-    assert!((q1[5] as i8) > (q6[5] as i8), "index order kept: {q1:?} {q6:?}");
+    let q1: Vec<u8> = c
+        .query_row("SELECT q FROM pmm_vectors WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    let q6: Vec<u8> = c
+        .query_row("SELECT q FROM pmm_vectors WHERE id = 6", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        (q1[5] as i8) > (q6[5] as i8),
+        "index order kept: {q1:?} {q6:?}"
+    );
     let text: String = std::fs::read_to_string(pmm.path("ledger.db")).unwrap_or_default();
     assert!(!text.contains("sk-embed-secret"));
 }
@@ -348,16 +510,36 @@ fn a_server_that_is_down_leaves_the_turn_to_the_other_sources() {
     let r = pmm.run(
         "pmm-turn",
         &[
-            "--adapter", "dummy", "--embed-provider", "ollama", "--embed-model", "e",
-            "--embed-url", &url, "what did Caroline paint?",
+            "--adapter",
+            "dummy",
+            "--embed-provider",
+            "ollama",
+            "--embed-model",
+            "e",
+            "--embed-url",
+            &url,
+            "what did Caroline paint?",
         ],
         "",
     );
     assert_eq!(r.code, 0, "{r:?}");
-    let sel = r.records().into_iter().find(|e| e["kind"] == "retrieval_selection").unwrap();
+    let sel = r
+        .records()
+        .into_iter()
+        .find(|e| e["kind"] == "retrieval_selection")
+        .unwrap();
     let content: Value = serde_json::from_str(sel["content"].as_str().unwrap()).unwrap();
-    assert!(content["dense"]["unavailable"].as_str().unwrap().contains("ollama"), "{content}");
-    assert!(!content["selected"].as_array().unwrap().is_empty(), "full text still recalled");
+    assert!(
+        content["dense"]["unavailable"]
+            .as_str()
+            .unwrap()
+            .contains("ollama"),
+        "{content}"
+    );
+    assert!(
+        !content["selected"].as_array().unwrap().is_empty(),
+        "full text still recalled"
+    );
 }
 
 #[test]
@@ -366,11 +548,22 @@ fn a_server_whose_dimensions_change_is_exit_2_and_nothing_is_written() {
     conversation(&pmm);
     let stub = Stub::start(vec![ollama_answer(6, 8, 0.0), ollama_answer(1, 4, 0.0)]);
     let url = stub.url();
-    let base = ["--embed-provider", "ollama", "--embed-model", "e", "--embed-url", url.as_str()];
+    let base = [
+        "--embed-provider",
+        "ollama",
+        "--embed-model",
+        "e",
+        "--embed-url",
+        url.as_str(),
+    ];
     let r = pmm.run("pmm-recall", &[&base[..], &["--embed"]].concat(), "");
     assert_eq!(last(&r)["embedded"], 6, "{r:?}");
     let before = pmm.count();
-    let r = pmm.run("pmm-turn", &[&["--adapter", "dummy"], &base[..], &["hello"]].concat(), "");
+    let r = pmm.run(
+        "pmm-turn",
+        &[&["--adapter", "dummy"], &base[..], &["hello"]].concat(),
+        "",
+    );
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("dimensions"), "{}", r.stderr);
     assert_eq!(pmm.count(), before);
@@ -390,14 +583,34 @@ fn a_server_that_dies_mid_backfill_keeps_what_was_done_and_the_backfill_resumes(
         StubResponse::Status(500, "{}".into()),
     ]);
     let url = stub.url();
-    let base = ["--embed-provider", "ollama", "--embed-model", "e", "--embed-url", url.as_str(), "--embed"];
+    let base = [
+        "--embed-provider",
+        "ollama",
+        "--embed-model",
+        "e",
+        "--embed-url",
+        url.as_str(),
+        "--embed",
+    ];
     let r = pmm.run("pmm-recall", &base, "");
     assert_eq!(r.code, 3, "{r:?}");
     assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 64);
     assert_eq!(pmm.run("pmm-verify", &["--quiet"], "").code, 0);
     let stub2 = Stub::start(vec![ollama_answer(6, 8, 0.0)]);
     let url2 = stub2.url();
-    let r = pmm.run("pmm-recall", &["--embed-provider", "ollama", "--embed-model", "e", "--embed-url", &url2, "--embed"], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &[
+            "--embed-provider",
+            "ollama",
+            "--embed-model",
+            "e",
+            "--embed-url",
+            &url2,
+            "--embed",
+        ],
+        "",
+    );
     assert_eq!(last(&r)["embedded"], 6, "{r:?}");
     assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 70);
 }
@@ -409,7 +622,8 @@ fn a_server_that_dies_mid_backfill_keeps_what_was_done_and_the_backfill_resumes(
 #[test]
 fn the_in_process_model_matches_sentence_transformers() {
     let dir = std::env::var_os("PMM_TEST_EMBED_MODEL").map(PathBuf::from);
-    let what = "PMM_TEST_EMBED_MODEL (an all-MiniLM-L6-v2 directory: docs/recall.md; .ci/run fetches it)";
+    let what =
+        "PMM_TEST_EMBED_MODEL (an all-MiniLM-L6-v2 directory: docs/recall.md; .ci/run fetches it)";
     if !crate::harness::present_or_skip(dir.is_some(), what, "the embedding parity test") {
         return;
     }
@@ -434,7 +648,12 @@ fn the_in_process_model_matches_sentence_transformers() {
     let got = bert.embed(&refs).unwrap();
     let mut worst = 1.0f64;
     for (g, e) in got.iter().zip(expected) {
-        let e: Vec<f64> = e.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let e: Vec<f64> = e
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
         let dot: f64 = g.iter().zip(&e).map(|(a, b)| f64::from(*a) * b).sum();
         let ne: f64 = e.iter().map(|x| x * x).sum::<f64>().sqrt();
         worst = worst.min(dot / ne);

@@ -56,8 +56,9 @@ impl Bert {
             .map_err(|e| corrupt(&weights, &e))?;
         // SAFETY: the file is mapped read-only and not modified while the model lives (a
         // model directory is not written by pmm); this is candle's documented way to load.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &Device::Cpu) }
-            .map_err(|e| corrupt(&weights, &e))?;
+        let vb =
+            unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &Device::Cpu) }
+                .map_err(|e| corrupt(&weights, &e))?;
         let model = BertModel::load(vb, &cfg).map_err(|e| corrupt(&weights, &e))?;
         Ok(Bert {
             id: format!("local:{}@{fingerprint}", model_name(dir)),

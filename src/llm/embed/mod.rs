@@ -221,14 +221,14 @@ pub(crate) fn checked(
         detail,
     };
     if vectors.len() != texts {
-        return Err(bad(format!(
-            "{} vectors for {texts} texts",
-            vectors.len()
-        )));
+        return Err(bad(format!("{} vectors for {texts} texts", vectors.len())));
     }
     for v in &mut vectors {
         if v.is_empty() || (dim != 0 && v.len() != dim) {
-            return Err(bad(format!("a vector of {} dimensions, not {dim}", v.len())));
+            return Err(bad(format!(
+                "a vector of {} dimensions, not {dim}",
+                v.len()
+            )));
         }
         if v.iter().any(|x| !x.is_finite()) {
             return Err(bad("a vector with a value that is not a number".into()));
