@@ -117,13 +117,26 @@ impl Embedder for Bert {
     }
 
     fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut out = Vec::with_capacity(texts.len());
-        for chunk in texts.chunks(BATCH) {
-            let v = self.batch(chunk).map_err(|detail| EmbedError::Compute {
+        // Batches of texts of similar length: a batch is padded to its longest text, so
+        // sorting by length first saves most of the padding's work.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| (texts[i].len(), i));
+        let mut out = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(BATCH) {
+            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
+            let v = self.batch(&batch).map_err(|detail| EmbedError::Compute {
                 model: self.id.clone(),
                 detail: one_line(&detail),
             })?;
-            out.extend(v);
+            if v.len() != chunk.len() {
+                return Err(EmbedError::Compute {
+                    model: self.id.clone(),
+                    detail: format!("{} vectors for {} texts", v.len(), chunk.len()),
+                });
+            }
+            for (&i, vector) in chunk.iter().zip(v) {
+                out[i] = vector;
+            }
         }
         checked(&self.id, texts.len(), self.dim, out)
     }
