@@ -3,7 +3,7 @@
 #
 # Usage:
 #   scripts/bench.sh [--sizes "10000 100000 1000000"] [--quick] [--runs N] [--keep]
-#                    [--fixture PATH] [--no-build] [--locomo FILE]
+#                    [--fixture PATH] [--no-build] [--locomo FILE] [--embed-model DIR]
 #
 #   --sizes LIST   ledger sizes in events (default "10000 100000 1000000")
 #   --quick        the same as --sizes "10000 100000" (a check that takes about a minute)
@@ -12,6 +12,10 @@
 #   --fixture P    the reference ledger whose events are cycled (default: $PMM_BENCH_FIXTURE, else
 #                  ../shared/fixtures/reference-ledgers/GPT-5.1-ledger.json beside the repo); when it is
 #                  absent, scripts/gen-ledger.py falls back to its built-in event shapes
+#   --embed-model DIR  also run scripts/vector-bench at the largest size with this
+#                  all-MiniLM-L6-v2 directory (semantic recall: vector search over as many stored
+#                  vectors, a turn with the in-process model, the vectors' cost in ledger size;
+#                  needs numpy) and print its figures after the table
 #   --no-build     do not run `cargo build --release` first (binaries: $PMM_BIN_DIR, else
 #                  target/release)
 #
@@ -74,6 +78,7 @@ KEEP=0
 BUILD=1
 FIXTURE="${PMM_BENCH_FIXTURE:-$REPO/../shared/fixtures/reference-ledgers/GPT-5.1-ledger.json}"
 LOCOMO="$REPO/../shared/fixtures/locomo-dev/26.json"
+EMBED_MODEL=""
 BIN="${PMM_BIN_DIR:-$REPO/target/release}"
 APPEND_RUNS=5
 
@@ -93,6 +98,8 @@ while (($#)); do
         --no-build) BUILD=0; shift ;;
         --locomo) (($# >= 2)) || die "--locomo needs a value"; LOCOMO=$2; shift 2 ;;
         --locomo=*) LOCOMO=${1#*=}; shift ;;
+        --embed-model) (($# >= 2)) || die "--embed-model needs a value"; EMBED_MODEL=$2; shift 2 ;;
+        --embed-model=*) EMBED_MODEL=${1#*=}; shift ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
@@ -542,4 +549,11 @@ echo "- wall time from \$EPOCHREALTIME around /usr/bin/time (whose %e has 10 ms 
 echo "- floor and pmm runs alternate; the machine is shared, so single runs can be noisy"
 printf -- '- %s\n' "${NOTES[@]}"
 echo "- total bench time: ${TOTAL} s"
+if [[ -n $EMBED_MODEL ]]; then
+    echo
+    echo "## Semantic recall (scripts/vector-bench, ${SIZE_LIST[-1]} events)"
+    echo
+    python3 "$REPO/scripts/vector-bench" --model "$EMBED_MODEL" --events "${SIZE_LIST[-1]}" \
+        --bin "$BIN" --conversation "$LOCOMO"
+fi
 DONE=1

@@ -40,6 +40,11 @@ OUTPUT:
   \"thread:CID\" (the story of a commitment bound to one).
   --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
   the text became (stop words and FTS5 syntax removed) and the index's state.
+  --timings prints {\"type\":\"timings\",\"project_ms\",\"embed_ms\",\"recall_ms\"} (loading the
+  state; loading the model and embedding the text; recalling), with an embedding model also
+  \"dense\": {\"model\",\"vectors\",\"nearest\",\"search_ms\",\"top\"} (the vector search alone, run
+  once more to time it, and the ids of its 50 nearest); unlike everything else it differs from
+  run to run.
   --reindex prints {\"type\":\"reindex\",\"events\",\"through\"}; --check prints one
   {\"type\":\"finding\",\"message\"} line per problem and {\"type\":\"check\",\"ok\",\"through\"};
   with an embedding model it also recomputes the model's stored vectors and reports each
@@ -124,6 +129,10 @@ pub struct Args {
     #[arg(long)]
     explain: bool,
 
+    /// Also print where the time went (milliseconds per stage; the vector search alone)
+    #[arg(long)]
+    timings: bool,
+
     /// Rebuild the full-text index from the ledger (a write) and print its counts
     #[arg(long, conflicts_with_all = ["text", "check"])]
     reindex: bool,
@@ -198,8 +207,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .into());
     };
     let ledger = Ledger::open_reader(&path)?;
+    let started = std::time::Instant::now();
     let p: Projections = store::project(&ledger, None, true)?.projections;
+    let projected = started.elapsed();
     let dense = query_vector(&args.model, &ledger, text)?;
+    let embedded = started.elapsed();
     let q = Query {
         dense,
         budget: args.budget as usize,
@@ -209,6 +221,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         until: args.until.clone(),
         ..Query::new(text, i64::MAX)
     };
+    let found = recall::recall(&ledger, &p, &q)?;
+    let recalled = started.elapsed();
     let mut out = Out::new();
     if args.explain {
         out.record(&json!({
@@ -218,7 +232,31 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             "index": {"lag": ledger.index_lag()?, "head": ledger.max_id()?},
         }))?;
     }
-    for r in recall::recall(&ledger, &p, &q)? {
+    if args.timings {
+        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+        let mut t = json!({
+            "type": "timings",
+            "project_ms": ms(projected),
+            "embed_ms": ms(embedded - projected),
+            "recall_ms": ms(recalled - embedded),
+        });
+        if let Some(d) = &q.dense {
+            let at = std::time::Instant::now();
+            let hits =
+                ledger.vector_search(&d.model, &d.vector, i64::MAX, recall::dense::NEAREST)?;
+            let took = at.elapsed();
+            let models = ledger.vector_models()?;
+            t["dense"] = json!({
+                "model": d.model,
+                "vectors": models.iter().find(|m| m.0 == d.model).map_or(0, |m| m.2),
+                "nearest": hits.len(),
+                "search_ms": ms(took),
+                "top": hits.iter().take(50).map(|h| h.0).collect::<Vec<i64>>(),
+            });
+        }
+        out.record(&t)?;
+    }
+    for r in found {
         let e = &r.event;
         out.record(&json!({
             "id": e.id,

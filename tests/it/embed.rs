@@ -328,15 +328,11 @@ fn a_changed_vector_is_found_by_the_check() {
     );
     assert_eq!(r.code, 0, "{r:?}");
     let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
-    // Flip the sign of every component of event 3's vector (its scale stays).
+    // Flip the sign of every component of event 3's vector (half floats: the top bit).
     let q: Vec<u8> = c
         .query_row("SELECT q FROM pmm_vectors WHERE id = 3", [], |r| r.get(0))
         .unwrap();
-    let flipped: Vec<u8> = q[..4]
-        .iter()
-        .copied()
-        .chain(q[4..].iter().map(|b| (*b as i8).wrapping_neg() as u8))
-        .collect();
+    let flipped: Vec<u8> = q.chunks(2).flat_map(|b| [b[0], b[1] ^ 0x80]).collect();
     c.execute("UPDATE pmm_vectors SET q = ?1 WHERE id = 3", [flipped])
         .unwrap();
     drop(c);
