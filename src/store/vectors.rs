@@ -25,7 +25,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 /// Vectors per pack row.
 pub const CHUNK: usize = 1024;
 /// Vectors a search keeps after the Hamming step.
-pub const PREFILTER: usize = 20_000;
+pub const PREFILTER: usize = 100_000;
 /// Vectors a search scores exactly.
 pub const CANDIDATES: usize = 2_000;
 
@@ -168,6 +168,45 @@ pub fn sign_bits(v: &[f32]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Step 1 of a search: `(distance, id, index)` of the [`PREFILTER`] vectors (before event
+/// `before`) whose sign bits are nearest to `qbits`, ties by id; the work split over the
+/// machine's cores (each keeps its best, then the best of those are kept).
+fn nearest_by_hamming(qbits: &[u8], bits: &[u8], ids: &[i64], before: i64) -> Vec<(u32, i64, u32)> {
+    let width = qbits.len().max(1);
+    let n = ids.len().min(bits.len() / width);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .clamp(1, 4);
+    let per = n.div_ceil(threads).max(1);
+    let mut near: Vec<(u32, i64, u32)> = std::thread::scope(|s| {
+        let parts: Vec<_> = (0..threads)
+            .map(|t| {
+                let (lo, hi) = ((t * per).min(n), ((t + 1) * per).min(n));
+                s.spawn(move || {
+                    let mut part: Vec<(u32, i64, u32)> = (lo..hi)
+                        .filter(|&i| ids[i] < before)
+                        .map(|i| {
+                            (
+                                hamming(qbits, &bits[i * width..(i + 1) * width]),
+                                ids[i],
+                                i as u32,
+                            )
+                        })
+                        .collect();
+                    keep_best(&mut part, PREFILTER);
+                    part
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    keep_best(&mut near, PREFILTER);
+    near
 }
 
 /// Keeps the `n` smallest items (ties by the whole tuple, so by id), in no order.
@@ -341,19 +380,13 @@ pub(crate) fn search(
         );
         bits.extend_from_slice(row.get_ref(1)?.as_blob()?);
     }
-    let mut near: Vec<(u32, i64, usize)> = ids
-        .iter()
-        .zip(bits.chunks_exact(width))
-        .enumerate()
-        .filter(|(_, (id, _))| **id < before)
-        .map(|(i, (id, b))| (hamming(&qbits, b), *id, i))
-        .collect();
-    keep_best(&mut near, PREFILTER);
+    let near = nearest_by_hamming(&qbits, &bits, &ids, before);
     // Step 2: the asymmetric sign score.
     let tables = sign_tables(query);
     let mut asym: Vec<(std::cmp::Reverse<OrdF32>, i64)> = near
         .iter()
         .map(|(_, id, i)| {
+            let i = *i as usize;
             let s = sign_score(&tables, &bits[i * width..(i + 1) * width]);
             (std::cmp::Reverse(OrdF32(s)), *id)
         })
