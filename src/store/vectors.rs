@@ -26,6 +26,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 pub const CHUNK: usize = 1024;
 /// Vectors a search keeps after the Hamming step.
 pub const PREFILTER: usize = 100_000;
+/// How much of the file a search may map (SQLite's `mmap_size`).
+const MMAP_BYTES: i64 = 1 << 34;
 /// Vectors a search scores exactly.
 pub const CANDIDATES: usize = 2_000;
 
@@ -103,7 +105,7 @@ pub(crate) fn models(conn: &Connection) -> rusqlite::Result<Vec<(String, usize, 
         return Ok(Vec::new());
     }
     let mut stmt = conn.prepare(
-        "SELECT name, dim, (SELECT count(*) FROM pmm_vectors v WHERE v.mid = m.mid)
+        "SELECT name, dim, (SELECT coalesce(sum(n), 0) FROM pmm_vector_pack p WHERE p.mid = m.mid)
          FROM pmm_embed_models m ORDER BY name",
     )?;
     let rows = stmt.query_map([], |r| {
@@ -365,6 +367,23 @@ pub(crate) fn search(
     if query.len() != m.dim || k == 0 {
         return Ok(Vec::new());
     }
+    // The packs are tens of MB at 10^6 vectors: read through a memory map, SQLite hands out
+    // pages in place instead of copying each through a read call (a quarter of the search's
+    // time was the kernel copying pages). Per connection, for the search only (mapped pages
+    // count as the process's memory); the file is not changed.
+    conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
+    let found = search_mapped(conn, m, query, before, k);
+    conn.pragma_update(None, "mmap_size", 0)?;
+    found
+}
+
+fn search_mapped(
+    conn: &Connection,
+    m: Model,
+    query: &[f32],
+    before: i64,
+    k: usize,
+) -> rusqlite::Result<Vec<(i64, f64)>> {
     let qbits = sign_bits(query);
     let width = qbits.len();
     // Step 1: Hamming distance of every vector's sign bits (kept, for step 2).
