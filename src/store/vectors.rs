@@ -26,8 +26,6 @@ use rusqlite::{params, Connection, OptionalExtension};
 pub const CHUNK: usize = 1024;
 /// Vectors a search keeps after the Hamming step.
 pub const PREFILTER: usize = 100_000;
-/// How much of the file a search may map (SQLite's `mmap_size`).
-const MMAP_BYTES: i64 = 1 << 34;
 /// Vectors a search scores exactly.
 pub const CANDIDATES: usize = 2_000;
 
@@ -367,23 +365,6 @@ pub(crate) fn search(
     if query.len() != m.dim || k == 0 {
         return Ok(Vec::new());
     }
-    // The packs are tens of MB at 10^6 vectors: read through a memory map, SQLite hands out
-    // pages in place instead of copying each through a read call (a quarter of the search's
-    // time was the kernel copying pages). Per connection, for the search only (mapped pages
-    // count as the process's memory); the file is not changed.
-    conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
-    let found = search_mapped(conn, m, query, before, k);
-    conn.pragma_update(None, "mmap_size", 0)?;
-    found
-}
-
-fn search_mapped(
-    conn: &Connection,
-    m: Model,
-    query: &[f32],
-    before: i64,
-    k: usize,
-) -> rusqlite::Result<Vec<(i64, f64)>> {
     let qbits = sign_bits(query);
     let width = qbits.len();
     // Step 1: Hamming distance of every vector's sign bits (kept, for step 2).
