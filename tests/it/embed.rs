@@ -160,6 +160,16 @@ fn sql(pmm: &Pmm, q: &str) -> i64 {
     c.query_row(q, [], |r| r.get(0)).unwrap()
 }
 
+/// The content of the turn's `retrieval_selection`.
+fn selection(r: &crate::harness::Run) -> Value {
+    let sel = r
+        .records()
+        .into_iter()
+        .find(|e| e["kind"] == "retrieval_selection")
+        .expect("a retrieval_selection");
+    serde_json::from_str(sel["content"].as_str().unwrap()).unwrap()
+}
+
 fn last(r: &crate::harness::Run) -> Value {
     r.records().pop().expect("a record")
 }
@@ -237,12 +247,7 @@ fn a_turn_embeds_its_message_and_reply_and_records_the_model() {
         "",
     );
     assert_eq!(r.code, 0, "{r:?}");
-    let sel = r
-        .records()
-        .into_iter()
-        .find(|e| e["kind"] == "retrieval_selection")
-        .unwrap();
-    let content: Value = serde_json::from_str(sel["content"].as_str().unwrap()).unwrap();
+    let content = selection(&r);
     assert!(
         content["dense"]["model"]
             .as_str()
@@ -275,12 +280,8 @@ fn a_turn_embeds_its_message_and_reply_and_records_the_model() {
         &["--adapter", "dummy", "what did Caroline paint?"],
         "",
     );
-    let sel = r
-        .records()
-        .into_iter()
-        .find(|e| e["kind"] == "retrieval_selection")
-        .unwrap();
-    assert!(!sel["content"].as_str().unwrap().contains("dense"), "{sel}");
+    let content = selection(&r);
+    assert!(content.get("dense").is_none(), "{content}");
 }
 
 #[test]
@@ -519,12 +520,7 @@ fn a_server_that_is_down_leaves_the_turn_to_the_other_sources() {
         "",
     );
     assert_eq!(r.code, 0, "{r:?}");
-    let sel = r
-        .records()
-        .into_iter()
-        .find(|e| e["kind"] == "retrieval_selection")
-        .unwrap();
-    let content: Value = serde_json::from_str(sel["content"].as_str().unwrap()).unwrap();
+    let content = selection(&r);
     assert!(
         content["dense"]["unavailable"]
             .as_str()
