@@ -4,5 +4,6 @@
 //! of single events ([`prove`]) read the store's tree for `pmm-verify` and the MCP server alike.
 
 pub mod deep;
+pub mod prompts;
 pub mod prove;
 pub mod verify;

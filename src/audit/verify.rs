@@ -102,8 +102,12 @@ pub fn verify(
             &mut found,
         );
     }
+    let mut prompts = None;
     if format == interchange::Format::Sqlite {
         sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
+        if opts.deep {
+            prompts = prompt_check(input, &mut v, &mut found)?;
+        }
     }
     let deep_counts = checker.map(|c| c.finish());
     let mut summary = v.finish(&mut found);
@@ -120,6 +124,9 @@ pub fn verify(
             };
             d["kinds_checked"] = list(KINDS_CHECKED);
             d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
+            if let Some(p) = prompts.and_then(|p| serde_json::to_value(p).ok()) {
+                d["prompts"] = p;
+            }
             d
         });
     drain(&mut found).map_err(|e| Error::io("<stdout>", e))?;
@@ -166,6 +173,23 @@ fn second_pass(
         }
     }
     Ok(())
+}
+
+/// Every current-format turn's prompt rebuilt from a ledger file and checked against its
+/// `prompt_sha256` ([`crate::audit::prompts`]).
+fn prompt_check(
+    input: &Input,
+    v: &mut Verifier,
+    found: &mut Vec<Finding>,
+) -> crate::Result<Option<crate::audit::prompts::PromptCounts>> {
+    let Some(path) = &input.path else {
+        return Ok(None);
+    };
+    let ledger = crate::store::Ledger::open_reader(path)?;
+    let counts = crate::audit::prompts::check(&ledger, &mut |id, problem| {
+        v.report(Some(id), problem, found)
+    })?;
+    Ok(Some(counts))
 }
 
 /// SQLite's own check of a ledger file (the chain walk reads the table through its rowid tree

@@ -21,6 +21,8 @@ EXAMPLES:
     pmm-replay --state --at 171 | jq .rsm
     pmm-replay --diff 100 171 | jq .tendencies_delta
     pmm-replay --state | jq -r '.open_commitments[] | \"\\(.cid) \\(.text)\"'
+  The exact prompt turn 42 sent, rebuilt from the ledger and checked against its digest:
+    pmm-replay --prompt 42 | jq -r .system
   A quick look at the newest events:
     pmm-replay --narrate
 
@@ -28,7 +30,9 @@ OUTPUT:
   Events as JSON Lines {\"id\",\"ts\",\"kind\",\"content\",\"meta\",\"prev_hash\",\"hash\"}; with --state
   one {\"type\":\"state\"} object (open commitments, identity, thresholds, retrieval config,
   the self-model \"rsm\" exactly as the reference's snapshot, graph stats, concept metrics, last_event_id,
-  last_hash); with --diff one {\"type\":\"rsm_diff\"} object; with --narrate a human table.
+  last_hash); with --diff one {\"type\":\"rsm_diff\"} object; with --prompt one
+  {\"type\":\"prompt\"} object (system, history, user, reply, reply_to, prompt_format,
+  prompt_sha256, recorded_sha256, matches); with --narrate a human table.
 
 CHECKPOINTS:
   --state folds from the newest projection checkpoint (a cache table, pmm_checkpoints) that
@@ -38,8 +42,10 @@ CHECKPOINTS:
 
 EXIT STATUS:
   0  success (also when a reader closes the pipe, and on SIGINT/SIGTERM with --follow)
-  1  --check-fast: the checkpointed and the full rebuild differ
-  2  missing or unreadable ledger, bad arguments (--at beyond the last event or below 1)
+  1  --check-fast: the checkpointed and the full rebuild differ; --prompt: the rebuilt
+     prompt's sha256 differs from the reply's prompt_sha256
+  2  missing or unreadable ledger, bad arguments (--at beyond the last event or below 1;
+     --prompt naming no turn, or a turn of an older prompt format)
 
 ENVIRONMENT:
   PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)";
@@ -99,6 +105,11 @@ pub struct Args {
     /// agree (exit 1 when they differ)
     #[arg(long, conflicts_with_all = ["state", "narrate", "follow"])]
     check_fast: bool,
+    /// Rebuild the exact prompt of the turn whose assistant or user message is event ID, from
+    /// the state as of that turn and its recorded retrieval_selection, and check it against the
+    /// reply's prompt_sha256 (exit 1 when they differ)
+    #[arg(long, value_name = "ID", allow_negative_numbers = true, conflicts_with_all = ["state", "narrate", "follow", "check_fast", "diff"])]
+    prompt: Option<i64>,
 }
 
 impl Program for Args {
@@ -144,6 +155,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     if args.check_fast {
         return check_fast(&ledger, &mut out);
+    }
+    if let Some(id) = args.prompt {
+        return prompt(&ledger, id, &mut out);
     }
     let filter = Filter {
         since: args.since,
@@ -233,6 +247,36 @@ fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Negative
     })
+}
+
+/// `--prompt ID`: the turn's prompt rebuilt from the ledger, as one `{"type":"prompt"}` record
+/// (exit 1 when its digest differs from the recorded one; exit 2 when event ID is not a turn
+/// of this prompt format).
+fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+    use crate::context::prompt as cp;
+    let bad = |e: cp::RebuildError| Error::bad_input(Some("--prompt".into()), e.to_string());
+    let turn = cp::turn_of(ledger, id)?.map_err(bad)?;
+    let rebuilt = cp::rebuild(ledger, &turn)?.map_err(bad)?;
+    let sha = rebuilt.sha256();
+    let matches = sha == turn.recorded;
+    let mut record = rebuilt.to_json();
+    record["type"] = "prompt".into();
+    record["reply"] = turn.reply.into();
+    record["reply_to"] = turn.user_id.into();
+    record["prompt_format"] = cp::PROMPT_FORMAT.into();
+    record["prompt_sha256"] = sha.clone().into();
+    record["recorded_sha256"] = turn.recorded.clone().into();
+    record["matches"] = matches.into();
+    out.record(&record)?;
+    out.flush()?;
+    if matches {
+        return Ok(Outcome::Success);
+    }
+    eprintln!(
+        "pmm-replay: the prompt of turn {} rebuilt from the ledger hashes to {sha}, but the reply records prompt_sha256 {}: the ledger no longer gives the prompt that was sent",
+        turn.reply, turn.recorded
+    );
+    Ok(Outcome::Negative)
 }
 
 /// The events (all, `--tail N`, or a range), as JSON Lines; the id to follow from (`None`

@@ -2,6 +2,7 @@
 //! turn shows the model ([`select`]), and the context block and system prompt ([`render`]).
 
 pub mod embed;
+pub mod prompt;
 pub mod render;
 pub mod retrieval;
 pub mod select;

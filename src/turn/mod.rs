@@ -22,7 +22,6 @@ pub mod reference;
 use crate::canon;
 use crate::claim::{self, ClaimContext};
 use crate::context::embed;
-use crate::context::render;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
 use crate::error::ExitStatus;
@@ -603,6 +602,8 @@ fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Even
         ("top_p", json!(opts.top_p)),
         ("seed", opts.seed.map_or(Value::Null, Value::from)),
         ("prompt_sha256", said.prompt.prompt_sha256.clone().into()),
+        ("prompt_format", PROMPT_FORMAT.into()),
+        ("reply_to", said.user_id.into()),
     ]);
     if let Some(n) = opts.max_tokens {
         m.insert("max_tokens".into(), n.into());
@@ -852,14 +853,10 @@ struct Prompt {
     prompt_sha256: String,
 }
 
-/// How many of the newest messages every prompt carries as chat history (3 exchanges).
-pub const HISTORY_MESSAGES: usize = 6;
-/// The most characters of history a prompt carries.
-pub const HISTORY_CHARS: usize = 6_000;
+pub use crate::context::prompt::{HISTORY_CHARS, HISTORY_MESSAGES, PROMPT_FORMAT};
 
 /// Stage 2: the recent history, what retrieval chose, the context block, the request and
-/// its digest (`prompt_sha256`: the canonical JSON of the system prompt and the user's
-/// message, and of the history when there is one).
+/// its digest (`prompt_sha256`, [`crate::context::prompt::Prompt::sha256`]).
 fn build_prompt<R: Reads>(
     r: &R,
     p: &Projections,
@@ -877,36 +874,17 @@ fn build_prompt<R: Reads>(
     } else {
         select::select(r, cfg, message, user_id)?
     };
-    let context = render::context_block(p, p.mirror.last_event_id, &sel, message);
+    let sent = crate::context::prompt::render(p, &sel, message, &history);
+    let prompt_sha256 = sent.sha256();
     let request = Request {
-        system: render::system_prompt(&context),
-        user: message.to_string(),
-        history: history
-            .iter()
-            .map(|e| {
-                let role = if e.kind == Kind::UserMessage {
-                    "user"
-                } else {
-                    "assistant"
-                };
-                (role.to_string(), e.content.clone())
-            })
-            .collect(),
+        system: sent.system,
+        user: sent.user,
+        history: sent.history,
         temperature: opts.temperature,
         top_p: opts.top_p,
         seed: opts.seed,
         max_tokens: opts.max_tokens,
         turn: p.graph.count_of(NodeKind::UserMessage) as u64,
-    };
-    let mut hashed = json!({"system": request.system, "user": request.user});
-    if !request.history.is_empty() {
-        hashed["history"] = json!(request.history);
-    }
-    let prompt_sha256 = {
-        use sha2::Digest as _;
-        let mut h = sha2::Sha256::new();
-        h.update(canon::to_string(&hashed).unwrap_or_default());
-        format!("{:x}", h.finalize())
     };
     Ok(Prompt {
         request,

@@ -29,6 +29,7 @@ mod mcp;
 mod merkle;
 mod policy;
 mod programs;
+mod prompts;
 mod ranges;
 mod recall;
 mod recall_bench;

@@ -1,0 +1,299 @@
+//! The prompt a turn sends, and the same prompt rebuilt from the ledger alone (docs/turn.md,
+//! "Reproducible prompts").
+//!
+//! A turn's prompt is the system prompt (the context block and the rules), the user's message
+//! and the recent history. The context block is a function of the projections as of the turn's
+//! first write (the user's message and its embedding), the message, and what retrieval chose,
+//! which the turn's `retrieval_selection` records in order. So nothing but the ledger is needed
+//! to rebuild it: [`rebuild`] folds the state as of that write, reads the recorded selection and
+//! the history, renders, and hashes; the assistant message's `prompt_sha256` says whether that is
+//! what was sent. Replies carry [`PROMPT_FORMAT`] (`meta.prompt_format`) and the user message
+//! they answer (`meta.reply_to`): a reply without them, or of another format, is named as such
+//! rather than reported as a difference.
+
+use super::render;
+use super::select::{self, Selection};
+use crate::canon;
+use crate::event::{Event, Kind};
+use crate::projection::state::Projections;
+use crate::store::{Filter, Reads};
+use serde_json::{json, Value};
+
+/// The prompt format this build renders. Bump it whenever the context block, the rules, the
+/// history or the digest change, so that older turns are named rather than misreported.
+pub const PROMPT_FORMAT: i64 = 1;
+/// How many of the newest messages every prompt carries as chat history (3 exchanges).
+pub const HISTORY_MESSAGES: usize = 6;
+/// The most characters of history a prompt carries.
+pub const HISTORY_CHARS: usize = 6_000;
+/// How far after a reply its `retrieval_selection` may be (they are written in one
+/// transaction, a few events apart).
+const SELECTION_REACH: i64 = 64;
+
+/// A prompt as sent: the system prompt, the chat history (`(role, text)`, oldest first) and the
+/// user's message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    /// The system prompt (context block, blank line, rules).
+    pub system: String,
+    /// The recent messages, oldest first.
+    pub history: Vec<(String, String)>,
+    /// The user's message.
+    pub user: String,
+}
+
+impl Prompt {
+    /// `prompt_sha256`: the sha256 of the canonical JSON `{"system","user"}`, with `"history"`
+    /// when there is one.
+    pub fn sha256(&self) -> String {
+        use sha2::Digest as _;
+        let mut hashed = json!({"system": self.system, "user": self.user});
+        if !self.history.is_empty() {
+            hashed["history"] = json!(self.history);
+        }
+        let mut h = sha2::Sha256::new();
+        h.update(canon::to_string(&hashed).unwrap_or_default());
+        format!("{:x}", h.finalize())
+    }
+
+    /// The prompt as one JSON object (what `pmm-replay --prompt` prints).
+    pub fn to_json(&self) -> Value {
+        json!({"system": self.system, "history": self.history, "user": self.user})
+    }
+}
+
+/// The history messages as `(role, text)` pairs.
+pub fn history_pairs(history: &[Event]) -> Vec<(String, String)> {
+    history
+        .iter()
+        .map(|e| {
+            let role = if e.kind == Kind::UserMessage {
+                "user"
+            } else {
+                "assistant"
+            };
+            (role.to_string(), e.content.clone())
+        })
+        .collect()
+}
+
+/// Renders the prompt for the user message `user` from the projections `p` (as of the turn's
+/// first write), what retrieval chose, and the history.
+pub fn render(p: &Projections, sel: &Selection, user: &str, history: &[Event]) -> Prompt {
+    let context = render::context_block(p, p.mirror.last_event_id, sel, user);
+    Prompt {
+        system: render::system_prompt(&context),
+        history: history_pairs(history),
+        user: user.to_string(),
+    }
+}
+
+/// Why a turn's prompt could not be rebuilt.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RebuildError {
+    /// The event is neither a turn's reply nor a message a reply answers.
+    #[error("event {0} is not a turn's user or assistant message")]
+    NotATurn(i64),
+    /// The reply was written by an older pmm (or another program): named, not checked.
+    #[error("event {id} was written with {format}, not prompt format {PROMPT_FORMAT}: its prompt cannot be rebuilt by this version")]
+    OtherFormat {
+        /// The reply.
+        id: i64,
+        /// The format it names (or that it names none).
+        format: String,
+    },
+    /// Something the prompt was built from is not in the ledger.
+    #[error("event {id}: {what}")]
+    Missing {
+        /// The reply.
+        id: i64,
+        /// What is missing.
+        what: String,
+    },
+}
+
+/// What a reply says about its prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// The `assistant_message`'s id.
+    pub reply: i64,
+    /// The `user_message` it answers.
+    pub user_id: i64,
+    /// The `prompt_sha256` it records.
+    pub recorded: String,
+}
+
+/// The turn `id` names (its `assistant_message`, or the user message a reply answers), checked
+/// to be of this format.
+pub fn turn_of<R: Reads>(r: &R, id: i64) -> crate::Result<Result<Turn, RebuildError>> {
+    let Some(ev) = r.get(id)? else {
+        return Ok(Err(RebuildError::NotATurn(id)));
+    };
+    let reply = if ev.kind == Kind::AssistantMessage {
+        Some(ev)
+    } else if ev.kind == Kind::UserMessage {
+        reply_to(r, id)?
+    } else {
+        None
+    };
+    Ok(match reply {
+        Some(reply) => turn_of_reply(&reply),
+        None => Err(RebuildError::NotATurn(id)),
+    })
+}
+
+/// The reply that answers user message `user_id`: the first `assistant_message` after it
+/// whose `reply_to` names it (turns write it within a few events, other writers aside).
+fn reply_to<R: Reads>(r: &R, user_id: i64) -> crate::Result<Option<Event>> {
+    let mut found = None;
+    r.scan(
+        &Filter {
+            since: Some(user_id + 1),
+            until: Some(user_id.saturating_add(SELECTION_REACH * 16)),
+            kinds: vec![Kind::AssistantMessage.to_string()],
+        },
+        |e| {
+            let named = e.meta_map().ok().and_then(|m| m.get("reply_to")?.as_i64());
+            if named == Some(user_id) {
+                found = Some(e);
+                return Ok(false);
+            }
+            Ok(true)
+        },
+    )?;
+    Ok(found)
+}
+
+/// A reply's prompt record, if it is of this format.
+pub fn turn_of_reply(reply: &Event) -> Result<Turn, RebuildError> {
+    let m = reply.meta_map().unwrap_or_default();
+    let id = reply.id;
+    let format = m.get("prompt_format").and_then(Value::as_i64);
+    let (Some(user_id), Some(recorded)) = (
+        m.get("reply_to").and_then(Value::as_i64),
+        m.get("prompt_sha256").and_then(Value::as_str),
+    ) else {
+        return Err(RebuildError::OtherFormat {
+            id,
+            format: "no prompt format (a reply without reply_to and prompt_sha256)".into(),
+        });
+    };
+    if format != Some(PROMPT_FORMAT) {
+        return Err(RebuildError::OtherFormat {
+            id,
+            format: format.map_or("no prompt format".into(), |f| format!("prompt format {f}")),
+        });
+    }
+    let recorded = recorded.to_string();
+    Ok(Turn {
+        reply: id,
+        user_id,
+        recorded,
+    })
+}
+
+/// The last event of the turn's first write: the user message, or its `embedding_add` when
+/// one follows it (they are written in one transaction).
+pub fn head_of<R: Reads>(r: &R, user_id: i64) -> crate::Result<i64> {
+    let Some(next) = r.get(user_id + 1)? else {
+        return Ok(user_id);
+    };
+    let names_user = next.kind == Kind::EmbeddingAdd
+        && serde_json::from_str::<Value>(&next.content)
+            .ok()
+            .and_then(|v| v.get("event_id")?.as_i64())
+            == Some(user_id);
+    Ok(if names_user { user_id + 1 } else { user_id })
+}
+
+/// The selection a turn recorded: its `retrieval_selection` (`turn_id` = the reply), with the
+/// selected events read back.
+pub fn recorded_selection<R: Reads>(
+    r: &R,
+    turn: &Turn,
+) -> crate::Result<Result<Selection, RebuildError>> {
+    let id = turn.reply;
+    let mut record = None;
+    r.scan(
+        &Filter {
+            since: Some(id + 1),
+            until: Some(id.saturating_add(SELECTION_REACH)),
+            kinds: vec![Kind::RetrievalSelection.to_string()],
+        },
+        |e| {
+            let v: Value = serde_json::from_str(&e.content).unwrap_or_default();
+            if v.get("turn_id").and_then(Value::as_i64) == Some(id) {
+                record = Some(v);
+                return Ok(false);
+            }
+            Ok(true)
+        },
+    )?;
+    let missing = |what: String| Ok(Err(RebuildError::Missing { id, what }));
+    let Some(v) = record else {
+        return missing("no retrieval_selection records this turn".into());
+    };
+    let selected: Vec<i64> = v["selected"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default();
+    let via: Vec<Vec<String>> = match v.get("via").and_then(Value::as_array) {
+        Some(a) => a
+            .iter()
+            .map(|x| {
+                x.as_array()
+                    .map(|l| {
+                        l.iter()
+                            .filter_map(|s| s.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut events = Vec::with_capacity(selected.len());
+    for &s in &selected {
+        match r.get(s)? {
+            Some(e) => events.push(e),
+            None => return missing(format!("selected event {s} is not in the ledger")),
+        }
+    }
+    events.sort_by_key(|e| e.id);
+    let scores = vec![0.0; selected.len()];
+    Ok(Ok(Selection {
+        selected,
+        scores,
+        events,
+        via,
+    }))
+}
+
+/// Rebuilds a turn's prompt from `p`, the projections folded up to [`head_of`] the turn.
+pub fn rebuild_with<R: Reads>(
+    r: &R,
+    p: &Projections,
+    turn: &Turn,
+) -> crate::Result<Result<Prompt, RebuildError>> {
+    let id = turn.reply;
+    let Some(user) = r.get(turn.user_id)?.filter(|e| e.kind == Kind::UserMessage) else {
+        return Ok(Err(RebuildError::Missing {
+            id,
+            what: format!("reply_to {} is not a user message", turn.user_id),
+        }));
+    };
+    let sel = match recorded_selection(r, turn)? {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    let history = select::history(r, user.id, HISTORY_MESSAGES, HISTORY_CHARS)?;
+    Ok(Ok(render(p, &sel, &user.content, &history)))
+}
+
+/// Rebuilds a turn's prompt from the ledger alone (the state as of the turn, from the newest
+/// projection checkpoint at or before it).
+pub fn rebuild<R: Reads>(r: &R, turn: &Turn) -> crate::Result<Result<Prompt, RebuildError>> {
+    let head = head_of(r, turn.user_id)?;
+    let p = crate::store::project(r, Some(head), true)?.projections;
+    rebuild_with(r, &p, turn)
+}

@@ -1,0 +1,195 @@
+//! Reproducible prompts (issue 20, item 3): every past turn's exact prompt is rebuilt from the
+//! ledger alone by `pmm-replay --prompt` and checked against its `prompt_sha256`; `pmm-verify
+//! --deep` checks every turn; an edited ledger, re-hashed end to end, is caught.
+
+use crate::harness::Pmm;
+use serde_json::Value;
+
+/// The replies of a scripted conversation: commitments opened and closed, claims, a JSON
+/// header with concepts, plain answers.
+fn script(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let reply = match i % 5 {
+                0 => format!("Noted point {i}.\nCOMMIT: follow up on topic {i}"),
+                1 => format!(
+                    "{{\"intent\":\"answer\",\"outcome\":\"ok\",\"next\":\"more\",\"self_model\":\"steady\",\"concepts\":[\"topic.gardening\"]}}\nGardening answer {i}."
+                ),
+                2 => format!("Checking.\nCLAIM:event_existence={{\"id\":{}}}", i + 1),
+                3 => format!("Done with {i}.\nCLOSE: {}", cid(&format!("follow up on topic {}", i - 3))),
+                _ => format!("A plain reply about tomatoes and rain, number {i}."),
+            };
+            serde_json::to_string(&reply).unwrap() + "\n"
+        })
+        .collect()
+}
+
+fn cid(text: &str) -> String {
+    use sha1::Digest as _;
+    let d = sha1::Sha1::digest(text.as_bytes());
+    d.iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// A conversation of `n` turns with a tick after every tenth; the ids of the replies and of
+/// the user messages.
+fn conversation(pmm: &Pmm, n: usize) -> Vec<(i64, i64)> {
+    let path = pmm.path("replies.jsonl");
+    std::fs::write(&path, script(n)).unwrap();
+    let topics = ["tomatoes", "rain", "my garden", "compost", "the weather"];
+    for i in 0..n {
+        let message = format!("Tell me about {} (question {i})", topics[i % topics.len()]);
+        let r = pmm.run(
+            "pmm-turn",
+            &[
+                "--adapter",
+                "scripted",
+                "--script",
+                path.to_str().unwrap(),
+                &message,
+            ],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        if i % 10 == 9 {
+            let r = pmm.run("pmm-tick", &["--slot", &i.to_string()], "");
+            assert_eq!(r.code, 0, "{r:?}");
+        }
+    }
+    let replies = pmm
+        .run("pmm-replay", &["--kind", "assistant_message"], "")
+        .records();
+    replies
+        .iter()
+        .map(|r| {
+            let id = r["id"].as_i64().unwrap();
+            (id, r["meta"]["reply_to"].as_i64().unwrap())
+        })
+        .collect()
+}
+
+fn prompt(pmm: &Pmm, id: i64) -> crate::harness::Run {
+    pmm.run("pmm-replay", &["--prompt", &id.to_string()], "")
+}
+
+#[test]
+fn every_turn_of_a_fifty_turn_conversation_rebuilds_its_prompt() {
+    let pmm = Pmm::new();
+    let turns = conversation(&pmm, 50);
+    assert_eq!(turns.len(), 50);
+    for &(reply, user) in &turns {
+        let r = prompt(&pmm, reply);
+        assert_eq!(r.code, 0, "turn {reply}: {r:?}");
+        let rec = &r.records()[0];
+        assert_eq!(rec["type"], "prompt");
+        assert_eq!(rec["matches"], true, "{rec}");
+        assert_eq!(rec["prompt_sha256"], rec["recorded_sha256"]);
+        assert_eq!(rec["reply_to"], user);
+        // The user message names the same turn.
+        let by_user = prompt(&pmm, user);
+        assert_eq!(by_user.code, 0, "{by_user:?}");
+        assert_eq!(by_user.records()[0]["reply"], reply);
+    }
+    // The last prompt carries history and recalled evidence.
+    let last = &prompt(&pmm, turns[49].0).records()[0];
+    assert_eq!(last["history"].as_array().unwrap().len(), 6, "{last}");
+    assert!(
+        last["system"].as_str().unwrap().contains("## Evidence"),
+        "{last}"
+    );
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let deep = &r.summary()["deep"]["prompts"];
+    assert_eq!(deep["checked"], 50, "{deep}");
+    assert_eq!(deep["mismatches"], 0, "{deep}");
+}
+
+#[test]
+fn an_edited_ledger_that_changes_a_past_prompt_is_caught() {
+    let pmm = Pmm::new();
+    let turns = conversation(&pmm, 12);
+    let rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
+    // The user message of turn 4, reworded; every hash and link recomputed.
+    let (reply, user) = turns[3];
+    let mut prev: Option<String> = None;
+    let mut scratch = Vec::new();
+    let mut forged = String::new();
+    for mut row in rows {
+        if row["id"] == user {
+            row["content"] = Value::String("Tell me about something else entirely".into());
+        }
+        let meta = row["meta"].as_object().unwrap().clone();
+        let d = pmm::chain::event_digest(
+            &mut scratch,
+            row["kind"].as_str().unwrap(),
+            row["content"].as_str().unwrap(),
+            &meta,
+            prev.as_deref(),
+        )
+        .unwrap();
+        row["prev_hash"] = prev.clone().map_or(Value::Null, Value::String);
+        row["hash"] = Value::String(d.to_string());
+        prev = Some(d.to_string());
+        forged.push_str(&serde_json::to_string(&row).unwrap());
+        forged.push('\n');
+    }
+    let src = pmm.path("forged.jsonl");
+    std::fs::write(&src, forged).unwrap();
+    let db = pmm.path("forged.db");
+    let db = db.to_str().unwrap();
+    let r = pmm.run(
+        "pmm-append",
+        &["--db", db, "--import", src.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let plain = pmm.run("pmm-verify", &["--db", db, "--quiet"], "");
+    assert_eq!(
+        plain.code, 0,
+        "the forgery's chain is consistent: {plain:?}"
+    );
+    let r = pmm.run(
+        "pmm-replay",
+        &["--db", db, "--prompt", &reply.to_string()],
+        "",
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(r.records()[0]["matches"], false);
+    assert!(r.stderr.contains("records prompt_sha256"), "{r:?}");
+    let r = pmm.run("pmm-verify", &["--db", db, "--quiet", "--deep"], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    let flagged: Vec<i64> = r
+        .of_type("finding")
+        .iter()
+        .filter(|f| {
+            f["what"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("prompt_sha256")
+        })
+        .filter_map(|f| f["id"].as_i64())
+        .collect();
+    // Its own prompt and the three after it, whose history holds the edited message (later
+    // ones too when they recalled it), none before.
+    let expected: Vec<i64> = turns[3..7].iter().map(|t| t.0).collect();
+    assert_eq!(flagged.get(..4), Some(&expected[..]), "{flagged:?}");
+    // The untouched ledger still checks out.
+    let r = prompt(&pmm, reply);
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn a_reply_of_an_older_format_is_named_not_misreported() {
+    let pmm = Pmm::new();
+    let r = pmm.run(
+        "pmm-append",
+        &["--batch"],
+        "{\"kind\":\"user_message\",\"content\":\"hi\"}\n{\"kind\":\"assistant_message\",\"content\":\"hello\",\"meta\":{\"prompt_sha256\":\"00\"}}\n",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    prompt(&pmm, 2).assert_error("pmm-replay", &["--prompt", "no prompt format"]);
+    prompt(&pmm, 1).assert_error("pmm-replay", &["--prompt", "not a turn"]);
+    prompt(&pmm, 9).assert_error("pmm-replay", &["--prompt", "not a turn"]);
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.summary()["deep"]["prompts"]["other_format"], 1);
+}
