@@ -24,6 +24,8 @@ EXAMPLES:
     pmm-graph explain e86ccfd1 --text
   What points at event 94, and which open commitments came from it:
     pmm-graph neighbors 94 --direction in --kind commitment_open | jq .meta.cid
+  The concepts the conversation is about, most bound first:
+    pmm-graph concepts | jq -s -c 'sort_by(-.bindings)[] | {token, bindings}'
   The thread of every open commitment:
     pmm-metrics | jq -r '.open_commitments[]' | xargs -r -n1 pmm-graph thread --text
   A picture (Graphviz), and the graph for networkx:
@@ -37,6 +39,10 @@ OUTPUT:
              then the reflections on that assistant message (each group by id)
   explain    the events of the thread and of all their direct neighbours, by id
   neighbors  the events next to ID, by id
+  concepts   one {\"type\":\"concept\",\"token\",\"kind\",\"definition\",\"defined_at\",\"bindings\",
+             \"threads\",\"relations\":[{\"relation\",\"concept\"}],\"first_event\",\"last_event\"} line per
+             defined concept, by token (the concept layer, not the event graph); --text: one
+             line each
   export     dot: a Graphviz digraph, nodes labelled \"<id> <kind>\", edges labelled with their
              meaning; json: one line in networkx node-link form
              {\"type\":\"graph\",\"directed\":true,...,\"nodes\":[{\"id\",\"kind\"}],
@@ -117,6 +123,9 @@ enum Query {
         #[arg(long, value_name = "KIND")]
         kind: Option<String>,
     },
+    /// The concept layer: every defined concept with its definition, bindings, threads,
+    /// relations, and first and last bound event
+    Concepts,
     /// The whole graph, as Graphviz DOT or JSON
     Export {
         /// Output format
@@ -197,7 +206,7 @@ impl Query {
                 direction: direction.direction(),
                 kind: kind.as_deref().map(tracked_kind).transpose()?,
             },
-            Query::Export { .. } => GraphQuery::Export,
+            Query::Export { .. } | Query::Concepts => GraphQuery::Export,
         })
     }
 
@@ -209,7 +218,7 @@ impl Query {
             Query::Neighbors { id, direction, .. } => {
                 format!("Neighbors of {id} ({}):", direction.name())
             }
-            Query::Stats | Query::Export { .. } => String::new(),
+            Query::Stats | Query::Export { .. } | Query::Concepts => String::new(),
         }
     }
 }
@@ -284,7 +293,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let Some(query) = args.query.clone() else {
         return Err(Error::bad_input(
             None,
-            "a query is required: stats, thread, explain, neighbors or export (see 'pmm-graph --help')",
+            "a query is required: stats, thread, explain, neighbors, concepts or export (see 'pmm-graph --help')",
         )
         .into());
     };
@@ -298,6 +307,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let graph_query = query.graph_query()?;
     let ledger = Ledger::open_reader(&args.ledger.path())?;
     let mut out = Out::new();
+    if matches!(query, Query::Concepts) {
+        concepts(&ledger, args.text, &mut out)?;
+        out.flush()?;
+        return Ok(Outcome::Success);
+    }
     let mut graph = GraphFold::new(graph_query);
     fold(&ledger, args.common.quiet, |ev| graph.apply(ev))?;
     match graph.answer().map_err(|e| Error::NotFound(e.to_string()))? {
@@ -317,6 +331,63 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     out.flush()?;
     Ok(Outcome::Success)
+}
+
+/// `concepts`: one `{"type":"concept"}` line per defined concept (token order), or a text
+/// table, from the projections (a checkpoint and the events since).
+fn concepts(ledger: &Ledger, text: bool, out: &mut Out) -> anyhow::Result<()> {
+    let p = crate::store::project(ledger, None, true)?.projections;
+    let c = &p.concepts;
+    for tok in c.all_tokens() {
+        let def = c.definition(&tok);
+        let events: Vec<i64> = c
+            .events_for_concept(&tok, None)
+            .into_iter()
+            .filter(|&id| id > 0)
+            .collect();
+        let relations: Vec<serde_json::Value> = c
+            .relations_of(&tok)
+            .into_iter()
+            .map(|(relation, other)| serde_json::json!({"relation": relation, "concept": other}))
+            .collect();
+        let threads = c.threads_for(&tok);
+        if text {
+            let line = format!(
+                "{tok} — {} | {} bound, events {} | threads: {} | linked: {}\n",
+                def.map_or("", |d| d.definition.as_str()),
+                events.len(),
+                match (events.first(), events.last()) {
+                    (Some(a), Some(b)) => format!("{a}..{b}"),
+                    _ => "none".into(),
+                },
+                if threads.is_empty() {
+                    "none".into()
+                } else {
+                    threads.join(", ")
+                },
+                c.relations_of(&tok)
+                    .iter()
+                    .map(|(r, o)| format!("{o} ({r})"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+            out.raw(line.as_bytes())?;
+            continue;
+        }
+        out.record(&serde_json::json!({
+            "type": "concept",
+            "token": tok,
+            "kind": def.map(|d| d.concept_kind.clone()),
+            "definition": def.map(|d| d.definition.clone()),
+            "defined_at": def.map(|d| d.event_id),
+            "bindings": events.len(),
+            "threads": threads,
+            "relations": relations,
+            "first_event": events.first(),
+            "last_event": events.last(),
+        }))?;
+    }
+    Ok(())
 }
 
 /// Writes the whole graph to stdout as Graphviz DOT or one JSON line.

@@ -12,6 +12,8 @@ pub use crate::recall::concepts::mentioned_concepts;
 pub const EVIDENCE_CHARS: usize = 300;
 /// At most this many concepts are listed.
 pub const MAX_CONCEPTS: usize = 12;
+/// At most this many relations are listed per concept ("Linked to").
+pub const MAX_LINKS: usize = 5;
 /// At most this many open commitments are listed as threads.
 pub const MAX_THREADS: usize = 8;
 /// `text` cut to `n` characters, the last three replaced by `...` when it was longer.
@@ -42,6 +44,17 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
             {
                 s.push_str(": ");
                 s.push_str(&truncate_chars(&d.definition, 60));
+            }
+            let linked: Vec<String> = p
+                .concepts
+                .relations_of(tok)
+                .into_iter()
+                .take(MAX_LINKS)
+                .map(|(rel, other)| format!("{other} ({rel})"))
+                .collect();
+            if !linked.is_empty() {
+                s.push_str("\n  Linked to: ");
+                s.push_str(&linked.join(", "));
             }
         }
         sections.push(s);

@@ -382,6 +382,49 @@ impl ConceptGraph {
             .collect()
     }
 
+    /// Whether `token` (alias-resolved) is bound to event `event_id`.
+    pub fn is_bound(&self, token: &str, event_id: i64) -> bool {
+        self.event_concepts
+            .get(&event_id)
+            .is_some_and(|s| s.contains(self.canonical_token(token)))
+    }
+
+    /// Whether `token` (alias-resolved) is bound to commitment `cid`.
+    pub fn is_bound_to_thread(&self, token: &str, cid: &str) -> bool {
+        self.cid_concepts
+            .get(cid)
+            .is_some_and(|s| s.contains(self.canonical_token(token)))
+    }
+
+    /// The commitment cids bound to `token` (alias-resolved), sorted.
+    pub fn threads_for(&self, token: &str) -> Vec<String> {
+        self.concept_cids
+            .get(self.canonical_token(token))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The relations touching `token` (alias-resolved), as `(relation, other token)` from its
+    /// side: outgoing edges as they are, incoming ones as `<relation> (from)`. Sorted.
+    pub fn relations_of(&self, token: &str) -> Vec<(String, String)> {
+        let t = self.canonical_token(token);
+        let mut out: Vec<(String, String)> = self
+            .edges
+            .iter()
+            .filter_map(|(from, to, rel)| {
+                if from == t {
+                    Some((rel.clone(), to.clone()))
+                } else if to == t {
+                    Some((format!("{rel} (from)"), from.clone()))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Defined tokens, sorted. Tokens that are only bound, never defined, are not concepts yet.
     pub fn all_tokens(&self) -> Vec<String> {
         self.definitions.keys().cloned().collect()

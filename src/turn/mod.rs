@@ -15,6 +15,7 @@
 //!    synthesized `reflection` + `meta_summary`, the correction/delta `reflection`,
 //!    `summary_update` when due, `lifetime_memory` + its embedding when a chunk is ready.
 
+pub mod concepts;
 mod dense;
 pub mod derive;
 pub mod reference;
@@ -564,12 +565,13 @@ fn record_failure(
 /// cause, the retrieval record and metrics, the derived reflections, summary and memory.
 fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Consequences> {
     let assistant = append_assistant(s, said)?;
+    let about = append_active_indexing(s, said, assistant.id)?;
     // Marker lines that echo the system prompt (the rules, the evidence) are not the model's.
     let (markers, echoed_markers) =
         marker::parse_unechoed(&said.reply.text, &said.prompt.request.system);
     let (valid_claims, failed_claims) = append_claims(s, &markers)?;
     append_identity_adoptions(s)?;
-    let opened = append_opens(s, &markers)?;
+    let opened = append_opens(s, &markers, &about)?;
     let closed = append_closes(s, &markers)?;
     for r in &markers.refs {
         append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
@@ -678,8 +680,33 @@ fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     Ok(())
 }
 
-/// A `commitment_open` per `COMMIT:` line; the cids opened.
-fn append_opens(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Result<Vec<String>> {
+/// Active indexing (FORMATS.md §15 step 4): the concepts the turn is about — the reply
+/// header's, and the defined ones the user's text mentions — each bound to the user's message
+/// and to the reply, defined first when new. The concepts, for the thread bindings.
+fn append_active_indexing(
+    s: &mut Sink<'_, '_>,
+    said: &Said<'_>,
+    assistant_id: i64,
+) -> crate::Result<Vec<String>> {
+    let mentioned =
+        crate::context::render::mentioned_concepts(&s.p.concepts.all_tokens(), said.message);
+    let about = concepts::turn_concepts(concepts::header_concepts(&said.reply.text), mentioned);
+    for tok in &about {
+        for id in [said.user_id, assistant_id] {
+            let one = std::slice::from_ref(tok);
+            concepts::define_then_bind(s, id, one, "relevant_to", concepts::ACTIVE_INDEXING)?;
+        }
+    }
+    Ok(about)
+}
+
+/// A `commitment_open` per `COMMIT:` line, each followed by the binding of the turn's
+/// concepts to its thread; the cids opened.
+fn append_opens(
+    s: &mut Sink<'_, '_>,
+    markers: &marker::Markers,
+    about: &[String],
+) -> crate::Result<Vec<String>> {
     let mut opened = Vec::new();
     for c in &markers.commits {
         let cid = commitment_cid(&c.value);
@@ -691,11 +718,12 @@ fn append_opens(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Resul
             ("source", "assistant".into()),
             ("text", c.value.clone().into()),
         ]);
-        s.put(
+        let open = s.put(
             Kind::CommitmentOpen,
             format!("Commitment opened: {}", c.value),
             m,
         )?;
+        concepts::bind_thread(s, &cid, open.id, about, "loop")?;
         opened.push(cid);
     }
     Ok(opened)

@@ -8,6 +8,7 @@ mod architecture;
 mod bad_input;
 mod canon;
 mod chat;
+mod concepts;
 mod concurrency;
 mod config_ranges;
 mod damage;
