@@ -3,6 +3,7 @@
 //! terminal the reply is streamed as it is generated, after a spinner; Ctrl-C during a model
 //! call cancels that call (recorded as a `generation_failure`) and returns to the prompt.
 
+use super::admin;
 use crate::cli::Outcome;
 use crate::event::{Event, Kind};
 use crate::llm::{self, Adapter, AdapterKind, Cancel, Config, TextSink};
@@ -20,15 +21,25 @@ const HELP: &str = "\
 /metrics      ledger metrics (as pmm-metrics)
 /diag         the last five metrics_turn events
 /goals        open commitments
-/rsm          the recursive self-model: tendencies, gaps, reflection count
-/graph        event-graph statistics
-/raw          toggle showing the raw reply (markers included)
+/rsm [ID | diff A B]  the recursive self-model (tendencies, gaps, reflection count) now,
+              as of event ID, or what changed from event A to event B
+/graph        event-graph statistics (also /graph stats)
+/graph thread CID | explain CID  a commitment's thread, or it and its neighbours
+/graph concepts  the concept layer: each concept, its definition and bindings
+/raw          toggle showing the raw reply (markers included); /raw on, /raw off
+/raw last     the newest reply exactly as received
 /model [NAME] show the adapter and model, or switch model
 /adapter [NAME [ENDPOINT]]  show or switch the adapter (ollama, openai, cmd, scripted,
               dummy; its default model), and where it asks
 /endpoint [URL] show or switch where the adapter asks: the Ollama host, the OpenAI base
               URL, the cmd command or the script
 /export FILE  write the ledger as JSON Lines to FILE (never the ledger itself)
+/export md|json|jsonl [FILE]  the conversation as Markdown, or the ledger as JSON or JSON
+              Lines (as pmm-export writes them), to FILE or chat_export_<time>.<ext>
+/pm retrieval status  the retrieval config, full-text index and vector coverage
+/pm retrieval verify TURN  re-check a turn's recorded selection and rebuild its prompt
+/pm checkpoint  save a projection checkpoint (a cache) at the head
+/config retrieval fixed|vector|hybrid [limit N] [budget CHARS]  change the retrieval config
 /help         this list
 /exit         leave (also Ctrl-D)
 Ctrl-C while the model answers stops it (the interruption is recorded); Ctrl-C again leaves.";
@@ -88,8 +99,10 @@ fn command(
     cfg: &mut Config,
     raw: &mut bool,
     line: &str,
+    clock: &crate::event::Clock,
 ) -> anyhow::Result<Option<String>> {
     let Slash { name, arg, rest } = parse_slash(line);
+    let words: Vec<&str> = arg.split_whitespace().collect();
     let text = match name.as_str() {
         "/exit" | "/quit" => return Ok(None),
         "/help" => HELP.to_string(),
@@ -97,16 +110,30 @@ fn command(
         "/metrics" => metrics(ledger)?,
         "/diag" => diag(ledger)?,
         "/goals" => goals(ledger)?,
-        "/rsm" => rsm(ledger)?,
-        "/graph" => graph(ledger)?,
-        "/raw" => {
-            *raw = !*raw;
-            format!("raw replies {}", if *raw { "on" } else { "off" })
-        }
+        "/rsm" => admin::rsm(ledger, &words)?,
+        "/graph" => admin::graph(ledger, &words)?,
+        "/raw" => match words[..] {
+            ["last"] => admin::last_reply(ledger)?,
+            [] | ["on"] | ["off"] => {
+                *raw = words.first().map_or(!*raw, |w| *w == "on");
+                format!("raw replies {}", if *raw { "on" } else { "off" })
+            }
+            _ => admin::RAW_USAGE.into(),
+        },
+        "/pm" => admin::pm(ledger, &words)?,
+        "/config" => admin::config(ledger, &words, clock)?,
         "/model" => reconfigure(adapter, cfg, model_config(cfg, &arg))?,
         "/adapter" => reconfigure(adapter, cfg, adapter_config(cfg, rest)?)?,
         "/endpoint" => reconfigure(adapter, cfg, endpoint_config(cfg, rest)?)?,
-        "/export" => export(ledger, &arg)?,
+        "/export" => match admin::export(ledger, &words, clock)? {
+            Some(done) => done,
+            // A FILE is a path: a bare word is a format this does not know.
+            None if arg.is_empty() || arg.contains(['.', '/']) => export(ledger, &arg)?,
+            None => {
+                "usage: /export FILE (a path, with a '.' or a '/') | /export md|json|jsonl [FILE]"
+                    .into()
+            }
+        },
         _ => format!("unknown command {name} (try /help)"),
     };
     Ok(Some(text))
@@ -154,29 +181,6 @@ fn goals(ledger: &Ledger) -> anyhow::Result<String> {
         })
         .collect::<Vec<_>>()
         .join("\n"))
-}
-
-/// `/rsm`: the recursive self-model's tendencies, knowledge gaps and reflection count.
-fn rsm(ledger: &Ledger) -> anyhow::Result<String> {
-    let p = store::project(ledger, None, true)?.projections;
-    let t: Vec<String> = p
-        .rsm
-        .tendencies()
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    Ok(format!(
-        "tendencies: {}\nknowledge gaps: {}\nreflection intents: {}",
-        t.join(", "),
-        p.rsm.knowledge_gaps().join(", "),
-        p.rsm.reflection_intents().len()
-    ))
-}
-
-/// `/graph`: the event graph's statistics.
-fn graph(ledger: &Ledger) -> anyhow::Result<String> {
-    let p = store::project(ledger, None, true)?.projections;
-    Ok(serde_json::to_string(&p.graph.stats())?)
 }
 
 /// `/model [NAME]`: the configuration with model `name`, or `None` (no change) without one.
@@ -592,7 +596,14 @@ pub fn run(
         }
         input.remember(&line);
         if line.trim_start().starts_with('/') {
-            match command(ledger, &mut own, &mut cfg, &mut raw, line.trim()) {
+            match command(
+                ledger,
+                &mut own,
+                &mut cfg,
+                &mut raw,
+                line.trim(),
+                &opts.clock,
+            ) {
                 Ok(Some(t)) => say(&t),
                 Ok(None) => break,
                 Err(e) => note(format_args!("error: {e:#}")),

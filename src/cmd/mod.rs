@@ -1,5 +1,6 @@
 //! One module per program: clap `Args` (whose doc comments are the help) and `run`.
 
+pub mod admin;
 pub mod append;
 pub mod chat;
 pub mod export;

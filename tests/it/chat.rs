@@ -299,3 +299,169 @@ fn chat_with_a_closed_stderr_keeps_every_turn_and_does_not_panic() {
     );
     assert_eq!(user_messages(&pmm), 20);
 }
+
+/// The lines a chat session printed for `commands` on `pmm`'s ledger.
+fn answers(pmm: &Pmm, commands: &str) -> Vec<String> {
+    chat(pmm, commands)
+        .stdout
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn chat_rsm_at_an_event_and_between_two_and_bad_arguments_say_so() {
+    let pmm = two_turns();
+    let r = chat(&pmm, "/rsm 5\n").stdout;
+    assert!(r.starts_with("as of event 5\ntendencies: "), "{r}");
+    let r = chat(&pmm, "/rsm diff 3 23\n").stdout;
+    let want = &pmm.run("pmm-replay", &["--diff", "3", "23"], "").records()[0];
+    let delta: Vec<String> = want["tendencies_delta"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}={:+}", v.as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        r,
+        format!(
+            "from event 3 to 23\ntendencies delta: {}\ngaps added: \ngaps resolved: \n",
+            delta.join(", ")
+        )
+    );
+    let lines = answers(&pmm, "/rsm x\n/rsm 999\n/rsm diff 1\n/rsm 1 2\n");
+    assert_eq!(
+        lines,
+        [
+            "error: event ids are integers, not \"x\"",
+            "error: event 999 is not in the ledger (events 1..23)",
+            "usage: /rsm [ID | diff A B]",
+            "usage: /rsm [ID | diff A B]",
+        ]
+    );
+}
+
+#[test]
+fn chat_graph_thread_and_explain_are_pmm_graphs() {
+    let pmm = two_turns();
+    for q in ["thread", "explain"] {
+        let want = pmm.run("pmm-graph", &[q, "e2eb5791", "--text"], "");
+        assert_eq!(want.code, 0, "{want:?}");
+        let shown = chat(&pmm, &format!("/graph {q} e2eb5791\n")).stdout;
+        assert_eq!(shown, want.stdout, "{q}");
+    }
+    let lines = answers(
+        &pmm,
+        "/graph thread nosuch\n/graph bogus\n/graph concepts\n",
+    );
+    assert_eq!(
+        lines,
+        [
+            "no commitment has cid nosuch",
+            "usage: /graph [stats] | /graph thread CID | /graph explain CID | /graph concepts",
+            "no concepts defined",
+        ]
+    );
+}
+
+#[test]
+fn chat_export_formats_write_what_pmm_export_writes() {
+    let pmm = two_turns();
+    let r = chat(
+        &pmm,
+        "/export md talk.md\n/export jsonl\n/export json all.json\n/export csv\n",
+    );
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines[0], "23 events exported (md) to talk.md");
+    assert_eq!(
+        lines[1],
+        "23 events exported (jsonl) to chat_export_20251124_055541.jsonl"
+    );
+    assert!(lines[3].starts_with("usage: /export FILE"), "{r:?}");
+    for (format, file) in [
+        ("md", "talk.md"),
+        ("jsonl", "chat_export_20251124_055541.jsonl"),
+        ("json", "all.json"),
+    ] {
+        let want = pmm.run("pmm-export", &["--format", format], "");
+        let got = std::fs::read_to_string(pmm.path(file)).unwrap();
+        if format == "md" {
+            // The transcript names its own file; the rest is the same.
+            assert_eq!(got.lines().count(), want.stdout.lines().count(), "{got}");
+        } else {
+            assert_eq!(got, want.stdout, "{format}");
+        }
+    }
+    assert!(!pmm.path("csv").exists());
+}
+
+#[test]
+fn chat_raw_last_shows_the_reply_as_received() {
+    let pmm = Pmm::new();
+    let r = chat(
+        &pmm,
+        "/raw last\nhello\n/raw last\n/raw off\n/raw sideways\n",
+    );
+    let reply = &pmm
+        .run("pmm-replay", &["--kind", "assistant_message"], "")
+        .records()[0];
+    assert_eq!(
+        r.stdout,
+        format!(
+            "no replies yet\nEcho: hello\n[{}] Echo: hello\nCOMMIT: note this item\nraw replies off\nusage: /raw [on | off | last]\n",
+            reply["id"]
+        )
+    );
+}
+
+#[test]
+fn chat_pm_retrieval_checkpoint_and_config() {
+    let pmm = two_turns();
+    let reply = pmm
+        .run("pmm-replay", &["--kind", "assistant_message"], "")
+        .records()[1]["id"]
+        .as_i64()
+        .unwrap();
+    let r = chat(&pmm, "/pm retrieval status\n").stdout;
+    assert!(
+        r.starts_with(
+            "strategy:hybrid limit:7 budget:8000 model:hash64 dims:64\nmessages:4 embeddings:4"
+        ),
+        "{r}"
+    );
+    let r = chat(&pmm, &format!("/pm retrieval verify {reply}\n")).stdout;
+    assert!(
+        r.ends_with("prompt rebuilt from it: matches its prompt_sha256\n"),
+        "{r}"
+    );
+    let lines = answers(
+        &pmm,
+        "/pm retrieval verify 1\n/pm checkpoint\n/pm nonsense\n/config retrieval fixed limit 3\n/config retrieval fixed limit 3\n/config retrieval fixed limit x\n/config retrieval sideways\n",
+    );
+    assert_eq!(
+        lines[0],
+        "error: event 1 is not a turn's user or assistant message"
+    );
+    assert_eq!(
+        lines[1],
+        "projection checkpoint saved at event 23 (a cache: pmm-replay --check-fast proves it)"
+    );
+    assert_eq!(
+        lines[2],
+        "usage: /pm retrieval status | /pm retrieval verify TURN | /pm checkpoint"
+    );
+    assert!(
+        lines[3].starts_with("retrieval config updated (event 24): "),
+        "{lines:?}"
+    );
+    assert_eq!(lines[4], "no change (idempotent)");
+    assert_eq!(lines[5], "error: limit must be a positive integer");
+    assert!(
+        lines[6].starts_with("usage: /config retrieval"),
+        "{lines:?}"
+    );
+    let state = &pmm.run("pmm-replay", &["--state"], "").records()[0];
+    let cfg = &state["retrieval"];
+    assert_eq!(cfg["strategy"], "fixed", "{state}");
+    assert_eq!(cfg["limit"], 3, "{state}");
+}
