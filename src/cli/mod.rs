@@ -2,6 +2,7 @@
 //! bars (SPEC §3). The only module besides `cmd` that touches stdio or the exit status.
 
 pub mod embed;
+pub mod refenv;
 
 use crate::error::ExitStatus;
 use crate::event::Clock;
@@ -102,8 +103,13 @@ pub trait Program: clap::Parser {
 pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> ExitCode {
     // A .env file in the current directory fills in variables that are not set; it never
     // overrides the environment.
-    if let Err(e) = load_dotenv(Path::new(".env")) {
-        return report(name, &e.into());
+    let from_dotenv = match load_dotenv(Path::new(".env")) {
+        Ok(names) => names,
+        Err(e) => return report(name, &e.into()),
+    };
+    // The reference's names: honoured where they mean the same, otherwise named.
+    for w in refenv::apply(&from_dotenv) {
+        let _ = writeln!(io::stderr(), "{name}: warning: {w}");
     }
     let matches = match A::command().try_get_matches() {
         Ok(m) => m,
@@ -136,13 +142,14 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
 /// Loads `.env` (when there is one) for the variables that are not set, reading it through the
 /// bounded line reader: a line longer than `$PMM_MAX_LINE` (a `.env` linked to `/dev/zero`) is
 /// bad input, exit 2. Lines `dotenvy` cannot parse end the loading quietly, as they always did.
-fn load_dotenv(path: &Path) -> crate::Result<()> {
+/// The names the file sets (whether or not the environment already had them).
+fn load_dotenv(path: &Path) -> crate::Result<Vec<String>> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(_) => return Ok(()),
+        Err(_) => return Ok(Vec::new()),
     };
     if file.metadata().is_ok_and(|m| m.is_dir()) {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let mut r = io::BufReader::new(file);
     let lines =
@@ -154,8 +161,12 @@ fn load_dotenv(path: &Path) -> crate::Result<()> {
             crate::Error::bad_input(Some(format!("{}:{n}", path.display())), msg)
         })?;
     let text = lines.join(&b'\n');
+    let names = dotenvy::from_read_iter(&text[..])
+        .map_while(Result::ok)
+        .map(|(k, _)| k)
+        .collect();
     let _ = dotenvy::from_read(&text[..]);
-    Ok(())
+    Ok(names)
 }
 
 /// Prints a usage error (bad flag, bad value, bad `$PMM_NOW`) in the one-line form of SPEC §3,

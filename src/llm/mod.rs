@@ -252,14 +252,22 @@ impl Config {
     }
 
     /// Defaults overridden by the process environment: `$PMM_MODEL`, `$OLLAMA_HOST`,
-    /// `$OPENAI_BASE_URL`, `$OPENAI_API_KEY`. An empty variable counts as unset (a `.env` line
+    /// `$OPENAI_BASE_URL`, `$OPENAI_API_KEY`, and the reference's names where they mean the
+    /// same: the model from `$PMM_OPENAI_MODEL` or `$OPENAI_MODEL` (openai) or
+    /// `$PMM_OLLAMA_MODEL` (ollama) when `$PMM_MODEL` is unset, the Ollama server from
+    /// `$OLLAMA_BASE_URL` when `$OLLAMA_HOST` is unset. An empty variable counts as unset (a `.env` line
     /// `OPENAI_API_KEY=` must not send an empty bearer token). `.env` files are the CLI's
     /// business, loaded before this is called.
     pub fn from_env(kind: AdapterKind) -> Config {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let mut cfg = Config::new(kind);
-        cfg.model = var("PMM_MODEL");
-        if let Some(host) = var("OLLAMA_HOST") {
+        let reference_model = match kind {
+            AdapterKind::Openai => var("PMM_OPENAI_MODEL").or_else(|| var("OPENAI_MODEL")),
+            AdapterKind::Ollama => var("PMM_OLLAMA_MODEL"),
+            _ => None,
+        };
+        cfg.model = var("PMM_MODEL").or(reference_model);
+        if let Some(host) = var("OLLAMA_HOST").or_else(|| var("OLLAMA_BASE_URL")) {
             cfg.ollama_host = host;
         }
         if let Some(url) = var("OPENAI_BASE_URL") {

@@ -34,6 +34,7 @@ mod prompts;
 mod ranges;
 mod recall;
 mod recall_bench;
+mod refenv;
 mod replay;
 mod robust;
 mod rsm;
