@@ -16,9 +16,6 @@ const KNOWN: &[&str] = &[
     "PMM_MODEL",
     "PMM_NOW",
     "PMM_TEST_TICK_PAUSE_MS",
-    "PMM_REQUIRE_FIXTURES",
-    "PMM_REQUIRE_TOOLS",
-    "PMM_BLESS",
 ];
 
 /// The reference's names that pmm honours with the same meaning, and what they stand for.
