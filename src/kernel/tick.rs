@@ -5,7 +5,8 @@
 //! In order: on a ledger's first use, the default policy and retrieval `config`s (SPEC §2.5);
 //! `autonomy_stimulus`; `autonomy_rule_table` when the thresholds in force differ
 //! from the newest rule table; `autonomy_tick {decision, evidence, reasoning}`; auto-close
-//! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; on every 10th
+//! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; internal
+//! goals, each opened, worked and closed ([`super::goals`]); on every 10th
 //! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
 
 use super::{decide, Action, Decision, Slot, View};
@@ -168,6 +169,7 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
     append_slot_events(&mut s, slot, &th, &decision)?;
     append_auto_closes(&mut s, &th, &decision)?;
     append_action(&mut s, slot, &th, &decision)?;
+    super::goals::append_goals(&mut s)?;
     append_bookkeeping(&mut s)?;
     if let Some(ms) = std::env::var(PAUSE_ENV)
         .ok()

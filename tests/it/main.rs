@@ -20,6 +20,7 @@ mod fixture;
 mod floods;
 mod front;
 mod fuzz;
+mod goals;
 mod graph;
 mod ids;
 mod issue15;
