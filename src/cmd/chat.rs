@@ -20,7 +20,7 @@ const HELP: &str = "\
 /replay [N]   the last N events (default 20), one line each
 /metrics      ledger metrics (as pmm-metrics)
 /diag         the last five metrics_turn events
-/goals        open commitments
+/goals        open commitments, and the kernel's internal goals worked
 /rsm [ID | diff A B]  the recursive self-model (tendencies, gaps, reflection count) now,
               as of event ID, or what changed from event A to event B
 /graph        event-graph statistics (also /graph stats)
@@ -168,10 +168,7 @@ fn diag(ledger: &Ledger) -> anyhow::Result<String> {
 fn goals(ledger: &Ledger) -> anyhow::Result<String> {
     let p = store::project(ledger, None, true)?.projections;
     let open = p.mirror.open_in_order();
-    if open.is_empty() {
-        return Ok("no open commitments".into());
-    }
-    Ok(open
+    let mut lines: Vec<String> = open
         .iter()
         .map(|c| {
             format!(
@@ -179,8 +176,27 @@ fn goals(ledger: &Ledger) -> anyhow::Result<String> {
                 c.cid, c.opened_at, c.origin, c.text
             )
         })
-        .collect::<Vec<_>>()
-        .join("\n"))
+        .collect();
+    if lines.is_empty() {
+        lines.push("no open commitments".into());
+    }
+    // The kernel's internal goals are worked and closed within their tick.
+    let worked: Vec<_> = p
+        .mirror
+        .closed
+        .values()
+        .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
+        .collect();
+    if let Some(newest) = worked.iter().max_by_key(|c| c.closed_at) {
+        lines.push(format!(
+            "internal goals worked: {} (newest: {} {}, closed at event {})",
+            worked.len(),
+            newest.cid,
+            newest.text,
+            newest.closed_at.unwrap_or_default()
+        ));
+    }
+    Ok(lines.join("\n"))
 }
 
 /// `/model [NAME]`: the configuration with model `name`, or `None` (no change) without one.

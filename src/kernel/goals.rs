@@ -64,7 +64,9 @@ fn run_goal(
         format!("Internal commitment opened: {goal}"),
         m,
     )?;
-    let m = meta(&[("goal", goal.into()), ("source", "autonomy_kernel".into())]);
+    // Not `autonomy_kernel`: that source marks the kernel's own reflections, which its rules
+    // and `autonomy_metrics` count; a goal's work is not one of them.
+    let m = meta(&[("goal", goal.into()), ("source", "internal_goal".into())]);
     s.put(
         Kind::Reflection,
         canon::to_string(work).unwrap_or_default(),

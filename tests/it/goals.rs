@@ -53,6 +53,7 @@ fn a_knowledge_gap_is_analysed_once_by_an_internal_goal() {
         goal[1]["content"],
         "{\"intent\":\"gap_analysis\",\"outcome\":\"Unresolved: general\"}"
     );
+    assert_eq!(goal[1]["meta"]["source"], "internal_goal");
     assert_eq!(goal[2]["meta"]["cid"], cid);
     assert_eq!(goal[2]["meta"]["outcome"], "analyzed");
     assert_eq!(
@@ -63,6 +64,15 @@ fn a_knowledge_gap_is_analysed_once_by_an_internal_goal() {
     assert!(goal_events(&tick(&pmm, 2), "analyze_knowledge_gaps").is_empty());
     let state = &pmm.run("pmm-replay", &["--state"], "").records()[0];
     assert_eq!(state["open_commitments"], serde_json::json!([]), "{state}");
+    // The chat's /goals names them.
+    let r = pmm.run("pmm-turn", &["--chat", "--adapter", "dummy"], "/goals\n");
+    assert_eq!(
+        r.stdout,
+        format!(
+            "no open commitments\ninternal goals worked: 1 (newest: {cid} analyze_knowledge_gaps, closed at event {})\n",
+            goal[2]["id"]
+        )
+    );
     // Replayable: deep verification recomputes the ledger without findings.
     let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
     assert_eq!(r.code, 0, "{r:?}");
