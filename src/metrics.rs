@@ -43,6 +43,9 @@ pub struct LedgerMetrics {
     pub closed_commitments: Vec<String>,
     /// Open commitments whose origin is `autonomy_kernel`.
     pub internal_goals_open: u64,
+    /// Internal goals (origin `autonomy_kernel`) opened and then closed: the kernel's goals
+    /// worked (docs/autonomy.md, "Internal goals").
+    pub internal_goals_worked: u64,
     /// Conversational turns (`user_message` events).
     pub turns: u64,
     /// Autonomy ticks and decisions.
@@ -87,7 +90,8 @@ impl MetricsFold {
                             meta_str(&meta, "origin").as_deref() == Some("autonomy_kernel");
                         self.closed.remove(&cid);
                         self.open.insert(cid, (self.seq, internal));
-                    } else if self.open.remove(&cid).is_some() {
+                    } else if let Some((_, internal)) = self.open.remove(&cid) {
+                        m.internal_goals_worked += u64::from(internal);
                         self.closed.insert(cid, self.seq);
                     }
                 }

@@ -25,7 +25,8 @@ EXAMPLES:
 OUTPUT:
   One {\"type\":\"metrics\"} object: event_count and kinds (metrics_update events left out, as
   the reference does), broken_links, hash_mismatches, last_hash, open_commitments and
-  closed_commitments (cids), internal_goals_open, turns, autonomy {ticks, decisions,
+  closed_commitments (cids), internal_goals_open, internal_goals_worked, turns, autonomy
+  {ticks, decisions,
   last_reflection_id}, replay_ms_per_event. With --append, the appended metrics_update event
   follows on its own line.
 

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 /// The prompt format this build renders. Bump it whenever the context block, the rules, the
 /// history or the digest change, so that older turns are named rather than misreported.
-pub const PROMPT_FORMAT: i64 = 2;
+pub const PROMPT_FORMAT: i64 = 3;
 /// How many of the newest messages every prompt carries as chat history (3 exchanges).
 pub const HISTORY_MESSAGES: usize = 6;
 /// The most characters of history a prompt carries.

@@ -128,6 +128,10 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
         sections.push(format!("Open Commitments: {}", cids.join(", ")));
     }
 
+    if let Some(line) = internal_goals(p) {
+        sections.push(line);
+    }
+
     if !sel.events.is_empty() {
         sections.push(if sel.via.is_empty() {
             evidence(sel)
@@ -136,6 +140,25 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
         });
     }
     sections.join("\n\n")
+}
+
+/// `Internal goals: N worked; newest mc_… <goal> (closed at event N)`, once the kernel has
+/// worked one (docs/autonomy.md, "Internal goals").
+fn internal_goals(p: &Projections) -> Option<String> {
+    let worked: Vec<_> = p
+        .mirror
+        .closed
+        .values()
+        .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
+        .collect();
+    let newest = worked.iter().max_by_key(|c| c.closed_at)?;
+    Some(format!(
+        "Internal goals: {} worked; newest {} {} (closed at event {})",
+        worked.len(),
+        newest.cid,
+        newest.text,
+        newest.closed_at.unwrap_or_default()
+    ))
 }
 
 /// The reference's Evidence section: `[id] kind: text`, text cut at 300 characters.

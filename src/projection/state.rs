@@ -43,6 +43,22 @@ impl Projections {
         self.rsm.snapshot(&self.concepts)
     }
 
+    /// The kernel's internal goals worked (opened, then closed; docs/autonomy.md): how many,
+    /// and the newest `{cid, goal, closed_at}`.
+    fn internal_goals(&self) -> Value {
+        let worked: Vec<_> = self
+            .mirror
+            .closed
+            .values()
+            .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
+            .collect();
+        let newest = worked
+            .iter()
+            .max_by_key(|c| c.closed_at)
+            .map(|c| json!({"cid": c.cid, "goal": c.text, "closed_at": c.closed_at}));
+        json!({"worked": worked.len(), "newest": newest})
+    }
+
     /// The `{"type":"state"}` record (SPEC §4 pmm-replay), as a borrowing view that
     /// serializes straight from the folds. Deterministic: the same ledger gives the same bytes
     /// on every run and machine.
@@ -72,6 +88,7 @@ impl Projections {
                 "last_kernel_reflection": a.last_reflection_id,
                 "last_summary": a.last_summary,
                 "last_slot": a.last_stimulus.as_ref().map(|s| s.1),
+                "internal_goals": self.internal_goals(),
             }),
             closed_commitments: m.closed.len(),
             concept_metrics: self.concepts.concept_metrics(),

@@ -73,6 +73,27 @@ fn a_knowledge_gap_is_analysed_once_by_an_internal_goal() {
             goal[2]["id"]
         )
     );
+    // --state, pmm-metrics and the next prompt sum them up.
+    let goals = &state["autonomy"]["internal_goals"];
+    assert_eq!(goals["worked"], 1, "{state}");
+    assert_eq!(goals["newest"]["cid"], cid);
+    let m = &pmm.run("pmm-metrics", &["--deterministic"], "").records()[0];
+    assert_eq!(m["internal_goals_worked"], 1, "{m}");
+    assert_eq!(m["internal_goals_open"], 0, "{m}");
+    let prompt = pmm.path("prompt.json");
+    let command = format!("cat > '{}'; echo ok", prompt.display());
+    let r = pmm.run(
+        "pmm-turn",
+        &["--adapter", "cmd", "--command", &command, "hello"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let sent: Value = serde_json::from_slice(&std::fs::read(&prompt).unwrap()).unwrap();
+    let line = format!(
+        "\n\nInternal goals: 1 worked; newest {cid} analyze_knowledge_gaps (closed at event {})\n\n",
+        goal[2]["id"]
+    );
+    assert!(sent["system"].as_str().unwrap().contains(&line), "{sent}");
     // Replayable: deep verification recomputes the ledger without findings.
     let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
     assert_eq!(r.code, 0, "{r:?}");
