@@ -108,6 +108,7 @@ pub const KINDS_CHECKED: &[(&str, &str)] = &[
     (Kind::SummaryUpdate.as_str(), "meta.rsm_state from the self-model over the events before it"),
     (Kind::MetaSummary.as_str(), "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
     (Kind::Reflection.as_str(), "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
+    (Kind::AssistantMessage.as_str(), "meta.prompt_sha256 from the prompt rebuilt from the ledger (a ledger file, replies of the current prompt format; the summary's prompts)"),
 ];
 
 /// The derived kinds `--deep` does not recompute, and why (the summary's `kinds_not_checked`).
@@ -118,7 +119,8 @@ pub const KINDS_NOT_CHECKED: &[(&str, &str)] = &[
     (Kind::AutonomyTick.as_str(), "whether the decision is the one the kernel would take is not refolded (the adaptive thresholds at that slot)"),
     (Kind::AutonomyRuleTable.as_str(), "the values are not refolded: the reference's adaptive loop changes them without a config event"),
     (Kind::LifetimeMemory.as_str(), "chunk text is not refolded"),
-    ("concept_*, stability_metrics, coherence_check, outcome_observation, policy_update, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
+    ("concept_define, concept_bind_event, concept_bind_thread", "pmm's turns write them for the concepts a reply names and the user's text mentions: which concepts a turn is about is the model's choice, not derived"),
+    ("concept_alias, concept_relate, stability_metrics, coherence_check, outcome_observation, policy_update, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
 ];
 
 /// How many derived values were checked, by kind, and what came of it.
