@@ -1,16 +1,16 @@
 //! `pmm-verify --deep` on a ledger file: every turn of the current prompt format has its prompt
 //! rebuilt from the ledger ([`crate::context::prompt`]) and checked against the reply's
 //! `prompt_sha256`. One fold over the ledger gives the state as of each turn (from the newest
-//! projection checkpoint before the first one); the history and the recorded selection are
-//! index look-ups. Replies of another format, or of none, are counted, not checked.
+//! projection checkpoint before the first one), replies are read a page at a time (memory stays
+//! flat); the history and the recorded selection are index look-ups. Replies of another format, or of none, are counted, not checked.
 
 use crate::chain::Problem;
 use crate::context::prompt::{self, RebuildError, Turn};
 use crate::event::Kind;
+use crate::projection::state::Projections;
 use crate::store::{Filter, Reads};
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
 
 /// What the prompt check did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -23,53 +23,98 @@ pub struct PromptCounts {
     pub mismatches: u64,
 }
 
+/// How many replies are read ahead at a time: memory holds one page, whatever the ledger.
+const PAGE: usize = 4096;
+
 /// Checks every current-format turn of `r`, handing each problem to `report` with the reply's
-/// id.
+/// id. Replies are read a page at a time; the projections move forward through the ledger once,
+/// to each turn's head in order. A turn whose head the fold has already passed (two turns that
+/// interleaved, across a page boundary) is rebuilt from a checkpoint instead.
 pub fn check<R: Reads>(r: &R, report: &mut dyn FnMut(i64, Problem)) -> crate::Result<PromptCounts> {
+    check_paged(r, PAGE, report)
+}
+
+/// [`check`], reading `page_size` replies at a time.
+fn check_paged<R: Reads>(
+    r: &R,
+    page_size: usize,
+    report: &mut dyn FnMut(i64, Problem),
+) -> crate::Result<PromptCounts> {
     let mut counts = PromptCounts::default();
-    let mut due: BTreeMap<i64, Vec<Turn>> = BTreeMap::new();
-    let replies = Filter {
-        kinds: vec![Kind::AssistantMessage.to_string()],
-        ..Filter::default()
-    };
-    let mut turns = Vec::new();
-    r.scan(&replies, |e| {
-        match prompt::turn_of_reply(&e) {
-            Ok(t) => turns.push(t),
-            Err(_) => counts.other_format += 1,
+    let mut p: Option<Projections> = None;
+    let mut next = 1;
+    loop {
+        let (turns, after) = page(r, next, page_size, &mut counts)?;
+        let mut due: Vec<(i64, Turn)> = Vec::with_capacity(turns.len());
+        for t in turns {
+            due.push((prompt::head_of(r, t.user_id)?, t));
         }
-        Ok(true)
-    })?;
-    for t in turns {
-        let head = prompt::head_of(r, t.user_id)?;
-        due.entry(head).or_default().push(t);
-    }
-    let Some(&first) = due.keys().next() else {
-        return Ok(counts);
-    };
-    let projected = crate::store::project(r, Some(first), true)?;
-    let mut p = projected.projections;
-    let mut settle = |p: &crate::projection::state::Projections, at: i64| -> crate::Result<()> {
-        for t in due.remove(&at).unwrap_or_default() {
+        due.sort_by_key(|(head, t)| (*head, t.reply));
+        for (head, t) in due {
+            let rebuilt = match p.as_mut() {
+                Some(p) if p.mirror.last_event_id <= head => {
+                    fold_to(r, p, head)?;
+                    prompt::rebuild_with(r, p, &t)?
+                }
+                Some(_) => prompt::rebuild(r, &t)?,
+                None => {
+                    let start = crate::store::project(r, Some(head), true)?.projections;
+                    prompt::rebuild_with(r, p.insert(start), &t)?
+                }
+            };
             counts.checked += 1;
-            if let Some(problem) = compare(&t, prompt::rebuild_with(r, p, &t)?) {
+            if let Some(problem) = compare(&t, rebuilt) {
                 counts.mismatches += 1;
                 report(t.reply, problem);
             }
         }
-        Ok(())
-    };
-    settle(&p, first)?;
-    let rest = Filter {
-        since: Some(first + 1),
+        match after {
+            Some(a) => next = a + 1,
+            None => return Ok(counts),
+        }
+    }
+}
+
+/// Up to `page_size` current-format replies from id `since` on (others are counted), and the id
+/// of the last reply read when there may be more.
+fn page<R: Reads>(
+    r: &R,
+    since: i64,
+    page_size: usize,
+    counts: &mut PromptCounts,
+) -> crate::Result<(Vec<Turn>, Option<i64>)> {
+    let filter = Filter {
+        since: Some(since),
+        kinds: vec![Kind::AssistantMessage.to_string()],
         ..Filter::default()
     };
-    r.scan(&rest, |e| {
-        p.apply(&e);
-        settle(&p, e.id)?;
-        Ok(true)
+    let (mut turns, mut read, mut last) = (Vec::new(), 0, None);
+    r.scan(&filter, |e| {
+        match prompt::turn_of_reply(&e) {
+            Ok(t) => turns.push(t),
+            Err(_) => counts.other_format += 1,
+        }
+        read += 1;
+        last = Some(e.id);
+        Ok(read < page_size)
     })?;
-    Ok(counts)
+    Ok((turns, if read < page_size { None } else { last }))
+}
+
+/// Folds the events after `p`'s last one, up to `head`, into `p`.
+fn fold_to<R: Reads>(r: &R, p: &mut Projections, head: i64) -> crate::Result<()> {
+    if p.mirror.last_event_id >= head {
+        return Ok(());
+    }
+    let filter = Filter {
+        since: Some(p.mirror.last_event_id + 1),
+        until: Some(head),
+        ..Filter::default()
+    };
+    r.scan(&filter, |e| {
+        p.apply(&e);
+        Ok(true)
+    })
 }
 
 /// The finding for a turn whose rebuilt prompt is not the one recorded.
@@ -92,4 +137,37 @@ fn compare(t: &Turn, rebuilt: Result<prompt::Prompt, RebuildError>) -> Option<Pr
         expected,
         found: Value::String(t.recorded.clone()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Clock;
+    use crate::llm::{AdapterKind, Config};
+    use crate::store::Ledger;
+
+    /// Pages of one or two replies give what one page gives: every turn checked, none differs.
+    #[test]
+    fn every_page_size_checks_every_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let mut a = crate::llm::adapter(&Config::new(AdapterKind::Dummy)).unwrap();
+        let opts = crate::turn::Options {
+            clock: Clock::pinned("2025-11-24T05:55:41Z").unwrap(),
+            ..Default::default()
+        };
+        for i in 0..5 {
+            crate::turn::run(&mut l, a.as_mut(), &format!("message {i}"), &opts).unwrap();
+        }
+        for size in [1, 2, 3, PAGE] {
+            let mut problems = Vec::new();
+            let c = check_paged(&l, size, &mut |id, p| problems.push((id, p))).unwrap();
+            assert_eq!(
+                (c.checked, c.mismatches, c.other_format),
+                (5, 0, 0),
+                "{size}"
+            );
+            assert!(problems.is_empty(), "{problems:?}");
+        }
+    }
 }
