@@ -73,6 +73,7 @@ fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>)
         Problem::SqliteDamage { error, .. } => format!("the source is damaged: {error}"),
         Problem::AnchorMismatch { .. }
         | Problem::DerivedMismatch { .. }
+        | Problem::Erased { .. }
         | Problem::Empty { .. } => return None,
     })
 }
@@ -151,6 +152,16 @@ pub fn import(
             Ok(true)
         },
     )?;
+    // Events in the erased form are settled at the end: erased when an erasure names them,
+    // a hash mismatch (refused) otherwise.
+    findings.clear();
+    verifier.finish(&mut findings);
+    if let Some(msg) = findings
+        .iter()
+        .find_map(|f| refusal(f, false, accept_forks, None))
+    {
+        return Err(Error::ImportRefused(format!("{name}: {msg}")));
+    }
     tx.commit()?;
     Ok(summary)
 }
