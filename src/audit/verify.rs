@@ -75,7 +75,7 @@ pub fn verify(
                     None => v.check(&r.event, r.meta.as_ref(), &mut found),
                 }
                 if let Some(c) = checker.as_mut() {
-                    c.check(&r.event, &mut derived);
+                    c.check_event(&r.event, v.last_erased(), &mut derived);
                     for f in derived.drain(..) {
                         v.report(f.id, f.problem, &mut found);
                     }
@@ -105,6 +105,7 @@ pub fn verify(
     if format == interchange::Format::Sqlite {
         sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
     }
+    let skipped = checker.as_ref().map(|c| c.skipped().to_vec());
     let deep_counts = checker.map(|c| c.finish());
     let mut summary = v.finish(&mut found);
     summary.deep = deep_counts
@@ -120,6 +121,9 @@ pub fn verify(
             };
             d["kinds_checked"] = list(KINDS_CHECKED);
             d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
+            if let Some(s) = skipped.as_ref().filter(|s| !s.is_empty()) {
+                d["skipped_for_erasure"] = serde_json::to_value(s).unwrap_or_default();
+            }
             d
         });
     drain(&mut found).map_err(|e| Error::io("<stdout>", e))?;
