@@ -28,6 +28,9 @@ EXAMPLES:
     pmm-append --db new.db --import ledger.json.gz --accept-forks
     gunzip -c ledger.json.gz > ledger.json      # each side in a file: cmp cannot pass
     pmm-export --db new.db -o kept.json && cmp kept.json ledger.json   # when both failed
+  Erase a message and the summaries that quote it (the chain and proofs still verify):
+    pmm-append --erase 42 --reason 'user asked to forget' --source owner --with-quotes
+    pmm-verify | jq -c 'select(.type==\"erased\")'
 
 INPUT:
   One JSON object per line: {\"kind\": K, \"content\": STRING, \"meta\": OBJECT}; meta is optional.
@@ -43,10 +46,12 @@ OUTPUT:
 
 EXIT STATUS:
   0  every event was appended
-  1  the write policy refused a sensitive write (a violation event was appended)
+  1  the write policy refused a sensitive write or an erasure (a violation event was
+     appended)
   2  bad input (named with its line), unknown kind, unreadable import, locked or read-only
      ledger; the offending event is not written (lines before it stay, unless --batch or
-     --keep-ts); with --keep-ts a missing, bad or backwards ts (named with its line)
+     --keep-ts); with --keep-ts a missing, bad or backwards ts (named with its line);
+     with --erase an id that is no event, an erasure, or an event already erased
 
 ENVIRONMENT:
   PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
@@ -57,7 +62,9 @@ ENVIRONMENT:
 ///
 /// Reads JSON Lines on stdin (one event per line) and appends each to the hash chain in its own
 /// transaction, printing every appended event as JSON Lines; or appends the one event given by
-/// --kind/--content/--meta; or imports a whole ledger verbatim with --import.
+/// --kind/--content/--meta; or imports a whole ledger verbatim with --import; or erases an
+/// event's content with --erase (then prints the erasure events and one
+/// {"type":"erasure","erased","quoted_by","wal_truncated"} record).
 ///
 /// Every append is one BEGIN IMMEDIATE transaction that reads the head and inserts, so any
 /// number of processes may append to one ledger at once and the chain stays unbroken.
