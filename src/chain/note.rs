@@ -177,7 +177,11 @@ impl SignerKey {
         let mut blob = self.witness().hash.to_be_bytes().to_vec();
         blob.extend_from_slice(&timestamp.to_be_bytes());
         blob.extend_from_slice(&sig.to_bytes());
-        Ok(format!("{note}\u{2014} {} {}\n", self.name, B64.encode(blob)))
+        Ok(format!(
+            "{note}\u{2014} {} {}\n",
+            self.name,
+            B64.encode(blob)
+        ))
     }
 
     /// Signs `text` (a note body ending in a newline) and returns the signed note.
