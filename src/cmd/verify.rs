@@ -646,7 +646,7 @@ fn check_against_checkpoint(
         if let Ok(p) = prev {
             record["previous_size"] = p.size.into();
         }
-        problem = previous_problem(&mut tree, prev, &cp).map_err(e)?;
+        problem = previous_problem(ledger, &mut tree, prev, &cp)?;
     }
     if let (None, Some(wk)) = (&problem, &witness) {
         match wk.open(&read_text(cp_path)?) {
@@ -695,10 +695,11 @@ fn witness_key(key: &str) -> crate::Result<WitnessKey> {
 /// cosigned), if it is not: another signer's, a smaller tree, or a tree whose prefix is not
 /// the previous one (a consistency proof from the ledger between the two roots).
 fn previous_problem(
+    ledger: &Ledger,
     tree: &mut crate::store::Tree<'_>,
     previous: &Result<Checkpoint, NoteError>,
     cp: &Checkpoint,
-) -> rusqlite::Result<Option<String>> {
+) -> crate::Result<Option<String>> {
     let prev = match previous {
         Ok(p) => p,
         Err(err) => return Ok(Some(format!("the previous checkpoint: {err}"))),
@@ -709,7 +710,7 @@ fn previous_problem(
             cp.size, prev.size
         )));
     }
-    let path = merkle::consistency_proof(tree, prev.size, cp.size)?;
+    let path = merkle::consistency_proof(tree, prev.size, cp.size).map_err(|e| ledger.err(e))?;
     Ok(
         merkle::verify_consistency(prev.size, cp.size, &prev.root, &cp.root, &path)
             .err()
