@@ -108,6 +108,14 @@ pub trait SelfModel: Send {
     /// `None` to leave this one unchecked. `content` is the summary's parsed content (it names
     /// `last_event_id`, the end of the window the reference looked at), when it parses.
     fn expected_rsm_state(&mut self, summary: &Event, content: Option<&Value>) -> Option<Value>;
+
+    /// A fast first look: the expected `rsm_state` as the JSON serde_json would write for it,
+    /// when the implementation can give it without building a value tree. A `found` value
+    /// that serializes to exactly these bytes matches; any other goes through
+    /// [`SelfModel::expected_rsm_state`] and the canonical comparison.
+    fn expected_rsm_json(&mut self, _summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`.
@@ -979,10 +987,21 @@ impl DeepChecker {
             return;
         };
         let content: Option<Value> = serde_json::from_str(&ev.content).ok();
+        let found = meta.and_then(|m| m.get("rsm_state"));
+        // Most summaries match: bytes against bytes, without parsing and re-canonicalizing a
+        // snapshot that, in the reference's format, grows with the ledger.
+        if let (Some(json), Some(f)) = (model.expected_rsm_json(ev, content.as_ref()), found) {
+            if serde_json::to_vec(f).is_ok_and(|b| b == json) {
+                self.counts.rsm_snapshots += 1;
+                return;
+            }
+        }
+        let Some(model) = self.self_model.as_mut() else {
+            return;
+        };
         let Some(expected) = model.expected_rsm_state(ev, content.as_ref()) else {
             return;
         };
-        let found = meta.and_then(|m| m.get("rsm_state"));
         let differs = found.map(canon_text) != Some(canon_text(&expected));
         // The self-model folds every event before it: an erased one changes what it gives.
         if let Some(&e) = self.erased.iter().next().filter(|_| differs) {

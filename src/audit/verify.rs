@@ -33,17 +33,24 @@ impl SelfModel for ProjectionModel {
     fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
         self.0.apply(ev);
     }
+    fn expected_rsm_json(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
+        Some(self.0.rsm.snapshot_json(&self.0.concepts, ours(summary)))
+    }
     fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
-        // Our own summaries keep only the newest intents and say how many there were.
-        let ours = summary
-            .meta_map()
-            .is_ok_and(|m| m.contains_key("rsm_reflections_total"));
-        Some(if ours {
+        Some(if ours(summary) {
             self.0.rsm.summary_snapshot(&self.0.concepts).0
         } else {
             self.0.rsm_snapshot()
         })
     }
+}
+
+/// Whether `summary` is one of our own: they keep only the newest intents and say how many
+/// there were.
+fn ours(summary: &Event) -> bool {
+    summary
+        .meta_map()
+        .is_ok_and(|m| m.contains_key("rsm_reflections_total"))
 }
 
 /// Verifies `input`, handing each finding to `sink` as it is found (`progress` gets the bytes
