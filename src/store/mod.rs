@@ -1420,6 +1420,33 @@ impl Batch<'_> {
         Ok(())
     }
 
+    /// Drops the unique index on `hash` for a bulk load into an empty ledger (the caller
+    /// verifies that no hash repeats, and [`Batch::restore_hash_index`] re-creates it, sorted,
+    /// before the commit, failing on a repeat): whether there was one to drop.
+    pub fn defer_hash_index(&mut self) -> Result<bool> {
+        let had: bool = self
+            .tx
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='index' AND name='idx_events_hash')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if had {
+            self.tx
+                .execute_batch("DROP INDEX idx_events_hash;")
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(had)
+    }
+
+    /// Re-creates the index [`Batch::defer_hash_index`] dropped (the reference's definition).
+    pub fn restore_hash_index(&mut self) -> Result<()> {
+        self.tx
+            .execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS idx_events_hash ON events(hash);")
+            .map_err(|e| self.err(e))
+    }
+
     /// [`Ledger::put_vectors`] inside this transaction (a turn stores its two vectors with
     /// its events).
     pub fn put_vectors(&self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {

@@ -728,3 +728,31 @@ fn ci_verify_script_keeps_the_last_signed_checkpoint() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// An import into an empty ledger builds the hash index once, at the end (not one random
+/// insert per event): the ledger has the reference's index afterwards.
+#[test]
+fn import_rebuilds_the_hash_index_it_deferred() {
+    let src = Pmm::new();
+    src.seed(20);
+    let export = src.path("src.jsonl");
+    let r = src.run(
+        "pmm-export",
+        &["--format", "jsonl", "-o", export.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-append", &["--import", export.to_str().unwrap()], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let c = rusqlite::Connection::open(&pmm.db).unwrap();
+    let sql: String = c
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'idx_events_hash'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(sql, "CREATE UNIQUE INDEX idx_events_hash ON events(hash)");
+    assert_eq!(pmm.run("pmm-verify", &["--integrity"], "").code, 0);
+}
