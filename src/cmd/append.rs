@@ -124,9 +124,10 @@ pub struct Args {
     /// Why the --erase is made (kept in the erasure event)
     #[arg(long, value_name = "TEXT", requires = "erase")]
     reason: Option<String>,
-    /// With --erase: erase too the later events that quote the erased text (summaries,
-    /// lifetime-memory chunks, reflections: any event whose content or meta holds its first
-    /// 60 characters); without it they are only listed
+    /// With --erase: erase too the later events that quote the erased text (reflections,
+    /// summaries, lifetime-memory chunks, meta summaries, claims, commitments, identity
+    /// adoptions whose content or meta holds its first 60 characters); without it they are
+    /// only listed
     #[arg(long, requires = "erase")]
     with_quotes: bool,
     /// With --erase: the actor erasing (the erasure event's meta.source). The write policy

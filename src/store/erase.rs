@@ -48,17 +48,36 @@ pub fn quote_needles(content: &str) -> Option<(String, String)> {
     Some((needle, json))
 }
 
-/// The events after `id` (erasures aside) whose content or meta quote `content`.
+/// The kinds that quote what was said: what the runtime derives from messages (a message
+/// that repeats another is not a quote of it, and on a ledger of repeated texts would make
+/// every repetition one).
+pub const QUOTING_KINDS: [Kind; 8] = [
+    Kind::Reflection,
+    Kind::SummaryUpdate,
+    Kind::LifetimeMemory,
+    Kind::MetaSummary,
+    Kind::Claim,
+    Kind::CommitmentOpen,
+    Kind::CommitmentClose,
+    Kind::IdentityAdoption,
+];
+
+/// The events after `id`, of the [`QUOTING_KINDS`], whose content or meta quote `content`.
 pub(crate) fn quoting(conn: &Connection, id: i64, content: &str) -> rusqlite::Result<Vec<i64>> {
     let Some((raw, json)) = quote_needles(content) else {
         return Ok(Vec::new());
     };
-    let mut stmt = conn.prepare(
-        "SELECT id FROM events WHERE id > ?1 AND kind <> ?2
-         AND (instr(content, ?3) > 0 OR instr(content, ?4) > 0 OR instr(meta, ?4) > 0)
+    let kinds: Vec<String> = QUOTING_KINDS
+        .iter()
+        .map(|k| format!("'{}'", k.as_str()))
+        .collect();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT id FROM events WHERE id > ?1 AND +kind IN ({})
+         AND (instr(content, ?2) > 0 OR instr(content, ?3) > 0 OR instr(meta, ?3) > 0)
          ORDER BY id",
-    )?;
-    let rows = stmt.query_map(params![id, Kind::Erasure.as_str(), raw, json], |r| r.get(0))?;
+        kinds.join(",")
+    ))?;
+    let rows = stmt.query_map(params![id, raw, json], |r| r.get(0))?;
     rows.collect()
 }
 

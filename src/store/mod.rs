@@ -24,7 +24,7 @@ pub use checkpoint::{
 
 pub use policy::{Policy, Verdict};
 
-pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS};
+pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
 use crate::chain::event_digest;
 use crate::event::{Clock, Event, Kind, NewEvent};
