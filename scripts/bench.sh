@@ -31,6 +31,7 @@
 #      that noise on a shared machine hits both):
 #        - pmm-verify --quiet EXPORT          vs sha256sum EXPORT                ratio <= 2x
 #          and pmm-verify's peak RSS                                             <= 64 MiB
+#        - pmm-verify --deep LEDGER           vs pmm-verify LEDGER               ratio <= 3x
 #        - pmm-append --import EXPORT (fresh) vs sqlite3 CLI `.import` of the identical rows
 #          (CSV dumped beforehand, untimed) into the ledger's own `events` DDL and indices
 #          (`.schema events`), WAL like the ledger, in one BEGIN ... COMMIT     ratio <= 2x
@@ -288,6 +289,19 @@ for N in "${SIZE_LIST[@]}"; do
         "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 2×" "$(verdict "$r" 2)"
     row "$H" "\`pmm-verify\` peak RSS" "$(mib "$B_RSS") MiB" "—" "—" "≤ 64 MiB" \
         "$(verdict "$(mib "$B_RSS")" 64)"
+
+    # 2a'. Deep verification vs plain verification of the same ledger. Exit 1 is allowed on
+    # both sides (through the same wrapper): the generated contents no longer match what some
+    # derived events (embeddings, digests) were computed from, so --deep has findings to print.
+    printf '#!/bin/sh\n"%s" "$@"; [ $? -le 1 ]\n' "$BIN/pmm-verify" >"$W/verify.sh"
+    chmod +x "$W/verify.sh"
+    log "$H: pmm-verify --deep vs pmm-verify ($RUNS run(s))"
+    bench_pair "$RUNS" \
+        nop /dev/null /dev/null "$W/verify.sh" --quiet --db "$DB" -- \
+        nop /dev/null /dev/null "$W/verify.sh" --quiet --deep --db "$DB"
+    r=$(ratio "$B_T" "$A_T")
+    row "$H" "\`pmm-verify --deep\` vs \`pmm-verify\` of the ledger" \
+        "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 3×" "$(verdict "$r" 3)"
 
     # 2b. Import vs the sqlite3 CLI inserting the identical rows.
     log "$H: preparing the sqlite3 floor (schema, CSV dump; untimed)"

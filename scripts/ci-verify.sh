@@ -2,6 +2,7 @@
 # ci-verify.sh -- a CI step: verify an exported ledger against the anchors its previous run saved.
 #
 # Usage: scripts/ci-verify.sh EXPORT [ANCHORS]
+#        scripts/ci-verify.sh --signed KEYFILE VKEY LEDGER [CHECKPOINT]
 #
 #   EXPORT   an export of the ledger (pmm-export -o ledger.json.gz; JSON, JSONL or gzip of either)
 #   ANCHORS  the file the previous run saved (default: EXPORT's folder/anchors.txt). Missing on
@@ -14,6 +15,13 @@
 # anchors; keep that file as a CI artifact or commit it. Exit 0 pass, 1 findings (the anchors
 # are left as they were), 2 an unreadable export.
 #
+# With --signed, the last signed checkpoint is kept instead of an anchors file, for a LEDGER
+# (the SQLite file: checkpoints are about its Merkle tree): the chain verifies, the ledger is
+# consistent with CHECKPOINT (default: LEDGER's folder/checkpoint.txt; missing on the first
+# run) as checked with the verifier key VKEY, and then a new checkpoint signed with KEYFILE
+# (pmm-export --keygen wrote both) replaces it. A checkpoint someone else holds pins history
+# the same way, with O(log n) data: see docs/verification.md.
+#
 # In a GitHub Actions job, for example (the anchors file travels as an artifact or in git):
 #   - run: pmm-export --db agent.db -o ledger.json.gz
 #   - run: scripts/ci-verify.sh ledger.json.gz anchors/anchors.txt
@@ -21,9 +29,39 @@
 set -eu
 
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
     [ $# -ge 1 ] && exit 0
     exit 2
+fi
+PMM_VERIFY=${PMM_VERIFY:-pmm-verify}
+PMM_EXPORT=${PMM_EXPORT:-pmm-export}
+if [ "$1" = "--signed" ]; then
+    if [ $# -lt 4 ] || [ $# -gt 5 ]; then
+        echo "ci-verify: usage: scripts/ci-verify.sh --signed KEYFILE VKEY LEDGER [CHECKPOINT]" >&2
+        exit 2
+    fi
+    KEYFILE=$2 VKEY=$3 LEDGER=$4
+    CHECKPOINT=${5:-$(dirname -- "$LEDGER")/checkpoint.txt}
+    OUT=$(mktemp)
+    trap 'rm -f -- "$OUT" "$CHECKPOINT.new"' EXIT
+    status=0
+    "$PMM_VERIFY" --quiet --db "$LEDGER" >"$OUT" || status=$?
+    if [ "$status" -eq 0 ] && [ -s "$CHECKPOINT" ]; then
+        "$PMM_VERIFY" --db "$LEDGER" --checkpoint "$CHECKPOINT" --key "$VKEY" >"$OUT" || status=$?
+    elif [ "$status" -eq 0 ]; then
+        echo "ci-verify: no checkpoint at $CHECKPOINT yet: verifying the chain only (first run)" >&2
+    fi
+    if [ "$status" -ne 0 ]; then
+        echo "ci-verify: FAILED (exit $status):" >&2
+        grep -e '"type":"finding"' -e '"ok":false' "$OUT" >&2 || true
+        exit "$status"
+    fi
+    mkdir -p -- "$(dirname -- "$CHECKPOINT")"
+    "$PMM_EXPORT" --db "$LEDGER" --checkpoint --key "$KEYFILE" >"$CHECKPOINT.new"
+    mv -- "$CHECKPOINT.new" "$CHECKPOINT"
+    echo "ci-verify: ok; checkpoint saved to $CHECKPOINT:" >&2
+    cat -- "$CHECKPOINT" >&2
+    exit 0
 fi
 for a in "$@"; do
     case $a in
@@ -36,7 +74,6 @@ if [ $# -gt 2 ]; then
 fi
 EXPORT=$1
 ANCHORS=${2:-$(dirname -- "$EXPORT")/anchors.txt}
-PMM_VERIFY=${PMM_VERIFY:-pmm-verify}
 OUT=$(mktemp)
 trap 'rm -f -- "$OUT"' EXIT
 

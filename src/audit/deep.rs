@@ -66,6 +66,21 @@ const SUMMARY_ROOTS: usize = 64;
 /// How many recent user messages are kept for retrieval digests.
 const USER_WINDOW: usize = 16;
 
+/// The kinds whose own values `--deep` checks (skipped when the event itself was erased).
+const DERIVED_KINDS: &[Kind] = &[
+    Kind::CommitmentOpen,
+    Kind::CommitmentClose,
+    Kind::EmbeddingAdd,
+    Kind::RetrievalSelection,
+    Kind::CheckpointManifest,
+    Kind::AutonomyStimulus,
+    Kind::AutonomyTick,
+    Kind::AutonomyRuleTable,
+    Kind::SummaryUpdate,
+    Kind::MetaSummary,
+    Kind::Reflection,
+];
+
 /// The kinds whose content an `embedding_add` may embed in the reference.
 const EMBEDDABLE: &[Kind] = &[
     Kind::UserMessage,
@@ -93,6 +108,14 @@ pub trait SelfModel: Send {
     /// `None` to leave this one unchecked. `content` is the summary's parsed content (it names
     /// `last_event_id`, the end of the window the reference looked at), when it parses.
     fn expected_rsm_state(&mut self, summary: &Event, content: Option<&Value>) -> Option<Value>;
+
+    /// A fast first look: the expected `rsm_state` as the JSON serde_json would write for it,
+    /// when the implementation can give it without building a value tree. A `found` value
+    /// that serializes to exactly these bytes matches; any other goes through
+    /// [`SelfModel::expected_rsm_state`] and the canonical comparison.
+    fn expected_rsm_json(&mut self, _summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`.
@@ -158,7 +181,24 @@ pub struct DeepCounts {
     /// was out of reach and no second pass was made (stdin), or the event is too malformed to
     /// say what it derives from.
     pub unresolved: u64,
+    /// Derived values not checked because an input (or the event itself) was erased
+    /// (`pmm-append --erase`): its text is gone, so what it derived cannot be recomputed.
+    pub skipped_erased: u64,
 }
+
+/// A derived check skipped because an input was erased.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedForErasure {
+    /// The derived event.
+    pub id: i64,
+    /// What would have been recomputed.
+    pub check: String,
+    /// The erased event it derives from.
+    pub erased_input: i64,
+}
+
+/// How many skipped checks the summary lists one by one (all are counted).
+const SKIPPED_LISTED: usize = 100;
 
 /// An embedding whose source text was out of the window.
 struct PendingEmbedding {
@@ -195,6 +235,14 @@ pub struct DeepChecker {
     last_reply: Option<String>,
     /// Reflection ids seen (the subjects a meta_summary may name), newest last.
     reflections: VecDeque<i64>,
+    /// The ids of `last_user` and `last_reply`.
+    last_user_id: i64,
+    last_reply_id: i64,
+    /// Events in the erased form seen so far (the verifier settles whether an erasure names
+    /// them; one that none names is a hash mismatch, so skipping its dependants hides nothing).
+    erased: std::collections::BTreeSet<i64>,
+    /// The first skipped checks, listed in the summary.
+    skipped: Vec<SkippedForErasure>,
 }
 
 impl Default for DeepChecker {
@@ -295,6 +343,41 @@ impl DeepChecker {
             last_user: None,
             last_reply: None,
             reflections: VecDeque::new(),
+            last_user_id: 0,
+            last_reply_id: 0,
+            erased: Default::default(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Checks the next event like [`DeepChecker::check`], knowing whether it is in the erased
+    /// form ([`crate::chain::Verifier::last_erased`]): an erased event's own derived values
+    /// are not checked, nor anything later derived from its text.
+    pub fn check_event(&mut self, ev: &Event, erased: bool, out: &mut Vec<Finding>) {
+        if erased {
+            self.erased.insert(ev.id);
+            if DERIVED_KINDS.contains(&ev.kind) {
+                self.skip(ev.id, ev.kind.as_str(), ev.id);
+            }
+            self.remember(ev, None);
+            return;
+        }
+        self.check_parsed(ev, None, out);
+    }
+
+    /// The checks skipped because an input was erased (the first [`SKIPPED_LISTED`]).
+    pub fn skipped(&self) -> &[SkippedForErasure] {
+        &self.skipped
+    }
+
+    fn skip(&mut self, id: i64, check: &str, erased_input: i64) {
+        self.counts.skipped_erased += 1;
+        if self.skipped.len() < SKIPPED_LISTED {
+            self.skipped.push(SkippedForErasure {
+                id,
+                check: check.to_string(),
+                erased_input,
+            });
         }
     }
 
@@ -386,7 +469,10 @@ impl DeepChecker {
                 }
                 self.summary_roots.push_back((ev.id, root));
             }
-            Kind::AssistantMessage => self.last_reply = Some(ev.content.clone()),
+            Kind::AssistantMessage => {
+                self.last_reply = Some(ev.content.clone());
+                self.last_reply_id = ev.id;
+            }
             Kind::Reflection => {
                 if self.reflections.len() == ROOT_WINDOW {
                     self.reflections.pop_front();
@@ -395,6 +481,7 @@ impl DeepChecker {
             }
             Kind::UserMessage => {
                 self.last_user = Some(ev.content.clone());
+                self.last_user_id = ev.id;
                 if self.users.len() == USER_WINDOW {
                     self.users.pop_front();
                 }
@@ -630,6 +717,13 @@ impl DeepChecker {
         let (Some(intent), Some(outcome)) = (c.get("intent"), c.get("outcome")) else {
             return;
         };
+        if let Some(&e) = [self.last_user_id, self.last_reply_id]
+            .iter()
+            .find(|i| self.erased.contains(i))
+        {
+            self.skip(ev.id, "reflection.intent/outcome", e);
+            return;
+        }
         let (Some(user), Some(reply)) = (&self.last_user, &self.last_reply) else {
             self.counts.unresolved += 1;
             return;
@@ -680,6 +774,10 @@ impl DeepChecker {
             );
             return;
         };
+        if self.erased.contains(&target) {
+            self.skip(ev.id, "embedding_add", target);
+            return;
+        }
         if target < ev.id {
             if let Some(text) = self.text_of(target) {
                 let expected = embed::embedding_content(target, text, &model, dims);
@@ -760,10 +858,15 @@ impl DeepChecker {
             return;
         };
         // The turn's user message: the last one before the assistant message (`turn_id`).
-        let Some((_, query)) = self.users.iter().rev().find(|(id, _)| *id < turn) else {
+        let Some((user, query)) = self.users.iter().rev().find(|(id, _)| *id < turn) else {
             self.counts.unresolved += 1;
             return;
         };
+        if self.erased.contains(user) {
+            let user = *user;
+            self.skip(ev.id, "retrieval_selection.digest", user);
+            return;
+        }
         let expected = retrieval::selection_digest(dims, model, query, &scores, &selected);
         self.counts.retrieval_digests += 1;
         let found = meta.and_then(|m| m.get("digest"));
@@ -886,12 +989,29 @@ impl DeepChecker {
             return;
         };
         let content: Option<Value> = serde_json::from_str(&ev.content).ok();
+        let found = meta.and_then(|m| m.get("rsm_state"));
+        // Most summaries match: bytes against bytes, without parsing and re-canonicalizing a
+        // snapshot that, in the reference's format, grows with the ledger.
+        if let (Some(json), Some(f)) = (model.expected_rsm_json(ev, content.as_ref()), found) {
+            if serde_json::to_vec(f).is_ok_and(|b| b == json) {
+                self.counts.rsm_snapshots += 1;
+                return;
+            }
+        }
+        let Some(model) = self.self_model.as_mut() else {
+            return;
+        };
         let Some(expected) = model.expected_rsm_state(ev, content.as_ref()) else {
             return;
         };
+        let differs = found.map(canon_text) != Some(canon_text(&expected));
+        // The self-model folds every event before it: an erased one changes what it gives.
+        if let Some(&e) = self.erased.iter().next().filter(|_| differs) {
+            self.skip(ev.id, "summary_update.rsm_state", e);
+            return;
+        }
         self.counts.rsm_snapshots += 1;
-        let found = meta.and_then(|m| m.get("rsm_state"));
-        if found.map(canon_text) != Some(canon_text(&expected)) {
+        if differs {
             let p = mismatch(
                 "summary_update.rsm_state",
                 expected,
@@ -937,6 +1057,10 @@ impl DeepChecker {
         }
         let mut found_all = Vec::new();
         for p in pass.embeddings {
+            if self.erased.contains(&p.target) {
+                self.skip(p.id, "embedding_add", p.target);
+                continue;
+            }
             match pass.texts.get(&p.target) {
                 Some(text) => {
                     self.counts.embeddings += 1;

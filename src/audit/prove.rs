@@ -2,6 +2,7 @@
 //! `prove` tool returns them: the library half, so that both give the same record.
 
 use crate::chain::merkle;
+use crate::chain::note::{Checkpoint, SignerKey};
 use crate::chain::proof::{Hex, Proof};
 use crate::store::{Ledger, Reads, Tree};
 use crate::Error;
@@ -58,4 +59,23 @@ pub fn inclusion(ledger: &Ledger, id: i64, size: Option<u64>, flag: &str) -> cra
         root: Hex(root),
         path: path.iter().map(|d| Hex(*d)).collect(),
     })
+}
+
+/// The signed checkpoint (C2SP tlog-checkpoint in a signed note) of the ledger's tree as it is
+/// now, signed with `signer` (`pmm-export --checkpoint`, `pmm-tick --checkpoint-key`): the
+/// note and the tree size.
+pub fn signed_checkpoint(ledger: &Ledger, signer: &SignerKey) -> crate::Result<(String, u64)> {
+    let mut tree = ledger.tree()?;
+    let size = tree.size();
+    let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
+    let cp = Checkpoint {
+        origin: signer.name.clone(),
+        size,
+        root,
+        extensions: Vec::new(),
+    };
+    let note = signer
+        .sign(&cp.to_text())
+        .map_err(|e| Error::bad_input(None, e.to_string()))?;
+    Ok((note, size))
 }

@@ -33,17 +33,24 @@ impl SelfModel for ProjectionModel {
     fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
         self.0.apply(ev);
     }
+    fn expected_rsm_json(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
+        Some(self.0.rsm.snapshot_json(&self.0.concepts, ours(summary)))
+    }
     fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
-        // Our own summaries keep only the newest intents and say how many there were.
-        let ours = summary
-            .meta_map()
-            .is_ok_and(|m| m.contains_key("rsm_reflections_total"));
-        Some(if ours {
+        Some(if ours(summary) {
             self.0.rsm.summary_snapshot(&self.0.concepts).0
         } else {
             self.0.rsm_snapshot()
         })
     }
+}
+
+/// Whether `summary` is one of our own: they keep only the newest intents and say how many
+/// there were.
+fn ours(summary: &Event) -> bool {
+    summary
+        .meta_map()
+        .is_ok_and(|m| m.contains_key("rsm_reflections_total"))
 }
 
 /// Verifies `input`, handing each finding to `sink` as it is found (`progress` gets the bytes
@@ -75,7 +82,7 @@ pub fn verify(
                     None => v.check(&r.event, r.meta.as_ref(), &mut found),
                 }
                 if let Some(c) = checker.as_mut() {
-                    c.check(&r.event, &mut derived);
+                    c.check_event(&r.event, v.last_erased(), &mut derived);
                     for f in derived.drain(..) {
                         v.report(f.id, f.problem, &mut found);
                     }
@@ -109,6 +116,7 @@ pub fn verify(
             prompts = prompt_check(input, &mut v, &mut found)?;
         }
     }
+    let skipped = checker.as_ref().map(|c| c.skipped().to_vec());
     let deep_counts = checker.map(|c| c.finish());
     let mut summary = v.finish(&mut found);
     summary.deep = deep_counts
@@ -126,6 +134,9 @@ pub fn verify(
             d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
             if let Some(p) = prompts.and_then(|p| serde_json::to_value(p).ok()) {
                 d["prompts"] = p;
+            }
+            if let Some(s) = skipped.as_ref().filter(|s| !s.is_empty()) {
+                d["skipped_for_erasure"] = serde_json::to_value(s).unwrap_or_default();
             }
             d
         });
@@ -186,7 +197,8 @@ fn prompt_check(
         return Ok(None);
     };
     let ledger = crate::store::Ledger::open_reader(path)?;
-    let counts = crate::audit::prompts::check(&ledger, &mut |id, problem| {
+    let first_erased = v.first_erased();
+    let counts = crate::audit::prompts::check(&ledger, first_erased, &mut |id, problem| {
         v.report(Some(id), problem, found)
     })?;
     Ok(Some(counts))

@@ -19,6 +19,10 @@ use sha2::{Digest as _, Sha256};
 /// The algorithm byte of Ed25519 keys in the note formats.
 const ALG_ED25519: u8 = 1;
 
+/// The algorithm byte of C2SP `tlog-cosignature` Ed25519 cosignatures (`cosignature/v1`), in
+/// a witness's key id and verifier key.
+const ALG_COSIGNATURE_V1: u8 = 4;
+
 /// Why a key, checkpoint or note is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NoteError {
@@ -59,10 +63,15 @@ fn check_name(name: &str) -> Result<(), NoteError> {
 /// The 4-byte key hash that names a key in signatures: the first 4 bytes of
 /// `SHA-256(name ‖ "\n" ‖ 0x01 ‖ public key)`, big-endian.
 pub fn key_hash(name: &str, public: &[u8; 32]) -> u32 {
+    key_id(name, ALG_ED25519, public)
+}
+
+/// `SHA-256(name ‖ "\n" ‖ alg ‖ public key)[:4]`, big-endian.
+fn key_id(name: &str, alg: u8, public: &[u8; 32]) -> u32 {
     let mut h = Sha256::new();
     h.update(name.as_bytes());
     h.update(b"\n");
-    h.update([ALG_ED25519]);
+    h.update([alg]);
     h.update(public);
     let d = h.finalize();
     u32::from_be_bytes([d[0], d[1], d[2], d[3]])
@@ -139,6 +148,40 @@ impl SignerKey {
             hash: self.hash(),
             key: public,
         }
+    }
+
+    /// The key as a witness's verifier key (C2SP `tlog-cosignature`, `cosignature/v1`).
+    pub fn witness(&self) -> WitnessKey {
+        let key = self.key.verifying_key();
+        WitnessKey {
+            name: self.name.clone(),
+            hash: key_id(&self.name, ALG_COSIGNATURE_V1, key.as_bytes()),
+            key,
+        }
+    }
+
+    /// Cosigns a signed note as a witness (C2SP `tlog-cosignature` v1, Ed25519) at
+    /// `timestamp` (POSIX seconds): the note with one more signature line, `— NAME
+    /// BASE64(key id ‖ timestamp ‖ signature)`, the signature over `cosignature/v1\ntime
+    /// T\n` and the note's body. The caller has checked the checkpoint's consistency first:
+    /// that check is what a cosignature states.
+    pub fn cosign(&self, note: &str, timestamp: u64) -> Result<String, NoteError> {
+        let (body, _) = split_note(note)?;
+        if timestamp > i64::MAX as u64 {
+            return Err(NoteError::Malformed {
+                what: "note",
+                why: "a cosignature time above 2^63-1".into(),
+            });
+        }
+        let sig = self.key.sign(cosigned_message(body, timestamp).as_bytes());
+        let mut blob = self.witness().hash.to_be_bytes().to_vec();
+        blob.extend_from_slice(&timestamp.to_be_bytes());
+        blob.extend_from_slice(&sig.to_bytes());
+        Ok(format!(
+            "{note}\u{2014} {} {}\n",
+            self.name,
+            B64.encode(blob)
+        ))
     }
 
     /// Signs `text` (a note body ending in a newline) and returns the signed note.
@@ -256,6 +299,129 @@ impl VerifierKey {
             NoteError::Unsigned(self.to_text())
         })
     }
+}
+
+/// The message a `cosignature/v1` signs: the header line, the time line and the note body.
+fn cosigned_message(body: &str, timestamp: u64) -> String {
+    format!("cosignature/v1\ntime {timestamp}\n{body}")
+}
+
+/// A signed note's body (with its final newline) and its signature lines.
+fn split_note(note: &str) -> Result<(&str, &str), NoteError> {
+    let bad = |why: &str| NoteError::Malformed {
+        what: "note",
+        why: why.into(),
+    };
+    if !note.ends_with('\n') {
+        return Err(bad("it does not end in a newline"));
+    }
+    let split = note
+        .rfind("\n\n")
+        .ok_or_else(|| bad("no blank line before the signatures"))?;
+    let (text, sigs) = (&note[..split + 1], &note[split + 2..]);
+    check_body(text)?;
+    Ok((text, sigs))
+}
+
+/// A witness's public key (C2SP `tlog-cosignature`, Ed25519 `cosignature/v1`) with its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessKey {
+    /// The witness's name.
+    pub name: String,
+    /// Its 4-byte key id (algorithm byte 0x04).
+    pub hash: u32,
+    key: VerifyingKey,
+}
+
+impl WitnessKey {
+    /// Parses `NAME+HASH+BASE64(0x04 ‖ public key)`; the same key's note verifier form
+    /// (`0x01`, as `pmm-export --keygen` prints it) is taken too, as the witness's key.
+    pub fn parse(text: &str) -> Result<WitnessKey, NoteError> {
+        let bad = |why: &str| NoteError::Key {
+            what: "witness",
+            why: why.into(),
+        };
+        let (name, hash, key) =
+            split_key(text.trim()).ok_or_else(|| bad("expected NAME+HASH+BASE64"))?;
+        check_name(name)?;
+        let bytes = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
+        let (alg, public): (u8, [u8; 32]) = match bytes.split_first() {
+            Some((&a, k)) if a == ALG_COSIGNATURE_V1 || a == ALG_ED25519 => {
+                (a, k.try_into().map_err(|_| bad("wrong key length"))?)
+            }
+            _ => return Err(bad("not an Ed25519 cosignature key")),
+        };
+        if key_id(name, alg, &public) != hash {
+            return Err(bad("its hash does not match its name and key"));
+        }
+        let key = VerifyingKey::from_bytes(&public).map_err(|_| bad("not a valid point"))?;
+        Ok(WitnessKey {
+            name: name.into(),
+            hash: key_id(name, ALG_COSIGNATURE_V1, &public),
+            key,
+        })
+    }
+
+    /// The text form, `NAME+HASH+BASE64(0x04 ‖ public key)`.
+    pub fn to_text(&self) -> String {
+        let mut k = vec![ALG_COSIGNATURE_V1];
+        k.extend_from_slice(self.key.as_bytes());
+        format!("{}+{:08x}+{}", self.name, self.hash, B64.encode(k))
+    }
+
+    /// The time (POSIX seconds) of this witness's valid cosignature on `note`; lines of
+    /// other keys are ignored.
+    pub fn open(&self, note: &str) -> Result<u64, NoteError> {
+        let (body, sigs) = split_note(note)?;
+        let mut seen = false;
+        for line in sigs.lines() {
+            let Some((name, blob)) = signature_line(line)? else {
+                continue;
+            };
+            let hash = u32::from_be_bytes([blob[0], blob[1], blob[2], blob[3]]);
+            if name != self.name || hash != self.hash {
+                continue;
+            }
+            seen = true;
+            let Some(t) = blob.get(4..12).and_then(|t| <[u8; 8]>::try_from(t).ok()) else {
+                continue;
+            };
+            let t = u64::from_be_bytes(t);
+            let Ok(sig) = Signature::from_slice(&blob[12..]) else {
+                continue;
+            };
+            let msg = cosigned_message(body, t);
+            if t <= i64::MAX as u64 && self.key.verify_strict(msg.as_bytes(), &sig).is_ok() {
+                return Ok(t);
+            }
+        }
+        Err(if seen {
+            NoteError::BadSignature(self.to_text())
+        } else {
+            NoteError::Unsigned(self.to_text())
+        })
+    }
+}
+
+/// One signature line's key name and decoded blob (at least the 4-byte key id).
+fn signature_line(line: &str) -> Result<Option<(&str, Vec<u8>)>, NoteError> {
+    let bad = |why: &str| NoteError::Malformed {
+        what: "note",
+        why: why.into(),
+    };
+    let rest = line
+        .strip_prefix("\u{2014} ")
+        .ok_or_else(|| bad("a signature line does not start with '\u{2014} '"))?;
+    let (name, b64) = rest
+        .split_once(' ')
+        .ok_or_else(|| bad("a signature line has no signature"))?;
+    let blob = B64
+        .decode(b64)
+        .map_err(|_| bad("a signature is not base64"))?;
+    if blob.len() < 4 {
+        return Err(bad("a signature is too short"));
+    }
+    Ok(Some((name, blob)))
 }
 
 /// A note body: non-empty, ends in a newline, no blank line inside, no control characters
@@ -386,5 +552,46 @@ mod tests {
         assert_eq!(open_checkpoint(&note, &v).unwrap(), cp);
         let forged = note.replace("\n5\n", "\n6\n");
         assert!(open_checkpoint(&forged, &v).is_err());
+    }
+
+    #[test]
+    fn cosignatures_verify_and_any_flipped_bit_fails() {
+        let log = SignerKey::from_seed("example.com/log", [7; 32]).unwrap();
+        let w = SignerKey::from_seed("witness.example.com/w1", [9; 32]).unwrap();
+        let cp = Checkpoint {
+            origin: "example.com/log".into(),
+            size: 20852163,
+            root: Digest::of(b"r"),
+            extensions: vec![],
+        };
+        let note = log.sign(&cp.to_text()).unwrap();
+        let cosigned = w.cosign(&note, 1679315147).unwrap();
+        assert!(cosigned.starts_with(&note));
+        let wk = WitnessKey::parse(&w.witness().to_text()).unwrap();
+        assert_eq!(wk, w.witness());
+        assert_eq!(WitnessKey::parse(&w.verifier().to_text()).unwrap(), wk);
+        assert_eq!(wk.open(&cosigned), Ok(1679315147));
+        // The log's own signature still opens, the cosignature line is ignored by it.
+        assert_eq!(open_checkpoint(&cosigned, &log.verifier()).unwrap(), cp);
+        assert!(matches!(wk.open(&note), Err(NoteError::Unsigned(_))));
+        // A flipped bit anywhere in the cosignature's blob fails.
+        let line = cosigned.lines().last().unwrap();
+        let b64 = line.rsplit(' ').next().unwrap();
+        let blob = B64.decode(b64).unwrap();
+        for bit in 32..blob.len() * 8 {
+            let mut b = blob.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            let bad = cosigned.replace(b64, &B64.encode(&b));
+            assert!(wk.open(&bad).is_err(), "bit {bit}");
+        }
+        // ... and in the body it signs.
+        let forged = cosigned.replace("\n20852163\n", "\n20852164\n");
+        assert!(wk.open(&forged).is_err());
+        // A key id per C2SP: SHA-256(name ‖ "\n" ‖ 0x04 ‖ key)[:4].
+        let mut h = Sha256::new();
+        h.update(b"witness.example.com/w1\n\x04");
+        h.update(w.key.verifying_key().as_bytes());
+        let d = h.finalize();
+        assert_eq!(wk.hash, u32::from_be_bytes([d[0], d[1], d[2], d[3]]));
     }
 }

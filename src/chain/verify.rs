@@ -187,6 +187,17 @@ pub enum Problem {
         /// One line of what SQLite (or the head check) reported.
         error: String,
     },
+    /// Not a problem: the event's content was erased by the `erasure` event `erasure_id`,
+    /// which names it and its stored `hash` (its hash cannot be recomputed, the chain links
+    /// through it). Printed as a `{"type":"erased"}` record, never counted as a finding.
+    Erased {
+        /// The stored hash, which the erasure event names.
+        hash: String,
+        /// The `erasure` event.
+        erasure_id: i64,
+        /// Why it was erased.
+        reason: String,
+    },
     /// A derived event that does not match what its inputs give.
     DerivedMismatch {
         /// What was checked.
@@ -260,6 +271,9 @@ pub struct Summary {
     pub empty: u64,
     /// Count of `sqlite_damage` findings (SQLite ledgers only).
     pub sqlite_damage: u64,
+    /// Events reported as `erased` (not findings); left out when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub erased: u64,
     /// How many anchors were checked.
     pub anchors_checked: u64,
     /// With `--deep`: how many derived values of each kind were recomputed.
@@ -288,6 +302,7 @@ impl Summary {
             Problem::DerivedMismatch { .. } => self.derived_mismatches += 1,
             Problem::Empty { .. } => self.empty += 1,
             Problem::SqliteDamage { .. } => self.sqlite_damage += 1,
+            Problem::Erased { .. } => self.erased += 1,
         }
     }
 
@@ -363,6 +378,14 @@ pub struct Verifier {
     maybe_dups: HashMap<Digest, Vec<i64>>,
     scratch: Vec<u8>,
     eager: bool,
+    /// Events in the erased form (empty content, meta `{}`) whose hash does not recompute:
+    /// `(id, stored hash, recomputed)`, settled at the end against the erasure events.
+    maybe_erased: Vec<(i64, Option<String>, String)>,
+    /// What the verified `erasure` events name: erased id → (its hash, erasure id, reason).
+    erasures: HashMap<i64, (String, i64, String)>,
+    /// Whether the last event checked is in the erased form with a hash that does not
+    /// recompute (the deep checker skips what depends on it).
+    last_erased: bool,
 }
 
 /// What a second pass must look up, and what it found.
@@ -425,6 +448,61 @@ impl Verifier {
             maybe_dups: HashMap::new(),
             scratch: Vec::with_capacity(4096),
             eager: false,
+            maybe_erased: Vec::new(),
+            erasures: HashMap::new(),
+            last_erased: false,
+        }
+    }
+
+    /// Whether the event last checked is in the erased form (empty content, meta `{}`) with a
+    /// hash that does not recompute: erased, if an `erasure` event names it (settled by
+    /// [`Verifier::finish`]), a mismatch otherwise.
+    pub fn last_erased(&self) -> bool {
+        self.last_erased
+    }
+
+    /// The smallest id that a verified `erasure` event seen so far names, if any: checks whose
+    /// inputs may include it (a later turn's prompt) cannot be recomputed.
+    pub fn first_erased(&self) -> Option<i64> {
+        self.erasures.keys().min().copied()
+    }
+
+    /// Remembers what a verified `erasure` event names.
+    fn note_erasure(&mut self, ev: &Event) {
+        let Ok(meta) = serde_json::from_str::<Map<String, Value>>(&ev.meta) else {
+            return;
+        };
+        let id = meta.get("erased_id").and_then(Value::as_i64);
+        let hash = meta.get("erased_hash").and_then(Value::as_str);
+        if let (Some(id), Some(hash)) = (id, hash) {
+            let reason = meta.get("reason").and_then(Value::as_str).unwrap_or("");
+            self.erasures
+                .entry(id)
+                .or_insert((hash.to_string(), ev.id, reason.to_string()));
+        }
+    }
+
+    /// Settles the events in the erased form: `erased` when a verified erasure names the id
+    /// and the stored hash, a hash mismatch otherwise (content changed without an erasure).
+    fn settle_erased(&mut self, out: &mut Vec<Finding>) {
+        for (id, found, expected) in std::mem::take(&mut self.maybe_erased) {
+            let named = self.erasures.get(&id).cloned();
+            match named {
+                Some((hash, erasure_id, reason)) if found.as_deref() == Some(hash.as_str()) => {
+                    self.summary.erased += 1;
+                    let p = Problem::Erased {
+                        hash,
+                        erasure_id,
+                        reason,
+                    };
+                    out.push(Finding {
+                        record: "erased",
+                        id: Some(id),
+                        problem: p,
+                    });
+                }
+                _ => self.emit(out, Some(id), Problem::HashMismatch { expected, found }),
+            }
         }
     }
 
@@ -454,7 +532,15 @@ impl Verifier {
             self.summary.first_id = Some(id);
         }
         self.check_id(ev, out);
+        self.last_erased = false;
+        let before = self.summary.hash_mismatches + self.summary.malformed;
         self.check_hash(ev, computed, out);
+        if ev.kind == crate::event::Kind::Erasure
+            && self.summary.hash_mismatches + self.summary.malformed == before
+            && !self.last_erased
+        {
+            self.note_erasure(ev);
+        }
         self.check_link(ev, out);
         self.check_repeat(ev, out);
         self.check_anchor(ev, out);
@@ -496,6 +582,11 @@ impl Verifier {
             Ok(d) => {
                 let mut hex = [0u8; 64];
                 if ev.hash.as_deref().map(str::as_bytes) != Some(d.write_hex(&mut hex)) {
+                    if ev.content.is_empty() && ev.meta == "{}" {
+                        self.last_erased = true;
+                        self.maybe_erased.push((id, ev.hash.clone(), d.to_string()));
+                        return;
+                    }
                     self.emit(
                         out,
                         Some(id),
@@ -704,6 +795,7 @@ impl Verifier {
     /// Closes the run: anchors never reached become `anchor_mismatch` (truncation), and the
     /// summary is returned. Call [`Verifier::settle`] first.
     pub fn finish(mut self, out: &mut Vec<Finding>) -> Summary {
+        self.settle_erased(out);
         for (id, hash) in std::mem::take(&mut self.anchors) {
             self.summary.anchors_checked += 1;
             self.emit(

@@ -28,6 +28,9 @@ EXAMPLES:
     pmm-append --db new.db --import ledger.json.gz --accept-forks
     gunzip -c ledger.json.gz > ledger.json      # each side in a file: cmp cannot pass
     pmm-export --db new.db -o kept.json && cmp kept.json ledger.json   # when both failed
+  Erase a message and the summaries that quote it (the chain and proofs still verify):
+    pmm-append --erase 42 --reason 'user asked to forget' --source owner --with-quotes
+    pmm-verify | jq -c 'select(.type==\"erased\")'
 
 INPUT:
   One JSON object per line: {\"kind\": K, \"content\": STRING, \"meta\": OBJECT}; meta is optional.
@@ -43,10 +46,12 @@ OUTPUT:
 
 EXIT STATUS:
   0  every event was appended
-  1  the write policy refused a sensitive write (a violation event was appended)
+  1  the write policy refused a sensitive write or an erasure (a violation event was
+     appended)
   2  bad input (named with its line), unknown kind, unreadable import, locked or read-only
      ledger; the offending event is not written (lines before it stay, unless --batch or
-     --keep-ts); with --keep-ts a missing, bad or backwards ts (named with its line)
+     --keep-ts); with --keep-ts a missing, bad or backwards ts (named with its line);
+     with --erase an id that is no event, an erasure, or an event already erased
 
 ENVIRONMENT:
   PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
@@ -57,7 +62,9 @@ ENVIRONMENT:
 ///
 /// Reads JSON Lines on stdin (one event per line) and appends each to the hash chain in its own
 /// transaction, printing every appended event as JSON Lines; or appends the one event given by
-/// --kind/--content/--meta; or imports a whole ledger verbatim with --import.
+/// --kind/--content/--meta; or imports a whole ledger verbatim with --import; or erases an
+/// event's content with --erase (then prints the erasure events and one
+/// {"type":"erasure","erased","quoted_by","wal_truncated"} record).
 ///
 /// Every append is one BEGIN IMMEDIATE transaction that reads the head and inserts, so any
 /// number of processes may append to one ledger at once and the chain stays unbroken.
@@ -107,6 +114,27 @@ pub struct Args {
     /// List the allowed kinds and exit
     #[arg(long)]
     list_kinds: bool,
+    /// Erase event ID: remove its content and meta from the ledger and from every derived
+    /// table (full-text index, vectors, projection checkpoints), zeroed in the file, and append
+    /// an erasure event naming its id, hash and --reason, in one transaction. The chain still
+    /// links through it and its Merkle proofs still verify; pmm-verify reports it as erased.
+    /// Only an actor trusted with the write policy may erase (see --source)
+    #[arg(long, value_name = "ID", conflicts_with_all = ["kind", "batch", "keep_ts", "import"], requires = "reason")]
+    erase: Option<i64>,
+    /// Why the --erase is made (kept in the erasure event)
+    #[arg(long, value_name = "TEXT", requires = "erase")]
+    reason: Option<String>,
+    /// With --erase: erase too the later events that quote the erased text (reflections,
+    /// summaries, lifetime-memory chunks, meta summaries, claims, commitments, identity
+    /// adoptions whose content or meta holds its first 60 characters); without it they are
+    /// only listed
+    #[arg(long, requires = "erase")]
+    with_quotes: bool,
+    /// With --erase: the actor erasing (the erasure event's meta.source). The write policy
+    /// lets only an actor that may write config events erase: under the reference's default
+    /// policy any actor but cli
+    #[arg(long, value_name = "NAME", default_value = "cli", requires = "erase")]
+    source: String,
 }
 
 impl Program for Args {
@@ -164,6 +192,9 @@ fn print_violation(ledger: &Ledger, e: &anyhow::Error, out: &mut Out) -> anyhow:
 fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
     if let Some(source) = &args.import {
         return import(args, source, out);
+    }
+    if let Some(id) = args.erase {
+        return erase(args, id, out);
     }
     // Parse and validate before opening anything for writing.
     let single = match &args.kind {
@@ -454,6 +485,58 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
     let summary = interchange::import(&mut ledger, &input, args.accept_forks, &tick)?;
     bar.finish_and_clear();
     out.record(&summary)?;
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+/// What `--erase` did besides its erasure events: every event erased, the later events that
+/// quote the erased text and were left (without `--with-quotes`), and whether the WAL was
+/// truncated.
+#[derive(serde::Serialize)]
+struct EraseRecord {
+    #[serde(rename = "type")]
+    record: &'static str,
+    erased: Vec<i64>,
+    quoted_by: Vec<i64>,
+    wal_truncated: bool,
+}
+
+fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+    let reason = args.reason.as_deref().unwrap_or_default();
+    if crate::pystr::strip(reason).is_empty() {
+        return Err(Error::bad_input(Some("--reason".into()), "the reason is empty").into());
+    }
+    let path = args.ledger.path();
+    if !path.exists() {
+        return Err(Error::MissingLedger(path).into());
+    }
+    let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+    let quotes = match ledger.get(id)? {
+        Some(ev) => ledger.quoting(id, &ev.content)?,
+        None => Vec::new(),
+    };
+    let mut targets = vec![id];
+    if args.with_quotes {
+        targets.extend(&quotes);
+    }
+    let clock = args.clock.clock();
+    let erased = match ledger.erase(&targets, reason, &args.source, &clock) {
+        Ok(e) => e,
+        Err(e) => {
+            let e = anyhow::Error::new(e);
+            print_violation(&ledger, &e, out)?;
+            return Err(e);
+        }
+    };
+    for ev in &erased.events {
+        out.event(ev)?;
+    }
+    out.record(&EraseRecord {
+        record: "erasure",
+        erased: targets,
+        quoted_by: if args.with_quotes { vec![] } else { quotes },
+        wal_truncated: erased.wal_truncated,
+    })?;
     out.flush()?;
     Ok(Outcome::Success)
 }

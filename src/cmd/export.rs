@@ -1,7 +1,6 @@
 //! `pmm-export`: export a ledger.
 
-use crate::chain::merkle;
-use crate::chain::note::{Checkpoint, SignerKey};
+use crate::chain::note::SignerKey;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
 use crate::interchange::{self, ExportContext, ExportFormat};
 use crate::outfile::OutputFile;
@@ -343,18 +342,7 @@ fn checkpoint(key: &Path, db: &Path) -> anyhow::Result<Outcome> {
     let signer = SignerKey::parse(&text)
         .map_err(|e| Error::bad_input(Some(key.display().to_string()), e.to_string()))?;
     let ledger = Ledger::open_reader(db)?;
-    let mut tree = ledger.tree()?;
-    let size = tree.size();
-    let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
-    let cp = Checkpoint {
-        origin: signer.name.clone(),
-        size,
-        root,
-        extensions: Vec::new(),
-    };
-    let note = signer
-        .sign(&cp.to_text())
-        .map_err(|e| Error::bad_input(None, e.to_string()))?;
+    let (note, _) = crate::audit::prove::signed_checkpoint(&ledger, &signer)?;
     io::stdout().lock().write_all(note.as_bytes())?;
     Ok(Outcome::Success)
 }

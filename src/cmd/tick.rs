@@ -95,6 +95,14 @@ pub struct Args {
     /// commitment_auto_close) to a positive integer; repeatable; no tick is run
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_set, conflicts_with_all = ["slot", "dry_run"])]
     set: Vec<(String, i64)>,
+    /// After every tick, sign a checkpoint of the ledger's Merkle tree with this private key
+    /// (pmm-export --keygen writes one) into --checkpoint-out
+    #[arg(long, value_name = "FILE", requires = "checkpoint_out", conflicts_with_all = ["dry_run", "set"])]
+    checkpoint_key: Option<std::path::PathBuf>,
+    /// The file the signed checkpoint is written to after every tick (beside it, then renamed
+    /// into place; never the ledger), as pmm-export --checkpoint prints it
+    #[arg(long, value_name = "FILE", requires = "checkpoint_key")]
+    checkpoint_out: Option<std::path::PathBuf>,
 }
 
 /// The threshold keys `--set` takes.
@@ -228,6 +236,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return Ok(Outcome::Success);
     }
 
+    let signer = checkpoint_signer(&args, &path)?;
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() {
         let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &clock)?;
@@ -252,6 +261,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let t = tick::run(&mut ledger, &slot_now(), &clock)?;
         print(&mut out, &t)?;
         embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
+        sign_step(&ledger, signer.as_ref(), &mut out)?;
         return Ok(Outcome::Success);
     };
 
@@ -265,6 +275,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             Ok(t) => {
                 print(&mut out, &t)?;
                 embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
+                sign_step(&ledger, signer.as_ref(), &mut out)?;
                 ticked_once = true;
             }
             // The first tick failing means a bad setup: stop. Later failures (a ledger
@@ -281,6 +292,44 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     }
     Ok(Outcome::Success)
+}
+
+/// `--checkpoint-key K --checkpoint-out F`: the key, read before anything is written, and
+/// where its checkpoints go (refused when that is the ledger or one of its files).
+fn checkpoint_signer(
+    args: &Args,
+    ledger: &std::path::Path,
+) -> anyhow::Result<Option<(crate::chain::note::SignerKey, std::path::PathBuf)>> {
+    let (Some(key), Some(target)) = (&args.checkpoint_key, &args.checkpoint_out) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(key).map_err(|e| Error::io(key, e))?;
+    let signer = crate::chain::note::SignerKey::parse(&text)
+        .map_err(|e| Error::bad_input(Some(key.display().to_string()), e.to_string()))?;
+    crate::outfile::check_not_ledger(target, ledger)?;
+    Ok(Some((signer, target.clone())))
+}
+
+/// After a tick: the signed checkpoint of the ledger's tree, written beside `--checkpoint-out`
+/// and renamed into place, and a `{"type":"checkpoint","size","out"}` record.
+fn sign_step(
+    ledger: &Ledger,
+    signer: Option<&(crate::chain::note::SignerKey, std::path::PathBuf)>,
+    out: &mut Out,
+) -> anyhow::Result<()> {
+    let Some((key, target)) = signer else {
+        return Ok(());
+    };
+    let (note, size) = crate::audit::prove::signed_checkpoint(ledger, key)?;
+    let file = crate::outfile::OutputFile::create(target, Some(ledger.path()))?;
+    let mut w = file.writer()?;
+    std::io::Write::write_all(&mut w, note.as_bytes()).map_err(|e| Error::io(target, e))?;
+    std::io::Write::flush(&mut w).map_err(|e| Error::io(target, e))?;
+    drop(w);
+    file.commit()?;
+    out.record(&json!({"type": "checkpoint", "size": size, "out": target.display().to_string()}))?;
+    out.flush()?;
+    Ok(())
 }
 
 /// After a tick, with an embedding model: one bounded batch of events that have no vector

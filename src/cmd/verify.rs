@@ -1,7 +1,7 @@
 //! `pmm-verify`: verify a ledger or an export.
 
 use crate::chain::merkle;
-use crate::chain::note::{self, Checkpoint, NoteError, VerifierKey};
+use crate::chain::note::{self, Checkpoint, NoteError, SignerKey, VerifierKey, WitnessKey};
 use crate::chain::proof::{self, Hex, Proof, Trusted};
 use crate::chain::{Anchor, AnchorError, Digest, Summary};
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
@@ -30,6 +30,10 @@ EXAMPLES:
     pmm-verify --check-proof proof.json --checkpoint cp.txt --key \"$VKEY\"   # no ledger needed
   Check that the ledger only grew since a signed checkpoint:
     pmm-verify --checkpoint cp.txt --key \"$VKEY\"
+  Witness: cosign a checkpoint consistent with the last one cosigned, then check it:
+    pmm-verify --checkpoint cp.txt --key \"$VKEY\" --cosign --witness-key w.key \\
+      --previous last.txt > cosigned.txt && cp cosigned.txt last.txt
+    pmm-verify --checkpoint cosigned.txt --key \"$VKEY\" --witness \"$WKEY\"
 
 OUTPUT:
   One {\"type\":\"finding\",\"id\",\"problem\",...} line per problem: hash_mismatch, broken_link
@@ -37,8 +41,11 @@ OUTPUT:
   duplicate_hash, anchor_mismatch, malformed (with its line), empty (an input without events:
   an empty file or ledger is never a clean pass unless --allow-empty), sqlite_damage (for SQLite
   ledgers: what SQLite's quick_check, or integrity_check with --integrity, reports), and with --deep
-  derived_mismatch (what, expected, found); then one {\"type\":\"summary\"} line per input with counts, last_id,
-  last_hash, ok and sha256_full_digest (and with --deep, what was recomputed).
+  derived_mismatch (what, expected, found); one {\"type\":\"erased\",\"id\",\"hash\",\"erasure_id\",
+  \"reason\"} line per event whose content pmm-append --erase removed (not a finding: the erasure
+  event in the chain names its id and hash); then one {\"type\":\"summary\"} line per input with
+  counts, last_id, last_hash, ok and sha256_full_digest (and with --deep, what was recomputed
+  and what was skipped because an input was erased).
   The Merkle tree (RFC 9162; leaf = SHA-256(0x00 || the event hash's 32 bytes), one per
   event in id order) answers instead, with hashes in lowercase hex and paths in RFC 9162
   order:
@@ -47,6 +54,7 @@ OUTPUT:
     --consistency M N {\"type\":\"consistency\",\"from\",\"to\",\"root_from\",\"root_to\",\"path\"}
     --check-proof F   {\"type\":\"proof_check\",\"ok\",\"proof\",\"size\",...}
     --checkpoint F    {\"type\":\"checkpoint_check\",\"ok\",\"size\",\"root\",\"ledger_size\",...}
+    --cosign          the checkpoint with the witness's cosignature line (a signed note)
 
 EXIT STATUS:
   0  every input verifies clean (a proof checks, a checkpoint matches the ledger)
@@ -129,6 +137,40 @@ pub struct Args {
     /// ledger for writing) and print its root
     #[arg(long, help_heading = "Proofs")]
     rebuild_tree: bool,
+    /// With --checkpoint: cosign it as a witness (C2SP tlog-cosignature, Ed25519
+    /// cosignature/v1) once the ledger proves it consistent (and, with --previous, that the
+    /// log only grew since the last one cosigned): print the checkpoint with the witness's
+    /// signature line added instead of the check record
+    #[arg(long, help_heading = "Proofs", requires_all = ["checkpoint", "witness_key"])]
+    cosign: bool,
+    /// The witness's private key file for --cosign (pmm-export --keygen NAME --key FILE
+    /// writes one; the verifier key it prints is the witness's public key)
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Proofs",
+        requires = "cosign"
+    )]
+    witness_key: Option<PathBuf>,
+    /// With --checkpoint: the checkpoint last checked or cosigned (signed by the same --key);
+    /// the new one must be consistent with it: not smaller, its tree a prefix of the new one
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Proofs",
+        requires = "checkpoint"
+    )]
+    previous: Option<PathBuf>,
+    /// With --checkpoint: also require a valid cosignature by this witness
+    /// (NAME+HASH+BASE64, the verifier key pmm-export --keygen printed for it, or a file
+    /// holding it)
+    #[arg(
+        long,
+        value_name = "WITNESSKEY",
+        help_heading = "Proofs",
+        requires = "checkpoint"
+    )]
+    witness: Option<String>,
 }
 
 impl Program for Args {
@@ -247,6 +289,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         key: args.key.clone(),
         rebuild_tree: args.rebuild_tree,
         files: !args.files.is_empty(),
+        witnessing: Witnessing {
+            cosign: args.witness_key.clone().filter(|_| args.cosign),
+            previous: args.previous.clone(),
+            witness: args.witness.clone(),
+        },
     })? {
         return Ok(outcome);
     }
@@ -300,6 +347,18 @@ struct ProofArgs {
     key: Option<String>,
     rebuild_tree: bool,
     files: bool,
+    witnessing: Witnessing,
+}
+
+/// What `--checkpoint` does besides checking the ledger against it.
+#[derive(Default)]
+struct Witnessing {
+    /// `--cosign --witness-key FILE`: the witness's private key file.
+    cosign: Option<PathBuf>,
+    /// `--previous FILE`: the checkpoint the new one must be consistent with.
+    previous: Option<PathBuf>,
+    /// `--witness KEY`: a cosignature that must be on the checkpoint.
+    witness: Option<String>,
 }
 
 fn read_text(path: &Path) -> crate::Result<String> {
@@ -379,7 +438,7 @@ fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
             let (Some(cp_path), Some(key)) = (&a.checkpoint, &a.key) else {
                 return Ok(None);
             };
-            check_against_checkpoint(&ledger, cp_path, key, &mut out)?
+            check_against_checkpoint(&ledger, cp_path, key, &a.witnessing, &mut out)?
         }
     };
     out.flush()?;
@@ -522,8 +581,25 @@ fn check_against_checkpoint(
     ledger: &Ledger,
     cp_path: &Path,
     key: &str,
+    w: &Witnessing,
     out: &mut Out,
 ) -> anyhow::Result<Outcome> {
+    // Keys and files first: a bad one is exit 2 whatever the checkpoint says.
+    let witness_signer = match &w.cosign {
+        Some(path) => Some(
+            SignerKey::parse(&read_text(path)?)
+                .map_err(|e| Error::bad_input(Some(path.display().to_string()), e.to_string()))?,
+        ),
+        None => None,
+    };
+    let witness = match &w.witness {
+        Some(k) => Some(witness_key(k)?),
+        None => None,
+    };
+    let previous = match &w.previous {
+        Some(p) => Some(signed_checkpoint(p, key)?),
+        None => None,
+    };
     let cp = match signed_checkpoint(cp_path, key)? {
         Ok(cp) => cp,
         Err(err) => {
@@ -565,9 +641,36 @@ fn check_against_checkpoint(
             None
         }
     };
+    let mut problem = problem;
+    if let (None, Some(prev)) = (&problem, &previous) {
+        if let Ok(p) = prev {
+            record["previous_size"] = p.size.into();
+        }
+        problem = previous_problem(ledger, &mut tree, prev, &cp)?;
+    }
+    if let (None, Some(wk)) = (&problem, &witness) {
+        match wk.open(&read_text(cp_path)?) {
+            Ok(t) => {
+                record["cosigned_by"] = wk.name.clone().into();
+                record["cosigned_at"] = t.into();
+            }
+            Err(err) => problem = Some(format!("no valid cosignature by the witness: {err}")),
+        }
+    }
     record["ok"] = problem.is_none().into();
     if let Some(p) = &problem {
         record["error"] = p.clone().into();
+    }
+    if let (None, Some(signer)) = (&problem, &witness_signer) {
+        let note = read_text(cp_path)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let cosigned = signer
+            .cosign(&note, now)
+            .map_err(|e| Error::bad_input(Some(cp_path.display().to_string()), e.to_string()))?;
+        out.raw(cosigned.as_bytes())?;
+        return Ok(Outcome::Success);
     }
     out.record(&record)?;
     Ok(if problem.is_some() {
@@ -575,4 +678,42 @@ fn check_against_checkpoint(
     } else {
         Outcome::Success
     })
+}
+
+/// `--witness`: the key's text, or a file holding it.
+fn witness_key(key: &str) -> crate::Result<WitnessKey> {
+    let at = || Some("--witness".to_string());
+    match WitnessKey::parse(key) {
+        Ok(k) => Ok(k),
+        Err(e) if !Path::new(key).is_file() => Err(Error::bad_input(at(), e.to_string())),
+        Err(_) => WitnessKey::parse(&read_text(Path::new(key))?)
+            .map_err(|e| Error::bad_input(at(), e.to_string())),
+    }
+}
+
+/// Why checkpoint `cp` is not a consistent successor of `previous` (the one last checked or
+/// cosigned), if it is not: another signer's, a smaller tree, or a tree whose prefix is not
+/// the previous one (a consistency proof from the ledger between the two roots).
+fn previous_problem(
+    ledger: &Ledger,
+    tree: &mut crate::store::Tree<'_>,
+    previous: &Result<Checkpoint, NoteError>,
+    cp: &Checkpoint,
+) -> crate::Result<Option<String>> {
+    let prev = match previous {
+        Ok(p) => p,
+        Err(err) => return Ok(Some(format!("the previous checkpoint: {err}"))),
+    };
+    if prev.size > cp.size {
+        return Ok(Some(format!(
+            "the checkpoint has {} events, fewer than the previous one's {}: the log went back",
+            cp.size, prev.size
+        )));
+    }
+    let path = merkle::consistency_proof(tree, prev.size, cp.size).map_err(|e| ledger.err(e))?;
+    Ok(
+        merkle::verify_consistency(prev.size, cp.size, &prev.root, &cp.root, &path)
+            .err()
+            .map(|err| format!("the checkpoint is not consistent with the previous one: {err}")),
+    )
 }

@@ -24,8 +24,9 @@ macro_rules! kinds {
 
         impl Kind {
             /// Every kind pmm knows and may append: the reference's allowlist in its order
-            /// (FORMATS.md §1.7 says 38 but lists 39; all 39 are kept), then `violation` and
-            /// `generation_failure` (SPEC §2.4).
+            /// (FORMATS.md §1.7 says 38 but lists 39; all 39 are kept), then `violation`,
+            /// `generation_failure` and `erasure` (SPEC §2.4; only `pmm-append --erase`
+            /// writes an `erasure`).
             pub const ALL: &'static [Kind] = &[$(Kind::$variant),*];
 
             /// The kind's name, as the ledger stores it.
@@ -98,6 +99,7 @@ kinds! {
     ConceptBindAsync = "concept_bind_async",
     Violation = "violation",
     GenerationFailure = "generation_failure",
+    Erasure = "erasure",
 }
 
 /// The name of a kind pmm does not know. Only [`Kind::from`] makes one, so it is never the
@@ -192,7 +194,7 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_are_unique() {
-        assert_eq!(Kind::ALL.len(), 41);
+        assert_eq!(Kind::ALL.len(), 42);
         let mut names: Vec<&str> = Kind::ALL.iter().map(Kind::as_str).collect();
         for (kind, name) in Kind::ALL.iter().zip(&names) {
             assert_eq!(Kind::from(*name), *kind);
@@ -215,7 +217,7 @@ mod tests {
             assert_eq!(
                 name.parse::<Kind>().unwrap_err().to_string(),
                 format!(
-                    "unknown kind '{name}' (`pmm-append --list-kinds` lists the 41 allowed kinds)"
+                    "unknown kind '{name}' (`pmm-append --list-kinds` lists the 42 allowed kinds)"
                 )
             );
         }

@@ -290,9 +290,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kinds_are_forty_and_unique() {
+    fn kinds_are_forty_two_and_unique() {
         let all = all_kinds();
-        assert_eq!(all.len(), 41);
+        assert_eq!(all.len(), 42);
         let mut dedup = all.clone();
         dedup.dedup();
         assert_eq!(dedup.len(), all.len());

@@ -500,18 +500,26 @@ impl Rsm {
     /// intent since genesis in every summary, so each one grows with the ledger — FORMATS.md
     /// §17 item 29), and how many there are in all.
     pub fn summary_snapshot(&self, concepts: &ConceptGraph) -> (Value, usize) {
-        let mut bytes = Vec::new();
-        let view = SnapshotView {
-            rsm: self,
-            concepts,
-            keep: Some(SUMMARY_REFLECTIONS),
-        };
-        // Writing into a Vec cannot fail.
-        let _ = view.write_json(&mut bytes);
+        let bytes = self.snapshot_json(concepts, true);
         (
             serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({})),
             self.intents.seq.len(),
         )
+    }
+
+    /// The JSON [`Rsm::snapshot`] (or, with `ours`, [`Rsm::summary_snapshot`]) parses, as
+    /// serde_json writes it: a value that serializes to these bytes is that snapshot, with no
+    /// value tree built (what `pmm-verify --deep` compares a summary's `rsm_state` with first).
+    pub fn snapshot_json(&self, concepts: &ConceptGraph, ours: bool) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let view = SnapshotView {
+            rsm: self,
+            concepts,
+            keep: ours.then_some(SUMMARY_REFLECTIONS),
+        };
+        // Writing into a Vec cannot fail.
+        let _ = view.write_json(&mut bytes);
+        bytes
     }
 }
 

@@ -7,6 +7,7 @@
 //! append-only list of migrations keyed on `PRAGMA user_version`.
 
 mod checkpoint;
+mod erase;
 mod fts;
 mod merkle;
 mod policy;
@@ -22,6 +23,8 @@ pub use checkpoint::{
 };
 
 pub use policy::{Policy, Verdict};
+
+pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
 use crate::chain::event_digest;
 use crate::event::{Clock, Event, Kind, NewEvent};
@@ -558,6 +561,69 @@ impl Ledger {
             findings.push(format!("the index does not match the ledger's text: {why}"));
         }
         Ok(findings)
+    }
+
+    /// Erases events `ids` (`pmm-append --erase`): in one write transaction, an `erasure`
+    /// event per id (naming it, its hash, its kind and `reason`, written by `actor`) and the
+    /// event's content and meta removed from its row and from every derived table; then the
+    /// WAL is checkpointed and truncated. Bad ids, erasure events and events already erased
+    /// are refused (exit 2) before anything is written; an actor the write policy does not
+    /// trust gets a `violation` event and [`Error::PolicyViolation`].
+    pub fn erase(
+        &mut self,
+        ids: &[i64],
+        reason: &str,
+        actor: &str,
+        clock: &Clock,
+    ) -> Result<Erased> {
+        self.conn
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(|e| self.err(e))?;
+        let mut batch = self.begin()?;
+        let targets = ids
+            .iter()
+            .map(|&id| batch.erasable(id))
+            .collect::<Result<Vec<_>>>()?;
+        let policy = Policy::current(&batch.tx).map_err(|e| batch.err(e))?;
+        let refused = |unreadable| Violation {
+            actor: actor.to_string(),
+            kind: Kind::Erasure.to_string(),
+            unreadable,
+            reason: None,
+        };
+        let violation = match policy.erasure_verdict(actor) {
+            Verdict::Allowed => None,
+            Verdict::Forbidden => Some(refused(None)),
+            Verdict::Unreadable(id, why) => Some(refused(Some((id, why)))),
+        };
+        if let Some(v) = violation {
+            let event = batch.append_violation(&v, clock)?;
+            batch.commit()?;
+            return Err(v.into_error(event.id));
+        }
+        let mut events = Vec::with_capacity(targets.len());
+        for target in &targets {
+            events.push(batch.erase(target, reason, actor, clock)?);
+        }
+        erase::compact_index(&batch.tx).map_err(|e| batch.err(e))?;
+        batch.commit()?;
+        let wal_truncated = erase::truncate_wal(&self.conn).map_err(|e| self.err(e))?;
+        Ok(Erased {
+            events,
+            wal_truncated,
+        })
+    }
+
+    /// The events after `id` whose content or meta quote `content` (event `id`'s text): the
+    /// summaries, lifetime-memory chunks and reflections an erasure should take along
+    /// (`--with-quotes`). Texts shorter than [`MIN_QUOTE_CHARS`] are not looked for.
+    pub fn quoting(&self, id: i64, content: &str) -> Result<Vec<i64>> {
+        erase::quoting(&self.conn, id, content).map_err(|e| self.err(e))
+    }
+
+    /// The `erasure` event that names event `id`, if it was erased.
+    pub fn erased_by(&self, id: i64) -> Result<Option<i64>> {
+        erase::erased_by(&self.conn, id).map_err(|e| self.err(e))
     }
 
     /// Records a policy refusal found inside a batch that was rolled back: appends the
@@ -1126,6 +1192,24 @@ impl From<Error> for Refusal {
     }
 }
 
+/// What [`Ledger::erase`] did.
+#[derive(Debug, Clone)]
+pub struct Erased {
+    /// The `erasure` events appended, one per erased event, in id order.
+    pub events: Vec<Event>,
+    /// Whether the WAL was checkpointed and truncated (`false`: a reader held part of it; the
+    /// next checkpoint copies and truncates it).
+    pub wal_truncated: bool,
+}
+
+/// An event about to be erased, as the transaction read it.
+struct EraseTarget {
+    id: i64,
+    kind: Kind,
+    hash: String,
+    content: String,
+}
+
 /// An open write transaction. Dropping it without [`Batch::commit`] rolls everything back.
 pub struct Batch<'a> {
     tx: rusqlite::Transaction<'a>,
@@ -1169,6 +1253,12 @@ impl Batch<'_> {
                     }))
                 }
             }
+        }
+        if ev.kind == Kind::Erasure {
+            return Err(Refusal::Error(Error::bad_input(
+                None,
+                "an erasure event is written only by pmm-append --erase, with the content it removes",
+            )));
         }
         if ev.kind == Kind::Config {
             if let Some(why) = crate::event::config::out_of_range(&ev.content) {
@@ -1234,6 +1324,56 @@ impl Batch<'_> {
         })
     }
 
+    /// Event `id` as an erasure target, or why it cannot be one (exit 2).
+    fn erasable(&self, id: i64) -> Result<EraseTarget> {
+        let bad = |msg: String| Error::bad_input(Some("--erase".into()), msg);
+        let head = self.head.as_ref().map_or(0, |h| h.id);
+        let Some(ev) = self.get(id)? else {
+            return Err(bad(format!(
+                "no event {id} (the ledger's ids run from 1 to {head})"
+            )));
+        };
+        if ev.kind == Kind::Erasure {
+            return Err(bad(format!(
+                "event {id} is an erasure: erasures are not erased"
+            )));
+        }
+        if let Some(by) = erase::erased_by(&self.tx, id).map_err(|e| self.err(e))? {
+            return Err(bad(format!("event {id} is already erased (by event {by})")));
+        }
+        let Some(hash) = ev.hash.filter(|h| !h.is_empty()) else {
+            return Err(bad(format!(
+                "event {id} has no hash to name (run pmm-verify)"
+            )));
+        };
+        Ok(EraseTarget {
+            id,
+            kind: ev.kind,
+            hash,
+            content: ev.content,
+        })
+    }
+
+    /// Appends the `erasure` event for `t` and removes its text (see [`Ledger::erase`]).
+    fn erase(
+        &mut self,
+        t: &EraseTarget,
+        reason: &str,
+        actor: &str,
+        clock: &Clock,
+    ) -> Result<Event> {
+        let mut meta = Map::new();
+        meta.insert("erased_hash".into(), Value::String(t.hash.clone()));
+        meta.insert("erased_id".into(), t.id.into());
+        meta.insert("erased_kind".into(), Value::String(t.kind.to_string()));
+        meta.insert("reason".into(), Value::String(reason.to_string()));
+        meta.insert("source".into(), Value::String(actor.to_string()));
+        let content = format!("erased event {} ({}): {reason}", t.id, t.kind);
+        let event = self.insert(&Kind::Erasure, &content, &meta, &clock.ts())?;
+        erase::scrub(&self.tx, t.id, &t.kind, &t.content).map_err(|e| self.err(e))?;
+        Ok(event)
+    }
+
     /// Appends the reference's `violation` event for a refused write.
     pub fn append_violation(&mut self, v: &Violation, clock: &Clock) -> Result<Event> {
         let mut meta = Map::new();
@@ -1278,6 +1418,33 @@ impl Batch<'_> {
             hash: ev.hash.clone(),
         });
         Ok(())
+    }
+
+    /// Drops the unique index on `hash` for a bulk load into an empty ledger (the caller
+    /// verifies that no hash repeats, and [`Batch::restore_hash_index`] re-creates it, sorted,
+    /// before the commit, failing on a repeat): whether there was one to drop.
+    pub fn defer_hash_index(&mut self) -> Result<bool> {
+        let had: bool = self
+            .tx
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='index' AND name='idx_events_hash')",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if had {
+            self.tx
+                .execute_batch("DROP INDEX idx_events_hash;")
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(had)
+    }
+
+    /// Re-creates the index [`Batch::defer_hash_index`] dropped (the reference's definition).
+    pub fn restore_hash_index(&mut self) -> Result<()> {
+        self.tx
+            .execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS idx_events_hash ON events(hash);")
+            .map_err(|e| self.err(e))
     }
 
     /// [`Ledger::put_vectors`] inside this transaction (a turn stores its two vectors with

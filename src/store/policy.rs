@@ -90,6 +90,20 @@ impl Policy {
         }
     }
 
+    /// Whether `actor` may erase events (`pmm-append --erase`): only an actor trusted with
+    /// the policy itself, i.e. one the policy lets write `config` (under the reference default
+    /// every actor but `cli`), and that the policy does not forbid `erasure` by name.
+    pub fn erasure_verdict(&self, actor: &str) -> Verdict {
+        match self.verdict(actor, &Kind::Config) {
+            Verdict::Allowed => {}
+            other => return other,
+        }
+        match self {
+            Policy::Found(_, _) => self.verdict(actor, &Kind::Erasure),
+            _ => Verdict::Allowed,
+        }
+    }
+
     /// The verdict on `actor` writing `kind`.
     pub fn verdict(&self, actor: &str, kind: &Kind) -> Verdict {
         match self {

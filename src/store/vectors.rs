@@ -303,6 +303,35 @@ fn pack(conn: &Connection, m: Model, fresh: &[(i64, Vec<u8>)]) -> rusqlite::Resu
     Ok(())
 }
 
+/// Forgets event `id`'s vectors, of every model: its rows and its entries in the packs
+/// (`pmm-append --erase`). The packs are read whole, which an erasure can afford.
+pub(crate) fn forget(conn: &Connection, id: i64) -> rusqlite::Result<()> {
+    conn.execute("DELETE FROM pmm_vectors WHERE id = ?1", [id])?;
+    let key = id.to_le_bytes();
+    let mut hits = Vec::new();
+    {
+        let mut stmt = conn.prepare("SELECT mid, chunk, n, ids, bits FROM pmm_vector_pack")?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let ids: Vec<u8> = r.get(3)?;
+            if let Some(at) = ids.chunks_exact(8).position(|c| c == key) {
+                let (mid, chunk, n): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                hits.push((mid, chunk, n, at, ids, r.get::<_, Vec<u8>>(4)?));
+            }
+        }
+    }
+    for (mid, chunk, n, at, mut ids, mut bits) in hits {
+        let width = bits.len() / (n.max(1) as usize);
+        ids.drain(at * 8..at * 8 + 8);
+        bits.drain(at * width..(at + 1) * width);
+        conn.execute(
+            "UPDATE pmm_vector_pack SET n = ?3, ids = ?4, bits = ?5 WHERE mid = ?1 AND chunk = ?2",
+            params![mid, chunk, n - 1, ids, bits],
+        )?;
+    }
+    Ok(())
+}
+
 /// The recallable events after `after` that have no vector of model `m`: `(id, content)` in
 /// id order, at most `limit`.
 pub(crate) fn missing(

@@ -80,6 +80,7 @@ fn reference_ledger_has_no_derived_mismatch() {
             synthesized_reflections: 0,
             mismatches: 0,
             unresolved: 0,
+            skipped_erased: 0,
         }
     );
 }

@@ -16,6 +16,7 @@ mod deep;
 mod deep_kinds;
 mod derived;
 mod embed;
+mod erase;
 mod fixture;
 mod floods;
 mod front;

@@ -479,3 +479,115 @@ fn the_stored_tree_is_kept_in_step_and_a_reader_completes_a_lagging_one() {
     let json = pmm.run("pmm-export", &["--format", "json"], "");
     assert!(!json.stdout.contains("pmm_merkle"));
 }
+
+/// A witness (C2SP tlog-cosignature) cosigns a checkpoint only after the ledger proves it
+/// consistent with the previous one it cosigned; pmm verifies its own cosignatures, and a
+/// flipped bit in one, or a log that went back, fails.
+#[test]
+fn a_witness_cosigns_consistent_checkpoints_and_pmm_verifies_the_cosignature() {
+    let pmm = Pmm::new();
+    pmm.seed(5);
+    let vkey = keygen(&pmm);
+    let wfile = pmm.path("witness.key");
+    let wfile = wfile.to_str().unwrap();
+    let r = pmm.run(
+        "pmm-export",
+        &["--keygen", "witness.test/w1", "--key", wfile],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let wkey = r.stdout.trim().to_string();
+    let old = checkpoint(&pmm, "cp1.txt");
+    pmm.seed(3);
+    let new = checkpoint(&pmm, "cp2.txt");
+    let cosign = |cp: &str, prev: &str| {
+        pmm.run(
+            "pmm-verify",
+            &[
+                "--checkpoint",
+                cp,
+                "--key",
+                &vkey,
+                "--cosign",
+                "--witness-key",
+                wfile,
+                "--previous",
+                prev,
+            ],
+            "",
+        )
+    };
+    let r = cosign(&new, &old);
+    assert_eq!(r.code, 0, "{r:?}");
+    let log_signed = std::fs::read_to_string(&new).unwrap();
+    assert!(r.stdout.starts_with(&log_signed), "{}", r.stdout);
+    let last = r.stdout.lines().last().unwrap();
+    assert!(last.starts_with("\u{2014} witness.test/w1 "), "{last}");
+    let cosigned = pmm.path("cp2w.txt");
+    std::fs::write(&cosigned, &r.stdout).unwrap();
+    let cosigned = cosigned.to_str().unwrap();
+
+    // pmm verifies the cosignature (and the log's signature, and the ledger against both).
+    let check = |cp: &str| {
+        pmm.run(
+            "pmm-verify",
+            &["--checkpoint", cp, "--key", &vkey, "--witness", &wkey],
+            "",
+        )
+    };
+    let ok = check(cosigned);
+    assert_eq!(ok.code, 0, "{ok:?}");
+    let rec = one(&ok);
+    assert_eq!(rec["cosigned_by"], "witness.test/w1");
+    assert!(rec["cosigned_at"].as_u64().unwrap() > 1_700_000_000);
+    // The library agrees, with the witness key in its cosignature form.
+    let wk = note::WitnessKey::parse(&wkey).unwrap();
+    assert_eq!(note::WitnessKey::parse(&wk.to_text()).unwrap(), wk);
+    assert!(wk.open(&r.stdout).is_ok());
+
+    // Without the cosignature, or with any bit of it flipped: exit 1.
+    assert_eq!(check(&new).code, 1);
+    let b64 = last.rsplit(' ').next().unwrap();
+    let blob = base64_decode(b64);
+    for bit in [0, 40, 100, 300, blob.len() * 8 - 1] {
+        let mut b = blob.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        let bad = r.stdout.replace(b64, &base64_encode(&b));
+        let f = pmm.path("bad.txt");
+        std::fs::write(&f, bad).unwrap();
+        let c = check(f.to_str().unwrap());
+        assert_eq!(c.code, 1, "bit {bit}: {c:?}");
+        assert_eq!(one(&c)["ok"], false);
+    }
+
+    // A checkpoint that is not a successor of the previous one is not cosigned.
+    let r = cosign(&old, &new);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(one(&r)["error"].as_str().unwrap().contains("went back"));
+    // A witness key file that is not one: exit 2, nothing printed.
+    let r = pmm.run(
+        "pmm-verify",
+        &[
+            "--checkpoint",
+            &new,
+            "--key",
+            &vkey,
+            "--cosign",
+            "--witness-key",
+            &new,
+        ],
+        "",
+    );
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stdout.is_empty());
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+}
+
+fn base64_encode(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(b)
+}

@@ -658,3 +658,101 @@ fn ci_verify_script_catches_a_rewritten_history() {
         before
     );
 }
+
+/// scripts/ci-verify.sh --signed: the last signed checkpoint instead of an anchors file. The
+/// first run signs one, a grown ledger passes and gets a new one, a history rewritten with
+/// recomputed hashes fails against it and leaves it as it was.
+#[test]
+fn ci_verify_script_keeps_the_last_signed_checkpoint() {
+    let pmm = Pmm::new();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ci-verify.sh");
+    let key = pmm.path("log.key");
+    let r = pmm.run(
+        "pmm-export",
+        &["--keygen", "ci.test/log", "--key", key.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let vkey = r.stdout.trim().to_string();
+    let ci = |ledger: &std::path::Path| {
+        std::process::Command::new("sh")
+            .arg(&script)
+            .args(["--signed", key.to_str().unwrap(), &vkey])
+            .arg(ledger)
+            .arg(pmm.path("checkpoint.txt"))
+            .env("PMM_VERIFY", assert_cmd::cargo::cargo_bin("pmm-verify"))
+            .env("PMM_EXPORT", assert_cmd::cargo::cargo_bin("pmm-export"))
+            .output()
+            .unwrap()
+    };
+    pmm.seed(6);
+    let out = ci(&pmm.db);
+    assert!(out.status.success(), "{out:?}");
+    let first = std::fs::read_to_string(pmm.path("checkpoint.txt")).unwrap();
+    assert!(first.starts_with("ci.test/log\n6\n"), "{first}");
+
+    pmm.seed(2);
+    let out = ci(&pmm.db);
+    assert!(out.status.success(), "{out:?}");
+    let second = std::fs::read_to_string(pmm.path("checkpoint.txt")).unwrap();
+    assert!(second.starts_with("ci.test/log\n8\n"), "{second}");
+
+    // Event 3 rewritten and every hash after it recomputed, in a ledger of its own.
+    let events = pmm.run("pmm-replay", &[], "").records();
+    let mut lines = String::new();
+    for mut e in events {
+        if e["id"] == 3 {
+            e["content"] = "forged".into();
+        }
+        lines.push_str(&format!("{e}\n"));
+    }
+    let forged = Pmm::new();
+    assert_eq!(forged.run("pmm-append", &[], &lines).code, 0);
+    assert_eq!(
+        forged.run("pmm-verify", &[], "").code,
+        0,
+        "it verifies alone"
+    );
+    let out = ci(&forged.db);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("history was rewritten"));
+    assert_eq!(
+        std::fs::read_to_string(pmm.path("checkpoint.txt")).unwrap(),
+        second
+    );
+    // Usage errors are exit 2.
+    let out = std::process::Command::new("sh")
+        .arg(&script)
+        .args(["--signed", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// An import into an empty ledger builds the hash index once, at the end (not one random
+/// insert per event): the ledger has the reference's index afterwards.
+#[test]
+fn import_rebuilds_the_hash_index_it_deferred() {
+    let src = Pmm::new();
+    src.seed(20);
+    let export = src.path("src.jsonl");
+    let r = src.run(
+        "pmm-export",
+        &["--format", "jsonl", "-o", export.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-append", &["--import", export.to_str().unwrap()], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let c = rusqlite::Connection::open(&pmm.db).unwrap();
+    let sql: String = c
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'idx_events_hash'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(sql, "CREATE UNIQUE INDEX idx_events_hash ON events(hash)");
+    assert_eq!(pmm.run("pmm-verify", &["--integrity"], "").code, 0);
+}

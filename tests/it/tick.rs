@@ -644,3 +644,71 @@ fn a_tick_the_policy_forbids_is_a_violation_and_writes_nothing_else() {
         50
     );
 }
+
+/// `pmm-tick --checkpoint-key K --checkpoint-out F` signs a checkpoint after every tick,
+/// written beside the ledger (never in it); `pmm-verify --checkpoint` checks it; a key that
+/// is not one is refused before anything is written.
+#[test]
+fn a_tick_signs_a_checkpoint_beside_the_ledger() {
+    let pmm = Pmm::new();
+    let key = pmm.path("log.key");
+    let key = key.to_str().unwrap();
+    let r = pmm.run(
+        "pmm-export",
+        &["--keygen", "tick.test/log", "--key", key],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let vkey = r.stdout.trim().to_string();
+    let cp = pmm.path("cp.txt");
+    let cp = cp.to_str().unwrap();
+    for slot in [100, 101] {
+        let r = pmm.run(
+            "pmm-tick",
+            &[
+                "--slot",
+                &slot.to_string(),
+                "--checkpoint-key",
+                key,
+                "--checkpoint-out",
+                cp,
+            ],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        let rec = r.of_type("checkpoint").pop().expect("a checkpoint record");
+        assert_eq!(rec["size"].as_u64(), Some(pmm.count()));
+        let v = pmm.run("pmm-verify", &["--checkpoint", cp, "--key", &vkey], "");
+        assert_eq!(v.code, 0, "{v:?}");
+    }
+    let n = pmm.count();
+    let r = pmm.run(
+        "pmm-tick",
+        &[
+            "--slot",
+            "102",
+            "--checkpoint-key",
+            cp,
+            "--checkpoint-out",
+            cp,
+        ],
+        "",
+    );
+    assert_eq!(r.code, 2, "{r:?}");
+    assert_eq!(pmm.count(), n, "nothing written");
+    let db = pmm.db.to_str().unwrap();
+    let r = pmm.run(
+        "pmm-tick",
+        &[
+            "--slot",
+            "102",
+            "--checkpoint-key",
+            key,
+            "--checkpoint-out",
+            db,
+        ],
+        "",
+    );
+    assert_eq!(r.code, 2, "never onto the ledger: {r:?}");
+    assert_eq!(pmm.count(), n);
+}

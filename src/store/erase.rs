@@ -1,0 +1,203 @@
+//! Erasure (`pmm-append --erase`): an event's content and meta removed from the `events` row
+//! and from every derived table that could hold its text (the full-text index, vectors and
+//! their packs, projection checkpoints), in the transaction that appends the `erasure` event
+//! naming it. The row keeps its id, ts, kind, prev_hash and hash, so the chain still links
+//! through it and its Merkle leaf is unchanged; only its own hash can no longer be recomputed.
+//!
+//! The connection runs with `PRAGMA secure_delete` (freed bytes are zeroed, not just
+//! unlinked), the full-text index is rewritten without the deleted tokens
+//! ([`compact_index`]), and the caller checkpoints the WAL with `TRUNCATE` after the commit,
+//! so the text is gone from the file's bytes.
+
+use super::{fts, vectors};
+use crate::event::Kind;
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+
+/// Characters of an erased text (stripped) that another event must contain to quote it.
+pub const QUOTE_CHARS: usize = 60;
+
+/// Texts shorter than this (stripped) are not looked for in other events: too short to tell
+/// a quote from a coincidence.
+pub const MIN_QUOTE_CHARS: usize = 16;
+
+/// The `erasure` event that already names event `id`, if there is one (erasure events carry
+/// `"erased_id":ID,` in their canonical meta).
+pub(crate) fn erased_by(conn: &Connection, id: i64) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT id FROM events WHERE kind = ?1 AND instr(meta, ?2) > 0 ORDER BY id LIMIT 1",
+    )?
+    .query_row(
+        params![Kind::Erasure.as_str(), format!("\"erased_id\":{id},")],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+/// What another event must contain to quote `content`: its first [`QUOTE_CHARS`] characters
+/// (stripped), as written and as canonical JSON writes them inside a string (a summary's or a
+/// meta's text); `None` when the text is too short to look for.
+pub fn quote_needles(content: &str) -> Option<(String, String)> {
+    let stripped = crate::pystr::strip(content);
+    if stripped.chars().count() < MIN_QUOTE_CHARS {
+        return None;
+    }
+    let needle: String = stripped.chars().take(QUOTE_CHARS).collect();
+    let json = crate::canon::to_string(&Value::String(needle.clone())).ok()?;
+    let json = json[1..json.len() - 1].to_string();
+    Some((needle, json))
+}
+
+/// The kinds that quote what was said: what the runtime derives from messages (a message
+/// that repeats another is not a quote of it, and on a ledger of repeated texts would make
+/// every repetition one).
+pub const QUOTING_KINDS: [Kind; 8] = [
+    Kind::Reflection,
+    Kind::SummaryUpdate,
+    Kind::LifetimeMemory,
+    Kind::MetaSummary,
+    Kind::Claim,
+    Kind::CommitmentOpen,
+    Kind::CommitmentClose,
+    Kind::IdentityAdoption,
+];
+
+/// The events after `id`, of the [`QUOTING_KINDS`], whose content or meta quote `content`.
+pub(crate) fn quoting(conn: &Connection, id: i64, content: &str) -> rusqlite::Result<Vec<i64>> {
+    let Some((raw, json)) = quote_needles(content) else {
+        return Ok(Vec::new());
+    };
+    let kinds: Vec<String> = QUOTING_KINDS
+        .iter()
+        .map(|k| format!("'{}'", k.as_str()))
+        .collect();
+    let mut stmt = conn.prepare(&format!(
+        "SELECT id FROM events WHERE id > ?1 AND +kind IN ({})
+         AND (instr(content, ?2) > 0 OR instr(content, ?3) > 0 OR instr(meta, ?3) > 0)
+         ORDER BY id",
+        kinds.join(",")
+    ))?;
+    let rows = stmt.query_map(params![id, raw, json], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// Removes event `id`'s text (`content`, of kind `kind`) from the derived tables, then blanks
+/// the row's content and meta. The caller holds the write transaction.
+pub(crate) fn scrub(
+    conn: &Connection,
+    id: i64,
+    kind: &Kind,
+    content: &str,
+) -> rusqlite::Result<()> {
+    let indexed = fts::through(conn)?.is_some_and(|t| t >= id)
+        && fts::RECALLED_KINDS.contains(&kind.as_str());
+    if indexed {
+        // External content: FTS5 is told the old text so it can find the tokens to drop.
+        conn.execute(
+            "INSERT INTO pmm_fts (pmm_fts, rowid, body) VALUES ('delete', ?1, ?2)",
+            params![id, content],
+        )?;
+    }
+    if vectors::has_tables(conn)? {
+        vectors::forget(conn, id)?;
+    }
+    let has_checkpoints: bool = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
+        [],
+        |r| r.get(0),
+    )?;
+    if has_checkpoints {
+        // A projection state folded at or after the event may hold its text.
+        conn.execute("DELETE FROM pmm_checkpoints WHERE event_id >= ?1", [id])?;
+    }
+    conn.execute(
+        "UPDATE events SET content = '', meta = '{}' WHERE id = ?1",
+        [id],
+    )?;
+    if indexed {
+        // The row stays in the index, empty, as its content now is.
+        conn.execute("INSERT INTO pmm_fts (rowid, body) VALUES (?1, '')", [id])?;
+    }
+    Ok(())
+}
+
+/// Rewrites the full-text index as one segment, without the tokens of deleted rows (a
+/// delete only records that they are gone until segments merge; with `secure_delete` the
+/// old pages are zeroed). FTS5's `secure-delete` option would do it per delete, but in
+/// SQLite 3.46 it leaves an index of several segments malformed after a delete, and makes
+/// the index unreadable to SQLite before 3.44. Costs a rewrite of the index: an erasure is
+/// rare.
+pub(crate) fn compact_index(conn: &Connection) -> rusqlite::Result<()> {
+    if fts::through(conn)?.is_some() {
+        conn.execute("INSERT INTO pmm_fts (pmm_fts) VALUES ('optimize')", [])?;
+    }
+    Ok(())
+}
+
+/// Checkpoints the WAL into the file and truncates it to nothing (the erased text may sit in
+/// frames written before the erasure). `false` when a reader kept part of it from being
+/// copied (it is copied and truncated by the next checkpoint).
+pub(crate) fn truncate_wal(conn: &Connection) -> rusqlite::Result<bool> {
+    let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+    Ok(busy == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger() -> Connection {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(
+            "CREATE TABLE events (id INTEGER PRIMARY KEY, ts TEXT, kind TEXT, content TEXT, meta TEXT, prev_hash TEXT, hash TEXT);",
+        )
+        .unwrap();
+        c.execute_batch(fts::MIGRATION).unwrap();
+        for (i, t) in [
+            "my secret is correct horse battery staple",
+            "ok",
+            "next one",
+        ]
+        .iter()
+        .enumerate()
+        {
+            c.execute(
+                "INSERT INTO events VALUES (?1, '', 'user_message', ?2, '{}', NULL, ?3)",
+                params![i as i64 + 1, t, format!("h{i}")],
+            )
+            .unwrap();
+            // One segment per write, as a ledger's index grows.
+            fts::catch_up(&c, i as i64 + 1, 100, &mut |_, _| {}).unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn scrubbed_text_leaves_the_index_consistent() {
+        let c = ledger();
+        let content: String = c
+            .query_row("SELECT content FROM events WHERE id = 1", [], |r| r.get(0))
+            .unwrap();
+        scrub(&c, 1, &Kind::UserMessage, &content).unwrap();
+        assert_eq!(fts::integrity(&c).unwrap(), None);
+        scrub(&c, 3, &Kind::UserMessage, "next one").unwrap();
+        compact_index(&c).unwrap();
+        assert_eq!(fts::integrity(&c).unwrap(), None);
+        let left: i64 = c
+            .query_row(
+                "SELECT count(*) FROM pmm_fts_data WHERE instr(block, 'stapl') > 0",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0, "the token is gone from the index's pages");
+        let hits: i64 = c
+            .query_row(
+                "SELECT count(*) FROM pmm_fts WHERE pmm_fts MATCH 'horse'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(hits, 0);
+    }
+}

@@ -1,0 +1,301 @@
+//! Erasure that keeps verification (issue 18 item 4): `pmm-append --erase` removes an event's
+//! text from the ledger, its derived tables and the file's bytes; `pmm-verify` reports it as
+//! `erased`, the chain and Merkle proofs still hold around it, and a content change without an
+//! erasure is still a mismatch.
+
+use crate::harness::{Pmm, Run};
+use serde_json::Value;
+
+const SECRET: &str = "my locker code is 4417 and it opens the blue door by the gym";
+
+/// Appends one event with `pmm-append --kind --content --meta`.
+fn append(pmm: &Pmm, kind: &str, content: &str, meta: &str) {
+    let r = pmm.run(
+        "pmm-append",
+        &["--kind", kind, "--content", content, "--meta", meta],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// A ledger where event 2 is the secret message, 4 a lifetime-memory chunk quoting it and 6 a
+/// reflection quoting it; 8 events in all.
+fn ledger() -> Pmm {
+    let pmm = Pmm::new();
+    append(&pmm, "user_message", "hello there", r#"{"role":"user"}"#);
+    append(&pmm, "user_message", SECRET, r#"{"role":"user"}"#);
+    append(
+        &pmm,
+        "assistant_message",
+        "Noted.",
+        r#"{"role":"assistant"}"#,
+    );
+    let chunk = format!("Span 1..3 (3 events)\nMessages:\n- [1] user: hello there\n- [2] user: {SECRET}\n- [3] assistant: Noted.");
+    append(
+        &pmm,
+        "lifetime_memory",
+        &chunk,
+        r#"{"covered_until":3,"sample_ids":[1,2,3],"span_end":3,"span_start":1,"summary_kind":"lifetime_memory"}"#,
+    );
+    append(
+        &pmm,
+        "user_message",
+        "what is the weather like",
+        r#"{"role":"user"}"#,
+    );
+    append(&pmm, "reflection", &format!("They told me {SECRET}."), "{}");
+    append(
+        &pmm,
+        "assistant_message",
+        "Sunny.",
+        r#"{"role":"assistant"}"#,
+    );
+    append(&pmm, "metrics_turn", "{}", "{}");
+    pmm
+}
+
+fn erase(pmm: &Pmm, args: &[&str]) -> Run {
+    let mut all = vec!["--erase"];
+    all.extend_from_slice(args);
+    pmm.run("pmm-append", &all, "")
+}
+
+/// How many times `needle` occurs in the ledger's files (db, WAL), as `grep -c` counts lines.
+fn occurrences(pmm: &Pmm, needle: &str) -> usize {
+    ["", "-wal"]
+        .iter()
+        .map(|suffix| {
+            let mut p = pmm.db.clone().into_os_string();
+            p.push(suffix);
+            std::fs::read(&p)
+                .map(|b| {
+                    b.windows(needle.len())
+                        .filter(|w| *w == needle.as_bytes())
+                        .count()
+                })
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+fn root(pmm: &Pmm) -> String {
+    let r = pmm.run("pmm-verify", &["--root"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    r.records()[0]["root"].as_str().unwrap().to_string()
+}
+
+fn proof_verifies(pmm: &Pmm, id: i64, root: &str) {
+    let r = pmm.run("pmm-verify", &["--prove", &id.to_string()], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let file = pmm.path(&format!("proof-{id}.json"));
+    std::fs::write(&file, &r.stdout).unwrap();
+    let file = file.to_str().unwrap();
+    let c = pmm.run(
+        "pmm-verify",
+        &["--check-proof", file, "--root-hex", root],
+        "",
+    );
+    assert_eq!(c.code, 0, "proof of {id}: {c:?}");
+}
+
+#[test]
+fn erasing_a_quoted_message_with_its_quotes_keeps_verification() {
+    let pmm = ledger();
+    assert!(occurrences(&pmm, "4417") > 0);
+    let before = root(&pmm);
+    // Listed first, without --with-quotes... (a forbidden actor: nothing erased).
+    let r = erase(&pmm, &["2", "--reason", "asked to forget"]);
+    assert_eq!(r.code, 1, "cli is not trusted with erasure: {r:?}");
+    assert_eq!(r.records()[0]["kind"], "violation");
+    assert_eq!(r.records()[0]["content"], "policy_violation:cli:erasure");
+    assert!(occurrences(&pmm, "4417") > 0);
+
+    let r = erase(
+        &pmm,
+        &[
+            "2",
+            "--reason",
+            "asked to forget",
+            "--source",
+            "owner",
+            "--with-quotes",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let erasures: Vec<Value> = r
+        .records()
+        .into_iter()
+        .filter(|e| e["kind"] == "erasure")
+        .collect();
+    let named: Vec<i64> = erasures
+        .iter()
+        .map(|e| e["meta"]["erased_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(named, [2, 4, 6]);
+    let record = r.of_type("erasure").pop().unwrap();
+    assert_eq!(record["erased"], serde_json::json!([2, 4, 6]));
+
+    // Gone from recall, from the index and from the file's bytes (db and WAL).
+    let recall = pmm.run("pmm-recall", &["locker code 4417"], "");
+    assert_eq!(recall.code, 0, "{recall:?}");
+    assert!(!recall.stdout.contains("4417"), "{}", recall.stdout);
+    let check = pmm.run("pmm-recall", &["--check"], "");
+    assert_eq!(check.code, 0, "{check:?}");
+    assert_eq!(occurrences(&pmm, "4417"), 0);
+    assert_eq!(occurrences(&pmm, "locker"), 0);
+
+    // Exactly the erased events are erased; exit 0; deep says what it skipped.
+    let v = pmm.run("pmm-verify", &["--deep"], "");
+    assert_eq!(v.code, 0, "{v:?}");
+    let erased: Vec<i64> = v
+        .of_type("erased")
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(erased, [2, 4, 6]);
+    assert!(v.findings().is_empty(), "{v:?}");
+    assert_eq!(v.summary()["erased"], 3);
+
+    // The tree is unchanged below the erasures: proofs of the erased events and their
+    // neighbours verify, against the old root's size and the new root.
+    let now = root(&pmm);
+    for id in 1..=7 {
+        proof_verifies(&pmm, id, &now);
+    }
+    let r = pmm.run("pmm-verify", &["--root", "--size", "8"], "");
+    assert_eq!(r.records()[0]["root"], before.as_str());
+
+    // Exports carry the erasure events that mark the erased ones, so a verifier of the
+    // export says `erased` too.
+    for name in ["x.json", "x.jsonl"] {
+        let file = pmm.path(name);
+        let file = file.to_str().unwrap();
+        let x = pmm.run("pmm-export", &["-o", file], "");
+        assert_eq!(x.code, 0, "{x:?}");
+        assert!(!std::fs::read_to_string(file).unwrap().contains("4417"));
+        let v = pmm.run("pmm-verify", &[file], "");
+        assert_eq!(v.code, 0, "{name}: {v:?}");
+        assert_eq!(v.of_type("erased").len(), 3, "{name}: {v:?}");
+    }
+}
+
+#[test]
+fn without_with_quotes_the_quoting_events_are_listed() {
+    let pmm = ledger();
+    // A message that repeats the text is not a quote of it (erase it by its own id).
+    append(&pmm, "user_message", SECRET, r#"{"role":"user"}"#);
+    let r = erase(&pmm, &["2", "--reason", "gdpr", "--source", "owner"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let record = r.of_type("erasure").pop().unwrap();
+    assert_eq!(record["erased"], serde_json::json!([2]));
+    assert_eq!(record["quoted_by"], serde_json::json!([4, 6]));
+    let v = pmm.run("pmm-verify", &[], "");
+    assert_eq!(v.code, 0, "{v:?}");
+    assert_eq!(v.of_type("erased").len(), 1);
+}
+
+#[test]
+fn bad_ids_and_second_erasures_are_clear_errors() {
+    let pmm = ledger();
+    for (id, needle) in [("0", "no event 0"), ("99", "no event 99")] {
+        let r = erase(&pmm, &[id, "--reason", "x", "--source", "owner"]);
+        r.assert_error("pmm-append", &["--erase", needle]);
+    }
+    for bad in ["abc", "1.5", ""] {
+        let r = erase(&pmm, &[bad, "--reason", "x", "--source", "owner"]);
+        assert_eq!(r.code, 2, "{bad:?}: {r:?}");
+    }
+    let r = erase(&pmm, &["2", "--source", "owner"]);
+    assert_eq!(r.code, 2, "a reason is required: {r:?}");
+    let r = erase(&pmm, &["2", "--reason", "  ", "--source", "owner"]);
+    r.assert_error("pmm-append", &["--reason", "empty"]);
+    let n = pmm.count();
+    let r = erase(&pmm, &["2", "--reason", "x", "--source", "owner"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = erase(&pmm, &["2", "--reason", "again", "--source", "owner"]);
+    r.assert_error("pmm-append", &["event 2 is already erased (by event 9)"]);
+    let r = erase(&pmm, &["9", "--reason", "x", "--source", "owner"]);
+    r.assert_error("pmm-append", &["event 9 is an erasure"]);
+    assert_eq!(pmm.count(), n + 1, "only the one erasure was written");
+    // An erasure event cannot be appended by hand.
+    let r = pmm.run(
+        "pmm-append",
+        &[
+            "--kind",
+            "erasure",
+            "--content",
+            "x",
+            "--meta",
+            r#"{"erased_id":3}"#,
+        ],
+        "",
+    );
+    r.assert_error("pmm-append", &["pmm-append --erase"]);
+}
+
+#[test]
+fn content_blanked_without_an_erasure_is_a_mismatch() {
+    let pmm = ledger();
+    let c = rusqlite::Connection::open(&pmm.db).unwrap();
+    c.execute(
+        "UPDATE events SET content = '', meta = '{}' WHERE id = 3",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    // Erasing another event does not cover it.
+    let r = erase(&pmm, &["2", "--reason", "x", "--source", "owner"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = pmm.run("pmm-verify", &[], "");
+    assert_eq!(v.code, 1, "{v:?}");
+    assert_eq!(
+        v.findings(),
+        [(Value::from(3), "hash_mismatch".to_string())]
+    );
+    assert_eq!(v.of_type("erased").len(), 1);
+}
+
+/// Turns after an erased message cannot have their prompts rebuilt (the history or the recall
+/// showed its text): `--deep` counts them as skipped for the erasure instead of reporting
+/// forgeries, and still checks the turns before it.
+#[test]
+fn prompts_after_an_erased_message_are_skipped_not_forgeries() {
+    let pmm = Pmm::new();
+    for m in ["hello there", SECRET, "what did I tell you about the door"] {
+        let r = pmm.run("pmm-turn", &["--adapter", "dummy", m], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let users: Vec<i64> = pmm
+        .run("pmm-replay", &["--kind", "user_message"], "")
+        .records()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    let before = pmm.run("pmm-verify", &["--deep"], "");
+    assert_eq!(
+        before.summary()["deep"]["prompts"]["checked"],
+        3,
+        "{before:?}"
+    );
+    assert_eq!(before.summary()["deep"]["prompts"]["mismatches"], 0);
+
+    let r = erase(
+        &pmm,
+        &[
+            &users[1].to_string(),
+            "--reason",
+            "test",
+            "--source",
+            "owner",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = pmm.run("pmm-verify", &["--deep"], "");
+    assert_eq!(v.code, 0, "{v:?}");
+    assert!(v.findings().is_empty(), "{v:?}");
+    let prompts = &v.summary()["deep"]["prompts"];
+    assert_eq!(prompts["mismatches"], 0, "{v:?}");
+    assert_eq!(prompts["checked"], 3);
+    // The second turn showed the secret as its message, the third in its history.
+    assert_eq!(prompts["skipped_for_erasure"], 2, "{v:?}");
+}
