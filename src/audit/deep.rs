@@ -106,6 +106,11 @@ pub const KINDS_CHECKED: &[(&str, &str)] = &[
     (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect or summarize; evidence ids before it"),
     (Kind::AutonomyRuleTable.as_str(), "format: the four thresholds in order, each 1 to 1000000000"),
     (Kind::SummaryUpdate.as_str(), "meta.rsm_state from the self-model over the events before it"),
+    (Kind::StabilityMetrics.as_str(), "the whole content from the 100 events before it"),
+    (Kind::CoherenceCheck.as_str(), "the whole content from the claims before it"),
+    (Kind::PolicyUpdate.as_str(), "the whole content from the outcomes before it (pmm's batches and thresholds when it lists evidence, else the reference's rates)"),
+    (Kind::MetaPolicyUpdate.as_str(), "the whole content from the policy_updates, stability and thresholds before it"),
+    (Kind::OutcomeObservation.as_str(), "action_kind names the decision of the tick before it"),
     (Kind::MetaSummary.as_str(), "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
     (Kind::Reflection.as_str(), "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
 ];
@@ -118,7 +123,8 @@ pub const KINDS_NOT_CHECKED: &[(&str, &str)] = &[
     (Kind::AutonomyTick.as_str(), "whether the decision is the one the kernel would take is not refolded (the adaptive thresholds at that slot)"),
     (Kind::AutonomyRuleTable.as_str(), "the values are not refolded: the reference's adaptive loop changes them without a config event"),
     (Kind::LifetimeMemory.as_str(), "chunk text is not refolded"),
-    ("concept_*, stability_metrics, coherence_check, outcome_observation, policy_update, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
+    ("concept_*, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
+    (Kind::OutcomeObservation.as_str(), "only action_kind is checked: observed_result and evidence depend on what the tick wrote, which the reference judged differently (an idle tick is success there)"),
 ];
 
 /// How many derived values were checked, by kind, and what came of it.
@@ -150,6 +156,12 @@ pub struct DeepCounts {
     pub meta_summaries: u64,
     /// Synthesized reflections (`intent`/`outcome`) recomputed.
     pub synthesized_reflections: u64,
+    /// `outcome_observation`, `stability_metrics`, `coherence_check`, `policy_update` and
+    /// `meta_policy_update` events recomputed ([`super::adaptive`]).
+    pub adaptive_events: u64,
+    /// Of those, the ones equal to the newest one of their kind before them: the reference's
+    /// re-emissions (§17 item 17; pmm writes none).
+    pub adaptive_repeats: u64,
     /// `derived_mismatch` findings reported.
     pub mismatches: u64,
     /// Derived values that could not be checked: the input they need is not in the ledger or
@@ -193,6 +205,8 @@ pub struct DeepChecker {
     last_reply: Option<String>,
     /// Reflection ids seen (the subjects a meta_summary may name), newest last.
     reflections: VecDeque<i64>,
+    /// The adaptive loop's events, recomputed.
+    adaptive: super::adaptive::AdaptiveCheck,
 }
 
 impl Default for DeepChecker {
@@ -293,6 +307,7 @@ impl DeepChecker {
             last_user: None,
             last_reply: None,
             reflections: VecDeque::new(),
+            adaptive: Default::default(),
         }
     }
 
@@ -365,7 +380,26 @@ impl DeepChecker {
         if ev.kind == Kind::CheckpointManifest {
             self.check_covers(ev, out);
         }
+        self.check_adaptive(ev, out);
         self.remember(ev, meta);
+    }
+
+    /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.
+    fn check_adaptive(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        use super::adaptive::Verdict;
+        match self.adaptive.check(ev) {
+            Verdict::NotChecked => {}
+            Verdict::Same { repeat } => {
+                self.counts.adaptive_events += 1;
+                self.counts.adaptive_repeats += u64::from(repeat);
+            }
+            Verdict::Differs(what, expected) => {
+                self.counts.adaptive_events += 1;
+                let expected = expected.map_or(Value::Null, Value::String);
+                let found = Value::String(ev.content.clone());
+                self.emit(out, ev.id, mismatch(what, expected, found));
+            }
+        }
     }
 
     /// Updates the state with an event once it has been checked.

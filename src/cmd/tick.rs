@@ -92,9 +92,14 @@ pub struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Set a threshold (reflection_interval, summary_interval, commitment_staleness,
-    /// commitment_auto_close) to a positive integer; repeatable; no tick is run
+    /// commitment_auto_close) to a positive integer; repeatable; no tick is run. A value set
+    /// this way wins over learning (policy_update, meta_policy_update) until --unset
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_set, conflicts_with_all = ["slot", "dry_run"])]
     set: Vec<(String, i64)>,
+    /// Hand a threshold set with --set back to learning (its value stays until learning
+    /// moves it); repeatable; no tick is run
+    #[arg(long, value_name = "KEY", value_parser = parse_unset, conflicts_with_all = ["slot", "dry_run", "every"])]
+    unset: Vec<String>,
 }
 
 /// The threshold keys `--set` takes.
@@ -164,6 +169,14 @@ fn parse_set(s: &str) -> Result<(String, i64), BadValue> {
     Ok((k.to_string(), n))
 }
 
+fn parse_unset(s: &str) -> Result<String, BadValue> {
+    let k = s.trim();
+    if !KEYS.contains(&k) {
+        return Err(BadValue::UnknownThreshold(k.to_string()));
+    }
+    Ok(k.to_string())
+}
+
 fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     let d = match s.trim().parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
@@ -229,8 +242,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
 
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
-    if !args.set.is_empty() {
-        let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &clock)?;
+    if !args.set.is_empty() || !args.unset.is_empty() {
+        let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
         for e in &events {
             out.event(e)?;
         }
@@ -242,6 +255,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             "commitment_staleness": th.commitment_staleness,
             "commitment_auto_close": th.commitment_auto_close,
             "set_by": th.set_by,
+            "pinned": th.pinned,
         }))?;
         out.flush()?;
         return Ok(Outcome::Success);

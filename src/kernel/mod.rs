@@ -22,6 +22,7 @@
 
 /// Slots and slot ids: a derivation format, defined below every layer that reads it.
 pub use crate::formats::slot;
+pub mod adapt;
 pub mod tick;
 
 use crate::projection::autonomy::KernelReflection;

@@ -166,8 +166,10 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
         clock,
     };
     append_slot_events(&mut s, slot, &th, &decision)?;
+    let acted = s.events.len();
     append_auto_closes(&mut s, &th, &decision)?;
     append_action(&mut s, slot, &th, &decision)?;
+    append_adaptive(&mut s, slot, &decision, acted)?;
     append_bookkeeping(&mut s)?;
     if let Some(ms) = std::env::var(PAUSE_ENV)
         .ok()
@@ -285,6 +287,48 @@ fn append_action(
     Ok(())
 }
 
+/// The adaptive loop (FORMATS.md §8.2 steps 6–7, [`super::adapt`]): the outcome of what the
+/// tick did (`acted`: where its events after the `autonomy_tick` start), then stability,
+/// coherence and learning, each only when due, and the rule table when learning moved the
+/// thresholds.
+fn append_adaptive(
+    s: &mut Sink<'_, '_>,
+    slot: &Slot,
+    decision: &Decision,
+    acted: usize,
+) -> crate::Result<()> {
+    let tick = s.events[acted - 1].id;
+    let content = super::adapt::outcome_content(decision, tick, &s.events[acted..]);
+    let m = slot_meta(
+        slot,
+        &[
+            ("slot", slot.slot.into()),
+            ("slot_id", slot.slot_id.clone().into()),
+            ("source", "autonomy_kernel".into()),
+        ],
+    );
+    s.put(Kind::OutcomeObservation, content, m)?;
+    let kernel = || meta(&[("source", "autonomy_kernel".into())]);
+    if let Some(c) = s.p.adapt.stability_due() {
+        s.put(Kind::StabilityMetrics, c, kernel())?;
+    }
+    if let Some(c) = s.p.adapt.coherence_due() {
+        s.put(Kind::CoherenceCheck, c, kernel())?;
+    }
+    if let Some(c) = crate::projection::adapt::policy_due(&s.p.adapt, &s.p.mirror.thresholds) {
+        s.put(Kind::PolicyUpdate, c, kernel())?;
+    }
+    let head = s.p.mirror.last_event_id;
+    if let Some(c) = crate::projection::adapt::meta_due(&s.p.adapt, &s.p.mirror.thresholds, head) {
+        s.put(Kind::MetaPolicyUpdate, c, kernel())?;
+    }
+    let rule_table = s.p.mirror.thresholds.rule_table_text();
+    if s.p.autonomy.last_rule_table.as_deref() != Some(rule_table.as_str()) {
+        s.put(Kind::AutonomyRuleTable, rule_table, kernel())?;
+    }
+    Ok(())
+}
+
 /// `autonomy_metrics` every [`METRICS_EVERY`] ticks and the `checkpoint_manifest` when due.
 fn append_bookkeeping(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     if s.p.autonomy.ticks_total.is_multiple_of(METRICS_EVERY) {
@@ -345,19 +389,23 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
 }
 
 /// Sets autonomy thresholds: a `config` of type `autonomy_thresholds` with the given keys
-/// (source `pmm-tick`) and the `autonomy_rule_table` of the thresholds now in force, in one
-/// transaction. Nothing is written when the values are already in force.
+/// (source `pmm-tick`), which pins them (learning leaves them alone), and `"unset"`: the keys
+/// handed back to learning; then the `autonomy_rule_table` of the thresholds now in force, in
+/// one transaction. Nothing is written when the values are already in force and pinned, and
+/// the keys to unset are not pinned.
 pub fn set_thresholds(
     ledger: &mut Ledger,
     changes: &[(String, i64)],
+    unset: &[String],
     clock: &Clock,
 ) -> crate::Result<(Thresholds, Vec<Event>)> {
-    set_inner(ledger, changes, clock).map_err(|e| record_refusal(ledger, e, clock))
+    set_inner(ledger, changes, unset, clock).map_err(|e| record_refusal(ledger, e, clock))
 }
 
 fn set_inner(
     ledger: &mut Ledger,
     changes: &[(String, i64)],
+    unset: &[String],
     clock: &Clock,
 ) -> crate::Result<(Thresholds, Vec<Event>)> {
     let mut p = store::project(&*ledger, None, true)?.projections;
@@ -371,13 +419,24 @@ fn set_inner(
         "commitment_staleness" => current.commitment_staleness,
         _ => current.commitment_auto_close,
     };
-    if changes.iter().all(|(k, v)| value(k) == *v) {
+    let unset: Vec<&String> = unset
+        .iter()
+        .filter(|k| current.pinned.contains(*k))
+        .collect();
+    if unset.is_empty()
+        && changes
+            .iter()
+            .all(|(k, v)| value(k) == *v && current.pinned.contains(k))
+    {
         return Ok((current, events));
     }
     let mut content = Map::new();
     content.insert("type".into(), "autonomy_thresholds".into());
     for (k, v) in changes {
         content.insert(k.clone(), (*v).into());
+    }
+    if !unset.is_empty() {
+        content.insert("unset".into(), unset.into_iter().cloned().collect());
     }
     let ev = new_event(
         Kind::Config,

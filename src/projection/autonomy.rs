@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 /// out of a kernel reflection's `delta_hash`; nor do reflections and summaries, which are
 /// derived from the events they are about (a summary written in a quiet hour must not make
 /// the next tick reflect on it, or the two would alternate forever).
-pub const BOOKKEEPING: [Kind; 8] = [
+pub const BOOKKEEPING: [Kind; 11] = [
     Kind::AutonomyStimulus,
     Kind::AutonomyTick,
     Kind::AutonomyMetrics,
@@ -26,6 +26,9 @@ pub const BOOKKEEPING: [Kind; 8] = [
     Kind::CheckpointManifest,
     Kind::OutcomeObservation,
     Kind::StabilityMetrics,
+    Kind::CoherenceCheck,
+    Kind::PolicyUpdate,
+    Kind::MetaPolicyUpdate,
     Kind::MetricsUpdate,
 ];
 

@@ -1,0 +1,113 @@
+//! Deep verification of the adaptive loop's events (FORMATS.md §8.2 steps 6–7, §8.8, §8.10,
+//! §8.11): each `stability_metrics`, `coherence_check`, `policy_update` and
+//! `meta_policy_update` is recomputed from the events before it, with the projection that
+//! writes them ([`AdaptLog`]) and the thresholds in force (the [`Mirror`]); an
+//! `outcome_observation` must name the decision of the tick before it.
+//!
+//! A `policy_update` is recomputed with pmm's algorithm when it records its evidence, and
+//! with the reference's otherwise (every outcome, `no_delta` ignored). An event whose content
+//! equals the newest one of its kind before it is a *repeat*: pmm writes none, the reference
+//! re-emitted them (§17 item 17); repeats are counted, not reported as mismatches.
+
+use crate::event::{Event, Kind};
+use crate::projection::adapt::{self, AdaptLog};
+use crate::projection::mirror::Mirror;
+use serde_json::Value;
+
+/// What checking one event found.
+pub enum Verdict {
+    /// Not an adaptive event.
+    NotChecked,
+    /// Recomputed and equal; `repeat` when it equals the newest one of its kind before it.
+    Same {
+        /// Equal to the newest one of its kind before it.
+        repeat: bool,
+    },
+    /// Recomputed and different: what, the expected content (none: nothing was due).
+    Differs(&'static str, Option<String>),
+}
+
+/// The streaming fold (see the module docs).
+#[derive(Debug, Default)]
+pub struct AdaptiveCheck {
+    adapt: AdaptLog,
+    mirror: Mirror,
+    last_decision: Option<String>,
+}
+
+fn newest(e: &Option<(i64, String)>) -> Option<&str> {
+    e.as_ref().map(|(_, c)| c.as_str())
+}
+
+impl AdaptiveCheck {
+    /// Checks `ev` against the events before it, then folds it in.
+    pub fn check(&mut self, ev: &Event) -> Verdict {
+        let v = self.verdict(ev);
+        self.mirror.apply(ev);
+        self.adapt.apply(ev);
+        if ev.kind == Kind::AutonomyTick {
+            self.last_decision = serde_json::from_str::<Value>(&ev.content)
+                .ok()
+                .and_then(|c| c.get("decision")?.as_str().map(str::to_string));
+        }
+        v
+    }
+
+    fn verdict(&self, ev: &Event) -> Verdict {
+        let a = &self.adapt;
+        let th = &self.mirror.thresholds;
+        let (what, expected, prev) = match ev.kind {
+            Kind::StabilityMetrics => (
+                "stability_metrics",
+                Some(a.stability_content()),
+                newest(&a.last_stability),
+            ),
+            Kind::CoherenceCheck => (
+                "coherence_check",
+                Some(a.coherence_content()),
+                newest(&a.last_coherence),
+            ),
+            Kind::PolicyUpdate if ev.content.contains("\"evidence\":") => (
+                "policy_update",
+                adapt::policy_due(a, th),
+                newest(&a.last_policy),
+            ),
+            Kind::PolicyUpdate => (
+                "policy_update (reference algorithm)",
+                adapt::reference_policy(a),
+                newest(&a.last_policy),
+            ),
+            Kind::MetaPolicyUpdate => (
+                "meta_policy_update",
+                adapt::meta_due(a, th, ev.id - 1),
+                newest(&a.last_meta),
+            ),
+            Kind::OutcomeObservation => return self.outcome_verdict(ev),
+            _ => return Verdict::NotChecked,
+        };
+        if expected.as_deref() == Some(ev.content.as_str()) {
+            Verdict::Same {
+                repeat: prev == Some(ev.content.as_str()),
+            }
+        } else {
+            Verdict::Differs(what, expected)
+        }
+    }
+
+    /// An outcome names the decision of the newest tick: `autonomy_<decision>`.
+    fn outcome_verdict(&self, ev: &Event) -> Verdict {
+        let Some(d) = &self.last_decision else {
+            return Verdict::NotChecked;
+        };
+        let c: Value = serde_json::from_str(&ev.content).unwrap_or(Value::Null);
+        let kind = c.get("action_kind").and_then(Value::as_str);
+        if kind == Some(format!("autonomy_{d}").as_str()) {
+            Verdict::Same { repeat: false }
+        } else {
+            Verdict::Differs(
+                "outcome_observation.action_kind",
+                Some(format!("autonomy_{d}")),
+            )
+        }
+    }
+}
