@@ -111,3 +111,41 @@ impl AdaptiveCheck {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: i64, kind: &str, content: &str) -> Event {
+        Event::sample(id, kind, content, "{}")
+    }
+
+    #[test]
+    fn a_forged_stability_or_outcome_differs_and_a_repeat_is_counted() {
+        let mut c = AdaptiveCheck::default();
+        let tick = ev(1, "autonomy_tick", r#"{"decision":"idle"}"#);
+        assert!(matches!(c.check(&tick), Verdict::NotChecked));
+        let forged = ev(2, "outcome_observation", r#"{"action_kind":"autonomy_reflect"}"#);
+        assert!(matches!(c.check(&forged), Verdict::Differs(..)));
+        let good = AdaptLog::default();
+        let mut with_two = good.clone();
+        with_two.apply(&tick);
+        with_two.apply(&forged);
+        let right = with_two.stability_content();
+        assert!(matches!(
+            c.check(&ev(3, "stability_metrics", &right)),
+            Verdict::Same { repeat: false }
+        ));
+        let wrong = right.replace("\"stability_score\":1.0", "\"stability_score\":0.5");
+        assert!(matches!(
+            c.check(&ev(4, "stability_metrics", &wrong)),
+            Verdict::Differs("stability_metrics", Some(_))
+        ));
+        let coherence = AdaptLog::default().coherence_content();
+        c.check(&ev(5, "coherence_check", &coherence));
+        assert!(matches!(
+            c.check(&ev(6, "coherence_check", &coherence)),
+            Verdict::Same { repeat: true }
+        ));
+    }
+}
