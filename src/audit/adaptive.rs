@@ -125,7 +125,11 @@ mod tests {
         let mut c = AdaptiveCheck::default();
         let tick = ev(1, "autonomy_tick", r#"{"decision":"idle"}"#);
         assert!(matches!(c.check(&tick), Verdict::NotChecked));
-        let forged = ev(2, "outcome_observation", r#"{"action_kind":"autonomy_reflect"}"#);
+        let forged = ev(
+            2,
+            "outcome_observation",
+            r#"{"action_kind":"autonomy_reflect"}"#,
+        );
         assert!(matches!(c.check(&forged), Verdict::Differs(..)));
         let good = AdaptLog::default();
         let mut with_two = good.clone();

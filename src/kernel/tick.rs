@@ -5,7 +5,9 @@
 //! In order: on a ledger's first use, the default policy and retrieval `config`s (SPEC §2.5);
 //! `autonomy_stimulus`; `autonomy_rule_table` when the thresholds in force differ
 //! from the newest rule table; `autonomy_tick {decision, evidence, reasoning}`; auto-close
-//! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; on every 10th
+//! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; the adaptive
+//! loop ([`super::adapt`]: `outcome_observation`, and when due `stability_metrics`,
+//! `coherence_check`, `policy_update`, `meta_policy_update` and the rule table); on every 10th
 //! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
 
 use super::{decide, Action, Decision, Slot, View};
