@@ -32,7 +32,13 @@ pub enum Verdict {
 pub struct AdaptiveCheck {
     adapt: AdaptLog,
     mirror: Mirror,
-    last_decision: Option<String>,
+    /// The newest tick's decision and `meta.slot_id`.
+    last_decision: Option<(String, Option<String>)>,
+}
+
+fn slot_id(ev: &Event) -> Option<String> {
+    let m = ev.meta_map().ok()?;
+    m.get("slot_id")?.as_str().map(str::to_string)
 }
 
 fn newest(e: &Option<(i64, String)>) -> Option<&str> {
@@ -46,9 +52,10 @@ impl AdaptiveCheck {
         self.mirror.apply(ev);
         self.adapt.apply(ev);
         if ev.kind == Kind::AutonomyTick {
-            self.last_decision = serde_json::from_str::<Value>(&ev.content)
+            let decision = serde_json::from_str::<Value>(&ev.content)
                 .ok()
                 .and_then(|c| c.get("decision")?.as_str().map(str::to_string));
+            self.last_decision = decision.map(|d| (d, slot_id(ev)));
         }
         v
     }
@@ -94,11 +101,15 @@ impl AdaptiveCheck {
         }
     }
 
-    /// An outcome names the decision of the newest tick: `autonomy_<decision>`.
+    /// A tick's outcome (the newest tick's `slot_id` in its meta) names that tick's decision:
+    /// `autonomy_<decision>`. Outcomes appended otherwise are not a tick's.
     fn outcome_verdict(&self, ev: &Event) -> Verdict {
-        let Some(d) = &self.last_decision else {
+        let Some((d, tick_slot)) = &self.last_decision else {
             return Verdict::NotChecked;
         };
+        if tick_slot.is_none() || slot_id(ev) != *tick_slot {
+            return Verdict::NotChecked;
+        }
         let c: Value = serde_json::from_str(&ev.content).unwrap_or(Value::Null);
         let kind = c.get("action_kind").and_then(Value::as_str);
         if kind == Some(format!("autonomy_{d}").as_str()) {
@@ -123,32 +134,40 @@ mod tests {
     #[test]
     fn a_forged_stability_or_outcome_differs_and_a_repeat_is_counted() {
         let mut c = AdaptiveCheck::default();
-        let tick = ev(1, "autonomy_tick", r#"{"decision":"idle"}"#);
+        let mut tick = ev(1, "autonomy_tick", r#"{"decision":"idle"}"#);
+        tick.meta = r#"{"slot_id":"s"}"#.into();
         assert!(matches!(c.check(&tick), Verdict::NotChecked));
-        let forged = ev(
+        let appended = ev(
             2,
             "outcome_observation",
             r#"{"action_kind":"autonomy_reflect"}"#,
         );
+        assert!(
+            matches!(c.check(&appended), Verdict::NotChecked),
+            "not a tick's"
+        );
+        let mut forged = appended.clone();
+        forged.id = 3;
+        forged.meta = r#"{"slot_id":"s"}"#.into();
         assert!(matches!(c.check(&forged), Verdict::Differs(..)));
-        let good = AdaptLog::default();
-        let mut with_two = good.clone();
+        let mut with_two = AdaptLog::default();
         with_two.apply(&tick);
+        with_two.apply(&appended);
         with_two.apply(&forged);
         let right = with_two.stability_content();
         assert!(matches!(
-            c.check(&ev(3, "stability_metrics", &right)),
+            c.check(&ev(4, "stability_metrics", &right)),
             Verdict::Same { repeat: false }
         ));
         let wrong = right.replace("\"stability_score\":1.0", "\"stability_score\":0.5");
         assert!(matches!(
-            c.check(&ev(4, "stability_metrics", &wrong)),
+            c.check(&ev(5, "stability_metrics", &wrong)),
             Verdict::Differs("stability_metrics", Some(_))
         ));
         let coherence = AdaptLog::default().coherence_content();
-        c.check(&ev(5, "coherence_check", &coherence));
+        c.check(&ev(6, "coherence_check", &coherence));
         assert!(matches!(
-            c.check(&ev(6, "coherence_check", &coherence)),
+            c.check(&ev(7, "coherence_check", &coherence)),
             Verdict::Same { repeat: true }
         ));
     }

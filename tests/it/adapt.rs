@@ -303,3 +303,29 @@ fn deep_verification_reproduces_the_reference_adaptive_events() {
     assert_eq!(s["deep"]["adaptive_events"], 176, "{r:?}");
     assert_eq!(s["deep"]["adaptive_repeats"], 9, "{r:?}");
 }
+
+/// SIGKILL in the middle of a tick that learns: none of it is in the ledger (no outcome, no
+/// policy_update, thresholds unchanged), and the slot then ticks whole, learning once.
+#[test]
+fn sigkill_mid_tick_leaves_none_of_its_learning() {
+    let pmm = Pmm::new();
+    tick(&pmm, 1);
+    outcomes(&pmm, "autonomy_reflect", "no_delta", 5);
+    let before = pmm.count();
+    let mut child = crate::tick::tick_cmd(&pmm)
+        .args(["--slot", "2"])
+        .env("PMM_TEST_TICK_PAUSE_MS", "5000")
+        .spawn()
+        .unwrap();
+    crate::tick::wait_for_write_lock(&pmm);
+    child.kill().unwrap();
+    assert!(!child.wait().unwrap().success());
+    assert_eq!(pmm.count(), before, "none of the killed tick");
+    assert_eq!(state(&pmm)["thresholds"]["reflection_interval"], 10);
+    let r = tick(&pmm, 2).records();
+    assert_eq!(of_kind(&r, "outcome_observation").len(), 1);
+    assert_eq!(of_kind(&r, "policy_update").len(), 1);
+    assert_eq!(state(&pmm)["thresholds"]["reflection_interval"], 11);
+    let r = pmm.run("pmm-verify", &["--deep", "--quiet"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// A std `Command` for pmm-tick (spawnable), with the harness's environment.
-fn tick_cmd(pmm: &Pmm) -> std::process::Command {
+pub(crate) fn tick_cmd(pmm: &Pmm) -> std::process::Command {
     let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("pmm-tick"));
     c.current_dir(pmm.dir.path())
         .env_remove("RUST_BACKTRACE")
@@ -498,7 +498,7 @@ fn sigterm_during_every_finishes_the_tick_and_exits_0() {
     assert_eq!(r.code, 0, "{r:?}");
 }
 
-fn wait_for_write_lock(pmm: &Pmm) {
+pub(crate) fn wait_for_write_lock(pmm: &Pmm) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         assert!(Instant::now() < deadline, "no tick took the write lock");
