@@ -16,7 +16,7 @@
 //! | `summary_update` | `meta.rsm_state` | the self-model over the events before it | §5.2 |
 //! | `commitment_close` | content | `Commitment closed: <meta.cid>` (or `Internal commitment closed: …`) | §2 |
 //! | `autonomy_tick` | `decision`, `evidence` | one of idle/reflect/summarize; evidence ids before the tick | §8.3 |
-//! | `autonomy_rule_table` | content | the four thresholds, in order, each in the `--set` range | §8.2 |
+//! | `autonomy_rule_table` | content | the four thresholds (and `index_threshold` when not the default), in order, each in the `--set` range | §8.2 |
 //! | `checkpoint_manifest` | `covers`, `up_to_id` | `["rsm_state","open_commitments"]`, an id before it | §8.9 |
 //! | `meta_summary` | `event_count`, `graph_stats.nodes`, `meta.about_event` | at most the events before it; the sum of `counts_by_kind`; an earlier reflection | §7.2 |
 //! | `reflection` (pmm's synthesized) | `intent`, `outcome` | the turn's user message and reply, stripped, 256 chars | §7.1 |
@@ -103,8 +103,8 @@ pub const KINDS_CHECKED: &[(&str, &str)] = &[
     (Kind::RetrievalSelection.as_str(), "meta.digest from the selection and the user message"),
     (Kind::CheckpointManifest.as_str(), "root_hash from the prefix; covers; up_to_id before it"),
     (Kind::AutonomyStimulus.as_str(), "slot_id (content and meta) from the slot"),
-    (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect or summarize; evidence ids before it"),
-    (Kind::AutonomyRuleTable.as_str(), "format: the four thresholds in order, each 1 to 1000000000"),
+    (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect, summarize or index; evidence ids before it"),
+    (Kind::AutonomyRuleTable.as_str(), "format: the four thresholds in order (and index_threshold when not the default), each 1 to 1000000000"),
     (Kind::SummaryUpdate.as_str(), "meta.rsm_state from the self-model over the events before it"),
     (Kind::StabilityMetrics.as_str(), "the whole content from the 100 events before it"),
     (Kind::CoherenceCheck.as_str(), "the whole content from the claims before it"),
@@ -505,11 +505,11 @@ impl DeepChecker {
         let decision = content.as_ref().and_then(|c| c.get("decision"));
         if !matches!(
             decision.and_then(Value::as_str),
-            Some("idle" | "reflect" | "summarize")
+            Some("idle" | "reflect" | "summarize" | "index")
         ) {
             let p = mismatch(
                 "autonomy_tick.decision",
-                "idle, reflect or summarize".into(),
+                "idle, reflect, summarize or index".into(),
                 decision.cloned().unwrap_or(Value::Null),
             );
             self.emit(out, ev.id, p);
@@ -536,9 +536,10 @@ impl DeepChecker {
             .content
             .strip_prefix('{')
             .and_then(|b| b.strip_suffix('}'));
+        // The reference's four; pmm's index_threshold follows only when not the default.
         let fine = body.is_some_and(|b| {
             let pairs: Vec<&str> = b.split(',').collect();
-            pairs.len() == keys.len()
+            (pairs.len() == keys.len() || pairs.len() == keys.len() - 1)
                 && pairs.iter().zip(keys).all(|(pair, key)| {
                     pair.split_once(':').is_some_and(|(k, v)| {
                         k == key

@@ -92,7 +92,7 @@ pub struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Set a threshold (reflection_interval, summary_interval, commitment_staleness,
-    /// commitment_auto_close) to a positive integer; repeatable; no tick is run. A value set
+    /// commitment_auto_close, index_threshold) to a positive integer; repeatable; no tick is run. A value set
     /// this way wins over learning (policy_update, meta_policy_update) until --unset
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_set, conflicts_with_all = ["slot", "dry_run"])]
     set: Vec<(String, i64)>,
@@ -103,11 +103,12 @@ pub struct Args {
 }
 
 /// The threshold keys `--set` takes.
-pub const KEYS: [&str; 4] = [
+pub const KEYS: [&str; 5] = [
     "reflection_interval",
     "summary_interval",
     "commitment_staleness",
     "commitment_auto_close",
+    "index_threshold",
 ];
 
 /// Why a `--set` or `--every` value is refused.
@@ -254,6 +255,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             "summary_interval": th.summary_interval,
             "commitment_staleness": th.commitment_staleness,
             "commitment_auto_close": th.commitment_auto_close,
+            "index_threshold": th.index_threshold,
             "set_by": th.set_by,
             "pinned": th.pinned,
         }))?;
@@ -366,7 +368,7 @@ mod tests {
         assert_eq!(set("x"), "'x' is not KEY=VALUE");
         assert_eq!(
             set("x=1"),
-            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close)"
+            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close, index_threshold)"
         );
         assert_eq!(
             set("summary_interval= ten"),

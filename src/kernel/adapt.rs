@@ -24,6 +24,7 @@ pub fn outcome_content(decision: &Decision, tick: i64, written: &[Event]) -> Str
     let wanted = |e: &Event| match decision.decision {
         Action::Reflect => e.kind == Kind::Reflection,
         Action::Summarize => e.kind == Kind::SummaryUpdate,
+        Action::Index => matches!(e.kind, Kind::ConceptBindAsync | Kind::ClaimFromText),
         Action::Idle => e.kind == Kind::CommitmentClose,
     };
     let success = written.iter().any(wanted);

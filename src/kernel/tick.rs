@@ -284,6 +284,7 @@ fn append_action(
             s.put(Kind::Reflection, content, m)?;
         }
         Action::Summarize => append_summary(s.batch, s.p, s.events, s.clock, true)?,
+        Action::Index => super::index::append(s, &decision.evidence)?,
         Action::Idle => {}
     }
     Ok(())
@@ -415,12 +416,7 @@ fn set_inner(
     catch_up(&batch, &mut p)?;
     let mut events = Vec::new();
     let current = p.mirror.thresholds.clone();
-    let value = |k: &str| match k {
-        "reflection_interval" => current.reflection_interval,
-        "summary_interval" => current.summary_interval,
-        "commitment_staleness" => current.commitment_staleness,
-        _ => current.commitment_auto_close,
-    };
+    let value = |k: &str| current.get(k);
     let unset: Vec<&String> = unset
         .iter()
         .filter(|k| current.pinned.contains(*k))

@@ -90,7 +90,14 @@ pub struct AutonomyLog {
     pub exec_bound: BTreeSet<String>,
     /// The running checkpoint root over every event's hash.
     pub root: StoredRoot,
+    /// User and assistant messages with no concept binding that no `index` tick has taken yet,
+    /// oldest first (the newest [`UNINDEXED_MAX`]).
+    #[serde(default)]
+    pub unindexed: std::collections::VecDeque<i64>,
 }
+
+/// How many unindexed messages the projection remembers (the newest).
+pub const UNINDEXED_MAX: usize = 4096;
 
 fn meta_of(ev: &Event) -> serde_json::Map<String, Value> {
     ev.meta_map().unwrap_or_default()
@@ -114,6 +121,13 @@ impl AutonomyLog {
             Kind::AutonomyStimulus => self.apply_stimulus(ev),
             Kind::AutonomyTick => self.apply_tick(ev),
             Kind::Config => self.apply_config(ev),
+            Kind::UserMessage | Kind::AssistantMessage if !ev.content.trim().is_empty() => {
+                self.unindexed.push_back(ev.id);
+                if self.unindexed.len() > UNINDEXED_MAX {
+                    self.unindexed.pop_front();
+                }
+            }
+            Kind::ConceptBindEvent | Kind::ConceptBindAsync => self.apply_binding(ev),
             _ => {}
         }
         let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate);
@@ -195,17 +209,39 @@ impl AutonomyLog {
         }
     }
 
+    /// A concept binding of a message: the message is indexed.
+    fn apply_binding(&mut self, ev: &Event) {
+        if self.unindexed.is_empty() {
+            return;
+        }
+        let id = serde_json::from_str::<Value>(&ev.content)
+            .ok()
+            .and_then(|c| c.get("event_id").and_then(Value::as_i64));
+        if let Some(id) = id {
+            self.unindexed.retain(|m| *m != id);
+        }
+    }
+
     /// An `autonomy_tick`: counts it, and counts its decision (`reflect`, `summarize`, or
-    /// anything else as idle).
+    /// anything else as idle); an `index` tick has taken the messages of its evidence.
     fn apply_tick(&mut self, ev: &Event) {
         self.ticks_total += 1;
-        let decision = serde_json::from_str::<Value>(&ev.content)
-            .ok()
-            .and_then(|c| {
-                c.get("decision")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            });
+        let content = serde_json::from_str::<Value>(&ev.content).ok();
+        let decision = content.as_ref().and_then(|c| {
+            c.get("decision")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        if decision.as_deref() == Some("index") {
+            let taken: Vec<i64> = content
+                .as_ref()
+                .and_then(|c| c.get("evidence")?.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(Value::as_i64)
+                .collect();
+            self.unindexed.retain(|m| !taken.contains(m));
+        }
         match decision.as_deref() {
             Some("reflect") => self.reflect_count += 1,
             Some("summarize") => self.intention_summarize_count += 1,

@@ -100,6 +100,13 @@ fn claimed_token(claim_type: &str, content: &str) -> Option<String> {
     (!token.is_empty()).then(|| token.to_string())
 }
 
+/// The default `index_threshold`.
+pub const DEFAULT_INDEX_THRESHOLD: i64 = 20;
+
+fn default_index_threshold() -> i64 {
+    DEFAULT_INDEX_THRESHOLD
+}
+
 /// The range learning keeps a threshold in (FORMATS.md §8.3).
 pub const LEARN_RANGE: std::ops::RangeInclusive<i64> = 5..=100;
 
@@ -114,6 +121,9 @@ pub struct Thresholds {
     pub commitment_staleness: i64,
     /// Events after which a stale commitment may be auto-closed.
     pub commitment_auto_close: i64,
+    /// Unindexed messages that call for an `index` tick (pmm's; not in the reference).
+    #[serde(default = "default_index_threshold")]
+    pub index_threshold: i64,
     /// The event that set them (`autonomy_rule_table`, `config`, `policy_update` or
     /// `meta_policy_update`), none for the defaults.
     pub set_by: Option<i64>,
@@ -130,6 +140,7 @@ impl Default for Thresholds {
             summary_interval: 50,
             commitment_staleness: 20,
             commitment_auto_close: 27,
+            index_threshold: DEFAULT_INDEX_THRESHOLD,
             set_by: None,
             pinned: Default::default(),
         }
@@ -143,6 +154,7 @@ impl Thresholds {
             "summary_interval" => &mut self.summary_interval,
             "commitment_staleness" => &mut self.commitment_staleness,
             "commitment_auto_close" => &mut self.commitment_auto_close,
+            "index_threshold" => &mut self.index_threshold,
             _ => return false,
         };
         // Out of range (never written by pmm; an imported ledger's): not in force.
@@ -160,6 +172,7 @@ impl Thresholds {
             "summary_interval" => self.summary_interval,
             "commitment_staleness" => self.commitment_staleness,
             "commitment_auto_close" => self.commitment_auto_close,
+            "index_threshold" => self.index_threshold,
             _ => 0,
         }
     }
@@ -182,6 +195,7 @@ impl Thresholds {
             "summary_interval": self.summary_interval,
             "commitment_staleness": self.commitment_staleness,
             "commitment_auto_close": self.commitment_auto_close,
+            "index_threshold": self.index_threshold,
         })
     }
 
@@ -237,10 +251,17 @@ impl Thresholds {
     }
 
     /// The reference's `autonomy_rule_table` text:
-    /// `{reflection_interval:10,summary_interval:50,commitment_staleness:20,commitment_auto_close:27}`.
+    /// `{reflection_interval:10,summary_interval:50,commitment_staleness:20,commitment_auto_close:27}`,
+    /// with pmm's `,index_threshold:N` before the brace when it is not the default (so that a
+    /// reference ledger's rule table still reads as the thresholds in force).
     pub fn rule_table_text(&self) -> String {
+        let index = if self.index_threshold == DEFAULT_INDEX_THRESHOLD {
+            String::new()
+        } else {
+            format!(",index_threshold:{}", self.index_threshold)
+        };
         format!(
-            "{{reflection_interval:{},summary_interval:{},commitment_staleness:{},commitment_auto_close:{}}}",
+            "{{reflection_interval:{},summary_interval:{},commitment_staleness:{},commitment_auto_close:{}{index}}}",
             self.reflection_interval, self.summary_interval, self.commitment_staleness, self.commitment_auto_close
         )
     }
@@ -423,6 +444,11 @@ impl Mirror {
             .trim_start_matches('{')
             .trim_end_matches('}');
         let mut changed = false;
+        if !body.contains("index_threshold") {
+            changed |= self
+                .thresholds
+                .set("index_threshold", DEFAULT_INDEX_THRESHOLD);
+        }
         for pair in body.split(',') {
             if let Some((k, v)) = pair.split_once(':') {
                 if let Ok(n) = v.trim().parse::<i64>() {

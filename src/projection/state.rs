@@ -93,6 +93,7 @@ impl Projections {
                 "summary_interval": m.thresholds.summary_interval,
                 "commitment_staleness": m.thresholds.commitment_staleness,
                 "commitment_auto_close": m.thresholds.commitment_auto_close,
+                "index_threshold": m.thresholds.index_threshold,
                 "set_by": m.thresholds.set_by,
                 "pinned": m.thresholds.pinned,
             }),

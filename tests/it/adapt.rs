@@ -329,3 +329,84 @@ fn sigkill_mid_tick_leaves_none_of_its_learning() {
     let r = pmm.run("pmm-verify", &["--deep", "--quiet"], "");
     assert_eq!(r.code, 0, "{r:?}");
 }
+
+/// Enough messages with no concept bound make an `index` tick: a bounded batch of the oldest,
+/// each topic defined before it is bound, claims from the safe patterns, each naming its
+/// source message; the outcome is a success, and the batch is not taken again.
+#[test]
+fn the_indexer_binds_topics_and_claims_in_bounded_batches() {
+    let pmm = Pmm::new();
+    tick(&pmm, 1);
+    let texts = [
+        "My name is Ada and I write Python code",
+        "I think my name might be Bob",
+        "nothing to see here",
+    ];
+    let lines: String = (0..21)
+        .map(|i| {
+            json!({"kind": "user_message", "content": texts[i % 3], "meta": {"source": "test"}})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let ids: Vec<i64> = pmm
+        .run("pmm-append", &[], &lines)
+        .records()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    // A turn happened (rule 1), and was reflected on (rule 2); then the indexer.
+    let turn = json!({"kind": "metrics_turn", "content": "provider:test", "meta": {}});
+    assert_eq!(pmm.run("pmm-append", &[], &format!("{turn}\n")).code, 0);
+    assert_eq!(tick(&pmm, 2).of_type("tick")[0]["decision"], "reflect");
+    let r = tick(&pmm, 3);
+    let t = r.of_type("tick")[0].clone();
+    assert_eq!(t["decision"], "index", "{t}");
+    assert_eq!(t["reasoning"], "21 unindexed messages (\u{2265} 20)");
+    assert_eq!(
+        t["evidence"],
+        json!(ids[..16]),
+        "the oldest, a bounded batch"
+    );
+    let recs = r.records();
+    let defines = of_kind(&recs, "concept_define");
+    let defined: Vec<String> = defines
+        .iter()
+        .map(|e| content(e)["token"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(defined, ["topic.programming", "topic.programming.python"]);
+    assert_eq!(defines[0]["meta"]["source_event"], ids[0]);
+    let binds = of_kind(&recs, "concept_bind_async");
+    assert_eq!(binds.len(), 6, "messages 0, 3, 6, 9, 12, 15");
+    assert_eq!(content(&binds[0])["event_id"], ids[0]);
+    let claims = of_kind(&recs, "claim_from_text");
+    assert_eq!(claims.len(), 6, "the hedged message makes none");
+    let c = content(&claims[0]);
+    assert_eq!(
+        (c["claim_type"].clone(), c["value"].clone()),
+        ("user.identity.name".into(), "ada".into())
+    );
+    assert_eq!(c["source_event_id"], ids[0]);
+    let o = content(&of_kind(&recs, "outcome_observation")[0]);
+    assert_eq!(
+        (o["action_kind"].clone(), o["observed_result"].clone()),
+        ("autonomy_index".into(), "success".into())
+    );
+    // Five left, under the threshold: the next tick does not index.
+    assert_ne!(tick(&pmm, 4).of_type("tick")[0]["decision"], "index");
+    // The threshold is in the rule table (only when not the default) and can be set.
+    let r = pmm.run("pmm-tick", &["--set", "index_threshold=5"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        of_kind(&r.records(), "autonomy_rule_table")[0]["content"],
+        "{reflection_interval:10,summary_interval:50,commitment_staleness:20,commitment_auto_close:27,index_threshold:5}"
+    );
+    // (A summary may be due first: rule 4 comes before the indexer.)
+    let t = (5..8)
+        .map(|slot| tick(&pmm, slot).of_type("tick")[0].clone())
+        .find(|t| t["decision"] == "index")
+        .expect("an index tick");
+    assert_eq!(t["evidence"], json!(ids[16..]));
+    let r = pmm.run("pmm-verify", &["--deep", "--quiet"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}
