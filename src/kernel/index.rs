@@ -186,6 +186,86 @@ fn index_message(s: &mut Sink<'_, '_>, ev: &Event) -> crate::Result<()> {
     Ok(())
 }
 
+/// CTL maintenance (FORMATS.md §8.12): the concept tokens each kind of the loop's own events
+/// is evidence of, with the relation.
+fn maintained(ev: &Event) -> Option<(&'static [&'static str], &'static str)> {
+    let kernel = || {
+        ev.meta_map().ok().and_then(|m| {
+            m.get("source")
+                .and_then(Value::as_str)
+                .map(|s| s == "autonomy_kernel")
+        }) == Some(true)
+    };
+    Some(match ev.kind {
+        Kind::StabilityMetrics => (
+            &[
+                "metric.stability_score",
+                "topic.stability_metrics",
+                "topic.system_maturity",
+            ][..],
+            "evidence",
+        ),
+        Kind::CoherenceCheck => (
+            &["metric.coherence_score", "topic.coherence"][..],
+            "evidence",
+        ),
+        Kind::PolicyUpdate => (
+            &[
+                "policy.stability_v2",
+                "governance.commitment_discipline",
+                "topic.governance_thread",
+            ][..],
+            "policy_update",
+        ),
+        Kind::MetaPolicyUpdate => (
+            &[
+                "governance.ontology_consistency",
+                "policy.ledger_truth_criterion",
+            ][..],
+            "meta_policy_update",
+        ),
+        Kind::SummaryUpdate => (
+            &["topic.identity_evolution", "governance.identity_integrity"][..],
+            "summary_state",
+        ),
+        Kind::Reflection if kernel() => (
+            &["topic.autonomy_behavior", "governance.reflection_budget"][..],
+            "reflection",
+        ),
+        _ => return None,
+    })
+}
+
+/// CTL maintenance over the tick's events from `from` on: each of the loop's own events is
+/// bound (`concept_bind_event`, weight 1.0, source `autonomy_kernel`) to the tokens of its
+/// kind that the ledger defines and that are not bound to it yet. Nothing is defined here:
+/// on a ledger without those concepts nothing is bound, as in the reference.
+pub(crate) fn maintain(s: &mut Sink<'_, '_>, from: usize) -> crate::Result<()> {
+    let events: Vec<Event> = s.events[from..].to_vec();
+    for ev in &events {
+        let Some((tokens, relation)) = maintained(ev) else {
+            continue;
+        };
+        let bound = s.p.concepts.concepts_for_event(ev.id);
+        let tokens: Vec<&str> = tokens
+            .iter()
+            .copied()
+            .filter(|t| s.p.concepts.definition(t).is_some() && !bound.iter().any(|b| b == t))
+            .collect();
+        if tokens.is_empty() {
+            continue;
+        }
+        let v = json!({"event_id": ev.id, "relation": relation, "tokens": tokens, "weight": 1.0});
+        let id = crate::chain::Digest::of(canon::to_string(&v).unwrap_or_default().as_bytes());
+        let m = [
+            ("binding_id", id.to_string().into()),
+            ("source", "autonomy_kernel".into()),
+        ];
+        put_c(s, Kind::ConceptBindEvent, &v, &m)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@
 //! from the newest rule table; `autonomy_tick {decision, evidence, reasoning}`; auto-close
 //! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; the adaptive
 //! loop ([`super::adapt`]: `outcome_observation`, and when due `stability_metrics`,
-//! `coherence_check`, `policy_update`, `meta_policy_update` and the rule table); on every 10th
+//! `coherence_check`, `policy_update`, `meta_policy_update` and the rule table);
+//! CTL maintenance bindings (`concept_bind_event`, [`super::index::maintain`]); on every 10th
 //! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
 
 use super::{decide, Action, Decision, Slot, View};
@@ -172,6 +173,7 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
     append_auto_closes(&mut s, &th, &decision)?;
     append_action(&mut s, slot, &th, &decision)?;
     append_adaptive(&mut s, slot, &decision, acted)?;
+    super::index::maintain(&mut s, acted)?;
     append_bookkeeping(&mut s)?;
     if let Some(ms) = std::env::var(PAUSE_ENV)
         .ok()

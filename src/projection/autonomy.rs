@@ -130,7 +130,9 @@ impl AutonomyLog {
             Kind::ConceptBindEvent | Kind::ConceptBindAsync => self.apply_binding(ev),
             _ => {}
         }
-        let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate);
+        // The kernel's CTL maintenance binds concepts to the loop's own events: bookkeeping too.
+        let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate)
+            || (ev.kind == Kind::ConceptBindEvent && is_kernel(ev));
         if !bookkeeping && !derived {
             self.note_change(ev);
         }

@@ -410,3 +410,38 @@ fn the_indexer_binds_topics_and_claims_in_bounded_batches() {
     let r = pmm.run("pmm-verify", &["--deep", "--quiet"], "");
     assert_eq!(r.code, 0, "{r:?}");
 }
+
+/// CTL maintenance (FORMATS.md §8.12): the loop's own events are bound to the concepts the
+/// ledger defines for them, and only to those.
+#[test]
+fn ctl_maintenance_binds_defined_concepts_to_the_loops_events() {
+    let pmm = Pmm::new();
+    let define = |token: &str| {
+        json!({"kind": "concept_define", "meta": {"source": "test"}, "content": serde_json::to_string(
+            &json!({"token": token, "concept_kind": "topic", "definition": "d", "attributes": {}, "version": 1})
+        ).unwrap()}).to_string() + "\n"
+    };
+    let input = define("topic.stability_metrics") + &define("metric.coherence_score");
+    assert_eq!(pmm.run("pmm-append", &[], &input).code, 0);
+    let recs = tick(&pmm, 1).records();
+    let stability = of_kind(&recs, "stability_metrics")[0]["id"]
+        .as_i64()
+        .unwrap();
+    let coherence = of_kind(&recs, "coherence_check")[0]["id"].as_i64().unwrap();
+    let binds: Vec<Value> = of_kind(&recs, "concept_bind_event")
+        .iter()
+        .map(content)
+        .collect();
+    assert_eq!(
+        binds,
+        [
+            json!({"event_id": stability, "relation": "evidence", "tokens": ["topic.stability_metrics"], "weight": 1.0}),
+            json!({"event_id": coherence, "relation": "evidence", "tokens": ["metric.coherence_score"], "weight": 1.0}),
+        ]
+    );
+    let st = state(&pmm);
+    assert_eq!(
+        st["concept_metrics"]["concepts_used"]["topic.stability_metrics"],
+        1
+    );
+}
