@@ -94,6 +94,26 @@ pub struct AutonomyLog {
     /// oldest first (the newest [`UNINDEXED_MAX`]).
     #[serde(default)]
     pub unindexed: std::collections::VecDeque<i64>,
+    /// Facts the indexer extracted (`claim_from_text`), oldest first (the newest
+    /// [`FACTS_MAX`]).
+    #[serde(default)]
+    pub facts: std::collections::VecDeque<Fact>,
+}
+
+/// How many extracted facts the projection keeps (the newest).
+pub const FACTS_MAX: usize = 10_000;
+
+/// A fact the indexer extracted from a message (`claim_from_text`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fact {
+    /// The `claim_from_text` event.
+    pub id: i64,
+    /// `claim_type`, e.g. `user.identity.name`.
+    pub claim_type: String,
+    /// `value`.
+    pub value: String,
+    /// The message it was extracted from (`source_event_id`).
+    pub source: i64,
 }
 
 /// How many unindexed messages the projection remembers (the newest).
@@ -128,6 +148,7 @@ impl AutonomyLog {
                 }
             }
             Kind::ConceptBindEvent | Kind::ConceptBindAsync => self.apply_binding(ev),
+            Kind::ClaimFromText => self.apply_fact(ev),
             _ => {}
         }
         // The kernel's CTL maintenance binds concepts to the loop's own events: bookkeeping too.
@@ -207,6 +228,29 @@ impl AutonomyLog {
                     .unwrap_or(crate::formats::slot::INTERVAL_SECS);
                 let max = self.max_slot.entry(interval).or_insert(slot);
                 *max = (*max).max(slot);
+            }
+        }
+    }
+
+    /// A `claim_from_text` with a type, a value and a source message: a fact.
+    fn apply_fact(&mut self, ev: &Event) {
+        let Ok(c) = serde_json::from_str::<Value>(&ev.content) else {
+            return;
+        };
+        let s = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_string);
+        if let (Some(claim_type), Some(value), Some(source)) = (
+            s("claim_type"),
+            s("value"),
+            c.get("source_event_id").and_then(Value::as_i64),
+        ) {
+            self.facts.push_back(Fact {
+                id: ev.id,
+                claim_type,
+                value,
+                source,
+            });
+            if self.facts.len() > FACTS_MAX {
+                self.facts.pop_front();
             }
         }
     }

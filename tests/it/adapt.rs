@@ -445,3 +445,28 @@ fn ctl_maintenance_binds_defined_concepts_to_the_loops_events() {
         1
     );
 }
+
+/// The indexer's facts are a recall source: a question about where the person lives recalls
+/// the message the fact came from, though they share no word.
+#[test]
+fn indexed_facts_are_recalled_with_their_source_message() {
+    let pmm = Pmm::new();
+    tick(&pmm, 1);
+    let mut lines = json!({"kind": "user_message", "content": "I live in Lisbon", "meta": {}})
+        .to_string()
+        + "\n";
+    for i in 0..20 {
+        lines += &(json!({"kind": "user_message", "content": format!("note {i}"), "meta": {}})
+            .to_string()
+            + "\n");
+    }
+    lines += &(json!({"kind": "metrics_turn", "content": "x", "meta": {}}).to_string() + "\n");
+    let first = pmm.run("pmm-append", &[], &lines).records()[0]["id"].clone();
+    tick(&pmm, 2);
+    assert_eq!(tick(&pmm, 3).of_type("tick")[0]["decision"], "index");
+    let r = pmm.run("pmm-recall", &["what city am I based in"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let top = &r.records()[0];
+    assert_eq!(top["id"], first, "{r:?}");
+    assert_eq!(top["via"], json!(["fact:user.location=lisbon"]));
+}
