@@ -50,6 +50,11 @@ pub struct LedgerMetrics {
     pub turns: u64,
     /// Autonomy ticks and decisions.
     pub autonomy: Autonomy,
+    /// The adaptive loop: the newest `stability_metrics`, `coherence_check`, `policy_update`
+    /// and `meta_policy_update` (id and content) and the outcomes per action (filled in by
+    /// `pmm-metrics`, which folds the adaptive projection alongside).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptation: Option<Value>,
     /// Measured replay cost (the one non-deterministic field; absent with `--deterministic`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_ms_per_event: Option<f64>,

@@ -16,7 +16,7 @@
 //! | `summary_update` | `meta.rsm_state` | the self-model over the events before it | §5.2 |
 //! | `commitment_close` | content | `Commitment closed: <meta.cid>` (or `Internal commitment closed: …`) | §2 |
 //! | `autonomy_tick` | `decision`, `evidence` | one of idle/reflect/summarize; evidence ids before the tick | §8.3 |
-//! | `autonomy_rule_table` | content | the four thresholds, in order, each in the `--set` range | §8.2 |
+//! | `autonomy_rule_table` | content | the four thresholds (and `index_threshold` when not the default), in order, each in the `--set` range | §8.2 |
 //! | `checkpoint_manifest` | `covers`, `up_to_id` | `["rsm_state","open_commitments"]`, an id before it | §8.9 |
 //! | `meta_summary` | `event_count`, `graph_stats.nodes`, `meta.about_event` | at most the events before it; the sum of `counts_by_kind`; an earlier reflection | §7.2 |
 //! | `reflection` (pmm's synthesized) | `intent`, `outcome` | the turn's user message and reply, stripped, 256 chars | §7.1 |
@@ -126,9 +126,14 @@ pub const KINDS_CHECKED: &[(&str, &str)] = &[
     (Kind::RetrievalSelection.as_str(), "meta.digest from the selection and the user message"),
     (Kind::CheckpointManifest.as_str(), "root_hash from the prefix; covers; up_to_id before it"),
     (Kind::AutonomyStimulus.as_str(), "slot_id (content and meta) from the slot"),
-    (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect or summarize; evidence ids before it"),
-    (Kind::AutonomyRuleTable.as_str(), "format: the four thresholds in order, each 1 to 1000000000"),
+    (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect, summarize or index; evidence ids before it"),
+    (Kind::AutonomyRuleTable.as_str(), "format: the four thresholds in order (and index_threshold when not the default), each 1 to 1000000000"),
     (Kind::SummaryUpdate.as_str(), "meta.rsm_state from the self-model over the events before it"),
+    (Kind::StabilityMetrics.as_str(), "the whole content from the 100 events before it"),
+    (Kind::CoherenceCheck.as_str(), "the whole content from the claims before it"),
+    (Kind::PolicyUpdate.as_str(), "the whole content from the outcomes before it (pmm's batches and thresholds when it lists evidence, else the reference's rates)"),
+    (Kind::MetaPolicyUpdate.as_str(), "the whole content from the policy_updates, stability and thresholds before it"),
+    (Kind::OutcomeObservation.as_str(), "action_kind names the decision of the tick before it"),
     (Kind::MetaSummary.as_str(), "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
     (Kind::Reflection.as_str(), "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
     (Kind::AssistantMessage.as_str(), "meta.prompt_sha256 from the prompt rebuilt from the ledger (a ledger file, replies of the current prompt format; the summary's prompts)"),
@@ -142,8 +147,9 @@ pub const KINDS_NOT_CHECKED: &[(&str, &str)] = &[
     (Kind::AutonomyTick.as_str(), "whether the decision is the one the kernel would take is not refolded (the adaptive thresholds at that slot)"),
     (Kind::AutonomyRuleTable.as_str(), "the values are not refolded: the reference's adaptive loop changes them without a config event"),
     (Kind::LifetimeMemory.as_str(), "chunk text is not refolded"),
-    ("concept_define, concept_bind_event, concept_bind_thread", "pmm's turns write them for the concepts a reply names and the user's text mentions: which concepts a turn is about is the model's choice, not derived"),
-    ("concept_alias, concept_relate, stability_metrics, coherence_check, outcome_observation, policy_update, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
+    ("concept_define, concept_bind_event, concept_bind_thread", "pmm's turns and its indexer write them for the concepts a reply names, the user's text mentions or a message's topics give: which concepts a turn is about is the model's choice, not derived"),
+    ("concept_alias, concept_relate, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
+    (Kind::OutcomeObservation.as_str(), "only action_kind is checked: observed_result and evidence depend on what the tick wrote, which the reference judged differently (an idle tick is success there)"),
 ];
 
 /// How many derived values were checked, by kind, and what came of it.
@@ -175,6 +181,12 @@ pub struct DeepCounts {
     pub meta_summaries: u64,
     /// Synthesized reflections (`intent`/`outcome`) recomputed.
     pub synthesized_reflections: u64,
+    /// `outcome_observation`, `stability_metrics`, `coherence_check`, `policy_update` and
+    /// `meta_policy_update` events recomputed ([`super::adaptive`]).
+    pub adaptive_events: u64,
+    /// Of those, the ones equal to the newest one of their kind before them: the reference's
+    /// re-emissions (§17 item 17; pmm writes none).
+    pub adaptive_repeats: u64,
     /// `derived_mismatch` findings reported.
     pub mismatches: u64,
     /// Derived values that could not be checked: the input they need is not in the ledger or
@@ -243,6 +255,8 @@ pub struct DeepChecker {
     erased: std::collections::BTreeSet<i64>,
     /// The first skipped checks, listed in the summary.
     skipped: Vec<SkippedForErasure>,
+    /// The adaptive loop's events, recomputed.
+    adaptive: super::adaptive::AdaptiveCheck,
 }
 
 impl Default for DeepChecker {
@@ -347,6 +361,7 @@ impl DeepChecker {
             last_reply_id: 0,
             erased: Default::default(),
             skipped: Vec::new(),
+            adaptive: Default::default(),
         }
     }
 
@@ -450,7 +465,26 @@ impl DeepChecker {
         if ev.kind == Kind::CheckpointManifest {
             self.check_covers(ev, out);
         }
+        self.check_adaptive(ev, out);
         self.remember(ev, meta);
+    }
+
+    /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.
+    fn check_adaptive(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        use super::adaptive::Verdict;
+        match self.adaptive.check(ev) {
+            Verdict::NotChecked => {}
+            Verdict::Same { repeat } => {
+                self.counts.adaptive_events += 1;
+                self.counts.adaptive_repeats += u64::from(repeat);
+            }
+            Verdict::Differs(what, expected) => {
+                self.counts.adaptive_events += 1;
+                let expected = expected.map_or(Value::Null, Value::String);
+                let found = Value::String(ev.content.clone());
+                self.emit(out, ev.id, mismatch(what, expected, found));
+            }
+        }
     }
 
     /// Updates the state with an event once it has been checked.
@@ -560,11 +594,11 @@ impl DeepChecker {
         let decision = content.as_ref().and_then(|c| c.get("decision"));
         if !matches!(
             decision.and_then(Value::as_str),
-            Some("idle" | "reflect" | "summarize")
+            Some("idle" | "reflect" | "summarize" | "index")
         ) {
             let p = mismatch(
                 "autonomy_tick.decision",
-                "idle, reflect or summarize".into(),
+                "idle, reflect, summarize or index".into(),
                 decision.cloned().unwrap_or(Value::Null),
             );
             self.emit(out, ev.id, p);
@@ -591,9 +625,10 @@ impl DeepChecker {
             .content
             .strip_prefix('{')
             .and_then(|b| b.strip_suffix('}'));
+        // The reference's four; pmm's index_threshold follows only when not the default.
         let fine = body.is_some_and(|b| {
             let pairs: Vec<&str> = b.split(',').collect();
-            pairs.len() == keys.len()
+            (pairs.len() == keys.len() || pairs.len() == keys.len() - 1)
                 && pairs.iter().zip(keys).all(|(pair, key)| {
                     pair.split_once(':').is_some_and(|(k, v)| {
                         k == key

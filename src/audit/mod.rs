@@ -3,6 +3,7 @@
 //! projections'), so it sits above all of them, and nothing below imports it. Inclusion proofs
 //! of single events ([`prove`]) read the store's tree for `pmm-verify` and the MCP server alike.
 
+pub mod adaptive;
 pub mod deep;
 pub mod prompts;
 pub mod prove;

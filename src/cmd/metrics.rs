@@ -26,8 +26,9 @@ OUTPUT:
   One {\"type\":\"metrics\"} object: event_count and kinds (metrics_update events left out, as
   the reference does), broken_links, hash_mismatches, last_hash, open_commitments and
   closed_commitments (cids), internal_goals_open, internal_goals_worked, turns, autonomy
-  {ticks, decisions,
-  last_reflection_id}, replay_ms_per_event. With --append, the appended metrics_update event
+  {ticks, decisions, last_reflection_id}, adaptation {stability, coherence, policy_update,
+  meta_policy_update (the newest of each: id and content, or null), outcomes (per action kind:
+  success, no_delta, failure, partial)}, replay_ms_per_event. With --append, the appended metrics_update event
   follows on its own line.
 
 EXIT STATUS:
@@ -83,6 +84,7 @@ pub fn compute(
     let bar = crate::cli::progress(1_000_000, quiet || max_id < 100_000, "metrics");
     let started = Instant::now();
     let mut fold = MetricsFold::default();
+    let mut adapt = crate::projection::adapt::AdaptLog::default();
     let mut verifier = Verifier::new(vec![]).eager();
     let mut findings = Vec::new();
     let mut n = 0u64;
@@ -97,6 +99,7 @@ pub fn compute(
                 verifier.check_computed(&r.event, d, &mut findings);
                 findings.clear();
                 fold.add(&r.event);
+                adapt.apply(&r.event);
             }
             Ok(true)
         },
@@ -105,6 +108,7 @@ pub fn compute(
     let s = verifier.finish(&mut findings);
     bar.finish_and_clear();
     let mut m = fold.finish(s.broken_links, s.hash_mismatches);
+    m.adaptation = Some(adapt.summary());
     m.replay_ms_per_event = Some(if n == 0 {
         0.0
     } else {

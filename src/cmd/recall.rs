@@ -37,7 +37,8 @@ OUTPUT:
   score is the fused (reciprocal-rank) score; via says why: \"fts\" (full-text match),
   \"dense\" (near in meaning: the embedding model's vectors), \"neighbour-of:ID\" (the message
   before or after a match), \"concept:TOKEN\" (bound to a concept the text mentions),
-  \"thread:CID\" (the story of a commitment bound to one).
+  \"thread:CID\" (the story of a commitment bound to one), \"fact:TYPE=VALUE\" (the message a
+  fact the indexer extracted came from: a name, a place, a tool; pmm-tick's index ticks).
   --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
   the text became (stop words and FTS5 syntax removed) and the index's state.
   --timings prints {\"type\":\"timings\",\"project_ms\",\"embed_ms\",\"recall_ms\"} (loading the

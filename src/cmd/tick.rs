@@ -92,25 +92,31 @@ pub struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Set a threshold (reflection_interval, summary_interval, commitment_staleness,
-    /// commitment_auto_close) to a positive integer; repeatable; no tick is run
+    /// commitment_auto_close, index_threshold) to a positive integer; repeatable; no tick is run. A value set
+    /// this way wins over learning (policy_update, meta_policy_update) until --unset
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_set, conflicts_with_all = ["slot", "dry_run"])]
     set: Vec<(String, i64)>,
     /// After every tick, sign a checkpoint of the ledger's Merkle tree with this private key
     /// (pmm-export --keygen writes one) into --checkpoint-out
-    #[arg(long, value_name = "FILE", requires = "checkpoint_out", conflicts_with_all = ["dry_run", "set"])]
+    #[arg(long, value_name = "FILE", requires = "checkpoint_out", conflicts_with_all = ["dry_run", "set", "unset"])]
     checkpoint_key: Option<std::path::PathBuf>,
     /// The file the signed checkpoint is written to after every tick (beside it, then renamed
     /// into place; never the ledger), as pmm-export --checkpoint prints it
     #[arg(long, value_name = "FILE", requires = "checkpoint_key")]
     checkpoint_out: Option<std::path::PathBuf>,
+    /// Hand a threshold set with --set back to learning (its value stays until learning
+    /// moves it); repeatable; no tick is run
+    #[arg(long, value_name = "KEY", value_parser = parse_unset, conflicts_with_all = ["slot", "dry_run", "every"])]
+    unset: Vec<String>,
 }
 
 /// The threshold keys `--set` takes.
-pub const KEYS: [&str; 4] = [
+pub const KEYS: [&str; 5] = [
     "reflection_interval",
     "summary_interval",
     "commitment_staleness",
     "commitment_auto_close",
+    "index_threshold",
 ];
 
 /// Why a `--set` or `--every` value is refused.
@@ -170,6 +176,14 @@ fn parse_set(s: &str) -> Result<(String, i64), BadValue> {
         });
     }
     Ok((k.to_string(), n))
+}
+
+fn parse_unset(s: &str) -> Result<String, BadValue> {
+    let k = s.trim();
+    if !KEYS.contains(&k) {
+        return Err(BadValue::UnknownThreshold(k.to_string()));
+    }
+    Ok(k.to_string())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, BadValue> {
@@ -238,8 +252,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 
     let signer = checkpoint_signer(&args, &path)?;
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
-    if !args.set.is_empty() {
-        let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &clock)?;
+    if !args.set.is_empty() || !args.unset.is_empty() {
+        let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
         for e in &events {
             out.event(e)?;
         }
@@ -250,7 +264,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             "summary_interval": th.summary_interval,
             "commitment_staleness": th.commitment_staleness,
             "commitment_auto_close": th.commitment_auto_close,
+            "index_threshold": th.index_threshold,
             "set_by": th.set_by,
+            "pinned": th.pinned,
         }))?;
         out.flush()?;
         return Ok(Outcome::Success);
@@ -401,7 +417,7 @@ mod tests {
         assert_eq!(set("x"), "'x' is not KEY=VALUE");
         assert_eq!(
             set("x=1"),
-            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close)"
+            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close, index_threshold)"
         );
         assert_eq!(
             set("summary_interval= ten"),

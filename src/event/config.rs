@@ -56,11 +56,12 @@ impl std::fmt::Display for Strategy {
 }
 
 /// The threshold keys of an `autonomy_thresholds` config.
-pub const THRESHOLD_KEYS: [&str; 4] = [
+pub const THRESHOLD_KEYS: [&str; 5] = [
     "reflection_interval",
     "summary_interval",
     "commitment_staleness",
     "commitment_auto_close",
+    "index_threshold",
 ];
 
 /// A `config` value the runtime must not use, named with its key and the range it must be in.

@@ -9,6 +9,9 @@
 //! 3. events since the newest kernel reflection ≥ `reflection_interval` → `reflect`;
 //! 4. events since the newest summary ≥ `summary_interval`, with a kernel reflection since
 //!    it → `summarize`;
+//!
+//!    4b. messages with no concept bound ≥ `index_threshold` → `index`, the oldest
+//!    [`index::BATCH`] of them as evidence ([`index`]);
 //! 5. an open commitment stalled (no newer than `commitment_staleness` events) → `reflect`
 //!    (a commitment review);
 //! 6. otherwise `idle`.
@@ -22,7 +25,9 @@
 
 /// Slots and slot ids: a derivation format, defined below every layer that reads it.
 pub use crate::formats::slot;
+pub mod adapt;
 pub mod goals;
+pub mod index;
 pub mod tick;
 
 use crate::projection::autonomy::KernelReflection;
@@ -68,6 +73,8 @@ pub enum Action {
     Reflect,
     /// A `summary_update`.
     Summarize,
+    /// A batch of the indexer (`concept_bind_async`, `claim_from_text`).
+    Index,
 }
 
 impl Action {
@@ -77,6 +84,7 @@ impl Action {
             Action::Idle => "idle",
             Action::Reflect => "reflect",
             Action::Summarize => "summarize",
+            Action::Index => "index",
         }
     }
 }
@@ -110,6 +118,8 @@ pub struct View {
     pub changes: Vec<(String, u64)>,
     /// Open commitments, in the order they were opened.
     pub open: Vec<OpenCommitment>,
+    /// Messages no concept is bound to and no `index` tick has taken, oldest first.
+    pub unindexed: Vec<i64>,
 }
 
 impl View {
@@ -133,6 +143,7 @@ impl View {
                     exec_bound: a.exec_bound.contains(&c.cid),
                 })
                 .collect(),
+            unindexed: a.unindexed.iter().copied().collect(),
         }
     }
 }
@@ -328,6 +339,14 @@ fn choose(
     {
         let why = format!("summary_interval reached ({since_summary})");
         c.chosen = Some((Action::Summarize, why, vec![view.head]));
+        return c;
+    }
+    // Rule 4b: enough messages with no concept bound → the indexer, a bounded batch.
+    let n = view.unindexed.len() as i64;
+    if th.index_threshold > 0 && n >= th.index_threshold {
+        let why = format!("{n} unindexed messages (\u{2265} {})", th.index_threshold);
+        let batch = view.unindexed.iter().take(index::BATCH).copied().collect();
+        c.chosen = Some((Action::Index, why, batch));
         return c;
     }
     // Rule 5.

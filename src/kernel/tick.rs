@@ -5,8 +5,11 @@
 //! In order: on a ledger's first use, the default policy and retrieval `config`s (SPEC §2.5);
 //! `autonomy_stimulus`; `autonomy_rule_table` when the thresholds in force differ
 //! from the newest rule table; `autonomy_tick {decision, evidence, reasoning}`; auto-close
-//! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; internal
-//! goals, each opened, worked and closed ([`super::goals`]); on every 10th
+//! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; the adaptive
+//! loop ([`super::adapt`]: `outcome_observation`, and when due `stability_metrics`,
+//! `coherence_check`, `policy_update`, `meta_policy_update` and the rule table);
+//! CTL maintenance bindings (`concept_bind_event`, [`super::index::maintain`]); internal goals,
+//! each opened, worked and closed ([`super::goals`]); on every 10th
 //! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
 
 use super::{decide, Action, Decision, Slot, View};
@@ -167,8 +170,11 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
         clock,
     };
     append_slot_events(&mut s, slot, &th, &decision)?;
+    let acted = s.events.len();
     append_auto_closes(&mut s, &th, &decision)?;
     append_action(&mut s, slot, &th, &decision)?;
+    append_adaptive(&mut s, slot, &decision, acted)?;
+    super::index::maintain(&mut s, acted)?;
     super::goals::append_goals(&mut s)?;
     append_bookkeeping(&mut s)?;
     if let Some(ms) = std::env::var(PAUSE_ENV)
@@ -282,7 +288,50 @@ fn append_action(
             s.put(Kind::Reflection, content, m)?;
         }
         Action::Summarize => append_summary(s.batch, s.p, s.events, s.clock, true)?,
+        Action::Index => super::index::append(s, &decision.evidence)?,
         Action::Idle => {}
+    }
+    Ok(())
+}
+
+/// The adaptive loop (FORMATS.md §8.2 steps 6–7, [`super::adapt`]): the outcome of what the
+/// tick did (`acted`: where its events after the `autonomy_tick` start), then stability,
+/// coherence and learning, each only when due, and the rule table when learning moved the
+/// thresholds.
+fn append_adaptive(
+    s: &mut Sink<'_, '_>,
+    slot: &Slot,
+    decision: &Decision,
+    acted: usize,
+) -> crate::Result<()> {
+    let tick = s.events[acted - 1].id;
+    let content = super::adapt::outcome_content(decision, tick, &s.events[acted..]);
+    let m = slot_meta(
+        slot,
+        &[
+            ("slot", slot.slot.into()),
+            ("slot_id", slot.slot_id.clone().into()),
+            ("source", "autonomy_kernel".into()),
+        ],
+    );
+    s.put(Kind::OutcomeObservation, content, m)?;
+    let kernel = || meta(&[("source", "autonomy_kernel".into())]);
+    if let Some(c) = s.p.adapt.stability_due() {
+        s.put(Kind::StabilityMetrics, c, kernel())?;
+    }
+    if let Some(c) = s.p.adapt.coherence_due() {
+        s.put(Kind::CoherenceCheck, c, kernel())?;
+    }
+    if let Some(c) = crate::projection::adapt::policy_due(&s.p.adapt, &s.p.mirror.thresholds) {
+        s.put(Kind::PolicyUpdate, c, kernel())?;
+    }
+    let head = s.p.mirror.last_event_id;
+    if let Some(c) = crate::projection::adapt::meta_due(&s.p.adapt, &s.p.mirror.thresholds, head) {
+        s.put(Kind::MetaPolicyUpdate, c, kernel())?;
+    }
+    let rule_table = s.p.mirror.thresholds.rule_table_text();
+    if s.p.autonomy.last_rule_table.as_deref() != Some(rule_table.as_str()) {
+        s.put(Kind::AutonomyRuleTable, rule_table, kernel())?;
     }
     Ok(())
 }
@@ -347,19 +396,23 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
 }
 
 /// Sets autonomy thresholds: a `config` of type `autonomy_thresholds` with the given keys
-/// (source `pmm-tick`) and the `autonomy_rule_table` of the thresholds now in force, in one
-/// transaction. Nothing is written when the values are already in force.
+/// (source `pmm-tick`), which pins them (learning leaves them alone), and `"unset"`: the keys
+/// handed back to learning; then the `autonomy_rule_table` of the thresholds now in force, in
+/// one transaction. Nothing is written when the values are already in force and pinned, and
+/// the keys to unset are not pinned.
 pub fn set_thresholds(
     ledger: &mut Ledger,
     changes: &[(String, i64)],
+    unset: &[String],
     clock: &Clock,
 ) -> crate::Result<(Thresholds, Vec<Event>)> {
-    set_inner(ledger, changes, clock).map_err(|e| record_refusal(ledger, e, clock))
+    set_inner(ledger, changes, unset, clock).map_err(|e| record_refusal(ledger, e, clock))
 }
 
 fn set_inner(
     ledger: &mut Ledger,
     changes: &[(String, i64)],
+    unset: &[String],
     clock: &Clock,
 ) -> crate::Result<(Thresholds, Vec<Event>)> {
     let mut p = store::project(&*ledger, None, true)?.projections;
@@ -367,19 +420,25 @@ fn set_inner(
     catch_up(&batch, &mut p)?;
     let mut events = Vec::new();
     let current = p.mirror.thresholds.clone();
-    let value = |k: &str| match k {
-        "reflection_interval" => current.reflection_interval,
-        "summary_interval" => current.summary_interval,
-        "commitment_staleness" => current.commitment_staleness,
-        _ => current.commitment_auto_close,
-    };
-    if changes.iter().all(|(k, v)| value(k) == *v) {
+    let value = |k: &str| current.get(k);
+    let unset: Vec<&String> = unset
+        .iter()
+        .filter(|k| current.pinned.contains(*k))
+        .collect();
+    if unset.is_empty()
+        && changes
+            .iter()
+            .all(|(k, v)| value(k) == *v && current.pinned.contains(k))
+    {
         return Ok((current, events));
     }
     let mut content = Map::new();
     content.insert("type".into(), "autonomy_thresholds".into());
     for (k, v) in changes {
         content.insert(k.clone(), (*v).into());
+    }
+    if !unset.is_empty() {
+        content.insert("unset".into(), unset.into_iter().cloned().collect());
     }
     let ev = new_event(
         Kind::Config,

@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 /// out of a kernel reflection's `delta_hash`; nor do reflections and summaries, which are
 /// derived from the events they are about (a summary written in a quiet hour must not make
 /// the next tick reflect on it, or the two would alternate forever).
-pub const BOOKKEEPING: [Kind; 8] = [
+pub const BOOKKEEPING: [Kind; 11] = [
     Kind::AutonomyStimulus,
     Kind::AutonomyTick,
     Kind::AutonomyMetrics,
@@ -26,6 +26,9 @@ pub const BOOKKEEPING: [Kind; 8] = [
     Kind::CheckpointManifest,
     Kind::OutcomeObservation,
     Kind::StabilityMetrics,
+    Kind::CoherenceCheck,
+    Kind::PolicyUpdate,
+    Kind::MetaPolicyUpdate,
     Kind::MetricsUpdate,
 ];
 
@@ -87,7 +90,34 @@ pub struct AutonomyLog {
     pub exec_bound: BTreeSet<String>,
     /// The running checkpoint root over every event's hash.
     pub root: StoredRoot,
+    /// User and assistant messages with no concept binding that no `index` tick has taken yet,
+    /// oldest first (the newest [`UNINDEXED_MAX`]).
+    #[serde(default)]
+    pub unindexed: std::collections::VecDeque<i64>,
+    /// Facts the indexer extracted (`claim_from_text`), oldest first (the newest
+    /// [`FACTS_MAX`]).
+    #[serde(default)]
+    pub facts: std::collections::VecDeque<Fact>,
 }
+
+/// How many extracted facts the projection keeps (the newest).
+pub const FACTS_MAX: usize = 10_000;
+
+/// A fact the indexer extracted from a message (`claim_from_text`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fact {
+    /// The `claim_from_text` event.
+    pub id: i64,
+    /// `claim_type`, e.g. `user.identity.name`.
+    pub claim_type: String,
+    /// `value`.
+    pub value: String,
+    /// The message it was extracted from (`source_event_id`).
+    pub source: i64,
+}
+
+/// How many unindexed messages the projection remembers (the newest).
+pub const UNINDEXED_MAX: usize = 4096;
 
 fn meta_of(ev: &Event) -> serde_json::Map<String, Value> {
     ev.meta_map().unwrap_or_default()
@@ -111,9 +141,19 @@ impl AutonomyLog {
             Kind::AutonomyStimulus => self.apply_stimulus(ev),
             Kind::AutonomyTick => self.apply_tick(ev),
             Kind::Config => self.apply_config(ev),
+            Kind::UserMessage | Kind::AssistantMessage if !ev.content.trim().is_empty() => {
+                self.unindexed.push_back(ev.id);
+                if self.unindexed.len() > UNINDEXED_MAX {
+                    self.unindexed.pop_front();
+                }
+            }
+            Kind::ConceptBindEvent | Kind::ConceptBindAsync => self.apply_binding(ev),
+            Kind::ClaimFromText => self.apply_fact(ev),
             _ => {}
         }
-        let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate);
+        // The kernel's CTL maintenance binds concepts to the loop's own events: bookkeeping too.
+        let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate)
+            || (ev.kind == Kind::ConceptBindEvent && is_kernel(ev));
         if !bookkeeping && !derived {
             self.note_change(ev);
         }
@@ -192,17 +232,62 @@ impl AutonomyLog {
         }
     }
 
+    /// A `claim_from_text` with a type, a value and a source message: a fact.
+    fn apply_fact(&mut self, ev: &Event) {
+        let Ok(c) = serde_json::from_str::<Value>(&ev.content) else {
+            return;
+        };
+        let s = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_string);
+        if let (Some(claim_type), Some(value), Some(source)) = (
+            s("claim_type"),
+            s("value"),
+            c.get("source_event_id").and_then(Value::as_i64),
+        ) {
+            self.facts.push_back(Fact {
+                id: ev.id,
+                claim_type,
+                value,
+                source,
+            });
+            if self.facts.len() > FACTS_MAX {
+                self.facts.pop_front();
+            }
+        }
+    }
+
+    /// A concept binding of a message: the message is indexed.
+    fn apply_binding(&mut self, ev: &Event) {
+        if self.unindexed.is_empty() {
+            return;
+        }
+        let id = serde_json::from_str::<Value>(&ev.content)
+            .ok()
+            .and_then(|c| c.get("event_id").and_then(Value::as_i64));
+        if let Some(id) = id {
+            self.unindexed.retain(|m| *m != id);
+        }
+    }
+
     /// An `autonomy_tick`: counts it, and counts its decision (`reflect`, `summarize`, or
-    /// anything else as idle).
+    /// anything else as idle); an `index` tick has taken the messages of its evidence.
     fn apply_tick(&mut self, ev: &Event) {
         self.ticks_total += 1;
-        let decision = serde_json::from_str::<Value>(&ev.content)
-            .ok()
-            .and_then(|c| {
-                c.get("decision")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            });
+        let content = serde_json::from_str::<Value>(&ev.content).ok();
+        let decision = content.as_ref().and_then(|c| {
+            c.get("decision")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        if decision.as_deref() == Some("index") {
+            let taken: Vec<i64> = content
+                .as_ref()
+                .and_then(|c| c.get("evidence")?.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(Value::as_i64)
+                .collect();
+            self.unindexed.retain(|m| !taken.contains(m));
+        }
         match decision.as_deref() {
             Some("reflect") => self.reflect_count += 1,
             Some("summarize") => self.intention_summarize_count += 1,

@@ -100,6 +100,16 @@ fn claimed_token(claim_type: &str, content: &str) -> Option<String> {
     (!token.is_empty()).then(|| token.to_string())
 }
 
+/// The default `index_threshold`.
+pub const DEFAULT_INDEX_THRESHOLD: i64 = 20;
+
+fn default_index_threshold() -> i64 {
+    DEFAULT_INDEX_THRESHOLD
+}
+
+/// The range learning keeps a threshold in (FORMATS.md §8.3).
+pub const LEARN_RANGE: std::ops::RangeInclusive<i64> = 5..=100;
+
 /// The autonomy thresholds in force (defaults 10/50/20/27, FORMATS.md §8.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Thresholds {
@@ -111,8 +121,16 @@ pub struct Thresholds {
     pub commitment_staleness: i64,
     /// Events after which a stale commitment may be auto-closed.
     pub commitment_auto_close: i64,
-    /// The event that set them (`autonomy_rule_table` or `config`), none for the defaults.
+    /// Unindexed messages that call for an `index` tick (pmm's; not in the reference).
+    #[serde(default = "default_index_threshold")]
+    pub index_threshold: i64,
+    /// The event that set them (`autonomy_rule_table`, `config`, `policy_update` or
+    /// `meta_policy_update`), none for the defaults.
     pub set_by: Option<i64>,
+    /// Thresholds a user set (`config` of type `autonomy_thresholds`): learning leaves them
+    /// alone until a config lists them under `unset`.
+    #[serde(default)]
+    pub pinned: std::collections::BTreeSet<String>,
 }
 
 impl Default for Thresholds {
@@ -122,7 +140,9 @@ impl Default for Thresholds {
             summary_interval: 50,
             commitment_staleness: 20,
             commitment_auto_close: 27,
+            index_threshold: DEFAULT_INDEX_THRESHOLD,
             set_by: None,
+            pinned: Default::default(),
         }
     }
 }
@@ -134,6 +154,7 @@ impl Thresholds {
             "summary_interval" => &mut self.summary_interval,
             "commitment_staleness" => &mut self.commitment_staleness,
             "commitment_auto_close" => &mut self.commitment_auto_close,
+            "index_threshold" => &mut self.index_threshold,
             _ => return false,
         };
         // Out of range (never written by pmm; an imported ledger's): not in force.
@@ -144,11 +165,103 @@ impl Thresholds {
         true
     }
 
+    /// The value of the threshold `key` (0 for an unknown key).
+    pub fn get(&self, key: &str) -> i64 {
+        match key {
+            "reflection_interval" => self.reflection_interval,
+            "summary_interval" => self.summary_interval,
+            "commitment_staleness" => self.commitment_staleness,
+            "commitment_auto_close" => self.commitment_auto_close,
+            "index_threshold" => self.index_threshold,
+            _ => 0,
+        }
+    }
+
+    /// Moves the threshold `key` one step (`delta` ±1) as learning does (FORMATS.md §8.3):
+    /// clamped to [`LEARN_RANGE`], never a pinned one. Whether it moved.
+    pub fn nudge(&mut self, key: &str, delta: i64) -> bool {
+        if self.pinned.contains(key) || self.get(key) == 0 {
+            return false;
+        }
+        let now = self.get(key);
+        let next = (now + delta).clamp(*LEARN_RANGE.start(), *LEARN_RANGE.end());
+        next != now && self.set(key, next)
+    }
+
+    /// The four values as a JSON object (the `thresholds` of a `policy_update`).
+    pub fn values(&self) -> Value {
+        serde_json::json!({
+            "reflection_interval": self.reflection_interval,
+            "summary_interval": self.summary_interval,
+            "commitment_staleness": self.commitment_staleness,
+            "commitment_auto_close": self.commitment_auto_close,
+            "index_threshold": self.index_threshold,
+        })
+    }
+
+    /// Applies a `policy_update` of type `adaptive_learning`: each entry of `changes` whose
+    /// action has a threshold moves it (`increase_frequency` −1, `decrease_frequency` +1).
+    pub fn apply_policy(&mut self, content: &Value) -> bool {
+        if content.get("type").and_then(Value::as_str) != Some("adaptive_learning") {
+            return false;
+        }
+        let mut moved = false;
+        for (action, change) in content
+            .get("changes")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let key = match action.as_str() {
+                "reflect" | "autonomy_reflect" => "reflection_interval",
+                "summarize" | "autonomy_summarize" => "summary_interval",
+                _ => continue,
+            };
+            let delta = match change.as_str() {
+                Some("increase_frequency") => -1,
+                Some("decrease_frequency") => 1,
+                _ => continue,
+            };
+            moved |= self.nudge(key, delta);
+        }
+        moved
+    }
+
+    /// Applies a `meta_policy_update`: each suggestion for `reflection_interval` moves it
+    /// (`increase` +1, `decrease` −1).
+    pub fn apply_meta_policy(&mut self, content: &Value) -> bool {
+        let mut moved = false;
+        for s in content
+            .get("suggestions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if s.get("param").and_then(Value::as_str) != Some("reflection_interval") {
+                continue;
+            }
+            let delta = match s.get("suggested_change").and_then(Value::as_str) {
+                Some("increase") => 1,
+                Some("decrease") => -1,
+                _ => continue,
+            };
+            moved |= self.nudge("reflection_interval", delta);
+        }
+        moved
+    }
+
     /// The reference's `autonomy_rule_table` text:
-    /// `{reflection_interval:10,summary_interval:50,commitment_staleness:20,commitment_auto_close:27}`.
+    /// `{reflection_interval:10,summary_interval:50,commitment_staleness:20,commitment_auto_close:27}`,
+    /// with pmm's `,index_threshold:N` before the brace when it is not the default (so that a
+    /// reference ledger's rule table still reads as the thresholds in force).
     pub fn rule_table_text(&self) -> String {
+        let index = if self.index_threshold == DEFAULT_INDEX_THRESHOLD {
+            String::new()
+        } else {
+            format!(",index_threshold:{}", self.index_threshold)
+        };
         format!(
-            "{{reflection_interval:{},summary_interval:{},commitment_staleness:{},commitment_auto_close:{}}}",
+            "{{reflection_interval:{},summary_interval:{},commitment_staleness:{},commitment_auto_close:{}{index}}}",
             self.reflection_interval, self.summary_interval, self.commitment_staleness, self.commitment_auto_close
         )
     }
@@ -193,6 +306,7 @@ impl Mirror {
             Kind::IdentityAdoption => self.apply_adoption(ev),
             Kind::Config => self.apply_config(ev),
             Kind::AutonomyRuleTable => self.apply_rule_table(ev),
+            Kind::PolicyUpdate | Kind::MetaPolicyUpdate => self.apply_learning(ev),
             _ => {}
         }
     }
@@ -283,6 +397,19 @@ impl Mirror {
                     for (k, v) in &c {
                         if let Some(n) = v.as_i64() {
                             changed |= self.thresholds.set(k, n);
+                            if self.thresholds.get(k) == n {
+                                self.thresholds.pinned.insert(k.clone());
+                            }
+                        }
+                    }
+                    for k in c
+                        .get("unset")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let Some(k) = k.as_str() {
+                            self.thresholds.pinned.remove(k);
                         }
                     }
                     if changed {
@@ -291,6 +418,20 @@ impl Mirror {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// A `policy_update` or `meta_policy_update`: learning moves unpinned thresholds.
+    fn apply_learning(&mut self, ev: &Event) {
+        let Ok(c) = serde_json::from_str::<Value>(&ev.content) else {
+            return;
+        };
+        let moved = match ev.kind {
+            Kind::PolicyUpdate => self.thresholds.apply_policy(&c),
+            _ => self.thresholds.apply_meta_policy(&c),
+        };
+        if moved {
+            self.thresholds.set_by = Some(ev.id);
         }
     }
 
@@ -303,6 +444,11 @@ impl Mirror {
             .trim_start_matches('{')
             .trim_end_matches('}');
         let mut changed = false;
+        if !body.contains("index_threshold") {
+            changed |= self
+                .thresholds
+                .set("index_threshold", DEFAULT_INDEX_THRESHOLD);
+        }
         for pair in body.split(',') {
             if let Some((k, v)) = pair.split_once(':') {
                 if let Ok(n) = v.trim().parse::<i64>() {

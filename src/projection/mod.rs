@@ -2,6 +2,7 @@
 //! self-model are not stored anywhere; they are recomputed from the ledger, identically on
 //! every machine.
 
+pub mod adapt;
 pub mod autonomy;
 pub mod concepts;
 pub mod graph;

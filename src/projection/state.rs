@@ -1,6 +1,7 @@
 //! All projections together: the fold `pmm-replay --state` prints, and the unit a projection
 //! checkpoint stores.
 
+use super::adapt::AdaptLog;
 use super::autonomy::AutonomyLog;
 use super::concepts::ConceptGraph;
 use super::graph::GraphCounts;
@@ -25,6 +26,9 @@ pub struct Projections {
     /// What the autonomy kernel decides from.
     #[serde(default)]
     pub autonomy: AutonomyLog,
+    /// What the adaptive loop watches: stability, coherence, outcomes and learning.
+    #[serde(default)]
+    pub adapt: AdaptLog,
 }
 
 impl Projections {
@@ -35,6 +39,7 @@ impl Projections {
         self.concepts.apply(ev);
         self.graph.apply(ev);
         self.autonomy.apply(ev);
+        self.adapt.apply(ev);
     }
 
     /// The self-model snapshot, in the reference's structure (what `summary_update` events
@@ -79,6 +84,7 @@ impl Projections {
             .collect();
         let a = &self.autonomy;
         StateRecord {
+            adaptation: self.adapt.summary(),
             autonomy: json!({
                 "ticks_total": a.ticks_total,
                 "reflect_count": a.reflect_count,
@@ -104,7 +110,9 @@ impl Projections {
                 "summary_interval": m.thresholds.summary_interval,
                 "commitment_staleness": m.thresholds.commitment_staleness,
                 "commitment_auto_close": m.thresholds.commitment_auto_close,
+                "index_threshold": m.thresholds.index_threshold,
                 "set_by": m.thresholds.set_by,
+                "pinned": m.thresholds.pinned,
             }),
         }
     }
@@ -112,6 +120,7 @@ impl Projections {
 
 /// The `{"type":"state"}` record: see [`Projections::state_record`].
 pub struct StateRecord<'a> {
+    adaptation: Value,
     autonomy: Value,
     closed_commitments: usize,
     concept_metrics: Value,
@@ -138,7 +147,8 @@ impl StateRecord<'_> {
             out.write_all(key.as_bytes())?;
             serde_json::to_writer(&mut *out, value).map_err(io::Error::other)
         }
-        field(out, "{\"autonomy\":", &self.autonomy)?;
+        field(out, "{\"adaptation\":", &self.adaptation)?;
+        field(out, ",\"autonomy\":", &self.autonomy)?;
         field(out, ",\"closed_commitments\":", &self.closed_commitments)?;
         field(out, ",\"concept_metrics\":", &self.concept_metrics)?;
         field(out, ",\"graph\":", &self.graph)?;

@@ -23,6 +23,7 @@
 
 pub mod concepts;
 pub mod dense;
+pub mod facts;
 pub mod terms;
 pub mod text;
 pub mod vectors;
@@ -111,7 +112,8 @@ pub struct Recalled {
     pub event: Event,
     /// Its fused score (higher is better).
     pub score: f64,
-    /// Why it was picked: `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`.
+    /// Why it was picked: `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`,
+    /// `fact:TYPE=VALUE`.
     pub via: Vec<String>,
 }
 
@@ -132,6 +134,7 @@ pub fn recall<R: Reads>(r: &R, p: &Projections, q: &Query) -> Result<Vec<Recalle
         text::rank(r, q, &mut cache)?,
         concepts::rank(r, p, q, &mut cache)?,
         dense::rank(r, q, &mut cache)?,
+        facts::rank(p, q),
     ];
     let fused = fuse(&lists);
     fill(r, q, fused, &mut cache)

@@ -8,8 +8,9 @@ use crate::projection::state::Projections;
 pub const CHECKPOINT: &str = "projections";
 /// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
 /// checkpoints written by an older build are ignored instead of misread. 8: MessagePack with
-/// byte-string fields and COMMIT-text digests (7 and before: JSON).
-pub const CHECKPOINT_FORMAT: i64 = 8;
+/// byte-string fields and COMMIT-text digests (7 and before: JSON). 9: the adaptive fold,
+/// pinned thresholds and `index_threshold`, unindexed messages and facts.
+pub const CHECKPOINT_FORMAT: i64 = 9;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 pub const CHECKPOINT_EVERY: u64 = 1000;
 

@@ -4,6 +4,7 @@
 mod harness;
 mod stub;
 
+mod adapt;
 mod architecture;
 mod bad_input;
 mod canon;

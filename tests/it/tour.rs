@@ -516,34 +516,35 @@ fn the_autonomy_page_example_runs_as_written() {
             .find(|e| e["id"] == id)
             .unwrap_or_else(|| panic!("no event {id}"))
     };
-    assert_eq!(event(10)["meta"]["cid"], "8a574b28");
-    assert_eq!(event(12)["kind"], "metrics_turn");
-    assert_eq!(event(77)["meta"]["cid"], "f2e3c6ae");
-    assert_eq!(event(85)["kind"], "commitment_close");
-    assert_eq!(event(85)["meta"]["age"], 72);
-    assert_eq!(event(87)["kind"], "config");
-    assert!(event(100)["content"]
+    assert_eq!(event(13)["meta"]["cid"], "8a574b28");
+    assert_eq!(event(15)["kind"], "metrics_turn");
+    assert_eq!(event(130)["meta"]["cid"], "f2e3c6ae");
+    assert_eq!(event(140)["kind"], "commitment_close");
+    assert_eq!(event(140)["meta"]["age"], 124);
+    assert_eq!(event(144)["kind"], "config");
+    assert_eq!(event(142)["kind"], "outcome_observation");
+    assert!(event(153)["content"]
         .as_str()
         .is_some_and(|c| c.contains("\"intent\":\"commitment_review\"")));
 
     // The two hashes the page quotes, as it quotes them.
     let delta = between(&doc, "\"delta_hash\":\"", "…");
     assert_eq!(
-        &event(19)["meta"]["delta_hash"].as_str().unwrap()[..8],
+        &event(22)["meta"]["delta_hash"].as_str().unwrap()[..8],
         delta,
-        "docs/autonomy.md quotes another delta_hash for event 19"
+        "docs/autonomy.md quotes another delta_hash for event 22"
     );
     let root = between(&doc, "\\\"root_hash\\\":\\\"", "…");
     let manifest: Value =
-        serde_json::from_str(event(52)["content"].as_str().expect("content")).unwrap();
+        serde_json::from_str(event(54)["content"].as_str().expect("content")).unwrap();
     assert_eq!(
         &manifest["root_hash"].as_str().unwrap()[..8],
         root,
-        "docs/autonomy.md quotes another root_hash for event 52"
+        "docs/autonomy.md quotes another root_hash for event 54"
     );
     let state = one_json(&t.ok(
-        "(state at 86)",
-        &format!("pmm-replay --db '{}' --state --at 86", db.display()),
+        "(state at 141)",
+        &format!("pmm-replay --db '{}' --state --at 141", db.display()),
         "",
     ));
     assert_eq!(state["thresholds"]["set_by"], 4);

@@ -1,0 +1,174 @@
+//! Deep verification of the adaptive loop's events (FORMATS.md §8.2 steps 6–7, §8.8, §8.10,
+//! §8.11): each `stability_metrics`, `coherence_check`, `policy_update` and
+//! `meta_policy_update` is recomputed from the events before it, with the projection that
+//! writes them ([`AdaptLog`]) and the thresholds in force (the [`Mirror`]); an
+//! `outcome_observation` must name the decision of the tick before it.
+//!
+//! A `policy_update` is recomputed with pmm's algorithm when it records its evidence, and
+//! with the reference's otherwise (every outcome, `no_delta` ignored). An event whose content
+//! equals the newest one of its kind before it is a *repeat*: pmm writes none, the reference
+//! re-emitted them (§17 item 17); repeats are counted, not reported as mismatches.
+
+use crate::event::{Event, Kind};
+use crate::projection::adapt::{self, AdaptLog};
+use crate::projection::mirror::Mirror;
+use serde_json::Value;
+
+/// What checking one event found.
+pub enum Verdict {
+    /// Not an adaptive event.
+    NotChecked,
+    /// Recomputed and equal; `repeat` when it equals the newest one of its kind before it.
+    Same {
+        /// Equal to the newest one of its kind before it.
+        repeat: bool,
+    },
+    /// Recomputed and different: what, the expected content (none: nothing was due).
+    Differs(&'static str, Option<String>),
+}
+
+/// The streaming fold (see the module docs).
+#[derive(Debug, Default)]
+pub struct AdaptiveCheck {
+    adapt: AdaptLog,
+    mirror: Mirror,
+    /// The newest tick's decision and `meta.slot_id`.
+    last_decision: Option<(String, Option<String>)>,
+}
+
+fn slot_id(ev: &Event) -> Option<String> {
+    let m = ev.meta_map().ok()?;
+    m.get("slot_id")?.as_str().map(str::to_string)
+}
+
+fn newest(e: &Option<(i64, String)>) -> Option<&str> {
+    e.as_ref().map(|(_, c)| c.as_str())
+}
+
+impl AdaptiveCheck {
+    /// Checks `ev` against the events before it, then folds it in.
+    pub fn check(&mut self, ev: &Event) -> Verdict {
+        let v = self.verdict(ev);
+        self.mirror.apply(ev);
+        self.adapt.apply(ev);
+        if ev.kind == Kind::AutonomyTick {
+            let decision = serde_json::from_str::<Value>(&ev.content)
+                .ok()
+                .and_then(|c| c.get("decision")?.as_str().map(str::to_string));
+            self.last_decision = decision.map(|d| (d, slot_id(ev)));
+        }
+        v
+    }
+
+    fn verdict(&self, ev: &Event) -> Verdict {
+        let a = &self.adapt;
+        let th = &self.mirror.thresholds;
+        let (what, expected, prev) = match ev.kind {
+            Kind::StabilityMetrics => (
+                "stability_metrics",
+                Some(a.stability_content()),
+                newest(&a.last_stability),
+            ),
+            Kind::CoherenceCheck => (
+                "coherence_check",
+                Some(a.coherence_content()),
+                newest(&a.last_coherence),
+            ),
+            Kind::PolicyUpdate if ev.content.contains("\"evidence\":") => (
+                "policy_update",
+                adapt::policy_due(a, th),
+                newest(&a.last_policy),
+            ),
+            Kind::PolicyUpdate => (
+                "policy_update (reference algorithm)",
+                adapt::reference_policy(a),
+                newest(&a.last_policy),
+            ),
+            Kind::MetaPolicyUpdate => (
+                "meta_policy_update",
+                adapt::meta_due(a, th, ev.id - 1),
+                newest(&a.last_meta),
+            ),
+            Kind::OutcomeObservation => return self.outcome_verdict(ev),
+            _ => return Verdict::NotChecked,
+        };
+        if expected.as_deref() == Some(ev.content.as_str()) {
+            Verdict::Same {
+                repeat: prev == Some(ev.content.as_str()),
+            }
+        } else {
+            Verdict::Differs(what, expected)
+        }
+    }
+
+    /// A tick's outcome (the newest tick's `slot_id` in its meta) names that tick's decision:
+    /// `autonomy_<decision>`. Outcomes appended otherwise are not a tick's.
+    fn outcome_verdict(&self, ev: &Event) -> Verdict {
+        let Some((d, tick_slot)) = &self.last_decision else {
+            return Verdict::NotChecked;
+        };
+        if tick_slot.is_none() || slot_id(ev) != *tick_slot {
+            return Verdict::NotChecked;
+        }
+        let c: Value = serde_json::from_str(&ev.content).unwrap_or(Value::Null);
+        let kind = c.get("action_kind").and_then(Value::as_str);
+        if kind == Some(format!("autonomy_{d}").as_str()) {
+            Verdict::Same { repeat: false }
+        } else {
+            Verdict::Differs(
+                "outcome_observation.action_kind",
+                Some(format!("autonomy_{d}")),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(id: i64, kind: &str, content: &str) -> Event {
+        Event::sample(id, kind, content, "{}")
+    }
+
+    #[test]
+    fn a_forged_stability_or_outcome_differs_and_a_repeat_is_counted() {
+        let mut c = AdaptiveCheck::default();
+        let mut tick = ev(1, "autonomy_tick", r#"{"decision":"idle"}"#);
+        tick.meta = r#"{"slot_id":"s"}"#.into();
+        assert!(matches!(c.check(&tick), Verdict::NotChecked));
+        let appended = ev(
+            2,
+            "outcome_observation",
+            r#"{"action_kind":"autonomy_reflect"}"#,
+        );
+        assert!(
+            matches!(c.check(&appended), Verdict::NotChecked),
+            "not a tick's"
+        );
+        let mut forged = appended.clone();
+        forged.id = 3;
+        forged.meta = r#"{"slot_id":"s"}"#.into();
+        assert!(matches!(c.check(&forged), Verdict::Differs(..)));
+        let mut with_two = AdaptLog::default();
+        with_two.apply(&tick);
+        with_two.apply(&appended);
+        with_two.apply(&forged);
+        let right = with_two.stability_content();
+        assert!(matches!(
+            c.check(&ev(4, "stability_metrics", &right)),
+            Verdict::Same { repeat: false }
+        ));
+        let wrong = right.replace("\"stability_score\":1.0", "\"stability_score\":0.5");
+        assert!(matches!(
+            c.check(&ev(5, "stability_metrics", &wrong)),
+            Verdict::Differs("stability_metrics", Some(_))
+        ));
+        let coherence = AdaptLog::default().coherence_content();
+        c.check(&ev(6, "coherence_check", &coherence));
+        assert!(matches!(
+            c.check(&ev(7, "coherence_check", &coherence)),
+            Verdict::Same { repeat: true }
+        ));
+    }
+}
