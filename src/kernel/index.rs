@@ -174,6 +174,7 @@ fn index_message(s: &mut Sink<'_, '_>, ev: &Event) -> crate::Result<()> {
     if !tokens.is_empty() {
         let v = json!({"confidence": 0.75, "event_id": ev.id, "relation": "inferred_topic", "tokens": tokens});
         put_c(s, Kind::ConceptBindAsync, &v, &m())?;
+        bind_threads(s, ev, &tokens)?;
     }
     for (claim_type, confidence, value) in claims(&ev.content) {
         let evidence: String = ev.content.chars().take(50).collect();
@@ -185,6 +186,38 @@ fn index_message(s: &mut Sink<'_, '_>, ev: &Event) -> crate::Result<()> {
     }
     Ok(())
 }
+
+/// The thread backfill (the reference's `backfill_concept_thread_bindings`): a reply's topics
+/// are bound to the commitments its `COMMIT:` lines opened (the threads that hold the reply),
+/// one `concept_bind_thread` per token the thread does not have yet.
+fn bind_threads(s: &mut Sink<'_, '_>, ev: &Event, tokens: &[&str]) -> crate::Result<()> {
+    if ev.kind != Kind::AssistantMessage {
+        return Ok(());
+    }
+    for c in crate::marker::parse(&ev.content).commits {
+        let cid = crate::projection::mirror::commitment_cid(&c.value);
+        let known = s.p.mirror.open.contains_key(&cid) || s.p.mirror.closed.contains_key(&cid);
+        if !known {
+            continue;
+        }
+        for tok in tokens {
+            if s.p.concepts.is_bound_to_thread(tok, &cid) {
+                continue;
+            }
+            let v = json!({"cid": cid, "relation": "relevant_to", "tokens": [tok]});
+            put_c(
+                s,
+                Kind::ConceptBindThread,
+                &v,
+                &[("source", BACKFILL.into())],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The source of the thread backfill's bindings, as the reference names it.
+const BACKFILL: &str = "indexer.backfill";
 
 /// CTL maintenance (FORMATS.md §8.12): the concept tokens each kind of the loop's own events
 /// is evidence of, with the relation.

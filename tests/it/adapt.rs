@@ -470,3 +470,45 @@ fn indexed_facts_are_recalled_with_their_source_message() {
     assert_eq!(top["id"], first, "{r:?}");
     assert_eq!(top["via"], json!(["fact:user.location=lisbon"]));
 }
+
+/// The thread backfill: an index tick binds a reply's topics to the commitment its `COMMIT:`
+/// line opened (`concept_bind_thread`, source `indexer.backfill`), once per token, and not to
+/// commitments the ledger never opened.
+#[test]
+fn the_indexer_binds_a_replys_topics_to_the_thread_it_opened() {
+    let pmm = Pmm::new();
+    tick(&pmm, 1);
+    let text = "fix the python bug";
+    let cid = pmm::projection::mirror::commitment_cid(text);
+    let mut lines = vec![
+        json!({"kind": "user_message", "content": "please look at my code", "meta": {}}),
+        json!({"kind": "assistant_message", "content": format!("I will.\nCOMMIT: {text}\nCOMMIT: never opened python"), "meta": {}}),
+        json!({"kind": "commitment_open", "content": format!("Commitment opened: {text}"), "meta": {"cid": cid, "source": "assistant", "text": text}}),
+    ];
+    for i in 0..19 {
+        lines.push(json!({"kind": "user_message", "content": format!("note {i}"), "meta": {}}));
+    }
+    lines.push(json!({"kind": "metrics_turn", "content": "x", "meta": {}}));
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    assert_eq!(pmm.run("pmm-append", &[], &input).code, 0);
+    tick(&pmm, 2);
+    let r = tick(&pmm, 3);
+    assert_eq!(r.of_type("tick")[0]["decision"], "index", "{r:?}");
+    let binds = of_kind(&r.records(), "concept_bind_thread");
+    let got: Vec<(Value, Value)> = binds
+        .iter()
+        .map(|e| (content(e)["cid"].clone(), content(e)["tokens"].clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (json!(cid), json!(["topic.programming.python"])),
+            (json!(cid), json!(["topic.system.issue"])),
+        ]
+    );
+    assert!(binds
+        .iter()
+        .all(|e| e["meta"]["source"] == "indexer.backfill"));
+    let concepts = pmm.run("pmm-graph", &["concepts"], "");
+    assert!(concepts.stdout.contains(&cid), "{concepts:?}");
+}
