@@ -380,7 +380,7 @@ impl DeepChecker {
         self.check_parsed(ev, None, out);
     }
 
-    /// The checks skipped because an input was erased (the first [`SKIPPED_LISTED`]).
+    /// The checks skipped because an input was erased (the first `SKIPPED_LISTED`).
     pub fn skipped(&self) -> &[SkippedForErasure] {
         &self.skipped
     }

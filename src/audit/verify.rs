@@ -198,8 +198,10 @@ fn prompt_check(
     };
     let ledger = crate::store::Ledger::open_reader(path)?;
     let first_erased = v.first_erased();
-    let counts = crate::audit::prompts::check(&ledger, first_erased, &mut |id, problem| {
-        v.report(Some(id), problem, found)
+    let counts = ledger.in_snapshot(|l| {
+        crate::audit::prompts::check(l, first_erased, &mut |id, problem| {
+            v.report(Some(id), problem, found)
+        })
     })?;
     Ok(Some(counts))
 }

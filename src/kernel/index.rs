@@ -92,7 +92,7 @@ pub fn topics(text: &str) -> Vec<&'static str> {
 }
 
 /// The safe claims of a message: `(claim_type, confidence, value)` for "my name is X",
-/// "i live in A [B [C]]" and "i use X"; none when the message hedges.
+/// "i live in A \[B \[C\]\]" and "i use X"; none when the message hedges.
 pub fn claims(text: &str) -> Vec<(&'static str, f64, String)> {
     let w = words(text);
     if w.iter().any(|x| HEDGES.contains(&x.as_str())) {

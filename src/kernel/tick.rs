@@ -8,7 +8,7 @@
 //! `commitment_close`s; the action — a kernel `reflection` or a `summary_update`; the adaptive
 //! loop ([`super::adapt`]: `outcome_observation`, and when due `stability_metrics`,
 //! `coherence_check`, `policy_update`, `meta_policy_update` and the rule table);
-//! CTL maintenance bindings (`concept_bind_event`, [`super::index::maintain`]); internal goals,
+//! CTL maintenance bindings (`concept_bind_event`, `index::maintain`); internal goals,
 //! each opened, worked and closed ([`super::goals`]); on every 10th
 //! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
 

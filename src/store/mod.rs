@@ -300,6 +300,19 @@ impl Ledger {
         Ok(ledger)
     }
 
+    /// Runs `f` inside one read transaction: every read of `f` sees the same snapshot, and
+    /// SQLite takes its lock once instead of once per statement (many small reads in a row).
+    pub fn in_snapshot<T>(&self, f: impl FnOnce(&Ledger) -> crate::Result<T>) -> crate::Result<T> {
+        self.conn
+            .execute_batch("BEGIN DEFERRED")
+            .map_err(|e| self.err(e))?;
+        let out = f(self);
+        let end = self.conn.execute_batch("COMMIT").map_err(|e| self.err(e));
+        let out = out?;
+        end?;
+        Ok(out)
+    }
+
     /// Opens an existing ledger read-only. Never creates a file.
     pub fn open_reader(path: &Path) -> Result<Ledger> {
         match std::fs::metadata(path) {
@@ -656,13 +669,10 @@ pub trait Reads {
 
     /// One event by id.
     fn get(&self, id: i64) -> Result<Option<Event>> {
+        // Cached: recall's fill, the turn and --deep's prompt check read many events by id.
         self.conn()
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM events WHERE id = ?1"),
-                [id],
-                row_to_event,
-            )
-            .optional()
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM events WHERE id = ?1"))
+            .and_then(|mut stmt| stmt.query_row([id], row_to_event).optional())
             .map_err(|e| self.err(e))
     }
 
@@ -809,7 +819,7 @@ pub trait Reads {
             sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
         }
         sql.push_str(" ORDER BY id");
-        let mut stmt = self.conn().prepare(&sql).map_err(|e| self.err(e))?;
+        let mut stmt = self.conn().prepare_cached(&sql).map_err(|e| self.err(e))?;
         let mut args: Vec<rusqlite::types::Value> = vec![
             filter.since.unwrap_or(i64::MIN).into(),
             filter.until.unwrap_or(i64::MAX).into(),
@@ -837,7 +847,7 @@ pub trait Reads {
             sql.push_str(&format!(" AND kind IN ({})", marks.join(",")));
         }
         sql.push_str(" ORDER BY id DESC LIMIT ?3");
-        let mut stmt = self.conn().prepare(&sql).map_err(|e| self.err(e))?;
+        let mut stmt = self.conn().prepare_cached(&sql).map_err(|e| self.err(e))?;
         let mut args: Vec<rusqlite::types::Value> = vec![
             filter.since.unwrap_or(i64::MIN).into(),
             filter.until.unwrap_or(i64::MAX).into(),

@@ -1,9 +1,9 @@
 //! The concept layer as the conversation writes it (FORMATS.md §15 steps 4 and 13, §9.6,
 //! §3.6; docs/turn.md "Concepts a turn binds"). Concepts come into being through events:
 //! whoever binds a token that is not yet defined first appends its `concept_define` (a
-//! one-line definition and the source), then the binding. [`define_then_bind`] and
-//! [`bind_thread`] are the one place that does so, for the turn and for any other writer
-//! (the kernel's maintenance, an indexer) that holds a [`Sink`].
+//! one-line definition and the source), then the binding. `define_then_bind` and
+//! `bind_thread` are the one place that does so, for the turn and for any other writer
+//! (the kernel's maintenance, an indexer) that holds a `Sink`.
 
 use super::{meta, Sink};
 use crate::canon;
