@@ -345,7 +345,7 @@ pub(crate) fn missing(
     }
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT e.id, e.content FROM events e
-         WHERE e.id > ?1 AND e.kind IN ({})
+         WHERE e.id > ?1 AND e.kind IN ({}) AND e.content <> ''
            AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.mid = ?2 AND v.id = e.id)
          ORDER BY e.id LIMIT ?3",
         super::fts::kinds_sql()
@@ -356,11 +356,12 @@ pub(crate) fn missing(
     rows.collect()
 }
 
-/// How many recallable events have no vector of model `m`.
+/// How many recallable events have no vector of model `m` (an erased event, whose content is
+/// empty, needs none).
 pub(crate) fn missing_count(conn: &Connection, m: Model) -> rusqlite::Result<u64> {
     conn.query_row(
         &format!(
-            "SELECT count(*) FROM events e WHERE e.kind IN ({})
+            "SELECT count(*) FROM events e WHERE e.kind IN ({}) AND e.content <> ''
                AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.mid = ?1 AND v.id = e.id)",
             super::fts::kinds_sql()
         ),

@@ -657,3 +657,41 @@ fn the_in_process_model_matches_sentence_transformers() {
     let dot: f32 = one[0].iter().zip(&got[0]).map(|(a, b)| a * b).sum();
     assert!(dot > 0.99999, "{dot}");
 }
+
+/// An erased event has no text left to embed: the backfill neither counts it as missing nor
+/// stores a vector of the empty string for it.
+#[test]
+fn a_backfill_skips_erased_events() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let r = pmm.run(
+        "pmm-append",
+        &[
+            "--erase",
+            "3",
+            "--reason",
+            "asked to forget",
+            "--source",
+            "owner",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let m = model(&pmm, "m", 1, 16);
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--embed-model", m.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = last(&r);
+    assert_eq!(
+        (out["embedded"].as_u64(), out["missing"].as_u64()),
+        (Some(5), Some(5)),
+        "{out}"
+    );
+    assert_eq!(
+        sql(&pmm, "SELECT count(*) FROM pmm_vectors WHERE id = 3"),
+        0
+    );
+}
