@@ -260,14 +260,7 @@ impl VerifierKey {
             what: "note",
             why: why.into(),
         };
-        if !note.ends_with('\n') {
-            return Err(bad("it does not end in a newline"));
-        }
-        let split = note
-            .rfind("\n\n")
-            .ok_or_else(|| bad("no blank line before the signatures"))?;
-        let (text, sigs) = (&note[..split + 1], &note[split + 2..]);
-        check_body(text)?;
+        let (text, sigs) = split_note(note)?;
         let mut seen = false;
         for line in sigs.lines() {
             let rest = line

@@ -181,16 +181,11 @@ fn goals(ledger: &Ledger) -> anyhow::Result<String> {
         lines.push("no open commitments".into());
     }
     // The kernel's internal goals are worked and closed within their tick.
-    let worked: Vec<_> = p
-        .mirror
-        .closed
-        .values()
-        .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
-        .collect();
-    if let Some(newest) = worked.iter().max_by_key(|c| c.closed_at) {
+    let (worked, newest) = p.mirror.internal_goals_worked();
+    if let Some(newest) = newest {
         lines.push(format!(
             "internal goals worked: {} (newest: {} {}, closed at event {})",
-            worked.len(),
+            worked,
             newest.cid,
             newest.text,
             newest.closed_at.unwrap_or_default()

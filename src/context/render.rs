@@ -145,16 +145,11 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
 /// `Internal goals: N worked; newest mc_… <goal> (closed at event N)`, once the kernel has
 /// worked one (docs/autonomy.md, "Internal goals").
 fn internal_goals(p: &Projections) -> Option<String> {
-    let worked: Vec<_> = p
-        .mirror
-        .closed
-        .values()
-        .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
-        .collect();
-    let newest = worked.iter().max_by_key(|c| c.closed_at)?;
+    let (worked, newest) = p.mirror.internal_goals_worked();
+    let newest = newest?;
     Some(format!(
         "Internal goals: {} worked; newest {} {} (closed at event {})",
-        worked.len(),
+        worked,
         newest.cid,
         newest.text,
         newest.closed_at.unwrap_or_default()

@@ -295,6 +295,18 @@ fn meta_str(meta: &serde_json::Map<String, Value>, key: &str) -> Option<String> 
 }
 
 impl Mirror {
+    /// The kernel's internal goals worked (docs/autonomy.md, "Internal goals": opened and
+    /// closed within one tick): how many, and the newest closed.
+    pub fn internal_goals_worked(&self) -> (usize, Option<&Commitment>) {
+        let worked: Vec<&Commitment> = self
+            .closed
+            .values()
+            .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
+            .collect();
+        let newest = worked.iter().max_by_key(|c| c.closed_at).copied();
+        (worked.len(), newest)
+    }
+
     /// Folds one event in.
     pub fn apply(&mut self, ev: &Event) {
         self.last_event_id = ev.id;

@@ -51,17 +51,10 @@ impl Projections {
     /// The kernel's internal goals worked (opened, then closed; docs/autonomy.md): how many,
     /// and the newest `{cid, goal, closed_at}`.
     fn internal_goals(&self) -> Value {
-        let worked: Vec<_> = self
-            .mirror
-            .closed
-            .values()
-            .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
-            .collect();
-        let newest = worked
-            .iter()
-            .max_by_key(|c| c.closed_at)
-            .map(|c| json!({"cid": c.cid, "goal": c.text, "closed_at": c.closed_at}));
-        json!({"worked": worked.len(), "newest": newest})
+        let (worked, newest) = self.mirror.internal_goals_worked();
+        let newest =
+            newest.map(|c| json!({"cid": c.cid, "goal": c.text, "closed_at": c.closed_at}));
+        json!({"worked": worked, "newest": newest})
     }
 
     /// The `{"type":"state"}` record (SPEC §4 pmm-replay), as a borrowing view that
