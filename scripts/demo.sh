@@ -173,9 +173,10 @@ case "$thresholds" in
   *'"reflection_interval":5'*'"summary_interval":40'*) ;;
   *) echo "demo: the thresholds should be 5 and 40" >&2; exit 1 ;;
 esac
-# The config is itself news, so the next tick reflects; then a quiet interval of 5 comes round.
+# The config is itself news, so the next tick reflects; then the interval comes round again (every tick now
+# writes its outcome and, when they change, stability and coherence, so the count grows faster than before).
 for s in 8 9 10; do tick --slot "$s" | decided | show '{slot, decision, reasoning}'; done
-tick --slot 11 | decided '"decision":"idle"' 'reflection_interval reached (5), but nothing changed' |
+tick --slot 11 | decided '"decision":"idle"' 'but nothing changed since kernel reflection' |
   show '{slot, decision, reasoning}'
 
 step "the event graph: statistics, a commitment's thread and why it exists"
