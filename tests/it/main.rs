@@ -37,6 +37,7 @@ mod prompts;
 mod ranges;
 mod recall;
 mod recall_bench;
+mod recall_floor;
 mod refenv;
 mod replay;
 mod robust;
