@@ -656,6 +656,12 @@ pub trait Reads {
     fn conn(&self) -> &Connection;
     /// Maps a SQLite error for this ledger.
     fn err(&self, e: rusqlite::Error) -> Error;
+    /// A second read-only connection for a vector search to split its work over, when the
+    /// machine has a second core (none inside a transaction, whose view another connection
+    /// would not share).
+    fn helper(&self) -> Option<Connection> {
+        None
+    }
 
     /// The newest event, if any.
     fn head(&self) -> Result<Option<Head>> {
@@ -726,7 +732,19 @@ pub trait Reads {
         k: usize,
     ) -> Result<Vec<(i64, f64)>> {
         match self.vector_model(name)? {
-            Some(m) => vectors::search(self.conn(), m, query, before, k).map_err(|e| self.err(e)),
+            Some(m) => {
+                let mut helper = self.helper();
+                vectors::search(
+                    self.conn(),
+                    helper.as_mut(),
+                    m,
+                    query,
+                    before,
+                    k,
+                    vectors::LIMITS,
+                )
+                .map_err(|e| self.err(e))
+            }
             None => Ok(Vec::new()),
         }
     }
@@ -976,6 +994,24 @@ impl Reads for Ledger {
     }
     fn err(&self, e: rusqlite::Error) -> Error {
         map_err(e, &self.path, self.busy_ms)
+    }
+    /// Only beside a `-wal` file: a read-only open of a ledger at rest would create it (see
+    /// [`Ledger::open_untouched`]).
+    fn helper(&self) -> Option<Connection> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut wal = self.path.as_os_str().to_owned();
+        wal.push("-wal");
+        if cores < 2 || !self.conn.is_autocommit() || !Path::new(&wal).is_file() {
+            return None;
+        }
+        let c = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .ok()?;
+        c.busy_timeout(std::time::Duration::from_millis(self.busy_ms))
+            .ok()?;
+        Some(c)
     }
 }
 
