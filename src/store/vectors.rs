@@ -25,7 +25,8 @@
 //! [`CANDIDATES`] is what makes the top 50 match exact search's: on 10^6 vectors clustered as
 //! sentence embeddings are (many near-paraphrases of one another), the sign score orders the
 //! vectors of one cluster poorly, and 2,000 candidates kept 93 % of exact search's top 50
-//! (`scripts/vector-bench`), 10,000 keep 99.5 %.
+//! (`scripts/vector-bench`), 10,000 keep 99.5 %. Each is a read by id, so a smaller ledger
+//! scores fewer: one vector in [`EXACT_SHARE`], from [`MIN_CANDIDATES`] to [`CANDIDATES`].
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -33,8 +34,20 @@ use rusqlite::{params, Connection, OptionalExtension};
 pub const CHUNK: usize = 1024;
 /// Vectors a search keeps after the Hamming step.
 pub const PREFILTER: usize = 100_000;
-/// Vectors a search scores exactly.
+/// Vectors a search scores exactly, at most: one in [`EXACT_SHARE`] of the model's vectors,
+/// at least [`MIN_CANDIDATES`].
 pub const CANDIDATES: usize = 10_000;
+/// Vectors a search scores exactly, at least (below that many vectors, the search is exact).
+pub const MIN_CANDIDATES: usize = 2_000;
+/// One vector in this many is scored exactly (between the two bounds above): each exact score
+/// is a read by id, so a smaller ledger reads fewer (2,000 up to 2·10^5 vectors, 10,000 from
+/// 10^6).
+pub const EXACT_SHARE: usize = 100;
+
+/// How many of `total` vectors a search scores exactly.
+pub fn candidates(total: usize) -> usize {
+    (total / EXACT_SHARE).clamp(MIN_CANDIDATES, CANDIDATES)
+}
 
 /// The migration that creates the tables (empty).
 pub(crate) const MIGRATION: &str = "
@@ -501,7 +514,9 @@ pub(crate) fn search(
     if let Some(other) = ids.1 {
         near.absorb(other);
     }
-    let mut ids = near.best_by_sign_score(&sign_tables(query), limits.candidates);
+    let total = usize::try_from(chunks).unwrap_or(0) * CHUNK;
+    let keep = limits.candidates.min(candidates(total));
+    let mut ids = near.best_by_sign_score(&sign_tables(query), keep);
     // In id order, the rows are read in the order they are stored.
     ids.sort_unstable();
     let (scored, _) = both(conn, helper, |c, part, parts| {
