@@ -164,7 +164,7 @@ fn import_stepped(
             }
             tx.insert_verbatim(&record.event)?;
             summary.events += 1;
-            if summary.events % step.max(1) == 0 {
+            if summary.events.is_multiple_of(step.max(1)) {
                 tx.catch_up()?;
             }
             summary.first_id.get_or_insert(record.event.id);
