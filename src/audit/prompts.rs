@@ -8,7 +8,7 @@ use crate::chain::Problem;
 use crate::context::prompt::{self, RebuildError, Turn};
 use crate::event::Kind;
 use crate::projection::state::Projections;
-use crate::store::{Filter, Reads};
+use crate::store::{Cached, Filter, Reads};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -34,25 +34,85 @@ fn is_zero(n: &u64) -> bool {
 /// How many replies are read ahead at a time: memory holds one page, whatever the ledger.
 const PAGE: usize = 4096;
 
-/// Checks every current-format turn of `r`, handing each problem to `report` with the reply's
-/// id. A turn that differs and comes after `first_erased` (the first event a verified erasure
-/// names) is counted as skipped instead: its prompt may have shown the erased text. Replies are read a page at a time; the projections move forward through the ledger once,
-/// to each turn's head in order. A turn whose head the fold has already passed (two turns that
-/// interleaved, across a page boundary) is rebuilt from a checkpoint instead.
+/// How many differing turns the checking thread may have found and not yet handed over.
+const QUEUED: usize = 1024;
+
+/// SQLite's page cache for the checking thread's connection, in KiB.
+const PAGE_CACHE_KIB: u32 = 16 << 10;
+
+/// The prompt check of a ledger file running on its own thread, with its own read connection
+/// and snapshot, beside the chain walk ([`spawn`]); [`Running::finish`] collects it.
+pub struct Running<'scope> {
+    found: std::sync::mpsc::Receiver<(i64, Problem)>,
+    thread: std::thread::ScopedJoinHandle<'scope, crate::Result<PromptCounts>>,
+}
+
+/// Starts checking every current-format turn of the ledger at `path` on a thread of `scope`.
+/// Differing turns wait in a bounded queue (memory stays flat: the thread waits when it is
+/// full); dropping the [`Running`] stops the thread at the next one it finds.
+pub fn spawn<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    path: std::path::PathBuf,
+) -> Running<'scope> {
+    let (tx, found) = std::sync::mpsc::sync_channel(QUEUED);
+    let thread = scope.spawn(move || {
+        let ledger = crate::store::Ledger::open_reader(&path)?;
+        ledger.set_page_cache(PAGE_CACHE_KIB)?;
+        ledger.in_snapshot(|l| {
+            let cached = Cached::new(l);
+            check(&cached, &mut |id, problem| tx.send((id, problem)).is_ok())
+        })
+    });
+    Running { found, thread }
+}
+
+impl Running<'_> {
+    /// Waits for the check and hands each differing turn to `report` with the reply's id. A
+    /// turn that differs and comes after `first_erased` (the first event a verified erasure
+    /// names) is counted as skipped instead: its prompt may have shown the erased text.
+    pub fn finish(
+        self,
+        first_erased: Option<i64>,
+        report: &mut dyn FnMut(i64, Problem),
+    ) -> crate::Result<PromptCounts> {
+        let (mut mismatches, mut skipped) = (0, 0);
+        for (id, problem) in self.found.iter() {
+            if first_erased.is_some_and(|e| e < id) {
+                skipped += 1;
+            } else {
+                mismatches += 1;
+                report(id, problem);
+            }
+        }
+        let counts = self.thread.join().map_err(|_| {
+            crate::Error::bad_input(None, "the prompt check's thread ended unexpectedly")
+        })??;
+        Ok(PromptCounts {
+            mismatches,
+            skipped_for_erasure: skipped,
+            ..counts
+        })
+    }
+}
+
+/// Checks every current-format turn of `r`, handing each turn whose prompt differs (or cannot
+/// be rebuilt) to `report` with the reply's id; `report` returns false to stop. The counts say
+/// how many were checked and how many were of another format (`mismatches` counts those
+/// reported). Replies are read a page at a time; the projections move forward through the
+/// ledger once, to each turn's head in order. A turn whose head the fold has already passed
+/// (two turns that interleaved, across a page boundary) is rebuilt from a checkpoint instead.
 pub fn check<R: Reads>(
     r: &R,
-    first_erased: Option<i64>,
-    report: &mut dyn FnMut(i64, Problem),
+    report: &mut dyn FnMut(i64, Problem) -> bool,
 ) -> crate::Result<PromptCounts> {
-    check_paged(r, PAGE, first_erased, report)
+    check_paged(r, PAGE, report)
 }
 
 /// [`check`], reading `page_size` replies at a time.
 fn check_paged<R: Reads>(
     r: &R,
     page_size: usize,
-    first_erased: Option<i64>,
-    report: &mut dyn FnMut(i64, Problem),
+    report: &mut dyn FnMut(i64, Problem) -> bool,
 ) -> crate::Result<PromptCounts> {
     let mut counts = PromptCounts::default();
     let mut p: Option<Projections> = None;
@@ -78,11 +138,9 @@ fn check_paged<R: Reads>(
             };
             counts.checked += 1;
             if let Some(problem) = compare(&t, rebuilt) {
-                if first_erased.is_some_and(|e| e < t.reply) {
-                    counts.skipped_for_erasure += 1;
-                } else {
-                    counts.mismatches += 1;
-                    report(t.reply, problem);
+                counts.mismatches += 1;
+                if !report(t.reply, problem) {
+                    return Ok(counts);
                 }
             }
         }
@@ -179,7 +237,11 @@ mod tests {
         }
         for size in [1, 2, 3, PAGE] {
             let mut problems = Vec::new();
-            let c = check_paged(&l, size, None, &mut |id, p| problems.push((id, p))).unwrap();
+            let c = check_paged(&l, size, &mut |id, p| {
+                problems.push((id, p));
+                true
+            })
+            .unwrap();
             assert_eq!(
                 (c.checked, c.mismatches, c.other_format),
                 (5, 0, 0),

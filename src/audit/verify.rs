@@ -54,12 +54,32 @@ fn ours(summary: &Event) -> bool {
 }
 
 /// Verifies `input`, handing each finding to `sink` as it is found (`progress` gets the bytes
-/// read), and returns the summary with its source set. A sink error stops the walk.
+/// read), and returns the summary with its source set. A sink error stops the walk. With
+/// `deep`, a ledger file's prompts are checked on a second thread during the walk
+/// ([`crate::audit::prompts::spawn`]); their findings follow the walk's.
 pub fn verify(
     input: &Input,
     opts: Options,
     progress: &dyn Fn(u64),
     sink: &mut dyn FnMut(Finding) -> std::io::Result<()>,
+) -> crate::Result<Summary> {
+    let prompts_of = input
+        .sqlite_path()
+        .filter(|_| opts.deep)
+        .map(|p| p.to_path_buf());
+    std::thread::scope(|scope| {
+        let prompts = prompts_of.map(|path| crate::audit::prompts::spawn(scope, path));
+        verify_with(input, opts, progress, sink, prompts)
+    })
+}
+
+/// [`verify`], with the prompt check (if any) already running.
+fn verify_with(
+    input: &Input,
+    opts: Options,
+    progress: &dyn Fn(u64),
+    sink: &mut dyn FnMut(Finding) -> std::io::Result<()>,
+    prompts: Option<crate::audit::prompts::Running<'_>>,
 ) -> crate::Result<Summary> {
     let mut v = Verifier::new(opts.anchors.clone());
     let mut found: Vec<Finding> = Vec::new();
@@ -109,13 +129,16 @@ pub fn verify(
             &mut found,
         );
     }
-    let mut prompts = None;
     if format == interchange::Format::Sqlite {
         sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
-        if opts.deep {
-            prompts = prompt_check(input, &mut v, &mut found)?;
-        }
     }
+    let first_erased = v.first_erased();
+    let prompts = match prompts {
+        Some(running) => Some(running.finish(first_erased, &mut |id, problem| {
+            v.report(Some(id), problem, &mut found)
+        })?),
+        None => None,
+    };
     let skipped = checker.as_ref().map(|c| c.skipped().to_vec());
     let deep_counts = checker.map(|c| c.finish());
     let mut summary = v.finish(&mut found);
@@ -184,26 +207,6 @@ fn second_pass(
         }
     }
     Ok(())
-}
-
-/// Every current-format turn's prompt rebuilt from a ledger file and checked against its
-/// `prompt_sha256` ([`crate::audit::prompts`]).
-fn prompt_check(
-    input: &Input,
-    v: &mut Verifier,
-    found: &mut Vec<Finding>,
-) -> crate::Result<Option<crate::audit::prompts::PromptCounts>> {
-    let Some(path) = &input.path else {
-        return Ok(None);
-    };
-    let ledger = crate::store::Ledger::open_reader(path)?;
-    let first_erased = v.first_erased();
-    let counts = ledger.in_snapshot(|l| {
-        crate::audit::prompts::check(l, first_erased, &mut |id, problem| {
-            v.report(Some(id), problem, found)
-        })
-    })?;
-    Ok(Some(counts))
 }
 
 /// SQLite's own check of a ledger file (the chain walk reads the table through its rowid tree

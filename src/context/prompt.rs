@@ -47,13 +47,40 @@ impl Prompt {
     /// when there is one.
     pub fn sha256(&self) -> String {
         use sha2::Digest as _;
-        let mut hashed = json!({"system": self.system, "user": self.user});
+        format!("{:x}", sha2::Sha256::digest(self.canonical()))
+    }
+
+    /// The canonical JSON that [`Prompt::sha256`] hashes, written straight from the strings
+    /// (keys in code-point order: `history`, `system`, `user`; no value tree).
+    fn canonical(&self) -> Vec<u8> {
+        let texts = self.system.len() + self.user.len();
+        let history: usize = self
+            .history
+            .iter()
+            .map(|(r, t)| r.len() + t.len() + 6)
+            .sum();
+        let mut out = Vec::with_capacity(texts + history + texts / 8 + 64);
+        out.push(b'{');
         if !self.history.is_empty() {
-            hashed["history"] = json!(self.history);
+            out.extend_from_slice(b"\"history\":[");
+            for (i, (role, text)) in self.history.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.push(b'[');
+                canon::write_str(&mut out, role);
+                out.push(b',');
+                canon::write_str(&mut out, text);
+                out.push(b']');
+            }
+            out.extend_from_slice(b"],");
         }
-        let mut h = sha2::Sha256::new();
-        h.update(canon::to_string(&hashed).unwrap_or_default());
-        format!("{:x}", h.finalize())
+        out.extend_from_slice(b"\"system\":");
+        canon::write_str(&mut out, &self.system);
+        out.extend_from_slice(b",\"user\":");
+        canon::write_str(&mut out, &self.user);
+        out.push(b'}');
+        out
     }
 
     /// The prompt as one JSON object (what `pmm-replay --prompt` prints).
@@ -221,36 +248,17 @@ pub fn recorded_selection<R: Reads>(
             kinds: vec![Kind::RetrievalSelection.to_string()],
         },
         |e| {
-            let v: Value = serde_json::from_str(&e.content).unwrap_or_default();
-            if v.get("turn_id").and_then(Value::as_i64) == Some(id) {
-                record = Some(v);
+            let read = Recorded::read(&e.content);
+            if read.turn_id == Some(id) {
+                record = Some(read);
                 return Ok(false);
             }
             Ok(true)
         },
     )?;
     let missing = |what: String| Ok(Err(RebuildError::Missing { id, what }));
-    let Some(v) = record else {
+    let Some(Recorded { selected, via, .. }) = record else {
         return missing("no retrieval_selection records this turn".into());
-    };
-    let selected: Vec<i64> = v["selected"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_i64).collect())
-        .unwrap_or_default();
-    let via: Vec<Vec<String>> = match v.get("via").and_then(Value::as_array) {
-        Some(a) => a
-            .iter()
-            .map(|x| {
-                x.as_array()
-                    .map(|l| {
-                        l.iter()
-                            .filter_map(|s| s.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            })
-            .collect(),
-        None => Vec::new(),
     };
     let mut events = Vec::with_capacity(selected.len());
     for &s in &selected {
@@ -267,6 +275,68 @@ pub fn recorded_selection<R: Reads>(
         events,
         via,
     }))
+}
+
+/// What a `retrieval_selection` records of its turn: the turn (`turn_id`), the ids selected,
+/// in order, and why each was (`via`; empty for the reference's strategies). Read leniently:
+/// ids that are not integers are left out, as are `via` entries that are not strings.
+#[derive(Debug, Default, PartialEq)]
+struct Recorded {
+    turn_id: Option<i64>,
+    selected: Vec<i64>,
+    via: Vec<Vec<String>>,
+}
+
+/// The usual shape of a selection's content, read with no value tree.
+#[derive(serde::Deserialize)]
+struct Usual {
+    turn_id: Option<i64>,
+    selected: Vec<i64>,
+    #[serde(default)]
+    via: Option<Vec<Vec<String>>>,
+}
+
+impl Recorded {
+    /// Reads a selection's content: straight into the fields when it has the usual shape,
+    /// else through a `Value`, leniently (what that gives for the usual shape is the same).
+    fn read(content: &str) -> Recorded {
+        if let Ok(u) = serde_json::from_str::<Usual>(content) {
+            return Recorded {
+                turn_id: u.turn_id,
+                selected: u.selected,
+                via: u.via.unwrap_or_default(),
+            };
+        }
+        let v: Value = serde_json::from_str(content).unwrap_or_default();
+        Recorded::lenient(&v)
+    }
+
+    fn lenient(v: &Value) -> Recorded {
+        let selected: Vec<i64> = v["selected"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        let via: Vec<Vec<String>> = match v.get("via").and_then(Value::as_array) {
+            Some(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_array()
+                        .map(|l| {
+                            l.iter()
+                                .filter_map(|s| s.as_str().map(String::from))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        Recorded {
+            turn_id: v.get("turn_id").and_then(Value::as_i64),
+            selected,
+            via,
+        }
+    }
 }
 
 /// Rebuilds a turn's prompt from `p`, the projections folded up to [`head_of`] the turn.
@@ -296,4 +366,59 @@ pub fn rebuild<R: Reads>(r: &R, turn: &Turn) -> crate::Result<Result<Prompt, Reb
     let head = head_of(r, turn.user_id)?;
     let p = crate::store::project(r, Some(head), true)?.projections;
     rebuild_with(r, &p, turn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The canonical JSON of the value `{"system","user"[,"history"]}` (how the digest was
+    /// first defined).
+    fn by_value(p: &Prompt) -> Vec<u8> {
+        let mut v = json!({"system": p.system, "user": p.user});
+        if !p.history.is_empty() {
+            v["history"] = json!(p.history);
+        }
+        canon::to_string(&v).unwrap().into_bytes()
+    }
+
+    /// A selection's record reads the same whether its content has the usual shape (read
+    /// into fields) or not (read through a `Value`).
+    #[test]
+    fn selection_records_read_as_the_lenient_reading_does() {
+        for content in [
+            r#"{"turn_id":7,"selected":[3,1,2],"via":[["fts"],["fts","concept"],[]],"scores":[0.5,1,2]}"#,
+            r#"{"turn_id":7,"selected":[3,1,2]}"#,
+            r#"{"turn_id":7,"selected":[3,1,2],"via":null}"#,
+            r#"{"turn_id":7,"selected":[3,1.5,2],"via":[["a",1],null]}"#,
+            r#"{"turn_id":7,"turn_id":8,"selected":[1]}"#,
+            r#"{"turn_id":"7","selected":[1]}"#,
+            r#"{"turn_id":7.0,"selected":[-0]}"#,
+            r#"{"turn_id":7}"#,
+            r#"{"selected":[1],"via":[["x"]]}"#,
+            r#"[1,2]"#,
+            r#"not json"#,
+        ] {
+            let v: Value = serde_json::from_str(content).unwrap_or_default();
+            assert_eq!(Recorded::read(content), Recorded::lenient(&v), "{content}");
+        }
+    }
+
+    /// The digest's bytes, written from the strings, are the canonical JSON of the value.
+    #[test]
+    fn canonical_bytes_are_those_of_the_value() {
+        let odd = "quote \" back \\ tab \t nl \n é 𝄞 \u{7f} \u{1}";
+        let history = vec![
+            ("user".to_string(), format!("hi {odd}")),
+            ("assistant".to_string(), String::new()),
+        ];
+        for history in [Vec::new(), history] {
+            let p = Prompt {
+                system: format!("## Concepts\n- x {odd}"),
+                history,
+                user: odd.to_string(),
+            };
+            assert_eq!(p.canonical(), by_value(&p));
+        }
+    }
 }
