@@ -811,9 +811,12 @@ impl DeepChecker {
     }
 
     fn check_embedding(&mut self, ev: &Event, out: &mut Vec<Finding>) {
-        let fields = match serde_json::from_str::<EmbeddingFields>(&ev.content) {
-            Ok(f) => Some((f.event_id, f.model, f.dims)),
-            Err(_) => {
+        let typed = canon::starts_object(&ev.content)
+            .then(|| serde_json::from_str::<EmbeddingFields>(&ev.content).ok())
+            .flatten();
+        let fields = match typed {
+            Some(f) => Some((f.event_id, f.model, f.dims)),
+            None => {
                 let parsed: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
                 parsed.as_ref().and_then(|m| {
                     Some((
@@ -897,8 +900,9 @@ impl DeepChecker {
         meta: Option<&Map<String, Value>>,
         out: &mut Vec<Finding>,
     ) {
-        let typed = serde_json::from_str::<DigestInputs>(&ev.content)
-            .ok()
+        let typed = canon::starts_object(&ev.content)
+            .then(|| serde_json::from_str::<DigestInputs>(&ev.content).ok())
+            .flatten()
             .filter(|d| d.scores.iter().all(|s| *s != 0.0));
         if let Some(d) = typed {
             let scores = d.scores;

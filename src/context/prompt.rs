@@ -222,15 +222,29 @@ pub fn turn_of_reply(reply: &Event) -> Result<Turn, RebuildError> {
 /// The last event of the turn's first write: the user message, or its `embedding_add` when
 /// one follows it (they are written in one transaction).
 pub fn head_of<R: Reads>(r: &R, user_id: i64) -> crate::Result<i64> {
-    let Some(next) = r.get(user_id + 1)? else {
+    let Some(next) = r.get_shared(user_id + 1)? else {
         return Ok(user_id);
     };
-    let names_user = next.kind == Kind::EmbeddingAdd
-        && serde_json::from_str::<Value>(&next.content)
-            .ok()
-            .and_then(|v| v.get("event_id")?.as_i64())
-            == Some(user_id);
+    let names_user = next.kind == Kind::EmbeddingAdd && embedded_id(&next.content) == Some(user_id);
     Ok(if names_user { user_id + 1 } else { user_id })
+}
+
+/// The `event_id` an embedding's content names: read into a field when the content has the
+/// usual shape (the vector skipped, not parsed number by number), else through a `Value`.
+fn embedded_id(content: &str) -> Option<i64> {
+    #[derive(serde::Deserialize)]
+    struct Usual {
+        event_id: Option<i64>,
+    }
+    let usual = canon::starts_object(content)
+        .then(|| serde_json::from_str::<Usual>(content).ok())
+        .flatten();
+    match usual {
+        Some(u) => u.event_id,
+        None => serde_json::from_str::<Value>(content)
+            .ok()
+            .and_then(|v| v.get("event_id")?.as_i64()),
+    }
 }
 
 /// The selection a turn recorded: its `retrieval_selection` (`turn_id` = the reply), with the
@@ -262,7 +276,7 @@ pub fn recorded_selection<R: Reads>(
     };
     let mut events = Vec::with_capacity(selected.len());
     for &s in &selected {
-        match r.get(s)? {
+        match r.get_shared(s)? {
             Some(e) => events.push(e),
             None => return missing(format!("selected event {s} is not in the ledger")),
         }
@@ -300,7 +314,10 @@ impl Recorded {
     /// Reads a selection's content: straight into the fields when it has the usual shape,
     /// else through a `Value`, leniently (what that gives for the usual shape is the same).
     fn read(content: &str) -> Recorded {
-        if let Ok(u) = serde_json::from_str::<Usual>(content) {
+        let usual = canon::starts_object(content)
+            .then(|| serde_json::from_str::<Usual>(content).ok())
+            .flatten();
+        if let Some(u) = usual {
             return Recorded {
                 turn_id: u.turn_id,
                 selected: u.selected,
@@ -345,8 +362,21 @@ pub fn rebuild_with<R: Reads>(
     p: &Projections,
     turn: &Turn,
 ) -> crate::Result<Result<Prompt, RebuildError>> {
+    rebuild_with_history(r, p, turn, None)
+}
+
+/// [`rebuild_with`], with the turn's history when the caller has it (the newest
+/// [`HISTORY_MESSAGES`] messages before the user's, oldest first; the character budget is
+/// applied here), read from the ledger when not.
+pub fn rebuild_with_history<R: Reads>(
+    r: &R,
+    p: &Projections,
+    turn: &Turn,
+    history: Option<Vec<Event>>,
+) -> crate::Result<Result<Prompt, RebuildError>> {
     let id = turn.reply;
-    let Some(user) = r.get(turn.user_id)?.filter(|e| e.kind == Kind::UserMessage) else {
+    let user = r.get_shared(turn.user_id)?;
+    let Some(user) = user.filter(|e| e.kind == Kind::UserMessage) else {
         return Ok(Err(RebuildError::Missing {
             id,
             what: format!("reply_to {} is not a user message", turn.user_id),
@@ -356,7 +386,10 @@ pub fn rebuild_with<R: Reads>(
         Ok(s) => s,
         Err(e) => return Ok(Err(e)),
     };
-    let history = select::history(r, user.id, HISTORY_MESSAGES, HISTORY_CHARS)?;
+    let history = match history {
+        Some(recent) => select::within(recent, HISTORY_CHARS),
+        None => select::history(r, user.id, HISTORY_MESSAGES, HISTORY_CHARS)?,
+    };
     Ok(Ok(render(p, &sel, &user.content, &history)))
 }
 
@@ -397,10 +430,32 @@ mod tests {
             r#"{"turn_id":7}"#,
             r#"{"selected":[1],"via":[["x"]]}"#,
             r#"[1,2]"#,
+            r#"[7,[1,2],null]"#,
+            r#" [7,[1,2]]"#,
             r#"not json"#,
         ] {
             let v: Value = serde_json::from_str(content).unwrap_or_default();
             assert_eq!(Recorded::read(content), Recorded::lenient(&v), "{content}");
+        }
+    }
+
+    /// An embedding names the event the `Value` reading says it names, whatever its shape.
+    #[test]
+    fn embedded_ids_read_as_a_value_reads_them() {
+        for content in [
+            r#"{"dims":64,"event_id":12,"vector":[1,-2,3]}"#,
+            r#"{"event_id":12,"event_id":13}"#,
+            r#"{"event_id":"12"}"#,
+            r#"{"event_id":12.0}"#,
+            r#"{"event_id":null}"#,
+            r#"{"dims":64}"#,
+            r#"[12]"#,
+            r#"nope"#,
+        ] {
+            let by_value = serde_json::from_str::<Value>(content)
+                .ok()
+                .and_then(|v| v.get("event_id")?.as_i64());
+            assert_eq!(embedded_id(content), by_value, "{content}");
         }
     }
 

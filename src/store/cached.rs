@@ -8,6 +8,7 @@ use crate::{Error, Result};
 use rusqlite::Connection;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 /// How many events [`Cached`] keeps at most.
 pub const CACHED_EVENTS: usize = 8192;
@@ -25,7 +26,7 @@ pub struct Cached<'a, R: Reads> {
 
 #[derive(Default)]
 struct Cache {
-    events: HashMap<i64, Event>,
+    events: HashMap<i64, Arc<Event>>,
     order: VecDeque<i64>,
     bytes: usize,
     hits: u64,
@@ -41,10 +42,10 @@ fn size(e: &Event) -> usize {
 }
 
 impl Cache {
-    fn insert(&mut self, e: &Event) {
+    fn insert(&mut self, e: &Arc<Event>) {
         self.bytes += size(e);
         self.order.push_back(e.id);
-        self.events.insert(e.id, e.clone());
+        self.events.insert(e.id, Arc::clone(e));
         while self.order.len() > CACHED_EVENTS
             || (self.bytes > CACHED_BYTES && self.order.len() > 1)
         {
@@ -84,6 +85,10 @@ impl<R: Reads> Reads for Cached<'_, R> {
     }
 
     fn get(&self, id: i64) -> Result<Option<Event>> {
+        Ok(self.get_shared(id)?.map(|e| Event::clone(&e)))
+    }
+
+    fn get_shared(&self, id: i64) -> Result<Option<Arc<Event>>> {
         {
             let mut c = self.cache.borrow_mut();
             if let Some(e) = c.events.get(&id).cloned() {
@@ -92,7 +97,7 @@ impl<R: Reads> Reads for Cached<'_, R> {
             }
             c.misses += 1;
         }
-        let read = self.inner.get(id)?;
+        let read = self.inner.get(id)?.map(Arc::new);
         if let Some(e) = &read {
             self.cache.borrow_mut().insert(e);
         }
@@ -129,7 +134,7 @@ mod tests {
         let mut cache = Cache::default();
         let e = l.get(1).unwrap().unwrap();
         for id in 0..(CACHED_EVENTS as i64 + 10) {
-            cache.insert(&Event { id, ..e.clone() });
+            cache.insert(&Arc::new(Event { id, ..e.clone() }));
         }
         assert_eq!(cache.order.len(), CACHED_EVENTS);
         assert_eq!(cache.events.len(), CACHED_EVENTS);

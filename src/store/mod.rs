@@ -695,6 +695,12 @@ pub trait Reads {
             .map_err(|e| self.err(e))
     }
 
+    /// [`Reads::get`], shared: a reader that keeps the events it read ([`Cached`]) hands out
+    /// its copy instead of a new one.
+    fn get_shared(&self, id: i64) -> Result<Option<std::sync::Arc<Event>>> {
+        Ok(self.get(id)?.map(std::sync::Arc::new))
+    }
+
     /// The id of the event whose hash is `hash` (an index lookup).
     fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
         self.conn()
