@@ -327,6 +327,29 @@ impl DeepSecondPass {
     }
 }
 
+/// What a `retrieval_selection`'s digest is recomputed from, read straight into fields (no
+/// value tree: the lists hold a number per selected event). Content this does not read (odd
+/// types, repeated keys) or a zero score (`-0` must keep its sign, which an integer read
+/// loses) goes the general way, through a `Value`, which says the same of every content
+/// this reads.
+#[derive(serde::Deserialize)]
+struct DigestInputs {
+    dims: i64,
+    model: String,
+    turn_id: i64,
+    scores: Vec<f64>,
+    selected: Vec<i64>,
+}
+
+/// What an `embedding_add` names, read straight into fields (the vector is skipped, not
+/// parsed number by number); other content goes through a `Value`, as [`DigestInputs`].
+#[derive(serde::Deserialize)]
+struct EmbeddingFields {
+    event_id: i64,
+    model: String,
+    dims: i64,
+}
+
 fn mismatch(what: impl Into<String>, expected: Value, found: Value) -> Problem {
     Problem::DerivedMismatch {
         what: what.into(),
@@ -788,14 +811,22 @@ impl DeepChecker {
     }
 
     fn check_embedding(&mut self, ev: &Event, out: &mut Vec<Finding>) {
-        let parsed: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
-        let fields = parsed.as_ref().and_then(|m| {
-            Some((
-                m.get("event_id")?.as_i64()?,
-                m.get("model")?.as_str()?.to_string(),
-                m.get("dims")?.as_i64()?,
-            ))
-        });
+        let typed = canon::starts_object(&ev.content)
+            .then(|| serde_json::from_str::<EmbeddingFields>(&ev.content).ok())
+            .flatten();
+        let fields = match typed {
+            Some(f) => Some((f.event_id, f.model, f.dims)),
+            None => {
+                let parsed: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
+                parsed.as_ref().and_then(|m| {
+                    Some((
+                        m.get("event_id")?.as_i64()?,
+                        m.get("model")?.as_str()?.to_string(),
+                        m.get("dims")?.as_i64()?,
+                    ))
+                })
+            }
+        };
         let Some((target, model, dims)) = fields else {
             self.counts.embeddings += 1;
             self.emit(
@@ -869,6 +900,19 @@ impl DeepChecker {
         meta: Option<&Map<String, Value>>,
         out: &mut Vec<Finding>,
     ) {
+        let typed = canon::starts_object(&ev.content)
+            .then(|| serde_json::from_str::<DigestInputs>(&ev.content).ok())
+            .flatten()
+            .filter(|d| d.scores.iter().all(|s| *s != 0.0));
+        if let Some(d) = typed {
+            let scores = d.scores;
+            return self.check_digest_of(
+                ev,
+                meta,
+                out,
+                (d.dims, &d.model, d.turn_id, scores, d.selected),
+            );
+        }
         let content: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
         let inputs = content.as_ref().and_then(|c| {
             let dims = c.get("dims")?.as_i64()?;
@@ -888,10 +932,21 @@ impl DeepChecker {
                 .collect();
             Some((dims, model, turn, scores?, selected?))
         });
-        let Some((dims, model, turn, scores, selected)) = inputs else {
+        let Some(inputs) = inputs else {
             self.counts.unresolved += 1;
             return;
         };
+        self.check_digest_of(ev, meta, out, inputs);
+    }
+
+    /// [`DeepChecker::check_digest`] once the content's inputs are read.
+    fn check_digest_of(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+        (dims, model, turn, scores, selected): (i64, &str, i64, Vec<f64>, Vec<i64>),
+    ) {
         // The turn's user message: the last one before the assistant message (`turn_id`).
         let Some((user, query)) = self.users.iter().rev().find(|(id, _)| *id < turn) else {
             self.counts.unresolved += 1;

@@ -54,12 +54,46 @@ fn ours(summary: &Event) -> bool {
 }
 
 /// Verifies `input`, handing each finding to `sink` as it is found (`progress` gets the bytes
-/// read), and returns the summary with its source set. A sink error stops the walk.
+/// read), and returns the summary with its source set. A sink error stops the walk. With
+/// `deep`, a ledger file's prompts are checked on a second thread during the walk
+/// ([`crate::audit::prompts::spawn`]); their findings follow the walk's.
 pub fn verify(
     input: &Input,
     opts: Options,
     progress: &dyn Fn(u64),
     sink: &mut dyn FnMut(Finding) -> std::io::Result<()>,
+) -> crate::Result<Summary> {
+    let deep_file = input
+        .sqlite_path()
+        .filter(|_| opts.deep)
+        .map(|p| p.to_path_buf());
+    std::thread::scope(|scope| {
+        let side = deep_file.map(|path| Side {
+            damage: {
+                let (path, integrity) = (path.clone(), opts.integrity);
+                scope.spawn(move || damage_of(&path, integrity))
+            },
+            prompts: crate::audit::prompts::spawn(scope, path),
+        });
+        verify_with(input, opts, progress, sink, side)
+    })
+}
+
+/// What `--deep` runs on a ledger file beside the walk, each on its own thread with its own
+/// read connection: SQLite's own check and the prompt check. Their findings are reported
+/// after the walk's, in that order, as when they ran after it.
+struct Side<'scope> {
+    damage: std::thread::ScopedJoinHandle<'scope, crate::Result<Vec<String>>>,
+    prompts: crate::audit::prompts::Running<'scope>,
+}
+
+/// [`verify`], with the side checks of a ledger file (if any) already running.
+fn verify_with(
+    input: &Input,
+    opts: Options,
+    progress: &dyn Fn(u64),
+    sink: &mut dyn FnMut(Finding) -> std::io::Result<()>,
+    side: Option<Side<'_>>,
 ) -> crate::Result<Summary> {
     let mut v = Verifier::new(opts.anchors.clone());
     let mut found: Vec<Finding> = Vec::new();
@@ -110,11 +144,21 @@ pub fn verify(
         );
     }
     let mut prompts = None;
-    if format == interchange::Format::Sqlite {
-        sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
-        if opts.deep {
-            prompts = prompt_check(input, &mut v, &mut found)?;
+    match side {
+        Some(side) => {
+            let damage = side.damage.join().map_err(|_| {
+                Error::bad_input(None, "SQLite's check's thread ended unexpectedly")
+            })??;
+            report_damage(damage, opts.integrity, &mut v, &mut found);
+            let first_erased = v.first_erased();
+            prompts = Some(side.prompts.finish(first_erased, &mut |id, problem| {
+                v.report(Some(id), problem, &mut found)
+            })?);
         }
+        None if format == interchange::Format::Sqlite => {
+            sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
+        }
+        None => {}
     }
     let skipped = checker.as_ref().map(|c| c.skipped().to_vec());
     let deep_counts = checker.map(|c| c.finish());
@@ -186,26 +230,6 @@ fn second_pass(
     Ok(())
 }
 
-/// Every current-format turn's prompt rebuilt from a ledger file and checked against its
-/// `prompt_sha256` ([`crate::audit::prompts`]).
-fn prompt_check(
-    input: &Input,
-    v: &mut Verifier,
-    found: &mut Vec<Finding>,
-) -> crate::Result<Option<crate::audit::prompts::PromptCounts>> {
-    let Some(path) = &input.path else {
-        return Ok(None);
-    };
-    let ledger = crate::store::Ledger::open_reader(path)?;
-    let first_erased = v.first_erased();
-    let counts = ledger.in_snapshot(|l| {
-        crate::audit::prompts::check(l, first_erased, &mut |id, problem| {
-            v.report(Some(id), problem, found)
-        })
-    })?;
-    Ok(Some(counts))
-}
-
 /// SQLite's own check of a ledger file (the chain walk reads the table through its rowid tree
 /// only: a damaged index, or a damaged interior page that hides a subtree, passes it).
 fn sqlite_damage(
@@ -217,18 +241,28 @@ fn sqlite_damage(
     let Some(path) = &input.path else {
         return Ok(());
     };
+    report_damage(damage_of(path, integrity)?, integrity, v, found);
+    Ok(())
+}
+
+/// What SQLite's check of the ledger at `path` says is wrong (at most 100 lines).
+fn damage_of(path: &std::path::Path, integrity: bool) -> crate::Result<Vec<String>> {
     let ledger = crate::store::Ledger::open_reader(path)?;
+    crate::store::sqlite_check(&ledger, integrity, 100)
+}
+
+/// Reports each line of SQLite's check as a `sqlite_damage` finding.
+fn report_damage(errors: Vec<String>, integrity: bool, v: &mut Verifier, found: &mut Vec<Finding>) {
     let check = if integrity {
         "integrity_check"
     } else {
         "quick_check"
     };
-    for error in crate::store::sqlite_check(&ledger, integrity, 100)? {
+    for error in errors {
         let problem = Problem::SqliteDamage {
             check: check.into(),
             error,
         };
         v.report(None, problem, found);
     }
-    Ok(())
 }

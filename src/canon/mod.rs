@@ -157,6 +157,13 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// True when JSON `text` starts with an object (after JSON white space): what a typed read
+/// into a struct must check first, since serde reads a struct from an array too.
+pub fn starts_object(text: &str) -> bool {
+    text.trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+}
+
 /// True when the number's literal is a float in Python's eyes (has a fraction or exponent).
 pub fn is_float_literal(text: &str) -> bool {
     text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))

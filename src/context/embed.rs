@@ -93,10 +93,14 @@ fn aggregate(text: &str, dims: usize, cache: &mut HashMap<String, Vec<f64>>) -> 
     let mut any = false;
     for tok in py_split(text) {
         any = true;
-        if !cache.contains_key(tok) {
-            cache.insert(tok.to_string(), token_vector(tok, dims));
-        }
-        for (slot, x) in agg.iter_mut().zip(cache[tok].iter()) {
+        // One look-up for a known token (most of them); a new one is hashed and kept.
+        let v = match cache.get(tok) {
+            Some(v) => v,
+            None => cache
+                .entry(tok.to_string())
+                .or_insert(token_vector(tok, dims)),
+        };
+        for (slot, x) in agg.iter_mut().zip(v.iter()) {
             *slot += x;
         }
     }

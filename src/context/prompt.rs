@@ -47,13 +47,40 @@ impl Prompt {
     /// when there is one.
     pub fn sha256(&self) -> String {
         use sha2::Digest as _;
-        let mut hashed = json!({"system": self.system, "user": self.user});
+        format!("{:x}", sha2::Sha256::digest(self.canonical()))
+    }
+
+    /// The canonical JSON that [`Prompt::sha256`] hashes, written straight from the strings
+    /// (keys in code-point order: `history`, `system`, `user`; no value tree).
+    fn canonical(&self) -> Vec<u8> {
+        let texts = self.system.len() + self.user.len();
+        let history: usize = self
+            .history
+            .iter()
+            .map(|(r, t)| r.len() + t.len() + 6)
+            .sum();
+        let mut out = Vec::with_capacity(texts + history + texts / 8 + 64);
+        out.push(b'{');
         if !self.history.is_empty() {
-            hashed["history"] = json!(self.history);
+            out.extend_from_slice(b"\"history\":[");
+            for (i, (role, text)) in self.history.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.push(b'[');
+                canon::write_str(&mut out, role);
+                out.push(b',');
+                canon::write_str(&mut out, text);
+                out.push(b']');
+            }
+            out.extend_from_slice(b"],");
         }
-        let mut h = sha2::Sha256::new();
-        h.update(canon::to_string(&hashed).unwrap_or_default());
-        format!("{:x}", h.finalize())
+        out.extend_from_slice(b"\"system\":");
+        canon::write_str(&mut out, &self.system);
+        out.extend_from_slice(b",\"user\":");
+        canon::write_str(&mut out, &self.user);
+        out.push(b'}');
+        out
     }
 
     /// The prompt as one JSON object (what `pmm-replay --prompt` prints).
@@ -195,15 +222,29 @@ pub fn turn_of_reply(reply: &Event) -> Result<Turn, RebuildError> {
 /// The last event of the turn's first write: the user message, or its `embedding_add` when
 /// one follows it (they are written in one transaction).
 pub fn head_of<R: Reads>(r: &R, user_id: i64) -> crate::Result<i64> {
-    let Some(next) = r.get(user_id + 1)? else {
+    let Some(next) = r.get_shared(user_id + 1)? else {
         return Ok(user_id);
     };
-    let names_user = next.kind == Kind::EmbeddingAdd
-        && serde_json::from_str::<Value>(&next.content)
-            .ok()
-            .and_then(|v| v.get("event_id")?.as_i64())
-            == Some(user_id);
+    let names_user = next.kind == Kind::EmbeddingAdd && embedded_id(&next.content) == Some(user_id);
     Ok(if names_user { user_id + 1 } else { user_id })
+}
+
+/// The `event_id` an embedding's content names: read into a field when the content has the
+/// usual shape (the vector skipped, not parsed number by number), else through a `Value`.
+fn embedded_id(content: &str) -> Option<i64> {
+    #[derive(serde::Deserialize)]
+    struct Usual {
+        event_id: Option<i64>,
+    }
+    let usual = canon::starts_object(content)
+        .then(|| serde_json::from_str::<Usual>(content).ok())
+        .flatten();
+    match usual {
+        Some(u) => u.event_id,
+        None => serde_json::from_str::<Value>(content)
+            .ok()
+            .and_then(|v| v.get("event_id")?.as_i64()),
+    }
 }
 
 /// The selection a turn recorded: its `retrieval_selection` (`turn_id` = the reply), with the
@@ -221,40 +262,21 @@ pub fn recorded_selection<R: Reads>(
             kinds: vec![Kind::RetrievalSelection.to_string()],
         },
         |e| {
-            let v: Value = serde_json::from_str(&e.content).unwrap_or_default();
-            if v.get("turn_id").and_then(Value::as_i64) == Some(id) {
-                record = Some(v);
+            let read = Recorded::read(&e.content);
+            if read.turn_id == Some(id) {
+                record = Some(read);
                 return Ok(false);
             }
             Ok(true)
         },
     )?;
     let missing = |what: String| Ok(Err(RebuildError::Missing { id, what }));
-    let Some(v) = record else {
+    let Some(Recorded { selected, via, .. }) = record else {
         return missing("no retrieval_selection records this turn".into());
-    };
-    let selected: Vec<i64> = v["selected"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_i64).collect())
-        .unwrap_or_default();
-    let via: Vec<Vec<String>> = match v.get("via").and_then(Value::as_array) {
-        Some(a) => a
-            .iter()
-            .map(|x| {
-                x.as_array()
-                    .map(|l| {
-                        l.iter()
-                            .filter_map(|s| s.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            })
-            .collect(),
-        None => Vec::new(),
     };
     let mut events = Vec::with_capacity(selected.len());
     for &s in &selected {
-        match r.get(s)? {
+        match r.get_shared(s)? {
             Some(e) => events.push(e),
             None => return missing(format!("selected event {s} is not in the ledger")),
         }
@@ -269,14 +291,92 @@ pub fn recorded_selection<R: Reads>(
     }))
 }
 
+/// What a `retrieval_selection` records of its turn: the turn (`turn_id`), the ids selected,
+/// in order, and why each was (`via`; empty for the reference's strategies). Read leniently:
+/// ids that are not integers are left out, as are `via` entries that are not strings.
+#[derive(Debug, Default, PartialEq)]
+struct Recorded {
+    turn_id: Option<i64>,
+    selected: Vec<i64>,
+    via: Vec<Vec<String>>,
+}
+
+/// The usual shape of a selection's content, read with no value tree.
+#[derive(serde::Deserialize)]
+struct Usual {
+    turn_id: Option<i64>,
+    selected: Vec<i64>,
+    #[serde(default)]
+    via: Option<Vec<Vec<String>>>,
+}
+
+impl Recorded {
+    /// Reads a selection's content: straight into the fields when it has the usual shape,
+    /// else through a `Value`, leniently (what that gives for the usual shape is the same).
+    fn read(content: &str) -> Recorded {
+        let usual = canon::starts_object(content)
+            .then(|| serde_json::from_str::<Usual>(content).ok())
+            .flatten();
+        if let Some(u) = usual {
+            return Recorded {
+                turn_id: u.turn_id,
+                selected: u.selected,
+                via: u.via.unwrap_or_default(),
+            };
+        }
+        let v: Value = serde_json::from_str(content).unwrap_or_default();
+        Recorded::lenient(&v)
+    }
+
+    fn lenient(v: &Value) -> Recorded {
+        let selected: Vec<i64> = v["selected"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        let via: Vec<Vec<String>> = match v.get("via").and_then(Value::as_array) {
+            Some(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_array()
+                        .map(|l| {
+                            l.iter()
+                                .filter_map(|s| s.as_str().map(String::from))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        Recorded {
+            turn_id: v.get("turn_id").and_then(Value::as_i64),
+            selected,
+            via,
+        }
+    }
+}
+
 /// Rebuilds a turn's prompt from `p`, the projections folded up to [`head_of`] the turn.
 pub fn rebuild_with<R: Reads>(
     r: &R,
     p: &Projections,
     turn: &Turn,
 ) -> crate::Result<Result<Prompt, RebuildError>> {
+    rebuild_with_history(r, p, turn, None)
+}
+
+/// [`rebuild_with`], with the turn's history when the caller has it (the newest
+/// [`HISTORY_MESSAGES`] messages before the user's, oldest first; the character budget is
+/// applied here), read from the ledger when not.
+pub fn rebuild_with_history<R: Reads>(
+    r: &R,
+    p: &Projections,
+    turn: &Turn,
+    history: Option<Vec<Event>>,
+) -> crate::Result<Result<Prompt, RebuildError>> {
     let id = turn.reply;
-    let Some(user) = r.get(turn.user_id)?.filter(|e| e.kind == Kind::UserMessage) else {
+    let user = r.get_shared(turn.user_id)?;
+    let Some(user) = user.filter(|e| e.kind == Kind::UserMessage) else {
         return Ok(Err(RebuildError::Missing {
             id,
             what: format!("reply_to {} is not a user message", turn.user_id),
@@ -286,7 +386,10 @@ pub fn rebuild_with<R: Reads>(
         Ok(s) => s,
         Err(e) => return Ok(Err(e)),
     };
-    let history = select::history(r, user.id, HISTORY_MESSAGES, HISTORY_CHARS)?;
+    let history = match history {
+        Some(recent) => select::within(recent, HISTORY_CHARS),
+        None => select::history(r, user.id, HISTORY_MESSAGES, HISTORY_CHARS)?,
+    };
     Ok(Ok(render(p, &sel, &user.content, &history)))
 }
 
@@ -296,4 +399,81 @@ pub fn rebuild<R: Reads>(r: &R, turn: &Turn) -> crate::Result<Result<Prompt, Reb
     let head = head_of(r, turn.user_id)?;
     let p = crate::store::project(r, Some(head), true)?.projections;
     rebuild_with(r, &p, turn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The canonical JSON of the value `{"system","user"[,"history"]}` (how the digest was
+    /// first defined).
+    fn by_value(p: &Prompt) -> Vec<u8> {
+        let mut v = json!({"system": p.system, "user": p.user});
+        if !p.history.is_empty() {
+            v["history"] = json!(p.history);
+        }
+        canon::to_string(&v).unwrap().into_bytes()
+    }
+
+    /// A selection's record reads the same whether its content has the usual shape (read
+    /// into fields) or not (read through a `Value`).
+    #[test]
+    fn selection_records_read_as_the_lenient_reading_does() {
+        for content in [
+            r#"{"turn_id":7,"selected":[3,1,2],"via":[["fts"],["fts","concept"],[]],"scores":[0.5,1,2]}"#,
+            r#"{"turn_id":7,"selected":[3,1,2]}"#,
+            r#"{"turn_id":7,"selected":[3,1,2],"via":null}"#,
+            r#"{"turn_id":7,"selected":[3,1.5,2],"via":[["a",1],null]}"#,
+            r#"{"turn_id":7,"turn_id":8,"selected":[1]}"#,
+            r#"{"turn_id":"7","selected":[1]}"#,
+            r#"{"turn_id":7.0,"selected":[-0]}"#,
+            r#"{"turn_id":7}"#,
+            r#"{"selected":[1],"via":[["x"]]}"#,
+            r#"[1,2]"#,
+            r#"[7,[1,2],null]"#,
+            r#" [7,[1,2]]"#,
+            r#"not json"#,
+        ] {
+            let v: Value = serde_json::from_str(content).unwrap_or_default();
+            assert_eq!(Recorded::read(content), Recorded::lenient(&v), "{content}");
+        }
+    }
+
+    /// An embedding names the event the `Value` reading says it names, whatever its shape.
+    #[test]
+    fn embedded_ids_read_as_a_value_reads_them() {
+        for content in [
+            r#"{"dims":64,"event_id":12,"vector":[1,-2,3]}"#,
+            r#"{"event_id":12,"event_id":13}"#,
+            r#"{"event_id":"12"}"#,
+            r#"{"event_id":12.0}"#,
+            r#"{"event_id":null}"#,
+            r#"{"dims":64}"#,
+            r#"[12]"#,
+            r#"nope"#,
+        ] {
+            let by_value = serde_json::from_str::<Value>(content)
+                .ok()
+                .and_then(|v| v.get("event_id")?.as_i64());
+            assert_eq!(embedded_id(content), by_value, "{content}");
+        }
+    }
+
+    /// The digest's bytes, written from the strings, are the canonical JSON of the value.
+    #[test]
+    fn canonical_bytes_are_those_of_the_value() {
+        let odd = "quote \" back \\ tab \t nl \n é 𝄞 \u{7f} \u{1}";
+        let history = vec![
+            ("user".to_string(), format!("hi {odd}")),
+            ("assistant".to_string(), String::new()),
+        ];
+        for history in [Vec::new(), history] {
+            let p = Prompt {
+                system: format!("## Concepts\n- x {odd}"),
+                history,
+                user: odd.to_string(),
+            };
+            assert_eq!(p.canonical(), by_value(&p));
+        }
+    }
 }

@@ -7,6 +7,7 @@
 use super::select::Selection;
 use crate::projection::state::Projections;
 pub use crate::recall::concepts::mentioned_concepts;
+use std::fmt::Write as _;
 
 /// Evidence lines are cut to this many characters (the reference's 300).
 pub const EVIDENCE_CHARS: usize = 300;
@@ -18,12 +19,33 @@ pub const MAX_LINKS: usize = 5;
 pub const MAX_THREADS: usize = 8;
 /// `text` cut to `n` characters, the last three replaced by `...` when it was longer.
 pub fn truncate_chars(text: &str, n: usize) -> String {
-    if text.chars().count() <= n {
-        return text.to_string();
-    }
-    let mut s: String = text.chars().take(n.saturating_sub(3)).collect();
-    s.push_str("...");
+    let mut s = String::new();
+    push_truncated(&mut s, text, n);
     s
+}
+
+/// Appends [`truncate_chars`]`(text, n)` to `s` (no copy made on the way).
+fn push_truncated(s: &mut String, text: &str, n: usize) {
+    // ASCII up to the cut (most text): bytes are characters.
+    if text.as_bytes()[..text.len().min(n.saturating_add(1))].is_ascii() {
+        if text.len() <= n {
+            s.push_str(text);
+        } else {
+            s.push_str(&text[..n.saturating_sub(3)]);
+            s.push_str("...");
+        }
+        return;
+    }
+    if text.char_indices().nth(n).is_none() {
+        s.push_str(text);
+        return;
+    }
+    let cut = text
+        .char_indices()
+        .nth(n.saturating_sub(3))
+        .map_or(text.len(), |(i, _)| i);
+    s.push_str(&text[..cut]);
+    s.push_str("...");
 }
 
 /// The context block for a turn: sections joined by a blank line, empty ones left out.
@@ -160,12 +182,9 @@ fn internal_goals(p: &Projections) -> Option<String> {
 fn evidence(sel: &Selection) -> String {
     let mut s = String::from("## Evidence");
     for e in &sel.events {
-        s.push_str(&format!(
-            "\n[{}] {}: {}",
-            e.id,
-            e.kind,
-            truncate_chars(&e.content, EVIDENCE_CHARS)
-        ));
+        // Written in place: a prompt holds a line per selected event.
+        let _ = write!(s, "\n[{}] {}: ", e.id, e.kind.as_str());
+        push_truncated(&mut s, &e.content, EVIDENCE_CHARS);
     }
     s
 }
@@ -181,16 +200,14 @@ fn recalled_evidence(sel: &Selection) -> String {
     for e in &sel.events {
         let (d, t) = e.ts.split_once('T').unwrap_or((e.ts.as_str(), ""));
         if d != day {
-            s.push_str(&format!("\n### {d}"));
+            s.push_str("\n### ");
+            s.push_str(d);
             day = d;
         }
         let time = t.get(..8).unwrap_or(t);
-        s.push_str(&format!(
-            "\n[{}] {time} {}: {}",
-            e.id,
-            e.kind,
-            truncate_chars(&e.content, crate::recall::EVIDENCE_CHARS)
-        ));
+        // Written in place: a prompt holds a line per recalled event.
+        let _ = write!(s, "\n[{}] {time} {}: ", e.id, e.kind.as_str());
+        push_truncated(&mut s, &e.content, crate::recall::EVIDENCE_CHARS);
     }
     s
 }
@@ -234,6 +251,18 @@ mod tests {
 
     #[test]
     fn truncation_counts_characters() {
+        for n in 0..8 {
+            for text in ["", "abc", "abcdé", "ééééé", "abcdefghij", "é😀é😀é😀é😀"]
+            {
+                let count = text.chars().count();
+                let want = if count <= n {
+                    text.to_string()
+                } else {
+                    text.chars().take(n.saturating_sub(3)).collect::<String>() + "..."
+                };
+                assert_eq!(truncate_chars(text, n), want, "{text} {n}");
+            }
+        }
         assert_eq!(truncate_chars("abc", 3), "abc");
         assert_eq!(truncate_chars("abcdé", 4), "a...");
         assert_eq!(truncate_chars("ééééé", 5), "ééééé");

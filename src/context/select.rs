@@ -15,6 +15,7 @@ use crate::store::{Filter, Reads};
 use crate::Result;
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// How many recent messages the vector strategy scores.
 pub const VECTOR_WINDOW: usize = 100;
@@ -107,8 +108,9 @@ pub struct Selection {
     pub selected: Vec<i64>,
     /// One score per selected id (0.0 under `fixed`).
     pub scores: Vec<f64>,
-    /// The selected events, ascending by id (the Evidence section's order).
-    pub events: Vec<Event>,
+    /// The selected events, ascending by id (the Evidence section's order); shared, so that
+    /// a reader that keeps events (`--deep`'s prompt check) hands out its copy.
+    pub events: Vec<Arc<Event>>,
     /// Per selected id (same order as `selected`), why it was recalled; empty for the
     /// reference's strategies.
     pub via: Vec<Vec<String>>,
@@ -165,7 +167,7 @@ pub fn select<R: Reads>(
     }
     let selected = picked.iter().map(|(e, _)| e.id).collect();
     let scores = picked.iter().map(|(_, s)| *s).collect();
-    let mut events: Vec<Event> = picked.into_iter().map(|(e, _)| e).collect();
+    let mut events: Vec<Arc<Event>> = picked.into_iter().map(|(e, _)| Arc::new(e)).collect();
     events.sort_by_key(|e| e.id);
     Ok(Selection {
         selected,
@@ -187,6 +189,12 @@ pub fn history<R: Reads>(r: &R, user_id: i64, n: usize, max_chars: usize) -> Res
         },
         n,
     )?;
+    Ok(within(recent, max_chars))
+}
+
+/// The newest of `recent` (oldest first) that fit in `max_chars` characters together, oldest
+/// first: [`history`]'s budget.
+pub fn within(recent: Vec<Event>, max_chars: usize) -> Vec<Event> {
     let mut used = 0;
     let mut kept: Vec<Event> = Vec::new();
     for e in recent.into_iter().rev() {
@@ -197,7 +205,7 @@ pub fn history<R: Reads>(r: &R, user_id: i64, n: usize, max_chars: usize) -> Res
         kept.push(e);
     }
     kept.reverse();
-    Ok(kept)
+    kept
 }
 
 /// The `hybrid` strategy: whole-ledger recall ([`crate::recall`]) within `budget` characters,
@@ -221,7 +229,7 @@ pub fn select_hybrid<R: Reads>(
     let selected = recalled.iter().map(|x| x.event.id).collect();
     let scores = recalled.iter().map(|x| x.score).collect();
     let via = recalled.iter().map(|x| x.via.clone()).collect();
-    let mut events: Vec<Event> = recalled.into_iter().map(|x| x.event).collect();
+    let mut events: Vec<Arc<Event>> = recalled.into_iter().map(|x| Arc::new(x.event)).collect();
     events.sort_by_key(|e| e.id);
     Ok(Selection {
         selected,

@@ -47,6 +47,16 @@ impl Input {
             .map_or_else(|| "-".into(), |p| p.display().to_string())
     }
 
+    /// The path of the input when it is a SQLite ledger file (it starts with SQLite's
+    /// header), for checks that read the ledger by id beside the walk in order.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        let path = self.path.as_deref()?;
+        let mut head = [0u8; SQLITE_MAGIC.len()];
+        let mut f = File::open(path).ok()?;
+        f.read_exact(&mut head).ok()?;
+        (head == SQLITE_MAGIC).then_some(path)
+    }
+
     /// True if the input can be read a second time (a file, not stdin).
     pub fn rereadable(&self) -> bool {
         self.path.is_some()

@@ -208,6 +208,13 @@ impl IntentLog {
     /// Writes the snapshot's `reflections` list: `[{"intent":"…"},…]`, only the newest
     /// `keep` when given.
     fn write_json(&self, out: &mut dyn Write, keep: Option<usize>) -> io::Result<()> {
+        let skip = keep.map_or(0, |k| self.seq.len().saturating_sub(k));
+        if self.seq.len() - skip < self.distinct.len() {
+            // Fewer entries than distinct intents (a summary's newest few): each written as
+            // it comes, not every distinct intent rendered first (`--deep` writes one per
+            // summary_update).
+            return self.write_json_each(out, skip);
+        }
         let rendered: Vec<Vec<u8>> = self
             .distinct
             .iter()
@@ -224,7 +231,6 @@ impl IntentLog {
         const BLOCK: usize = 1 << 16;
         let mut block = Vec::with_capacity(BLOCK + 1024);
         block.push(b'[');
-        let skip = keep.map_or(0, |k| self.seq.len().saturating_sub(k));
         for (i, &n) in self.seq.iter().skip(skip).enumerate() {
             if i > 0 {
                 block.push(b',');
@@ -234,6 +240,23 @@ impl IntentLog {
                 out.write_all(&block)?;
                 block.clear();
             }
+        }
+        block.push(b']');
+        out.write_all(&block)
+    }
+
+    /// [`IntentLog::write_json`] of the entries from `skip` on, each serialized in turn.
+    fn write_json_each(&self, out: &mut dyn Write, skip: usize) -> io::Result<()> {
+        let mut block = Vec::with_capacity(1024);
+        block.push(b'[');
+        for (i, intent) in self.iter().skip(skip).enumerate() {
+            if i > 0 {
+                block.push(b',');
+            }
+            block.extend_from_slice(b"{\"intent\":");
+            // Serializing a &str into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut block, intent);
+            block.push(b'}');
         }
         block.push(b']');
         out.write_all(&block)
@@ -590,6 +613,32 @@ pub fn diff(a: &Rsm, b: &Rsm) -> RsmDiff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The newest few intents, written one by one, are the bytes the whole list's block
+    /// writer gives for them (repeats, escapes and all).
+    #[test]
+    fn intent_log_tails_write_like_the_whole_list() {
+        let mut log = IntentLog::default();
+        for i in 0..50 {
+            log.push(&format!("intent \"{}\" é\n", i % 7));
+        }
+        let whole = |log: &IntentLog, keep| {
+            let mut b = Vec::new();
+            log.write_json(&mut b, keep).unwrap();
+            b
+        };
+        let all: Vec<serde_json::Value> = serde_json::from_slice(&whole(&log, None)).unwrap();
+        assert_eq!(all.len(), 50);
+        for keep in [0, 1, 3, 6, 7, 20, 50, 80] {
+            let tail: Vec<serde_json::Value> =
+                serde_json::from_slice(&whole(&log, Some(keep))).unwrap();
+            assert_eq!(tail, all[50 - keep.min(50)..], "{keep}");
+            let mut each = Vec::new();
+            log.write_json_each(&mut each, 50 - keep.min(50)).unwrap();
+            assert_eq!(each, whole(&log, Some(keep)), "{keep}");
+            assert_eq!(serde_json::to_vec(&tail).unwrap(), each, "{keep}");
+        }
+    }
 
     struct Ledger {
         next: i64,

@@ -6,6 +6,7 @@
 //! the other's file. Our own tables are caches, never authoritative, and are created by an
 //! append-only list of migrations keyed on `PRAGMA user_version`.
 
+mod cached;
 mod checkpoint;
 mod erase;
 mod fts;
@@ -13,6 +14,7 @@ mod merkle;
 mod policy;
 pub mod vectors;
 
+pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
 pub use merkle::Tree;
 
 pub use fts::{RECALLED_KINDS, TOKENIZER};
@@ -78,7 +80,16 @@ const MIGRATIONS: &[&str] = &[
     vectors::MIGRATION,
 ];
 
-const COLUMNS: &str = "id, ts, kind, content, meta, prev_hash, hash";
+/// The event columns in [`row_to_event`]'s order (a macro, so that constant queries can be
+/// put together with `concat!`).
+macro_rules! columns {
+    () => {
+        "id, ts, kind, content, meta, prev_hash, hash"
+    };
+}
+const COLUMNS: &str = columns!();
+/// One event by id ([`Reads::get`]): a constant, not formatted per call.
+const GET_BY_ID: &str = concat!("SELECT ", columns!(), " FROM events WHERE id = ?1");
 
 /// The newest event's id and hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,6 +309,14 @@ impl Ledger {
             });
         }
         Ok(ledger)
+    }
+
+    /// Lets SQLite keep up to `kib` KiB of pages in memory for this connection (SQLite's
+    /// default is 2 MiB): for a reader that comes back to the same pages (reads by id).
+    pub fn set_page_cache(&self, kib: u32) -> Result<()> {
+        self.conn
+            .pragma_update(None, "cache_size", -i64::from(kib))
+            .map_err(|e| self.err(e))
     }
 
     /// Runs `f` inside one read transaction: every read of `f` sees the same snapshot, and
@@ -677,9 +696,15 @@ pub trait Reads {
     fn get(&self, id: i64) -> Result<Option<Event>> {
         // Cached: recall's fill, the turn and --deep's prompt check read many events by id.
         self.conn()
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM events WHERE id = ?1"))
+            .prepare_cached(GET_BY_ID)
             .and_then(|mut stmt| stmt.query_row([id], row_to_event).optional())
             .map_err(|e| self.err(e))
+    }
+
+    /// [`Reads::get`], shared: a reader that keeps the events it read ([`Cached`]) hands out
+    /// its copy instead of a new one.
+    fn get_shared(&self, id: i64) -> Result<Option<std::sync::Arc<Event>>> {
+        Ok(self.get(id)?.map(std::sync::Arc::new))
     }
 
     /// The id of the event whose hash is `hash` (an index lookup).

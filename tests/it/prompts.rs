@@ -193,3 +193,125 @@ fn a_reply_of_an_older_format_is_named_not_misreported() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.summary()["deep"]["prompts"]["other_format"], 1);
 }
+
+/// The export of `pmm`'s ledger with `edit` applied to each row and every hash and link
+/// recomputed, imported into a new ledger: a forgery that plain verification passes.
+fn forged(pmm: &Pmm, name: &str, edit: &dyn Fn(&mut Value)) -> String {
+    let rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
+    let (mut prev, mut scratch, mut text): (Option<String>, Vec<u8>, String) =
+        (None, Vec::new(), String::new());
+    for mut row in rows {
+        edit(&mut row);
+        let meta = row["meta"].as_object().unwrap().clone();
+        let d = pmm::chain::event_digest(
+            &mut scratch,
+            row["kind"].as_str().unwrap(),
+            row["content"].as_str().unwrap(),
+            &meta,
+            prev.as_deref(),
+        )
+        .unwrap();
+        row["prev_hash"] = prev.clone().map_or(Value::Null, Value::String);
+        row["hash"] = Value::String(d.to_string());
+        prev = Some(d.to_string());
+        text.push_str(&serde_json::to_string(&row).unwrap());
+        text.push('\n');
+    }
+    let src = pmm.path(&format!("{name}.jsonl"));
+    std::fs::write(&src, text).unwrap();
+    let db = pmm
+        .path(&format!("{name}.db"))
+        .to_str()
+        .unwrap()
+        .to_string();
+    let r = pmm.run(
+        "pmm-append",
+        &["--db", &db, "--import", src.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let plain = pmm.run("pmm-verify", &["--db", &db, "--quiet"], "");
+    assert_eq!(
+        plain.code, 0,
+        "the forgery's chain is consistent: {plain:?}"
+    );
+    db
+}
+
+/// `--deep` checks derived events during the walk and prompts on a thread beside it: a ledger
+/// with one forged derived value (a selection's digest) and one forged prompt record (a
+/// reply's prompt_sha256) gets both reported, each once, the walk's first, and the counts say
+/// so.
+#[test]
+fn a_forged_derived_event_and_a_forged_prompt_are_both_reported() {
+    let pmm = Pmm::new();
+    let turns = conversation(&pmm, 12);
+    let selections = pmm
+        .run("pmm-replay", &["--kind", "retrieval_selection"], "")
+        .records();
+    let selection_of = |reply: i64| {
+        selections
+            .iter()
+            .find(|s| {
+                serde_json::from_str::<Value>(s["content"].as_str().unwrap()).unwrap()["turn_id"]
+                    == reply
+            })
+            .map(|s| s["id"].as_i64().unwrap())
+            .unwrap()
+    };
+    let digest_forged = selection_of(turns[1].0);
+    let prompt_forged = turns[7].0;
+    let zeros = "0".repeat(64);
+    let db = forged(&pmm, "both", &|row| {
+        if row["id"] == digest_forged {
+            row["meta"]["digest"] = Value::String(zeros.clone());
+        }
+        if row["id"] == prompt_forged {
+            row["meta"]["prompt_sha256"] = Value::String(zeros.clone());
+        }
+    });
+    let r = pmm.run("pmm-verify", &["--db", &db, "--quiet", "--deep"], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    let found: Vec<(i64, String)> = r
+        .of_type("finding")
+        .iter()
+        .map(|f| {
+            let what = f["what"].as_str().unwrap_or_default();
+            (f["id"].as_i64().unwrap_or(0), what.to_string())
+        })
+        .collect();
+    // The walk's findings first: the digest, then the checkpoint manifests whose prefix holds
+    // it (their roots are of the chain before the re-hashing); then the prompt's, though its
+    // id is lower than theirs.
+    let manifests: Vec<(i64, String)> = pmm
+        .run("pmm-replay", &["--kind", "checkpoint_manifest"], "")
+        .records()
+        .iter()
+        .filter(|m| {
+            let c: Value = serde_json::from_str(m["content"].as_str().unwrap()).unwrap();
+            c["up_to_id"].as_i64().unwrap() >= digest_forged
+        })
+        .map(|m| {
+            let id = m["id"].as_i64().unwrap();
+            (id, "checkpoint_manifest.root_hash".to_string())
+        })
+        .collect();
+    assert!(
+        manifests.iter().all(|m| m.0 > prompt_forged),
+        "{manifests:?}"
+    );
+    let mut expected = vec![(digest_forged, "retrieval_selection.digest".to_string())];
+    expected.extend(manifests.iter().cloned());
+    expected.push((
+        prompt_forged,
+        "prompt_sha256 (the prompt rebuilt from the ledger)".to_string(),
+    ));
+    assert_eq!(found, expected, "{r:?}");
+    let summary = &r.of_type("summary")[0];
+    let walk = 1 + manifests.len();
+    assert_eq!(summary["derived_mismatches"], walk + 1, "{summary}");
+    assert_eq!(summary["deep"]["mismatches"], walk, "{summary}");
+    assert_eq!(summary["deep"]["prompts"]["mismatches"], 1, "{summary}");
+    assert_eq!(summary["deep"]["prompts"]["checked"], 12, "{summary}");
+    assert_eq!(summary["deep"]["retrieval_digests"], 12, "{summary}");
+}

@@ -1,0 +1,144 @@
+//! Reads through a bounded cache of events by id ([`Cached`]), for a reader that reads the
+//! same events again and again: `pmm-verify --deep`'s prompt check reads each turn's recorded
+//! selection back by id, and consecutive turns recall mostly the same events.
+
+use super::Reads;
+use crate::event::Event;
+use crate::{Error, Result};
+use rusqlite::Connection;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// How many events [`Cached`] keeps at most.
+pub const CACHED_EVENTS: usize = 8192;
+/// How many bytes of event text [`Cached`] keeps at most (one larger event still goes in).
+pub const CACHED_BYTES: usize = 16 << 20;
+
+/// A [`Reads`] whose [`Reads::get`] remembers the events it read, oldest dropped first, at
+/// most [`CACHED_EVENTS`] of them and [`CACHED_BYTES`] of text (memory stays flat whatever the
+/// ledger). Everything else reads through. The events of a ledger never change under a reader
+/// that keeps one snapshot ([`super::Ledger::in_snapshot`]); use it within one.
+pub struct Cached<'a, R: Reads> {
+    inner: &'a R,
+    cache: RefCell<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
+    events: HashMap<i64, Arc<Event>>,
+    order: VecDeque<i64>,
+    bytes: usize,
+    hits: u64,
+    misses: u64,
+}
+
+fn size(e: &Event) -> usize {
+    e.ts.len()
+        + e.content.len()
+        + e.meta.len()
+        + e.prev_hash.as_ref().map_or(0, String::len)
+        + e.hash.as_ref().map_or(0, String::len)
+}
+
+impl Cache {
+    fn insert(&mut self, e: &Arc<Event>) {
+        self.bytes += size(e);
+        self.order.push_back(e.id);
+        self.events.insert(e.id, Arc::clone(e));
+        while self.order.len() > CACHED_EVENTS
+            || (self.bytes > CACHED_BYTES && self.order.len() > 1)
+        {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.events.remove(&old) {
+                self.bytes -= size(&gone);
+            }
+        }
+    }
+}
+
+impl<'a, R: Reads> Cached<'a, R> {
+    /// Reads through `inner`, with an empty cache.
+    pub fn new(inner: &'a R) -> Self {
+        Cached {
+            inner,
+            cache: RefCell::default(),
+        }
+    }
+
+    /// How many reads by id the cache answered, and how many went to the store.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        let c = self.cache.borrow();
+        (c.hits, c.misses)
+    }
+}
+
+impl<R: Reads> Reads for Cached<'_, R> {
+    fn conn(&self) -> &Connection {
+        self.inner.conn()
+    }
+
+    fn err(&self, e: rusqlite::Error) -> Error {
+        self.inner.err(e)
+    }
+
+    fn get(&self, id: i64) -> Result<Option<Event>> {
+        Ok(self.get_shared(id)?.map(|e| Event::clone(&e)))
+    }
+
+    fn get_shared(&self, id: i64) -> Result<Option<Arc<Event>>> {
+        {
+            let mut c = self.cache.borrow_mut();
+            if let Some(e) = c.events.get(&id).cloned() {
+                c.hits += 1;
+                return Ok(Some(e));
+            }
+            c.misses += 1;
+        }
+        let read = self.inner.get(id)?.map(Arc::new);
+        if let Some(e) = &read {
+            self.cache.borrow_mut().insert(e);
+        }
+        Ok(read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Ledger;
+
+    /// Reads by id give what the store gives, the second read of an event comes from the
+    /// cache, and the cache keeps at most its bound.
+    #[test]
+    fn reads_by_id_are_the_stores_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let clock = crate::event::Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        for i in 0..20 {
+            let ev = crate::event::NewEvent::new(
+                crate::event::Kind::UserMessage,
+                format!("message {i}"),
+                Default::default(),
+            )
+            .unwrap();
+            l.append(&ev, &clock).unwrap();
+        }
+        let c = Cached::new(&l);
+        for id in [3, 4, 3, 25, 4, 20] {
+            assert_eq!(c.get(id).unwrap(), l.get(id).unwrap(), "{id}");
+        }
+        assert_eq!(c.hits_and_misses(), (2, 4));
+        let mut cache = Cache::default();
+        let e = l.get(1).unwrap().unwrap();
+        for id in 0..(CACHED_EVENTS as i64 + 10) {
+            cache.insert(&Arc::new(Event { id, ..e.clone() }));
+        }
+        assert_eq!(cache.order.len(), CACHED_EVENTS);
+        assert_eq!(cache.events.len(), CACHED_EVENTS);
+        assert!(!cache.events.contains_key(&9) && cache.events.contains_key(&10));
+        assert_eq!(cache.bytes, CACHED_EVENTS * size(&e));
+    }
+}
