@@ -107,46 +107,14 @@ fn every_turn_of_a_fifty_turn_conversation_rebuilds_its_prompt() {
 fn an_edited_ledger_that_changes_a_past_prompt_is_caught() {
     let pmm = Pmm::new();
     let turns = conversation(&pmm, 12);
-    let rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
     // The user message of turn 4, reworded; every hash and link recomputed.
     let (reply, user) = turns[3];
-    let mut prev: Option<String> = None;
-    let mut scratch = Vec::new();
-    let mut forged = String::new();
-    for mut row in rows {
+    let db = forged(&pmm, "forged", &|row| {
         if row["id"] == user {
             row["content"] = Value::String("Tell me about something else entirely".into());
         }
-        let meta = row["meta"].as_object().unwrap().clone();
-        let d = pmm::chain::event_digest(
-            &mut scratch,
-            row["kind"].as_str().unwrap(),
-            row["content"].as_str().unwrap(),
-            &meta,
-            prev.as_deref(),
-        )
-        .unwrap();
-        row["prev_hash"] = prev.clone().map_or(Value::Null, Value::String);
-        row["hash"] = Value::String(d.to_string());
-        prev = Some(d.to_string());
-        forged.push_str(&serde_json::to_string(&row).unwrap());
-        forged.push('\n');
-    }
-    let src = pmm.path("forged.jsonl");
-    std::fs::write(&src, forged).unwrap();
-    let db = pmm.path("forged.db");
-    let db = db.to_str().unwrap();
-    let r = pmm.run(
-        "pmm-append",
-        &["--db", db, "--import", src.to_str().unwrap()],
-        "",
-    );
-    assert_eq!(r.code, 0, "{r:?}");
-    let plain = pmm.run("pmm-verify", &["--db", db, "--quiet"], "");
-    assert_eq!(
-        plain.code, 0,
-        "the forgery's chain is consistent: {plain:?}"
-    );
+    });
+    let db = db.as_str();
     let r = pmm.run(
         "pmm-replay",
         &["--db", db, "--prompt", &reply.to_string()],
