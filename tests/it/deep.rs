@@ -7,29 +7,12 @@ use serde_json::Value;
 /// forgery: plain verification cannot see it), as JSONL.
 fn rechained(src: &std::path::Path, edit: impl Fn(&mut Value)) -> String {
     let mut rows: Vec<Value> = serde_json::from_slice(&std::fs::read(src).unwrap()).unwrap();
-    let mut prev: Option<String> = None;
-    let mut out = String::new();
-    let mut scratch = Vec::new();
     for row in rows.iter_mut() {
         let mut meta: Value = serde_json::from_str(row["meta"].as_str().unwrap()).unwrap();
         row["meta"] = meta.take();
         edit(row);
-        let meta = row["meta"].as_object().unwrap().clone();
-        let d = pmm::chain::event_digest(
-            &mut scratch,
-            row["kind"].as_str().unwrap(),
-            row["content"].as_str().unwrap(),
-            &meta,
-            prev.as_deref(),
-        )
-        .unwrap();
-        row["prev_hash"] = prev.clone().map_or(Value::Null, Value::String);
-        row["hash"] = Value::String(d.to_string());
-        prev = Some(d.to_string());
-        out.push_str(&serde_json::to_string(row).unwrap());
-        out.push('\n');
     }
-    out
+    crate::harness::rechain(&mut rows)
 }
 
 #[test]

@@ -53,26 +53,7 @@ fn forged(
         .position(|r| r["kind"] == kind && pick(r))
         .unwrap_or_else(|| panic!("no {kind} to edit"));
     edit(&mut rows[target]);
-    let mut prev: Option<String> = None;
-    let mut out = String::new();
-    let mut scratch = Vec::new();
-    for row in rows.iter_mut() {
-        let meta = row["meta"].as_object().unwrap().clone();
-        let d = pmm::chain::event_digest(
-            &mut scratch,
-            row["kind"].as_str().unwrap(),
-            row["content"].as_str().unwrap(),
-            &meta,
-            prev.as_deref(),
-        )
-        .unwrap();
-        row["prev_hash"] = prev.clone().map_or(Value::Null, Value::String);
-        row["hash"] = Value::String(d.to_string());
-        prev = Some(d.to_string());
-        out.push_str(&serde_json::to_string(row).unwrap());
-        out.push('\n');
-    }
-    out
+    crate::harness::rechain(&mut rows)
 }
 
 /// Edits the JSON content of an event.

@@ -165,26 +165,9 @@ fn a_reply_of_an_older_format_is_named_not_misreported() {
 /// The export of `pmm`'s ledger with `edit` applied to each row and every hash and link
 /// recomputed, imported into a new ledger: a forgery that plain verification passes.
 fn forged(pmm: &Pmm, name: &str, edit: &dyn Fn(&mut Value)) -> String {
-    let rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
-    let (mut prev, mut scratch, mut text): (Option<String>, Vec<u8>, String) =
-        (None, Vec::new(), String::new());
-    for mut row in rows {
-        edit(&mut row);
-        let meta = row["meta"].as_object().unwrap().clone();
-        let d = pmm::chain::event_digest(
-            &mut scratch,
-            row["kind"].as_str().unwrap(),
-            row["content"].as_str().unwrap(),
-            &meta,
-            prev.as_deref(),
-        )
-        .unwrap();
-        row["prev_hash"] = prev.clone().map_or(Value::Null, Value::String);
-        row["hash"] = Value::String(d.to_string());
-        prev = Some(d.to_string());
-        text.push_str(&serde_json::to_string(&row).unwrap());
-        text.push('\n');
-    }
+    let mut rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
+    rows.iter_mut().for_each(edit);
+    let text = crate::harness::rechain(&mut rows);
     let src = pmm.path(&format!("{name}.jsonl"));
     std::fs::write(&src, text).unwrap();
     let db = pmm
