@@ -38,7 +38,10 @@ OUTPUT:
   \"dense\" (near in meaning: the embedding model's vectors), \"neighbour-of:ID\" (the message
   before or after a match), \"concept:TOKEN\" (bound to a concept the text mentions),
   \"thread:CID\" (the story of a commitment bound to one), \"fact:TYPE=VALUE\" (the message a
-  fact the indexer extracted came from: a name, a place, a tool; pmm-tick's index ticks).
+  fact the indexer extracted came from: a name, a place, a tool; pmm-tick's index ticks),
+  \"when:DAY\" or \"when:FIRST..LAST\" (the text names a date or a month - 'on 9 July, 2022',
+  'in May 2023', '2023-05-08', 'yesterday', 'last week', '3 days ago' - and the event was told
+  from a day before to a week after it; relative dates count from the newest event).
   --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
   the text became (stop words and FTS5 syntax removed) and the index's state.
   --timings prints {\"type\":\"timings\",\"project_ms\",\"embed_ms\",\"recall_ms\"} (loading the

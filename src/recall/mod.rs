@@ -16,6 +16,10 @@
 //! 3. **Meaning** ([`dense`], when the query carries a vector: [`Query::dense`]): the events
 //!    whose sentence-embedding vectors of the same model are nearest, ranked like full-text
 //!    hits (sessions, neighbours).
+//! 4. **Facts** ([`facts`]): the source messages of the facts the indexer extracted that the
+//!    text names or asks about.
+//! 5. **Time** ([`when`]): when the text names a date or a month ("on 9 July, 2022",
+//!    "yesterday"), the events of the other sources told in that window count again, twice.
 //!
 //! The newest messages of the conversation are not a source here: the turn always sends them
 //! as chat messages ([`crate::turn`]) and excludes them through [`Query::exclude`]. A budget
@@ -27,6 +31,7 @@ pub mod facts;
 pub mod terms;
 pub mod text;
 pub mod vectors;
+pub mod when;
 
 use crate::event::Event;
 use crate::projection::state::Projections;
@@ -113,7 +118,7 @@ pub struct Recalled {
     /// Its fused score (higher is better).
     pub score: f64,
     /// Why it was picked: `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`,
-    /// `fact:TYPE=VALUE`.
+    /// `fact:TYPE=VALUE`, `when:DAY` or `when:FIRST..LAST`.
     pub via: Vec<String>,
 }
 
@@ -136,18 +141,29 @@ pub fn recall<R: Reads>(r: &R, p: &Projections, q: &Query) -> Result<Vec<Recalle
         dense::rank(r, q, &mut cache)?,
         facts::rank(p, q),
     ];
-    let fused = fuse(&lists);
+    let mut fused = fuse(&lists);
+    if let Some(time) = when::rank(r, q, &fused, &mut cache)? {
+        let mut weighted: Vec<(&Ranked, f64)> = lists.iter().map(|l| (l, 1.0)).collect();
+        weighted.push((&time, when::WEIGHT));
+        fused = fuse_weighted(&weighted);
+    }
     fill(r, q, fused, &mut cache)
 }
 
 /// Reciprocal-rank fusion: each list adds `1 / (RRF_K + rank)` to its items; reasons are
 /// merged in list order. Best first, ties by id.
 pub fn fuse(lists: &[Ranked]) -> Vec<(i64, f64, Vec<String>)> {
+    let weighted: Vec<(&Ranked, f64)> = lists.iter().map(|l| (l, 1.0)).collect();
+    fuse_weighted(&weighted)
+}
+
+/// [`fuse`] with a weight per list: a list adds `weight / (RRF_K + rank)` to its items.
+pub fn fuse_weighted(lists: &[(&Ranked, f64)]) -> Vec<(i64, f64, Vec<String>)> {
     let mut acc: BTreeMap<i64, (f64, Vec<String>)> = BTreeMap::new();
-    for list in lists {
+    for (list, weight) in lists {
         for (rank, (id, via)) in list.items.iter().enumerate() {
             let e = acc.entry(*id).or_insert((0.0, Vec::new()));
-            e.0 += 1.0 / (RRF_K + rank as f64 + 1.0);
+            e.0 += weight / (RRF_K + rank as f64 + 1.0);
             for v in via {
                 if !e.1.contains(v) {
                     e.1.push(v.clone());

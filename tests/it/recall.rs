@@ -315,3 +315,70 @@ fn the_previous_exchanges_are_in_every_prompt() {
     assert_eq!(messages[7]["content"], "What did I just tell you?");
     assert_eq!(messages[1]["content"], "statement number 3");
 }
+
+/// A diary told over several days: the same words every day, so only the date can tell
+/// which day a question means.
+fn diary(pmm: &Pmm) {
+    let days = [
+        ("2022-07-02", "I went hiking with my sister"),
+        ("2022-07-06", "I went hiking near the lake"),
+        (
+            "2022-07-10",
+            "Yesterday I went hiking in the hills above the town",
+        ),
+        ("2022-07-20", "I went hiking again with friends"),
+        ("2022-08-20", "I went hiking in the rain"),
+    ];
+    let text: String = days
+        .iter()
+        .flat_map(|(day, said)| {
+            [
+                format!("{{\"ts\":\"{day}T10:00:00Z\",\"kind\":\"user_message\",\"content\":\"Alice: {said}.\",\"meta\":{{}}}}\n"),
+                format!("{{\"ts\":\"{day}T10:00:05Z\",\"kind\":\"assistant_message\",\"content\":\"Bob: Sounds like fun!\",\"meta\":{{}}}}\n"),
+            ]
+        })
+        .collect();
+    let r = pmm.run("pmm-append", &["--keep-ts", "--batch"], &text);
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn a_date_in_the_question_lifts_what_was_told_then() {
+    let pmm = Pmm::new();
+    diary(&pmm);
+    let top = |q: &str| {
+        let r = pmm.run("pmm-recall", &["--k", "1", q], "");
+        assert_eq!(r.code, 0, "{r:?}");
+        r.records()[0].clone()
+    };
+    // Told the day after: within the window of the named day.
+    let e = top("Where did Alice go hiking on 9 July, 2022?");
+    assert_eq!(e["id"], 5, "{e}");
+    assert!(
+        e["via"]
+            .as_array()
+            .unwrap()
+            .contains(&"when:2022-07-09".into()),
+        "{e}"
+    );
+    let e = top("Where did Alice go hiking in August 2022?");
+    assert_eq!(e["id"], 9, "{e}");
+    assert!(
+        e["via"]
+            .as_array()
+            .unwrap()
+            .contains(&"when:2022-08-01..2022-08-31".into()),
+        "{e}"
+    );
+    // Relative dates count from the newest event (2022-08-20).
+    let e = top("where did Alice go hiking yesterday");
+    assert_eq!(e["id"], 9, "{e}");
+    // Without a date, no time reason and no lift: the plain full-text order.
+    let r = pmm.run("pmm-recall", &["where did Alice go hiking"], "");
+    assert!(
+        r.records()
+            .iter()
+            .all(|e| !e["via"].to_string().contains("when:")),
+        "{r:?}"
+    );
+}
