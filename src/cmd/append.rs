@@ -126,8 +126,9 @@ pub struct Args {
     reason: Option<String>,
     /// With --erase: erase too the later events that quote the erased text (reflections,
     /// summaries, lifetime-memory chunks, meta summaries, claims, commitments, identity
-    /// adoptions whose content or meta holds its first 60 characters); without it they are
-    /// only listed
+    /// adoptions whose content or meta holds its first 60 characters) and its embedding_add
+    /// events (whose sha256 of the text confirms a guess of it); without it they are only
+    /// listed
     #[arg(long, requires = "erase")]
     with_quotes: bool,
     /// With --erase: the actor erasing (the erasure event's meta.source). The write policy

@@ -62,22 +62,46 @@ pub const QUOTING_KINDS: [Kind; 8] = [
     Kind::IdentityAdoption,
 ];
 
-/// The events after `id`, of the [`QUOTING_KINDS`], whose content or meta quote `content`.
+/// The events after `id` that carry event `id`'s text or what identifies it: those of the
+/// [`QUOTING_KINDS`] whose content or meta quote `content`, and the `embedding_add` events of
+/// event `id` (a hash64 vector of its words and the sha256 of its text, with which anyone who
+/// guesses the text can confirm it). In id order.
 pub(crate) fn quoting(conn: &Connection, id: i64, content: &str) -> rusqlite::Result<Vec<i64>> {
-    let Some((raw, json)) = quote_needles(content) else {
-        return Ok(Vec::new());
-    };
-    let kinds: Vec<String> = QUOTING_KINDS
-        .iter()
-        .map(|k| format!("'{}'", k.as_str()))
-        .collect();
-    let mut stmt = conn.prepare(&format!(
-        "SELECT id FROM events WHERE id > ?1 AND +kind IN ({})
-         AND (instr(content, ?2) > 0 OR instr(content, ?3) > 0 OR instr(meta, ?3) > 0)
-         ORDER BY id",
-        kinds.join(",")
-    ))?;
-    let rows = stmt.query_map(params![id, raw, json], |r| r.get(0))?;
+    let mut ids = embeddings_of(conn, id)?;
+    if let Some((raw, json)) = quote_needles(content) {
+        let kinds: Vec<String> = QUOTING_KINDS
+            .iter()
+            .map(|k| format!("'{}'", k.as_str()))
+            .collect();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT id FROM events WHERE id > ?1 AND +kind IN ({})
+             AND (instr(content, ?2) > 0 OR instr(content, ?3) > 0 OR instr(meta, ?3) > 0)
+             ORDER BY id",
+            kinds.join(",")
+        ))?;
+        let rows = stmt.query_map(params![id, raw, json], |r| r.get(0))?;
+        for row in rows {
+            ids.push(row?);
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// The `embedding_add` events after `id` whose `event_id` is `id`.
+fn embeddings_of(conn: &Connection, id: i64) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM events WHERE id > ?1 AND kind = ?2 AND instr(content, ?3) > 0
+         AND json_valid(content) AND json_extract(content, '$.event_id') = ?1 ORDER BY id",
+    )?;
+    let rows = stmt.query_map(
+        params![
+            id,
+            Kind::EmbeddingAdd.as_str(),
+            format!("\"event_id\":{id}")
+        ],
+        |r| r.get(0),
+    )?;
     rows.collect()
 }
 

@@ -299,3 +299,64 @@ fn prompts_after_an_erased_message_are_skipped_not_forgeries() {
     // The second turn showed the secret as its message, the third in its history.
     assert_eq!(prompts["skipped_for_erasure"], 2, "{v:?}");
 }
+
+/// An `embedding_add` of event `of`: the text's sha256 and a (dummy) hash64 vector.
+fn embedding(pmm: &Pmm, of: i64, text: &str) {
+    use sha2::Digest;
+    let hash = hex(&sha2::Sha256::digest(text.as_bytes()));
+    let content = format!(
+        r#"{{"dims":64,"event_id":{of},"model":"hash64","quant":"int8","scale":0.01,"text_hash":"{hash}","vector":[1,-2,3]}}"#
+    );
+    append(pmm, "embedding_add", &content, "{}");
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn the_embeddings_of_an_erased_text_go_with_it() {
+    use sha2::Digest;
+    let pmm = ledger();
+    embedding(&pmm, 2, SECRET); // 9
+    embedding(&pmm, 1, "hello there"); // 10: another event's, stays
+    embedding(&pmm, 3, "Noted."); // 11: a text too short to look for quotes of
+    let digest = hex(&sha2::Sha256::digest(SECRET.as_bytes()));
+    // Listed with the quotes...
+    let r = erase(&pmm, &["2", "--reason", "gdpr", "--source", "owner"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        r.of_type("erasure")[0]["quoted_by"],
+        serde_json::json!([4, 6, 9])
+    );
+    let r = erase(&pmm, &["3", "--reason", "gdpr", "--source", "owner"]);
+    assert_eq!(
+        r.of_type("erasure")[0]["quoted_by"],
+        serde_json::json!([11])
+    );
+    assert!(occurrences(&pmm, &digest) > 0);
+    // ...and erased with them: the digest that confirms a guess of the text is gone too.
+    let pmm = ledger();
+    embedding(&pmm, 2, SECRET);
+    embedding(&pmm, 1, "hello there");
+    let r = erase(
+        &pmm,
+        &[
+            "2",
+            "--reason",
+            "gdpr",
+            "--source",
+            "owner",
+            "--with-quotes",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        r.of_type("erasure")[0]["erased"],
+        serde_json::json!([2, 4, 6, 9])
+    );
+    assert_eq!(occurrences(&pmm, &digest), 0);
+    let v = pmm.run("pmm-verify", &[], "");
+    assert_eq!(v.code, 0, "{v:?}");
+    assert_eq!(v.summary()["erased"], 4);
+}
