@@ -111,12 +111,7 @@ impl SignerKey {
             .trim()
             .strip_prefix("PRIVATE+KEY+")
             .ok_or_else(|| bad("it does not start with PRIVATE+KEY+"))?;
-        let (name, hash, key) = split_key(rest).ok_or_else(|| bad("expected NAME+HASH+KEY"))?;
-        let bytes = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
-        let seed: [u8; 32] = match bytes.split_first() {
-            Some((&ALG_ED25519, seed)) => seed.try_into().map_err(|_| bad("wrong key length"))?,
-            _ => return Err(bad("not an Ed25519 key")),
-        };
+        let (name, hash, _, seed) = parse_key(rest, "signer", &[ALG_ED25519])?;
         let signer = SignerKey::from_seed(name, seed)?;
         if signer.hash() != hash {
             return Err(bad("its hash does not match its name and key"));
@@ -198,15 +193,36 @@ impl SignerKey {
     }
 }
 
-fn split_key(s: &str) -> Option<(&str, u32, &str)> {
-    let mut parts = s.splitn(3, '+');
-    let name = parts.next()?;
-    let hash = parts.next()?;
-    let key = parts.next()?;
-    if hash.len() != 8 || key.is_empty() {
-        return None;
+/// Parses `NAME+HASH+BASE64(ALG ‖ 32 bytes)`, `ALG` one of `algs`, into the name, the hash,
+/// the algorithm and the 32 bytes (a seed or a public key); the hash is not checked here.
+fn parse_key<'t>(
+    text: &'t str,
+    what: &'static str,
+    algs: &[u8],
+) -> Result<(&'t str, u32, u8, [u8; 32]), NoteError> {
+    let bad = |why: &str| NoteError::Key {
+        what,
+        why: why.into(),
+    };
+    let mut parts = text.splitn(3, '+');
+    let (Some(name), Some(hash), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad("expected NAME+HASH+BASE64"));
+    };
+    let hash = Some(hash)
+        .filter(|h| h.len() == 8 && !key.is_empty())
+        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .ok_or_else(|| bad("expected NAME+HASH+BASE64"))?;
+    check_name(name)?;
+    let bytes = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
+    match bytes.split_first() {
+        Some((&alg, k)) if algs.contains(&alg) => Ok((
+            name,
+            hash,
+            alg,
+            k.try_into().map_err(|_| bad("wrong key length"))?,
+        )),
+        _ => Err(bad("not an Ed25519 key of this kind")),
     }
-    Some((name, u32::from_str_radix(hash, 16).ok()?, key))
 }
 
 /// A public verifier key with its name.
@@ -226,14 +242,7 @@ impl VerifierKey {
             what: "verifier",
             why: why.into(),
         };
-        let (name, hash, key) =
-            split_key(text.trim()).ok_or_else(|| bad("expected NAME+HASH+BASE64"))?;
-        check_name(name)?;
-        let bytes = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
-        let public: [u8; 32] = match bytes.split_first() {
-            Some((&ALG_ED25519, k)) => k.try_into().map_err(|_| bad("wrong key length"))?,
-            _ => return Err(bad("not an Ed25519 key")),
-        };
+        let (name, hash, _, public) = parse_key(text.trim(), "verifier", &[ALG_ED25519])?;
         if key_hash(name, &public) != hash {
             return Err(bad("its hash does not match its name and key"));
         }
@@ -334,16 +343,8 @@ impl WitnessKey {
             what: "witness",
             why: why.into(),
         };
-        let (name, hash, key) =
-            split_key(text.trim()).ok_or_else(|| bad("expected NAME+HASH+BASE64"))?;
-        check_name(name)?;
-        let bytes = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
-        let (alg, public): (u8, [u8; 32]) = match bytes.split_first() {
-            Some((&a, k)) if a == ALG_COSIGNATURE_V1 || a == ALG_ED25519 => {
-                (a, k.try_into().map_err(|_| bad("wrong key length"))?)
-            }
-            _ => return Err(bad("not an Ed25519 cosignature key")),
-        };
+        let (name, hash, alg, public) =
+            parse_key(text.trim(), "witness", &[ALG_COSIGNATURE_V1, ALG_ED25519])?;
         if key_id(name, alg, &public) != hash {
             return Err(bad("its hash does not match its name and key"));
         }
@@ -525,6 +526,54 @@ pub fn open_checkpoint(note: &str, key: &VerifierKey) -> Result<Checkpoint, Note
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_keys_of_every_kind_are_refused_with_the_reason() {
+        let signer = SignerKey::from_seed("pmm.test", [7; 32]).unwrap();
+        let verifier = signer.verifier().to_text();
+        let witness = signer.witness().to_text();
+        let private = signer.to_text();
+        let why = |e: NoteError| e.to_string();
+        // Each key's text parses; cut, re-encoded or re-named, it does not.
+        assert!(SignerKey::parse(&private).is_ok());
+        assert!(VerifierKey::parse(&verifier).is_ok());
+        assert!(WitnessKey::parse(&witness).is_ok());
+        assert!(
+            WitnessKey::parse(&verifier).is_ok(),
+            "a verifier key is a witness key too"
+        );
+        let (name_hash, b64) = verifier.rsplit_once('+').unwrap();
+        for (text, reason) in [
+            ("pmm.test".to_string(), "expected NAME+HASH+BASE64"),
+            (format!("{name_hash}+"), "expected NAME+HASH+BASE64"),
+            (verifier.replacen("+", "+0", 1), "expected NAME+HASH+BASE64"),
+            (format!("{name_hash}+!!"), "not base64"),
+            (
+                format!("{name_hash}+{}", B64.encode([1u8; 20])),
+                "wrong key length",
+            ),
+            (
+                format!("{name_hash}+{}", B64.encode([9u8; 33])),
+                "of this kind",
+            ),
+            (
+                verifier.replacen("pmm.test", "pmm.tent", 1),
+                "does not match",
+            ),
+        ] {
+            let e = why(VerifierKey::parse(&text).unwrap_err());
+            assert!(e.contains(reason), "{text}: {e}");
+        }
+        assert!(why(SignerKey::parse(&verifier).unwrap_err()).contains("PRIVATE+KEY+"));
+        assert!(why(VerifierKey::parse(&witness).unwrap_err()).contains("of this kind"));
+        let renamed = private.replacen("pmm.test", "pmm.tent", 1);
+        assert!(why(SignerKey::parse(&renamed).unwrap_err()).contains("does not match"));
+        let bad_name = verifier.replacen("pmm.test", "", 1);
+        assert!(matches!(
+            VerifierKey::parse(&bad_name),
+            Err(NoteError::Name(_))
+        ));
+    }
 
     #[test]
     fn sign_then_open_round_trips_and_keys_reparse() {
