@@ -542,7 +542,7 @@ mod tests {
             WitnessKey::parse(&verifier).is_ok(),
             "a verifier key is a witness key too"
         );
-        let (name_hash, b64) = verifier.rsplit_once('+').unwrap();
+        let (name_hash, _) = verifier.rsplit_once('+').unwrap();
         for (text, reason) in [
             ("pmm.test".to_string(), "expected NAME+HASH+BASE64"),
             (format!("{name_hash}+"), "expected NAME+HASH+BASE64"),
