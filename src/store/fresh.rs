@@ -12,7 +12,10 @@
 //! ledger at the path or the whole one.
 //!
 //! While it builds, the temporary file is locked (`flock`); the next import into the same path
-//! removes a temporary file it can lock, which a killed import left behind.
+//! removes a temporary file it can lock, which a killed import left behind. (Where `flock` is
+//! emulated with `fcntl` locks, as on NFS, SQLite's closing of the file releases the lock just
+//! before the link: a second import into the same path at that moment can remove the file, and
+//! the first then fails to link it — an error, never a half ledger.)
 
 use super::Ledger;
 use crate::{Error, Result};
