@@ -4,7 +4,7 @@ use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, Write
 use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input};
 use crate::store::Reads;
-use crate::store::{Filter, Ledger, Refusal};
+use crate::store::{Filter, Fresh, Ledger, Refusal};
 use crate::Error;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -100,7 +100,12 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["kind", "import"])]
     keep_ts: bool,
     /// Import a reference JSON export, JSONL events, a .gz of either, or a SQLite ledger,
-    /// verbatim (ids, ts, hashes), into an empty ledger or as an exact continuation of its head
+    /// verbatim (ids, ts, hashes), into an empty ledger or as an exact continuation of its head.
+    /// When no ledger exists at --db yet, the new one is built beside it in a hidden file,
+    /// .NAME.import-PID, and moved into place only when complete: readers never see part of an
+    /// import, a killed import leaves no ledger (only that file, which the next import into
+    /// the same path removes), and a ledger that appears at --db meanwhile is never replaced
+    /// (the import is refused, exit 2)
     #[arg(long, value_name = "FILE")]
     import: Option<PathBuf>,
     /// With --import: accept a source whose chain has broken links (kept verbatim, so the
@@ -155,25 +160,28 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         out.flush()?;
         return Ok(Outcome::Success);
     }
-    // A ledger this run creates and leaves empty because it failed (a bad first line, a
-    // refused import) is removed again: a failed command leaves nothing behind.
+    if let Some(source) = &args.import {
+        return import(&args, source, &mut out);
+    }
     let path = args.ledger.path();
     let created = !path.exists();
     let result = append(&args, &mut out);
-    if result.is_err()
-        && created
-        && crate::store::Ledger::open_reader(&path)
-            .and_then(|l| l.max_id())
-            .ok()
-            == Some(0)
-    {
+    if result.is_err() && created {
+        remove_if_empty(&path);
+    }
+    result
+}
+
+/// Removes the ledger at `path`, which this run created, when it holds no event: a failed
+/// command (a bad first line, a refused import) leaves nothing behind.
+fn remove_if_empty(path: &std::path::Path) {
+    if Ledger::open_reader(path).and_then(|l| l.max_id()).ok() == Some(0) {
         for suffix in ["", "-wal", "-shm"] {
-            let mut p = path.clone().into_os_string();
+            let mut p = path.as_os_str().to_owned();
             p.push(suffix);
             let _ = std::fs::remove_file(p);
         }
     }
-    result
 }
 
 /// A refused write still appended its `violation` event: print it like any appended event
@@ -191,9 +199,6 @@ fn print_violation(ledger: &Ledger, e: &anyhow::Error, out: &mut Out) -> anyhow:
 }
 
 fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
-    if let Some(source) = &args.import {
-        return import(args, source, out);
-    }
     if let Some(id) = args.erase {
         return erase(args, id, out);
     }
@@ -470,9 +475,39 @@ fn keep_ts(
     print_range(ledger, first, last, out)
 }
 
+/// `--import`: into a path that holds no ledger yet, a new ledger built beside it and put
+/// in place whole ([`Fresh`]); into an existing ledger, one write transaction in its WAL.
 fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Result<Outcome> {
     let input = Input::new(source);
-    let mut ledger = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
+    let path = args.ledger.path();
+    let summary = match Fresh::start(&path, args.write.busy_timeout)? {
+        Some(mut fresh) => {
+            let summary = import_into(args, fresh.ledger(), &input)?;
+            fresh.publish()?;
+            summary
+        }
+        None => {
+            let created = !path.exists();
+            let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
+            let result = import_into(args, &mut ledger, &input);
+            drop(ledger);
+            if result.is_err() && created {
+                remove_if_empty(&path);
+            }
+            result?
+        }
+    };
+    out.record(&summary)?;
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+/// The import itself, with its progress bar.
+fn import_into(
+    args: &Args,
+    ledger: &mut Ledger,
+    input: &Input,
+) -> crate::Result<interchange::ImportSummary> {
     if args.no_index {
         ledger.defer_index();
     }
@@ -483,11 +518,9 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
         .map_or(0, |m| m.len());
     let bar = crate::cli::progress(size, args.common.quiet, "importing");
     let tick = |n: u64| bar.set_position(n);
-    let summary = interchange::import(&mut ledger, &input, args.accept_forks, &tick)?;
+    let summary = interchange::import(ledger, input, args.accept_forks, &tick)?;
     bar.finish_and_clear();
-    out.record(&summary)?;
-    out.flush()?;
-    Ok(Outcome::Success)
+    Ok(summary)
 }
 
 /// What `--erase` did besides its erasure events: every event erased, the later events that

@@ -9,12 +9,14 @@
 mod cached;
 mod checkpoint;
 mod erase;
+mod fresh;
 mod fts;
 mod merkle;
 mod policy;
 pub mod vectors;
 
 pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
+pub use fresh::Fresh;
 pub use merkle::Tree;
 
 pub use fts::{RECALLED_KINDS, TOKENIZER};
@@ -217,6 +219,12 @@ impl Ledger {
                 Some("a SQLite database without an events table".into()),
             ));
         }
+        self.switch_to_wal()?;
+        self.create_schema(has_events)
+    }
+
+    /// Puts the file in WAL mode (it stays so: the mode is kept in the file).
+    fn switch_to_wal(&self) -> rusqlite::Result<()> {
         let mode: String = self
             .conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
@@ -230,6 +238,11 @@ impl Ledger {
                 )),
             ));
         }
+        Ok(())
+    }
+
+    /// The reference's schema (unless the file has its `events` table) and our migrations.
+    fn create_schema(&mut self, has_events: bool) -> rusqlite::Result<()> {
         if !has_events {
             let tx = self
                 .conn
@@ -238,6 +251,42 @@ impl Ledger {
             tx.commit()?;
         }
         self.migrate()
+    }
+
+    /// Creates a ledger in `path`, a new file no other process knows of ([`Fresh`]), without
+    /// a journal: every page is written once, straight into the file, and a crash leaves a
+    /// file nobody will read. [`Ledger::finish_unjournaled`] makes it an ordinary ledger.
+    fn create_unjournaled(path: &Path, busy_ms: u64) -> Result<Ledger> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| map_err(e, path, busy_ms))?;
+        let mut ledger = Ledger {
+            conn,
+            path: path.into(),
+            busy_ms,
+            index_writes: true,
+            tree_writes: true,
+        };
+        ledger
+            .conn
+            .execute_batch(
+                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE;",
+            )
+            .and_then(|()| ledger.create_schema(false))
+            .map_err(|e| ledger.err(e))?;
+        Ok(ledger)
+    }
+
+    /// Ends [`Ledger::create_unjournaled`]: the file in WAL mode like every ledger, then
+    /// closed (the caller syncs it to disk).
+    fn finish_unjournaled(self) -> Result<()> {
+        self.switch_to_wal().map_err(|e| self.err(e))?;
+        let path = self.path.clone();
+        self.conn
+            .close()
+            .map_err(|(_, e)| map_err(e, &path, DEFAULT_BUSY_TIMEOUT_MS))
     }
 
     fn has_events_table(&self) -> rusqlite::Result<bool> {

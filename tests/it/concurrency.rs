@@ -271,3 +271,111 @@ fn bad_line_in_a_batch_writes_nothing_of_the_batch() {
     let r = pmm.run("pmm-verify", &[], "");
     assert_eq!(r.code, 0, "{r:?}");
 }
+
+/// The files in `pmm`'s folder whose names start with `prefix`.
+fn named(pmm: &Pmm, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(pmm.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
+/// Starts `pmm-append --import -` into the workspace's path (which holds no ledger), feeds
+/// it `lines` and leaves its stdin open; returns once it builds the ledger in its temporary
+/// file, `.ledger.db.import-PID`.
+fn import_into_new_path(
+    pmm: &Pmm,
+    lines: &[&str],
+) -> (std::process::Child, std::process::ChildStdin) {
+    let mut child = append_cmd(pmm, &["--import", "-"]).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let tmp = pmm.path(&format!(".ledger.db.import-{}", child.id()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(&tmp).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the import never started its temporary file {}",
+            tmp.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Give it time to read what it was given into its transaction.
+    std::thread::sleep(Duration::from_millis(300));
+    (child, stdin)
+}
+
+fn export_of(n: usize) -> String {
+    let source = Pmm::new();
+    source.seed(n);
+    source.run("pmm-export", &["--format", "jsonl"], "").stdout
+}
+
+#[test]
+fn killed_import_into_a_new_path_leaves_no_ledger_and_the_next_one_succeeds() {
+    let export = export_of(400);
+    let lines: Vec<&str> = export.lines().collect();
+    let pmm = fast_workspace();
+    let (mut child, stdin) = import_into_new_path(&pmm, &lines[..300]);
+    child.kill().unwrap();
+    assert!(!child.wait().unwrap().success());
+    drop(stdin);
+    assert!(
+        !pmm.db.exists(),
+        "a killed import must leave no ledger at its path"
+    );
+    // What it leaves is its temporary file, which no reader takes for a ledger.
+    assert_eq!(named(&pmm, ".ledger.db.import-").len(), 1);
+    assert_eq!(pmm.run("pmm-verify", &[], "").code, 2);
+    // The next import into that path succeeds, and removes the killed import's file.
+    let r = pmm.run("pmm-append", &["--import", "-"], &export);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.records()[0]["events"], 400);
+    assert_eq!(named(&pmm, ".ledger.db.import-"), Vec::<String>::new());
+    let r = pmm.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.summary()["events"], 400);
+    let r = pmm.run("pmm-recall", &["--check"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    // An ordinary WAL ledger: the next writer appends to it.
+    let r = pmm.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "after"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.records()[0]["id"], 401);
+}
+
+#[test]
+fn an_import_never_overwrites_a_ledger_that_appears_at_its_path() {
+    let export = export_of(50);
+    let lines: Vec<&str> = export.lines().collect();
+    let pmm = fast_workspace();
+    let (child, stdin) = import_into_new_path(&pmm, &lines);
+    // Another writer creates a ledger at the path while the import runs.
+    let r = pmm.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "mine"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.trim_end().lines().count() == 1
+            && err.starts_with("pmm-append: error: import refused: ")
+            && err.contains("appeared"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    // The other writer's ledger is as it left it, and the import left nothing behind.
+    assert_eq!(contents(&pmm), vec![(1, "mine".to_string())]);
+    assert_eq!(named(&pmm, ".ledger.db.import-"), Vec::<String>::new());
+}
