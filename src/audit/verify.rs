@@ -93,9 +93,11 @@ fn verify_with(
     opts: Options,
     progress: &dyn Fn(u64),
     sink: &mut dyn FnMut(Finding) -> std::io::Result<()>,
-    side: Option<Side<'_>>,
+    mut side: Option<Side<'_>>,
 ) -> crate::Result<Summary> {
     let mut v = Verifier::new(opts.anchors.clone());
+    // The prompt check folds the events the walk reads rather than reading them again.
+    let mut feed = side.as_mut().and_then(|s| s.prompts.feed());
     let mut found: Vec<Finding> = Vec::new();
     let mut sink_err = None;
     let mut checker = opts
@@ -121,6 +123,9 @@ fn verify_with(
                         v.report(f.id, f.problem, &mut found);
                     }
                 }
+                if let Some(feed) = feed.as_mut() {
+                    feed.push(r.event);
+                }
             }
             (Item::Malformed { line, id, error }, _) => v.malformed(id, line, error, &mut found),
         }
@@ -130,6 +135,9 @@ fn verify_with(
         }
         Ok(true)
     })?;
+    if let Some(feed) = feed {
+        feed.end();
+    }
     if let Some(e) = sink_err {
         return Err(Error::io("<stdout>", e));
     }
