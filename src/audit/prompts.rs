@@ -286,7 +286,12 @@ fn fold_to<R: Reads>(
             break;
         };
         p.apply(&e);
-        recent.see(e);
+        if matches!(e.kind, Kind::UserMessage | Kind::AssistantMessage) {
+            // What turns recall most, and read by id if not kept.
+            let e = Arc::new(e);
+            r.remember(Arc::clone(&e));
+            recent.see(e);
+        }
     }
     if p.mirror.last_event_id >= head {
         return Ok(());
@@ -298,7 +303,9 @@ fn fold_to<R: Reads>(
     };
     r.scan(&filter, |e| {
         p.apply(&e);
-        recent.see(e);
+        if matches!(e.kind, Kind::UserMessage | Kind::AssistantMessage) {
+            recent.see(Arc::new(e));
+        }
         Ok(true)
     })
 }
@@ -419,11 +426,11 @@ impl Stream {
 /// a prompt's history): a turn's history without reading the ledger again.
 #[derive(Default)]
 struct Recent {
-    messages: std::collections::VecDeque<Event>,
+    messages: std::collections::VecDeque<Arc<Event>>,
 }
 
 impl Recent {
-    fn see(&mut self, e: Event) {
+    fn see(&mut self, e: Arc<Event>) {
         if matches!(e.kind, Kind::UserMessage | Kind::AssistantMessage) {
             if self.messages.len() > prompt::HISTORY_MESSAGES {
                 self.messages.pop_front();
@@ -437,12 +444,12 @@ impl Recent {
     /// passed the turn's head, the user message or its embedding, so at most the user message
     /// itself is newer.
     fn before(&self, user_id: i64) -> Option<Vec<Event>> {
-        let older: Vec<&Event> = self.messages.iter().filter(|e| e.id < user_id).collect();
+        let older: Vec<&Arc<Event>> = self.messages.iter().filter(|e| e.id < user_id).collect();
         let n = prompt::HISTORY_MESSAGES;
         (older.len() >= n).then(|| {
             older[older.len() - n..]
                 .iter()
-                .map(|e| (*e).clone())
+                .map(|e| Event::clone(e))
                 .collect()
         })
     }

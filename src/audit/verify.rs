@@ -7,7 +7,8 @@ use crate::audit::deep::{DeepChecker, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKE
 use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
 use crate::event::Event;
 use crate::interchange::{self, Input, Item};
-use crate::projection::state::Projections;
+use crate::projection::concepts::ConceptGraph;
+use crate::projection::rsm::Rsm;
 use crate::Error;
 use serde_json::{Map, Value};
 
@@ -24,23 +25,29 @@ pub struct Options {
     pub integrity: bool,
 }
 
-/// The self-model `--deep` checks `summary_update` snapshots against: the projections, folded
-/// as the events go by.
+/// The self-model `--deep` checks `summary_update` snapshots against: the two folds it is
+/// made of (the self-model and the concept graph its `concept_metrics` come from), folded as
+/// the events go by. Each fold is independent of the others
+/// ([`crate::projection::state::Projections::apply`]).
 #[derive(Default)]
-struct ProjectionModel(Projections);
+struct ProjectionModel {
+    rsm: Rsm,
+    concepts: ConceptGraph,
+}
 
 impl SelfModel for ProjectionModel {
     fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
-        self.0.apply(ev);
+        self.rsm.apply(ev);
+        self.concepts.apply(ev);
     }
     fn expected_rsm_json(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
-        Some(self.0.rsm.snapshot_json(&self.0.concepts, ours(summary)))
+        Some(self.rsm.snapshot_json(&self.concepts, ours(summary)))
     }
     fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
         Some(if ours(summary) {
-            self.0.rsm.summary_snapshot(&self.0.concepts).0
+            self.rsm.summary_snapshot(&self.concepts).0
         } else {
-            self.0.rsm_snapshot()
+            self.rsm.snapshot(&self.concepts)
         })
     }
 }
