@@ -3,7 +3,7 @@
 //! summary. Findings go to a sink as they are found, so a program can print them at once and
 //! a server can keep the first few; nothing here touches stdout.
 
-use crate::audit::deep::{DeepChecker, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKED};
+use crate::audit::deep::{DeepChecker, Parsed, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKED};
 use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
 use crate::event::Event;
 use crate::interchange::{self, Input, Item};
@@ -40,11 +40,11 @@ impl SelfModel for ProjectionModel {
         self.rsm.apply(ev);
         self.concepts.apply(ev);
     }
-    fn expected_rsm_json(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
-        Some(self.rsm.snapshot_json(&self.concepts, ours(summary)))
+    fn expected_rsm_json(&mut self, _summary: &Event, parsed: Parsed<'_>) -> Option<Vec<u8>> {
+        Some(self.rsm.snapshot_json(&self.concepts, ours(parsed)))
     }
-    fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
-        Some(if ours(summary) {
+    fn expected_rsm_state(&mut self, _summary: &Event, parsed: Parsed<'_>) -> Option<Value> {
+        Some(if ours(parsed) {
             self.rsm.summary_snapshot(&self.concepts).0
         } else {
             self.rsm.snapshot(&self.concepts)
@@ -52,12 +52,12 @@ impl SelfModel for ProjectionModel {
     }
 }
 
-/// Whether `summary` is one of our own: they keep only the newest intents and say how many
-/// there were.
-fn ours(summary: &Event) -> bool {
-    summary
-        .meta_map()
-        .is_ok_and(|m| m.contains_key("rsm_reflections_total"))
+/// Whether a summary is one of our own: they keep only the newest intents and say how many
+/// there were (`rsm_reflections_total` in the meta).
+fn ours(parsed: Parsed<'_>) -> bool {
+    parsed
+        .meta
+        .is_some_and(|m| m.contains_key("rsm_reflections_total"))
 }
 
 /// Verifies `input`, handing each finding to `sink` as it is found (`progress` gets the bytes
