@@ -223,7 +223,9 @@ fn check_paged<R: Reads>(
                 Some(p) if p.mirror.last_event_id <= head => {
                     fold_to(r, p, head, &mut recent, stream)?;
                     let history = recent.before(t.user_id);
-                    prompt::rebuild_with_history(r, p, &t, history)?
+                    let until = t.reply.saturating_add(prompt::SELECTION_REACH);
+                    let nearby = stream.window(t.reply, until);
+                    prompt::rebuild_with_history(r, p, &t, history, nearby.as_deref())?
                 }
                 Some(_) => prompt::rebuild(r, &t)?,
                 None => {
@@ -363,8 +365,16 @@ impl Feed {
 pub struct Stream {
     rx: Option<Receiver<Vec<Event>>>,
     batch: std::vec::IntoIter<Event>,
-    next: Option<Event>,
+    /// Events taken from the walk and not yet folded, in id order: the one after the fold's
+    /// head, or the events up to a reply's selection ([`Stream::window`]).
+    ahead: std::collections::VecDeque<Event>,
+    /// The highest id the fold took or passed over.
+    taken: i64,
 }
+
+/// The most events [`Stream::window`] holds ahead of the fold (the events between a turn's
+/// head and its selection are a handful; other writers' events in between may be more).
+const AHEAD: usize = 4096;
 
 impl From<Receiver<Vec<Event>>> for Stream {
     fn from(rx: Receiver<Vec<Event>>) -> Self {
@@ -381,7 +391,8 @@ impl Stream {
         Stream {
             rx: None,
             batch: Vec::new().into_iter(),
-            next: None,
+            ahead: std::collections::VecDeque::new(),
+            taken: i64::MIN,
         }
     }
 
@@ -394,18 +405,37 @@ impl Stream {
     /// the next call); `None` too when the stream has ended.
     fn next_within(&mut self, after: i64, until: i64) -> Option<Event> {
         loop {
-            let e = match self.next.take() {
+            let e = match self.ahead.pop_front() {
                 Some(e) => e,
                 None => self.take()?,
             };
             if e.id > until {
-                self.next = Some(e);
+                self.ahead.push_front(e);
                 return None;
             }
+            self.taken = self.taken.max(e.id);
             if e.id > after {
                 return Some(e);
             }
         }
+    }
+
+    /// Every event with an id in `(after, until]`, in id order, when the stream holds them
+    /// all: none of them taken by the fold, and the walk has read past `until` (within
+    /// [`AHEAD`] events). `None` otherwise (read them from the ledger).
+    fn window(&mut self, after: i64, until: i64) -> Option<Vec<&Event>> {
+        if after < self.taken {
+            return None;
+        }
+        while self.ahead.back().is_none_or(|e| e.id < until) {
+            if self.ahead.len() >= AHEAD {
+                return None;
+            }
+            let e = self.take()?;
+            self.ahead.push_back(e);
+        }
+        let within = |e: &&Event| e.id > after && e.id <= until;
+        Some(self.ahead.iter().filter(within).collect())
     }
 
     /// The next event the walk handed over, waiting for it.
@@ -568,6 +598,41 @@ mod tests {
             users.nth(2).unwrap().content = "something else".into();
             let (c, ids) = check_fed(&l, edited, batch);
             assert_eq!((c.checked, c.mismatches), (6, 2), "{batch}: {ids:?}");
+        }
+    }
+
+    /// A turn's selection record is looked for among the events fed when they reach far
+    /// enough past the reply, in the ledger otherwise: fed a record that names another turn,
+    /// that turn differs; fed too few events to hold it, the ledger's record is read.
+    #[test]
+    fn the_selection_is_taken_from_the_events_fed_when_they_reach_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = turns(dir.path(), 14);
+        let all = events(&l);
+        let reply = all
+            .iter()
+            .filter(|e| e.kind == Kind::AssistantMessage)
+            .nth(2)
+            .unwrap()
+            .id;
+        let pos = all
+            .iter()
+            .position(|e| {
+                e.kind == Kind::RetrievalSelection
+                    && e.content.contains(&format!("\"turn_id\":{reply}"))
+            })
+            .unwrap();
+        assert!(all.last().unwrap().id > reply + prompt::SELECTION_REACH);
+        let mut edited = all.clone();
+        edited[pos].content = edited[pos]
+            .content
+            .replace(&format!("\"turn_id\":{reply}"), "\"turn_id\":0");
+        for batch in [1, 1000] {
+            let (c, ids) = check_fed(&l, edited.clone(), batch);
+            assert_eq!((c.checked, c.mismatches), (14, 1), "{batch}");
+            assert_eq!(ids, [reply]);
+            let (c, ids) = check_fed(&l, edited[..pos].to_vec(), batch);
+            assert_eq!((c.checked, c.mismatches), (14, 0), "{batch}: {ids:?}");
         }
     }
 
