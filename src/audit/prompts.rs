@@ -287,7 +287,7 @@ fn fold_to<R: Reads>(
         let Some(e) = stream.next_within(p.mirror.last_event_id, head) else {
             break;
         };
-        p.apply(&e);
+        fold(p, &e);
         if matches!(e.kind, Kind::UserMessage | Kind::AssistantMessage) {
             // What turns recall most, and read by id if not kept.
             let e = Arc::new(e);
@@ -304,12 +304,23 @@ fn fold_to<R: Reads>(
         ..Filter::default()
     };
     r.scan(&filter, |e| {
-        p.apply(&e);
+        fold(p, &e);
         if matches!(e.kind, Kind::UserMessage | Kind::AssistantMessage) {
             recent.see(Arc::new(e));
         }
         Ok(true)
     })
+}
+
+/// Folds `e` into the projections a prompt reads: the mirror, the self-model, the concept
+/// graph and the event graph. The autonomy and adaptive logs, which no prompt reads (the
+/// `context` module does not use them), are left as they were: a rebuilt prompt differs
+/// from the recorded one if that ever changes.
+fn fold(p: &mut Projections, e: &Event) {
+    p.mirror.apply(e);
+    p.rsm.apply(e);
+    p.concepts.apply(e);
+    p.graph.apply(e);
 }
 
 /// A bounded stream of events from the walk to the checking thread: the walk's [`Feed`] and
