@@ -50,6 +50,9 @@
 #       one, after a warm-up tick on each, best of 5                            ratio <= 1.5x
 #   3e. one `index` tick (the indexer's bounded batch; process start included) on the largest
 #       ledger, best of 5                                                        <= 50 ms
+#   3f. pmm-verify --deep vs pmm-verify (best of 3) on a ledger written by 1,000
+#       `pmm-turn --adapter dummy` turns and 10 ticks (about 8,500 events, consistent: --deep
+#       rebuilds every prompt and finds nothing)                                 ratio <= 3x
 #   5. Recall, at the largest size: `pmm-append --import` of the export with the full-text index
 #      vs the same import with --no-index (fresh ledgers, alternating)             ratio <= 1.5x,
 #      and the two ledgers' sizes (after a WAL checkpoint)                          ratio <= 1.5x;
@@ -493,6 +496,28 @@ else
     NOTES+=("no index tick on $HL: the ledger has no unindexed messages left")
 fi
 rm -f -- "$W"/tick-index*
+
+# 3f. Deep verification of a consistent ledger written by pmm itself: the generated ledgers'
+# derived events no longer match their contents (2a' prints a finding for most of them), so
+# this one is made by 1,000 `pmm-turn --adapter dummy` turns (100 per process, a tick after
+# each) and --deep finds nothing: the figure is the recomputation, prompts included.
+log "pmm-verify --deep vs pmm-verify on a ledger of 1,000 pmm turns (best of 3)"
+topics=(tomatoes rain garden compost weather python memory plans linux music)
+for ((chunk = 0; chunk < 10; chunk++)); do
+    for ((i = 0; i < 100; i++)); do
+        k=$((chunk * 100 + i))
+        echo "Tell me about ${topics[k % 10]} number $k and what I said before"
+    done | "$BIN/pmm-turn" --db "$W/turns.db" --adapter dummy --plain -q >/dev/null
+    "$BIN/pmm-tick" --db "$W/turns.db" --slot "$chunk" -q >/dev/null
+done
+TURNS_N=$("$BIN/pmm-verify" --db "$W/turns.db" --quiet | python3 -c 'import json,sys; print(json.load(sys.stdin)["events"])')
+bench_pair 3 \
+    nop /dev/null /dev/null "$BIN/pmm-verify" --quiet --db "$W/turns.db" -- \
+    nop /dev/null /dev/null "$BIN/pmm-verify" --quiet --deep --db "$W/turns.db"
+r=$(ratio "$B_T" "$A_T")
+row "$TURNS_N ev" "\`pmm-verify --deep\` vs \`pmm-verify\` of a ledger of 1,000 pmm turns (no findings)" \
+    "$(secs "$B_T") / $(mib "$B_RSS")" "$(secs "$A_T")" "${r}×" "≤ 3×" "$(verdict "$r" 3)"
+rm -f -- "$W"/turns.db*
 
 if [[ $SMALL != "$LARGE" ]]; then
     rm -f -- "$W/ledger-$SMALL.db" "$W/ledger-$SMALL.db-wal" "$W/ledger-$SMALL.db-shm"

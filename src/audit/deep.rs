@@ -105,17 +105,27 @@ pub trait SelfModel: Send {
     fn observe(&mut self, ev: &Event, meta: Option<&Map<String, Value>>);
 
     /// The `rsm_state` that `summary` should carry, given every event observed so far, or
-    /// `None` to leave this one unchecked. `content` is the summary's parsed content (it names
-    /// `last_event_id`, the end of the window the reference looked at), when it parses.
-    fn expected_rsm_state(&mut self, summary: &Event, content: Option<&Value>) -> Option<Value>;
+    /// `None` to leave this one unchecked. `meta` and `content` are the summary's, parsed
+    /// (`None` when they do not parse; the content names `last_event_id`, the end of the
+    /// window the reference looked at).
+    fn expected_rsm_state(&mut self, summary: &Event, parsed: Parsed<'_>) -> Option<Value>;
 
     /// A fast first look: the expected `rsm_state` as the JSON serde_json would write for it,
     /// when the implementation can give it without building a value tree. A `found` value
     /// that serializes to exactly these bytes matches; any other goes through
     /// [`SelfModel::expected_rsm_state`] and the canonical comparison.
-    fn expected_rsm_json(&mut self, _summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
+    fn expected_rsm_json(&mut self, _summary: &Event, _parsed: Parsed<'_>) -> Option<Vec<u8>> {
         None
     }
+}
+
+/// A `summary_update`'s meta and content as the checker parsed them (`None`: they do not).
+#[derive(Debug, Clone, Copy)]
+pub struct Parsed<'a> {
+    /// The meta, parsed as [`Event::meta_map`] parses it.
+    pub meta: Option<&'a Map<String, Value>>,
+    /// The content.
+    pub content: Option<&'a Value>,
 }
 
 /// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`.
@@ -1082,7 +1092,11 @@ impl DeepChecker {
         let found = meta.and_then(|m| m.get("rsm_state"));
         // Most summaries match: bytes against bytes, without parsing and re-canonicalizing a
         // snapshot that, in the reference's format, grows with the ledger.
-        if let (Some(json), Some(f)) = (model.expected_rsm_json(ev, content.as_ref()), found) {
+        let parsed = Parsed {
+            meta,
+            content: content.as_ref(),
+        };
+        if let (Some(json), Some(f)) = (model.expected_rsm_json(ev, parsed), found) {
             if serde_json::to_vec(f).is_ok_and(|b| b == json) {
                 self.counts.rsm_snapshots += 1;
                 return;
@@ -1091,7 +1105,7 @@ impl DeepChecker {
         let Some(model) = self.self_model.as_mut() else {
             return;
         };
-        let Some(expected) = model.expected_rsm_state(ev, content.as_ref()) else {
+        let Some(expected) = model.expected_rsm_state(ev, parsed) else {
             return;
         };
         let differs = found.map(canon_text) != Some(canon_text(&expected));
@@ -1439,7 +1453,7 @@ mod tests {
         fn observe(&mut self, _ev: &Event, _meta: Option<&Map<String, Value>>) {
             self.1 += 1;
         }
-        fn expected_rsm_state(&mut self, _s: &Event, _c: Option<&Value>) -> Option<Value> {
+        fn expected_rsm_state(&mut self, _s: &Event, _p: Parsed<'_>) -> Option<Value> {
             let mut v = self.0.clone();
             v["seen"] = self.1.into();
             Some(v)

@@ -3,11 +3,12 @@
 //! summary. Findings go to a sink as they are found, so a program can print them at once and
 //! a server can keep the first few; nothing here touches stdout.
 
-use crate::audit::deep::{DeepChecker, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKED};
+use crate::audit::deep::{DeepChecker, Parsed, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKED};
 use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
 use crate::event::Event;
 use crate::interchange::{self, Input, Item};
-use crate::projection::state::Projections;
+use crate::projection::concepts::ConceptGraph;
+use crate::projection::rsm::Rsm;
 use crate::Error;
 use serde_json::{Map, Value};
 
@@ -24,33 +25,39 @@ pub struct Options {
     pub integrity: bool,
 }
 
-/// The self-model `--deep` checks `summary_update` snapshots against: the projections, folded
-/// as the events go by.
+/// The self-model `--deep` checks `summary_update` snapshots against: the two folds it is
+/// made of (the self-model and the concept graph its `concept_metrics` come from), folded as
+/// the events go by. Each fold is independent of the others
+/// ([`crate::projection::state::Projections::apply`]).
 #[derive(Default)]
-struct ProjectionModel(Projections);
+struct ProjectionModel {
+    rsm: Rsm,
+    concepts: ConceptGraph,
+}
 
 impl SelfModel for ProjectionModel {
     fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
-        self.0.apply(ev);
+        self.rsm.apply(ev);
+        self.concepts.apply(ev);
     }
-    fn expected_rsm_json(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Vec<u8>> {
-        Some(self.0.rsm.snapshot_json(&self.0.concepts, ours(summary)))
+    fn expected_rsm_json(&mut self, _summary: &Event, parsed: Parsed<'_>) -> Option<Vec<u8>> {
+        Some(self.rsm.snapshot_json(&self.concepts, ours(parsed)))
     }
-    fn expected_rsm_state(&mut self, summary: &Event, _content: Option<&Value>) -> Option<Value> {
-        Some(if ours(summary) {
-            self.0.rsm.summary_snapshot(&self.0.concepts).0
+    fn expected_rsm_state(&mut self, _summary: &Event, parsed: Parsed<'_>) -> Option<Value> {
+        Some(if ours(parsed) {
+            self.rsm.summary_snapshot(&self.concepts).0
         } else {
-            self.0.rsm_snapshot()
+            self.rsm.snapshot(&self.concepts)
         })
     }
 }
 
-/// Whether `summary` is one of our own: they keep only the newest intents and say how many
-/// there were.
-fn ours(summary: &Event) -> bool {
-    summary
-        .meta_map()
-        .is_ok_and(|m| m.contains_key("rsm_reflections_total"))
+/// Whether a summary is one of our own: they keep only the newest intents and say how many
+/// there were (`rsm_reflections_total` in the meta).
+fn ours(parsed: Parsed<'_>) -> bool {
+    parsed
+        .meta
+        .is_some_and(|m| m.contains_key("rsm_reflections_total"))
 }
 
 /// Verifies `input`, handing each finding to `sink` as it is found (`progress` gets the bytes
@@ -93,9 +100,11 @@ fn verify_with(
     opts: Options,
     progress: &dyn Fn(u64),
     sink: &mut dyn FnMut(Finding) -> std::io::Result<()>,
-    side: Option<Side<'_>>,
+    mut side: Option<Side<'_>>,
 ) -> crate::Result<Summary> {
     let mut v = Verifier::new(opts.anchors.clone());
+    // The prompt check folds the events the walk reads rather than reading them again.
+    let mut feed = side.as_mut().and_then(|s| s.prompts.feed());
     let mut found: Vec<Finding> = Vec::new();
     let mut sink_err = None;
     let mut checker = opts
@@ -121,6 +130,9 @@ fn verify_with(
                         v.report(f.id, f.problem, &mut found);
                     }
                 }
+                if let Some(feed) = feed.as_mut() {
+                    feed.push(r.event);
+                }
             }
             (Item::Malformed { line, id, error }, _) => v.malformed(id, line, error, &mut found),
         }
@@ -130,6 +142,9 @@ fn verify_with(
         }
         Ok(true)
     })?;
+    if let Some(feed) = feed {
+        feed.end();
+    }
     if let Some(e) = sink_err {
         return Err(Error::io("<stdout>", e));
     }

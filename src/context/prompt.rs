@@ -28,7 +28,7 @@ pub const HISTORY_MESSAGES: usize = 6;
 pub const HISTORY_CHARS: usize = 6_000;
 /// How far after a reply its `retrieval_selection` may be (they are written in one
 /// transaction, a few events apart).
-const SELECTION_REACH: i64 = 64;
+pub const SELECTION_REACH: i64 = 64;
 
 /// A prompt as sent: the system prompt, the chat history (`(role, text)`, oldest first) and the
 /// user's message.
@@ -253,23 +253,46 @@ pub fn recorded_selection<R: Reads>(
     r: &R,
     turn: &Turn,
 ) -> crate::Result<Result<Selection, RebuildError>> {
+    recorded_selection_in(r, turn, None)
+}
+
+/// [`recorded_selection`], looking for the record among `nearby` when the caller has the
+/// events after the reply, every one up to [`SELECTION_REACH`] ids after it, in id order
+/// (others are passed over); in the ledger when `None`.
+pub fn recorded_selection_in<R: Reads>(
+    r: &R,
+    turn: &Turn,
+    nearby: Option<&[&Event]>,
+) -> crate::Result<Result<Selection, RebuildError>> {
     let id = turn.reply;
+    let until = id.saturating_add(SELECTION_REACH);
     let mut record = None;
-    r.scan(
-        &Filter {
-            since: Some(id + 1),
-            until: Some(id.saturating_add(SELECTION_REACH)),
-            kinds: vec![Kind::RetrievalSelection.to_string()],
-        },
-        |e| {
-            let read = Recorded::read(&e.content);
-            if read.turn_id == Some(id) {
-                record = Some(read);
-                return Ok(false);
+    let mut look = |e: &Event| {
+        let read = Recorded::read(&e.content);
+        if read.turn_id == Some(id) {
+            record = Some(read);
+        }
+        record.is_none()
+    };
+    match nearby {
+        Some(events) => {
+            let within = |e: &&&Event| e.id > id && e.id <= until;
+            let selections = events.iter().filter(within);
+            for e in selections.filter(|e| e.kind == Kind::RetrievalSelection) {
+                if !look(e) {
+                    break;
+                }
             }
-            Ok(true)
-        },
-    )?;
+        }
+        None => {
+            let filter = Filter {
+                since: Some(id + 1),
+                until: Some(until),
+                kinds: vec![Kind::RetrievalSelection.to_string()],
+            };
+            r.scan(&filter, |e| Ok(look(&e)))?;
+        }
+    }
     let missing = |what: String| Ok(Err(RebuildError::Missing { id, what }));
     let Some(Recorded { selected, via, .. }) = record else {
         return missing("no retrieval_selection records this turn".into());
@@ -362,17 +385,19 @@ pub fn rebuild_with<R: Reads>(
     p: &Projections,
     turn: &Turn,
 ) -> crate::Result<Result<Prompt, RebuildError>> {
-    rebuild_with_history(r, p, turn, None)
+    rebuild_with_history(r, p, turn, None, None)
 }
 
 /// [`rebuild_with`], with the turn's history when the caller has it (the newest
 /// [`HISTORY_MESSAGES`] messages before the user's, oldest first; the character budget is
-/// applied here), read from the ledger when not.
+/// applied here), and the events after the reply ([`recorded_selection_in`]), each read from
+/// the ledger when not.
 pub fn rebuild_with_history<R: Reads>(
     r: &R,
     p: &Projections,
     turn: &Turn,
     history: Option<Vec<Event>>,
+    nearby: Option<&[&Event]>,
 ) -> crate::Result<Result<Prompt, RebuildError>> {
     let id = turn.reply;
     let user = r.get_shared(turn.user_id)?;
@@ -382,7 +407,7 @@ pub fn rebuild_with_history<R: Reads>(
             what: format!("reply_to {} is not a user message", turn.user_id),
         }));
     };
-    let sel = match recorded_selection(r, turn)? {
+    let sel = match recorded_selection_in(r, turn, nearby)? {
         Ok(s) => s,
         Err(e) => return Ok(Err(e)),
     };

@@ -8,6 +8,7 @@ use crate::{Error, Result};
 use rusqlite::Connection;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// How many events [`Cached`] keeps at most.
@@ -24,9 +25,30 @@ pub struct Cached<'a, R: Reads> {
     cache: RefCell<Cache>,
 }
 
+/// Hashes an id with one multiplication (ids are the cache's only keys: SipHash's defence
+/// against chosen keys buys nothing here, and a turn's selection is a hundred look-ups).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_i64(&mut self, id: i64) {
+        // An odd multiplier: the low bits (the slot) of consecutive ids stay distinct, the
+        // high ones (hashbrown's tag) are mixed.
+        self.0 = (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 #[derive(Default)]
 struct Cache {
-    events: HashMap<i64, Arc<Event>>,
+    events: HashMap<i64, Arc<Event>, BuildHasherDefault<IdHasher>>,
     order: VecDeque<i64>,
     bytes: usize,
     hits: u64,
@@ -43,6 +65,9 @@ fn size(e: &Event) -> usize {
 
 impl Cache {
     fn insert(&mut self, e: &Arc<Event>) {
+        if self.events.contains_key(&e.id) {
+            return;
+        }
         self.bytes += size(e);
         self.order.push_back(e.id);
         self.events.insert(e.id, Arc::clone(e));
@@ -103,6 +128,10 @@ impl<R: Reads> Reads for Cached<'_, R> {
         }
         Ok(read)
     }
+
+    fn remember(&self, event: Arc<Event>) {
+        self.cache.borrow_mut().insert(&event);
+    }
 }
 
 #[cfg(test)]
@@ -140,5 +169,27 @@ mod tests {
         assert_eq!(cache.events.len(), CACHED_EVENTS);
         assert!(!cache.events.contains_key(&9) && cache.events.contains_key(&10));
         assert_eq!(cache.bytes, CACHED_EVENTS * size(&e));
+    }
+
+    /// An event handed over is answered from the cache, once however often it is handed.
+    #[test]
+    fn remembered_events_are_hits_and_kept_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let clock = crate::event::Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        let ev = crate::event::NewEvent::new(
+            crate::event::Kind::UserMessage,
+            "hello",
+            Default::default(),
+        )
+        .unwrap();
+        let e = Arc::new(l.append(&ev, &clock).unwrap());
+        let c = Cached::new(&l);
+        c.remember(Arc::clone(&e));
+        c.remember(Arc::clone(&e));
+        assert_eq!(c.get(1).unwrap().as_ref(), Some(e.as_ref()));
+        assert_eq!(c.hits_and_misses(), (1, 0));
+        let cache = c.cache.borrow();
+        assert_eq!((cache.order.len(), cache.bytes), (1, size(&e)));
     }
 }

@@ -756,6 +756,11 @@ pub trait Reads {
         Ok(self.get(id)?.map(std::sync::Arc::new))
     }
 
+    /// An event of this ledger the caller read another way (`pmm-verify --deep`'s prompt
+    /// check is handed the walk's): a reader that keeps the events it read ([`Cached`]) keeps
+    /// this one too, for later reads by id; others let it go.
+    fn remember(&self, _event: std::sync::Arc<Event>) {}
+
     /// The id of the event whose hash is `hash` (an index lookup).
     fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
         self.conn()
