@@ -125,8 +125,12 @@ fn rsm_drift(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     if now - anchor < DRIFT_WINDOW || recorded.is_some_and(|id| id > anchor) {
         return Ok(());
     }
-    let then = crate::store::project(&*s.batch, Some(anchor), true)?.projections;
-    let d = rsm::diff(&then.rsm, &s.p.rsm);
+    // The self-model at the summary is kept by the fold: folding the ledger up to the
+    // summary again read the whole ledger on every tick while the self-model had not moved.
+    let Some(then) = &s.p.at_summary else {
+        return Ok(());
+    };
+    let d = rsm::diff_marks(then, &s.p.rsm.mark());
     let moved = d.tendencies_delta.values().any(|v| v.abs() > DRIFT_DELTA);
     if !moved && d.gaps_added.is_empty() && d.gaps_resolved.is_empty() {
         return Ok(());

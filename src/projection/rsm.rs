@@ -592,6 +592,32 @@ impl SnapshotView<'_> {
 /// How the self-model moved from `a` to `b` (mirror.py `diff_rsm`, which folds the ledger up to
 /// two ids and compares; here the caller folds and passes both states).
 pub fn diff(a: &Rsm, b: &Rsm) -> RsmDiff {
+    diff_marks(&a.mark(), &b.mark())
+}
+
+/// What [`diff`] compares of a self-model: its tendencies and its knowledge gaps. Small, so
+/// the fold keeps the one at the newest summary ([`crate::projection::state::Projections`])
+/// and a tick compares with it without folding the ledger again.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RsmMark {
+    /// The tendency counters.
+    pub tendencies: BTreeMap<String, u64>,
+    /// The knowledge gaps, sorted.
+    pub gaps: BTreeSet<String>,
+}
+
+impl Rsm {
+    /// The tendencies and gaps, as [`diff`] compares them.
+    pub fn mark(&self) -> RsmMark {
+        RsmMark {
+            tendencies: self.tendencies.clone(),
+            gaps: self.knowledge_gaps().into_iter().collect(),
+        }
+    }
+}
+
+/// [`diff`] of two marks.
+pub fn diff_marks(a: &RsmMark, b: &RsmMark) -> RsmDiff {
     let keys: BTreeSet<&String> = a.tendencies.keys().chain(b.tendencies.keys()).collect();
     let get = |m: &BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0) as i64;
     let tendencies_delta = keys
@@ -601,12 +627,10 @@ pub fn diff(a: &Rsm, b: &Rsm) -> RsmDiff {
             (change != 0).then(|| (k.clone(), change))
         })
         .collect();
-    let gaps_a: BTreeSet<String> = a.knowledge_gaps().into_iter().collect();
-    let gaps_b: BTreeSet<String> = b.knowledge_gaps().into_iter().collect();
     RsmDiff {
         tendencies_delta,
-        gaps_added: gaps_b.difference(&gaps_a).cloned().collect(),
-        gaps_resolved: gaps_a.difference(&gaps_b).cloned().collect(),
+        gaps_added: b.gaps.difference(&a.gaps).cloned().collect(),
+        gaps_resolved: a.gaps.difference(&b.gaps).cloned().collect(),
     }
 }
 
@@ -679,6 +703,41 @@ mod tests {
             }
             r
         }
+    }
+
+    /// The mark the fold keeps at the newest summary is the one a fold that stops at that
+    /// summary gives, and the diff from it is the diff of the two self-models.
+    #[test]
+    fn the_mark_at_the_newest_summary_is_the_fold_up_to_it() {
+        use crate::projection::state::Projections;
+        let mut l = Ledger::new();
+        for i in 0..6 {
+            l.push(
+                "assistant_message",
+                "My identity adapts. CLAIM: FAILED x",
+                r#"{"topic":"math"}"#,
+            );
+            if i % 2 == 1 {
+                l.push("summary_update", "{}", "{}");
+            }
+        }
+        l.push(
+            "assistant_message",
+            "I adapt and adapt; my identity grows",
+            "{}",
+        );
+        let mut p = Projections::default();
+        for e in &l.events {
+            p.apply(e);
+        }
+        let at = p.autonomy.last_summary.expect("a summary");
+        let mut then = Rsm::default();
+        for e in l.events.iter().filter(|e| e.id <= at) {
+            then.apply(e);
+        }
+        assert_eq!(p.at_summary.as_ref(), Some(&then.mark()));
+        assert_eq!(diff_marks(&then.mark(), &p.rsm.mark()), diff(&then, &p.rsm));
+        assert!(!diff(&then, &p.rsm).tendencies_delta.is_empty());
     }
 
     fn tendency(r: &Rsm, key: &str) -> Option<u64> {

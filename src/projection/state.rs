@@ -6,7 +6,7 @@ use super::autonomy::AutonomyLog;
 use super::concepts::ConceptGraph;
 use super::graph::GraphCounts;
 use super::mirror::Mirror;
-use super::rsm::{Rsm, SnapshotView};
+use super::rsm::{Rsm, RsmMark, SnapshotView};
 use crate::event::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -29,6 +29,10 @@ pub struct Projections {
     /// What the adaptive loop watches: stability, coherence, outcomes and learning.
     #[serde(default)]
     pub adapt: AdaptLog,
+    /// The self-model's tendencies and gaps just after the newest `summary_update` (what the
+    /// kernel's drift goal compares with; `None` before the first).
+    #[serde(default)]
+    pub at_summary: Option<RsmMark>,
 }
 
 impl Projections {
@@ -40,6 +44,9 @@ impl Projections {
         self.graph.apply(ev);
         self.autonomy.apply(ev);
         self.adapt.apply(ev);
+        if self.autonomy.last_summary == Some(ev.id) {
+            self.at_summary = Some(self.rsm.mark());
+        }
     }
 
     /// The self-model snapshot, in the reference's structure (what `summary_update` events

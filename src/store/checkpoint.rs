@@ -9,8 +9,9 @@ pub const CHECKPOINT: &str = "projections";
 /// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
 /// checkpoints written by an older build are ignored instead of misread. 8: MessagePack with
 /// byte-string fields and COMMIT-text digests (7 and before: JSON). 9: the adaptive fold,
-/// pinned thresholds and `index_threshold`, unindexed messages and facts.
-pub const CHECKPOINT_FORMAT: i64 = 9;
+/// pinned thresholds and `index_threshold`, unindexed messages and facts. 10: the self-model's
+/// tendencies and gaps at the newest summary.
+pub const CHECKPOINT_FORMAT: i64 = 10;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 pub const CHECKPOINT_EVERY: u64 = 1000;
 
