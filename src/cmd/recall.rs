@@ -3,6 +3,7 @@
 use crate::cli::embed::EmbedArgs;
 use crate::cli::{self, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::Clock;
+use crate::llm::embed::Shared;
 use crate::projection::state::Projections;
 use crate::recall::{self, terms, Query, MAX_BUDGET};
 use crate::store::{self, Ledger, Reads, RECALLED_KINDS};
@@ -20,6 +21,8 @@ EXAMPLES:
     pmm-recall --kind user_message --since 2023-05-01 --until 2023-05-31T23:59:59Z --k 5 'camping'
   A larger budget, and how the query was read:
     pmm-recall --budget 16000 --explain 'adoption agencies' | jq -c 'select(.type==\"explain\")'
+  Many questions in one process (the state and the model are loaded once):
+    pmm-recall --lines < questions.txt | jq -c '{line, id, via}'
   Rebuild the full-text index, then check it against the ledger:
     pmm-recall --reindex
     pmm-recall --check && echo index ok
@@ -49,6 +52,9 @@ OUTPUT:
   \"dense\": {\"model\",\"vectors\",\"nearest\",\"search_ms\",\"top\"} (the vector search alone, run
   once more to time it, and the ids of its 50 nearest); unlike everything else it differs from
   run to run.
+  --lines prints the same records for each line of stdin, each with \"line\": N (its line
+  number); the ledger's state and the model are loaded once, so a file of questions is
+  answered in one process: pmm-recall --lines < questions.txt | jq -c '{line, id}'.
   --reindex prints {\"type\":\"reindex\",\"events\",\"through\"}; --check prints one
   {\"type\":\"finding\",\"message\"} line per problem and {\"type\":\"check\",\"ok\",\"through\"};
   with an embedding model it also recomputes the model's stored vectors and reports each
@@ -149,6 +155,11 @@ pub struct Args {
     /// resumable) and print the counts
     #[arg(long = "embed", conflicts_with_all = ["text", "check", "reindex"])]
     backfill: bool,
+
+    /// Recall for each line of stdin (one text per line; blank lines are skipped), loading
+    /// the ledger's state and the model once; every record gains "line": N
+    #[arg(long, conflicts_with_all = ["text", "check", "reindex", "backfill"])]
+    lines: bool,
 }
 
 impl Program for Args {
@@ -203,10 +214,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             .into());
         }
     }
+    if args.lines {
+        return ask_lines(&args, &path);
+    }
     let Some(text) = args.text.as_deref().filter(|t| !t.trim().is_empty()) else {
         return Err(Error::bad_input(
             None,
-            "give the text to recall (or --reindex, --check; see 'pmm-recall --help')",
+            "give the text to recall (or --lines, --reindex, --check; see 'pmm-recall --help')",
         )
         .into());
     };
@@ -214,7 +228,96 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let started = std::time::Instant::now();
     let p: Projections = store::project(&ledger, None, true)?.projections;
     let projected = started.elapsed();
-    let dense = query_vector(&args.model, &ledger, text)?;
+    let embedder = args.model.open(&ledger)?;
+    let setup = Setup {
+        project: projected,
+        load: started.elapsed() - projected,
+    };
+    let mut out = Out::new();
+    ask(
+        &args,
+        &ledger,
+        &p,
+        embedder.as_ref(),
+        text,
+        None,
+        setup,
+        &mut out,
+    )?;
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+/// `--lines`: every line of stdin is a text to recall, against one loaded state and model.
+fn ask_lines(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
+    let ledger = Ledger::open_reader(path)?;
+    let started = std::time::Instant::now();
+    let p: Projections = store::project(&ledger, None, true)?.projections;
+    let projected = started.elapsed();
+    let embedder = args.model.open(&ledger)?;
+    let mut setup = Setup {
+        project: projected,
+        load: started.elapsed() - projected,
+    };
+    let mut out = Out::new();
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut buf = Vec::new();
+    let mut line = 0u64;
+    loop {
+        let n = crate::lines::read_line_default(&mut input, &mut buf)
+            .map_err(|e| Error::bad_input(Some(format!("stdin:{}", line + 1)), e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        line += 1;
+        let text = std::str::from_utf8(crate::lines::trim_eol(&buf)).map_err(|_| {
+            Error::bad_input(Some(format!("stdin:{line}")), "the line is not UTF-8")
+        })?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        ask(
+            args,
+            &ledger,
+            &p,
+            embedder.as_ref(),
+            text,
+            Some(line),
+            setup,
+            &mut out,
+        )?;
+        setup = Setup::default();
+        out.flush()?;
+        if cli::stdout_closed() {
+            break;
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// The time spent before the first text: loading the state, loading the model.
+#[derive(Debug, Clone, Copy, Default)]
+struct Setup {
+    project: std::time::Duration,
+    load: std::time::Duration,
+}
+
+/// Recalls for one text and prints its records (`line`: its line under `--lines`; `setup`:
+/// what `--timings` adds to this text's figures).
+#[allow(clippy::too_many_arguments)]
+fn ask(
+    args: &Args,
+    ledger: &Ledger,
+    p: &Projections,
+    embedder: Option<&Shared>,
+    text: &str,
+    line: Option<u64>,
+    setup: Setup,
+    out: &mut Out,
+) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let dense = query_vector(embedder, ledger, text)?;
     let embedded = started.elapsed();
     let q = Query {
         dense,
@@ -225,11 +328,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         until: args.until.clone(),
         ..Query::new(text, i64::MAX)
     };
-    let found = recall::recall(&ledger, &p, &q)?;
+    let found = recall::recall(ledger, p, &q)?;
     let recalled = started.elapsed();
-    let mut out = Out::new();
+    let mut record = |mut v: serde_json::Value| -> anyhow::Result<()> {
+        if let Some(n) = line {
+            v["line"] = json!(n);
+        }
+        out.record(&v)?;
+        Ok(())
+    };
     if args.explain {
-        out.record(&json!({
+        record(json!({
             "type": "explain",
             "terms": terms::query_terms(text),
             "budget": q.budget,
@@ -240,8 +349,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
         let mut t = json!({
             "type": "timings",
-            "project_ms": ms(projected),
-            "embed_ms": ms(embedded - projected),
+            "project_ms": ms(setup.project),
+            "embed_ms": ms(setup.load + embedded),
             "recall_ms": ms(recalled - embedded),
         });
         if let Some(d) = &q.dense {
@@ -258,11 +367,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
                 "top": hits.iter().take(50).map(|h| h.0).collect::<Vec<i64>>(),
             });
         }
-        out.record(&t)?;
+        record(t)?;
     }
     for r in found {
         let e = &r.event;
-        out.record(&json!({
+        record(json!({
             "id": e.id,
             "ts": e.ts,
             "kind": e.kind,
@@ -274,18 +383,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             break;
         }
     }
-    out.flush()?;
-    Ok(Outcome::Success)
+    Ok(())
 }
 
 /// The text's vector for the dense source: `None` without a model, or (with a warning) when
 /// the server fails; a model that does not fit its stored vectors is bad input.
 fn query_vector(
-    args: &EmbedArgs,
+    e: Option<&Shared>,
     ledger: &Ledger,
     text: &str,
 ) -> anyhow::Result<Option<recall::DenseQuery>> {
-    let Some(e) = args.open(ledger)? else {
+    let Some(e) = e else {
         return Ok(None);
     };
     let vector = match e.embed(&[recall::vectors::embed_text(text)]) {

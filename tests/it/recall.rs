@@ -75,6 +75,51 @@ fn recall_finds_a_fact_and_its_neighbours_with_reasons() {
 }
 
 #[test]
+fn lines_answers_each_line_as_its_own_recall() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let one = |q: &str| pmm.run("pmm-recall", &["--k", "2", q], "");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--lines", "--k", "2"],
+        "what did Alice paint?\n\n  \nbeagle\r\nmarathon",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    // Each line's records are the single recall's, in order, with its line number; blank
+    // lines give nothing but keep their numbers; a CRLF ending and a last line without a
+    // newline are read as lines.
+    let mut expected = Vec::new();
+    for (line, q) in [(1, "what did Alice paint?"), (4, "beagle"), (5, "marathon")] {
+        for mut rec in one(q).records() {
+            rec["line"] = line.into();
+            expected.push(rec);
+        }
+    }
+    assert_eq!(r.records(), expected);
+    assert!(r.records().len() >= 3, "{r:?}");
+    // A line that is not UTF-8 is bad input, named by its line.
+    let mut cmd = pmm.std_cmd("pmm-recall");
+    let out = cmd
+        .args(["--lines"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"teal\n\xff\xfe\n")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stdin:2") && err.contains("UTF-8"), "{err}");
+    // --lines takes no TEXT.
+    let r = pmm.run("pmm-recall", &["--lines", "teal"], "");
+    assert_eq!(r.code, 2, "{r:?}");
+}
+
+#[test]
 fn hostile_query_text_is_never_fts5_syntax() {
     let pmm = Pmm::new();
     conversation(&pmm);
