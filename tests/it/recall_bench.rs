@@ -107,3 +107,45 @@ fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
         assert!(b["pmm_wall_ms_p95"].as_f64().unwrap() > 0.0, "{doc}");
     }
 }
+
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn recall_bench_recall_only_scores_pmm_recall_lines_like_the_recall_floor() {
+    let Some(fixtures) = fixture_path("locomo-dev") else {
+        return;
+    };
+    if !python3() {
+        return;
+    }
+    let bin = assert_cmd::cargo::cargo_bin("pmm-recall");
+    let bin = bin.parent().expect("bin dir");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("recall.json");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/recall-bench");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--recall-only", "--conversations", "26", "--budgets", "8000"])
+        .arg("--fixtures")
+        .arg(&fixtures)
+        .arg("--bin")
+        .arg(bin)
+        .arg("--json")
+        .arg(&json)
+        .current_dir(dir.path())
+        .env_remove("PMM_DB")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run recall-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Quick run (--recall-only)"), "{stdout}");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("--json file")).unwrap();
+    let pmm = &doc["budgets"]["8000"]["categories"]["overall"]["pmm"];
+    assert_eq!(pmm["n"], 149, "{doc}");
+    // The same questions as tests/it/recall_floor.rs, asked the same way (pmm-recall, no
+    // history): 124 of 149 had all their evidence recalled when that floor was set.
+    let all = pmm["all"].as_f64().unwrap() * 149.0 / 100.0;
+    assert!(all.round() >= 122.0, "{all} of 149: {doc}");
+}
