@@ -124,7 +124,13 @@ fn recall_bench_recall_only_scores_pmm_recall_lines_like_the_recall_floor() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/recall-bench");
     let out = Command::new("python3")
         .arg(&script)
-        .args(["--recall-only", "--conversations", "26", "--budgets", "8000"])
+        .args([
+            "--recall-only",
+            "--conversations",
+            "26",
+            "--budgets",
+            "8000",
+        ])
         .arg("--fixtures")
         .arg(&fixtures)
         .arg("--bin")
