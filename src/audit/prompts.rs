@@ -209,18 +209,18 @@ fn check_paged<R: Reads>(
     let mut recent = Recent::default();
     let mut next = 1;
     loop {
-        let (turns, after) = page(r, next, page_size, &mut counts)?;
-        let mut due: Vec<(i64, Turn)> = Vec::with_capacity(turns.len());
-        for t in turns {
-            due.push((prompt::head_of(r, t.user_id)?, t));
-        }
-        due.sort_by_key(|(head, t)| (*head, t.reply));
-        for (head, t) in due {
+        let (mut due, after) = page(r, next, page_size, &mut counts)?;
+        // In the order of their heads: a head is the user message or the event after it, so
+        // the user messages' order is the heads' order.
+        due.sort_by_key(|t| (t.user_id, t.reply));
+        for t in due {
             if stop.load(Ordering::Relaxed) {
                 return Ok(counts);
             }
             let rebuilt = match p.as_mut() {
-                Some(p) if p.mirror.last_event_id <= head => {
+                Some(p) if p.mirror.last_event_id <= t.user_id => {
+                    fold_to(r, p, t.user_id, &mut recent, stream)?;
+                    let head = head_in(r, stream, t.user_id)?;
                     fold_to(r, p, head, &mut recent, stream)?;
                     let history = recent.before(t.user_id);
                     let until = t.reply.saturating_add(prompt::SELECTION_REACH);
@@ -229,6 +229,7 @@ fn check_paged<R: Reads>(
                 }
                 Some(_) => prompt::rebuild(r, &t)?,
                 None => {
+                    let head = prompt::head_of(r, t.user_id)?;
                     let start = crate::store::project(r, Some(head), true)?.projections;
                     prompt::rebuild_with(r, p.insert(start), &t)?
                 }
@@ -245,6 +246,18 @@ fn check_paged<R: Reads>(
             Some(a) => next = a + 1,
             None => return Ok(counts),
         }
+    }
+}
+
+/// A turn's head ([`prompt::head_of`]) once the fold has reached its user message: from the
+/// event after it in the stream when the stream holds it (the reads by id of that event were
+/// a tenth of the check's reads), else read from the ledger.
+fn head_in<R: Reads>(r: &R, stream: &mut Stream, user_id: i64) -> crate::Result<i64> {
+    match stream.window(user_id, user_id + 1) {
+        Some(w) if w.first().is_some_and(|e| e.id == user_id + 1) => {
+            Ok(prompt::head_given(user_id, w.first().copied()))
+        }
+        _ => prompt::head_of(r, user_id),
     }
 }
 

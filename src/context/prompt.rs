@@ -222,11 +222,22 @@ pub fn turn_of_reply(reply: &Event) -> Result<Turn, RebuildError> {
 /// The last event of the turn's first write: the user message, or its `embedding_add` when
 /// one follows it (they are written in one transaction).
 pub fn head_of<R: Reads>(r: &R, user_id: i64) -> crate::Result<i64> {
-    let Some(next) = r.get_shared(user_id + 1)? else {
-        return Ok(user_id);
-    };
-    let names_user = next.kind == Kind::EmbeddingAdd && embedded_id(&next.content) == Some(user_id);
-    Ok(if names_user { user_id + 1 } else { user_id })
+    Ok(head_given(user_id, r.get_shared(user_id + 1)?.as_deref()))
+}
+
+/// [`head_of`] given the event after the user message (`next`, id `user_id + 1`; `None`: there
+/// is none), for a caller that has it at hand.
+pub fn head_given(user_id: i64, next: Option<&Event>) -> i64 {
+    match next {
+        Some(e)
+            if e.id == user_id + 1
+                && e.kind == Kind::EmbeddingAdd
+                && embedded_id(&e.content) == Some(user_id) =>
+        {
+            user_id + 1
+        }
+        _ => user_id,
+    }
 }
 
 /// The `event_id` an embedding's content names: read into a field when the content has the

@@ -249,7 +249,14 @@ impl IntentLog {
     fn write_json_each(&self, out: &mut dyn Write, skip: usize) -> io::Result<()> {
         let mut block = Vec::with_capacity(1024);
         block.push(b'[');
-        for (i, intent) in self.iter().skip(skip).enumerate() {
+        // Skipped on the sequence itself: `iter().skip()` would map every skipped entry, a
+        // walk over the whole log for each summary (quadratic in a long ledger's `--deep`).
+        let newest = self.seq.get(skip..).unwrap_or_default();
+        for (i, intent) in newest
+            .iter()
+            .map(|&n| self.distinct[n as usize].as_str())
+            .enumerate()
+        {
             if i > 0 {
                 block.push(b',');
             }
