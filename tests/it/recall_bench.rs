@@ -11,23 +11,22 @@ fn python3() -> bool {
     crate::harness::tool_or_skip("python3", "scripts/recall-bench")
 }
 
-#[test]
-#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
-fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
-    let Some(fixtures) = fixture_path("locomo-dev") else {
-        return;
-    };
+/// Runs `scripts/recall-bench ARGS` on the fixtures with the debug programs (the folder of
+/// `program`) and `--json`: its stdout and the JSON figures; `None` (skipped) without the
+/// fixtures or python3.
+fn bench(program: &str, args: &[&str]) -> Option<(String, Value)> {
+    let fixtures = fixture_path("locomo-dev")?;
     if !python3() {
-        return;
+        return None;
     }
-    let bin = assert_cmd::cargo::cargo_bin("pmm-turn");
+    let bin = assert_cmd::cargo::cargo_bin(program);
     let bin = bin.parent().expect("bin dir");
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("recall.json");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/recall-bench");
     let out = Command::new("python3")
         .arg(&script)
-        .args(["--conversations", "26", "--limit", "10", "--jobs", "2"])
+        .args(args)
         .arg("--fixtures")
         .arg(&fixtures)
         .arg("--bin")
@@ -39,9 +38,20 @@ fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
         .stdin(Stdio::null())
         .output()
         .expect("run recall-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let doc = serde_json::from_str(&std::fs::read_to_string(&json).expect("--json file")).unwrap();
+    Some((stdout, doc))
+}
+
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
+    let args = ["--conversations", "26", "--limit", "10", "--jobs", "2"];
+    let Some((stdout, doc)) = bench("pmm-turn", &args) else {
+        return;
+    };
 
     // The Markdown: per budget, one table per category and overall, every method.
     for budget in ["4,000", "8,000", "16,000"] {
@@ -68,8 +78,6 @@ fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
     }
 
     // The figures.
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("--json file")).unwrap();
     assert_eq!(doc["questions"], 10, "{doc}");
     assert_eq!(doc["conversations"], serde_json::json!(["26"]));
     let mut last_nb = 0.0;
@@ -111,43 +119,17 @@ fn recall_bench_prints_tables_and_sane_baselines_on_one_conversation() {
 #[test]
 #[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
 fn recall_bench_recall_only_scores_pmm_recall_lines_like_the_recall_floor() {
-    let Some(fixtures) = fixture_path("locomo-dev") else {
+    let args = [
+        "--recall-only",
+        "--conversations",
+        "26",
+        "--budgets",
+        "8000",
+    ];
+    let Some((stdout, doc)) = bench("pmm-recall", &args) else {
         return;
     };
-    if !python3() {
-        return;
-    }
-    let bin = assert_cmd::cargo::cargo_bin("pmm-recall");
-    let bin = bin.parent().expect("bin dir");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("recall.json");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/recall-bench");
-    let out = Command::new("python3")
-        .arg(&script)
-        .args([
-            "--recall-only",
-            "--conversations",
-            "26",
-            "--budgets",
-            "8000",
-        ])
-        .arg("--fixtures")
-        .arg(&fixtures)
-        .arg("--bin")
-        .arg(bin)
-        .arg("--json")
-        .arg(&json)
-        .current_dir(dir.path())
-        .env_remove("PMM_DB")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run recall-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("Quick run (--recall-only)"), "{stdout}");
-    let doc: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("--json file")).unwrap();
     let pmm = &doc["budgets"]["8000"]["categories"]["overall"]["pmm"];
     assert_eq!(pmm["n"], 149, "{doc}");
     // The same questions as tests/it/recall_floor.rs, asked the same way (pmm-recall, no
