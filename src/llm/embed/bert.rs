@@ -179,10 +179,22 @@ impl Bert {
         let cfg: Config = serde_json::from_str(&config_text).map_err(|e| corrupt(&config, &e))?;
         let dim = hidden_size(&config_text).ok_or_else(|| corrupt(&config, &"no hidden_size"))?;
         let max_len = max_seq_length(dir).unwrap_or(512);
-        let tokenizer = load_tokenizer(&tokenizer, max_len).map_err(|e| corrupt(&tokenizer, &e))?;
-        let fingerprint = fingerprint(&[&config, &dir.join("tokenizer.json")], &weights)
-            .map_err(|e| corrupt(&weights, &e))?;
-        let model = Net::load(&weights, &cfg).map_err(|e| corrupt(&weights, &e))?;
+        // The tokenizer (its JSON parsed: a third of the load) on a second core while the
+        // weights are read on this one.
+        let (tokenizer, fingerprint, model) = std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                let t = load_tokenizer(&tokenizer, max_len).map_err(|e| corrupt(&tokenizer, &e));
+                let f = fingerprint(&[&config, &tokenizer], &weights)
+                    .map_err(|e| corrupt(&weights, &e));
+                (t, f)
+            });
+            let model = Net::load(&weights, &cfg).map_err(|e| corrupt(&weights, &e));
+            let (t, f) = other
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (t, f, model)
+        });
+        let (tokenizer, fingerprint, model) = (tokenizer?, fingerprint?, model?);
         Ok(Bert {
             id: format!("local:{}@{fingerprint}", model_name(dir)),
             dim,
