@@ -96,6 +96,11 @@ pub struct CommonArgs {
 pub trait Program: clap::Parser {
     /// The shared flags.
     fn common(&self) -> &CommonArgs;
+    /// Whether this run embeds one text at a time (a turn, a recall's query), so an
+    /// in-process model runs each on one thread ([`crate::llm::embed::single_text_threads`]).
+    fn embeds_single_texts(&self) -> bool {
+        false
+    }
 }
 
 /// Runs a program: loads `.env`, parses arguments, runs, reports, and turns the result into
@@ -124,6 +129,10 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
         Ok(a) => a,
         Err(e) => return usage_error(name, &e),
     };
+    if args.embeds_single_texts() {
+        // Before any thread starts: it sets a variable of this process.
+        crate::llm::embed::single_text_threads();
+    }
     if let Some(bytes) = args.common().max_line {
         crate::lines::set_max_line(bytes);
     }

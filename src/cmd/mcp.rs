@@ -59,7 +59,9 @@ ENVIRONMENT:
   PMM_EMBED_PROVIDER, PMM_EMBED_MODEL, PMM_EMBED_URL, PMM_EMBED_API_KEY
             an embedding model: the recall tool also recalls by meaning (see pmm-recall
             --help); a server that fails leaves it to the other sources
-            (\"dense_unavailable\" in the answer)";
+            (\"dense_unavailable\" in the answer)
+  RAYON_NUM_THREADS
+            threads of the in-process embedding model (1 unless set)";
 
 /// Serve the ledger as memory to any Model Context Protocol client, over stdio.
 ///
@@ -91,6 +93,9 @@ pub struct Args {
 impl Program for Args {
     fn common(&self) -> &CommonArgs {
         &self.common
+    }
+    fn embeds_single_texts(&self) -> bool {
+        true
     }
 }
 

@@ -90,7 +90,9 @@ ENVIRONMENT:
   PMM_EMBED_MODEL     a model directory (local) or a model name (--embed-model)
   PMM_EMBED_URL       the embedding server (--embed-url; default $OLLAMA_HOST or
                       $OPENAI_BASE_URL)
-  PMM_EMBED_API_KEY   the embedding server's key (default $OPENAI_API_KEY; never shown)";
+  PMM_EMBED_API_KEY   the embedding server's key (default $OPENAI_API_KEY; never shown)
+  RAYON_NUM_THREADS   threads of the in-process model: a query runs on 1 unless this is set;
+                      --embed and --check use every core";
 
 /// Recall from the whole ledger: the events that match a text, best first, within a budget.
 ///
@@ -165,6 +167,10 @@ pub struct Args {
 impl Program for Args {
     fn common(&self) -> &CommonArgs {
         &self.common
+    }
+    /// Queries embed one text each; `--embed` and `--check` embed batches on every core.
+    fn embeds_single_texts(&self) -> bool {
+        !(self.backfill || self.check)
     }
 }
 
@@ -328,7 +334,8 @@ fn ask(
         until: args.until.clone(),
         ..Query::new(text, i64::MAX)
     };
-    let found = recall::recall(ledger, p, &q)?;
+    // One read transaction for the many small reads (and one snapshot for all of them).
+    let found = ledger.in_snapshot(|l| recall::recall(l, p, &q))?;
     let recalled = started.elapsed();
     let mut record = |mut v: serde_json::Value| -> anyhow::Result<()> {
         if let Some(n) = line {

@@ -84,6 +84,9 @@ ENVIRONMENT:
   OPENAI_API_KEY   its key (never written to the ledger, stdout or stderr)
   PMM_EMBED_PROVIDER, PMM_EMBED_MODEL, PMM_EMBED_URL, PMM_EMBED_API_KEY
                    semantic recall's embedding model (see pmm-recall --help)
+  RAYON_NUM_THREADS
+                   threads of the in-process embedding model (1 unless set; not passed on
+                   to --adapter cmd's command)
   A .env file in the current directory is read for variables that are not set.";
 
 /// Run conversational turns: message in, the turn's ledger events out.
@@ -244,6 +247,9 @@ fn parse_adapter(s: &str) -> Result<AdapterKind, BadValue> {
 impl Program for Args {
     fn common(&self) -> &CommonArgs {
         &self.common
+    }
+    fn embeds_single_texts(&self) -> bool {
+        true
     }
 }
 

@@ -198,6 +198,10 @@ impl Cmd {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if crate::llm::embed::threads_var_is_ours() {
+            // Set for this process's embedding model only, not the user's command.
+            command.env_remove(crate::llm::embed::THREADS_VAR);
+        }
         #[cfg(unix)]
         {
             // Its own process group, so that a timeout can kill the whole pipeline, not just

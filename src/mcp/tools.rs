@@ -392,7 +392,9 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
         kinds,
         ..Query::new(query, i64::MAX)
     };
-    let found = cfg.with_projections(&ledger, |p| recall::recall(&ledger, p, &q))??;
+    let found = cfg.with_projections(&ledger, |p| {
+        ledger.in_snapshot(|l| recall::recall(l, p, &q))
+    })??;
     let results: Vec<Value> = found
         .iter()
         .map(|r| {

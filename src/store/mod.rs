@@ -37,6 +37,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 /// Default busy timeout: how long a writer waits for another writer's lock.
 pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
@@ -124,6 +125,9 @@ pub struct Ledger {
     /// Whether write transactions keep the Merkle tree up to date (see
     /// [`Ledger::defer_tree`]).
     tree_writes: bool,
+    /// Inside [`Ledger::in_snapshot`]'s read transaction (a vector search may still use a
+    /// helper connection: there is no write of this one's that it would not see).
+    reading: std::sync::atomic::AtomicBool,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -198,6 +202,7 @@ impl Ledger {
             busy_ms,
             index_writes: true,
             tree_writes: true,
+            reading: Default::default(),
         };
         ledger.init_writer().map_err(|e| ledger.err(e))?;
         Ok(ledger)
@@ -268,6 +273,7 @@ impl Ledger {
             busy_ms,
             index_writes: true,
             tree_writes: true,
+            reading: Default::default(),
         };
         ledger
             .conn
@@ -350,6 +356,7 @@ impl Ledger {
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
             index_writes: true,
             tree_writes: true,
+            reading: Default::default(),
         };
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
@@ -374,7 +381,9 @@ impl Ledger {
         self.conn
             .execute_batch("BEGIN DEFERRED")
             .map_err(|e| self.err(e))?;
+        self.reading.store(true, Ordering::Relaxed);
         let out = f(self);
+        self.reading.store(false, Ordering::Relaxed);
         let end = self.conn.execute_batch("COMMIT").map_err(|e| self.err(e));
         let out = out?;
         end?;
@@ -613,6 +622,7 @@ impl Ledger {
             busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
             index_writes: true,
             tree_writes: true,
+            reading: Default::default(),
         };
         ledger
             .conn
@@ -1080,7 +1090,8 @@ impl Reads for Ledger {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut wal = self.path.as_os_str().to_owned();
         wal.push("-wal");
-        if cores < 2 || !self.conn.is_autocommit() || !Path::new(&wal).is_file() {
+        let writing = !self.conn.is_autocommit() && !self.reading.load(Ordering::Relaxed);
+        if cores < 2 || writing || !Path::new(&wal).is_file() {
             return None;
         }
         let c = Connection::open_with_flags(
@@ -1612,5 +1623,32 @@ impl Batch<'_> {
         self.catch_up()?;
         let (path, busy) = (self.path.clone(), self.busy_ms);
         self.tx.commit().map_err(|e| map_err(e, &path, busy))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A vector search inside a read snapshot still splits its work over a helper connection
+    /// (recall runs in one), as outside any transaction; inside the ledger's own write
+    /// transaction it does not (the helper would not see the transaction's writes).
+    #[test]
+    fn a_read_snapshot_keeps_the_search_helper_and_a_write_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let clock = crate::event::Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        let ev = crate::event::NewEvent::new(Kind::UserMessage, "hello".to_string(), Map::new());
+        l.append(&ev.unwrap(), &clock).unwrap();
+        let outside = l.helper().is_some();
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+            assert!(outside, "a second core and a -wal file: a helper");
+        }
+        let inside = l.in_snapshot(|l| Ok(l.helper().is_some())).unwrap();
+        assert_eq!(inside, outside);
+        l.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        assert!(l.helper().is_none(), "no helper inside a write transaction");
+        l.conn.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(l.helper().is_some(), outside, "the snapshot's mark is gone");
     }
 }

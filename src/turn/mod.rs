@@ -379,7 +379,9 @@ fn run_inner(
     let mut dense = dense::Dense::for_message(&*ledger, opts.embedder.as_ref(), message)?;
     let (mut p, user, folded_before) = record_user(ledger, message, &opts.clock, &mut events)?;
     let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-    let prompt = build_prompt(&*ledger, &p, &cfg, message, user.id, opts, &dense)?;
+    // One read transaction for recall's many small reads (and one snapshot for all of them).
+    let prompt =
+        ledger.in_snapshot(|l| build_prompt(l, &p, &cfg, message, user.id, opts, &dense))?;
     let reply =
         match adapter.generate_with(&prompt.request, opts.stream.as_ref(), opts.cancel.as_ref()) {
             Ok(r) => r,

@@ -284,6 +284,41 @@ fn a_turn_embeds_its_message_and_reply_and_records_the_model() {
     assert!(content.get("dense").is_none(), "{content}");
 }
 
+/// A turn runs its in-process model's single texts on one thread: it sets RAYON_NUM_THREADS
+/// for itself when the user has not, never for the model command it starts; a value the user
+/// set reaches that command unchanged.
+#[test]
+fn the_embedders_thread_setting_stays_inside_pmm() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let m = model(&pmm, "m", 1, 16);
+    let command = "cat > /dev/null; echo \"threads=${RAYON_NUM_THREADS-unset}\"";
+    for (user, seen) in [(None, "threads=unset"), (Some("3"), "threads=3")] {
+        let mut c = pmm.cmd("pmm-turn");
+        c.args(["--adapter", "cmd", "--command", command, "--embed-model"])
+            .arg(&m)
+            .arg("what did Caroline paint?")
+            .env_remove("RAYON_NUM_THREADS");
+        if let Some(v) = user {
+            c.env("RAYON_NUM_THREADS", v);
+        }
+        let out = c.output().unwrap();
+        let r = crate::harness::Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into(),
+            stderr: String::from_utf8_lossy(&out.stderr).into(),
+        };
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(selection(&r)["dense"]["model"].is_string(), "{r:?}");
+        let reply = r
+            .records()
+            .into_iter()
+            .find(|e| e["kind"] == "assistant_message")
+            .unwrap();
+        assert_eq!(reply["content"], seen, "{r:?}");
+    }
+}
+
 #[test]
 fn two_models_never_mix_and_switching_back_uses_the_old_vectors() {
     let pmm = Pmm::new();

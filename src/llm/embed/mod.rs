@@ -11,6 +11,7 @@ pub mod server;
 
 use super::LlmError;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -141,6 +142,34 @@ impl EmbedError {
             EmbedError::Compute { .. } => false,
         }
     }
+}
+
+/// The variable through which candle sizes its matrix products' thread split (it has no API
+/// for it) and rayon its pool.
+pub const THREADS_VAR: &str = "RAYON_NUM_THREADS";
+
+/// Whether [`single_text_threads`] set [`THREADS_VAR`] (so child processes are not given it).
+static THREADS_SET: AtomicBool = AtomicBool::new(false);
+
+/// For a program that embeds one text at a time (a turn's message and reply, a recall's
+/// query), called before it starts any thread: the in-process model then runs each text on
+/// one thread ([`THREADS_VAR`] = 1 unless the user set it). Split over the cores, one short
+/// text's matrix products cost about as much in hand-offs as they save, and the idle pool's
+/// threads spin for a while, taking the cores the turn's vector search (split over two
+/// connections) needs next: a turn of a `pmm-turn` reading lines took 66-72 ms with the split
+/// and 53-55 ms without (10^6-event ledger, a vector per message; docs/recall.md). A backfill
+/// (batches of 64) keeps every core: 9.6 s on one thread against 5.9 s on two for 419 messages.
+pub fn single_text_threads() {
+    if std::env::var_os(THREADS_VAR).is_none() {
+        std::env::set_var(THREADS_VAR, "1");
+        THREADS_SET.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether this process set [`THREADS_VAR`] itself (a child process it starts should not
+/// inherit it).
+pub fn threads_var_is_ours() -> bool {
+    THREADS_SET.load(Ordering::Relaxed)
 }
 
 /// A sentence-embedding model.
