@@ -217,15 +217,14 @@ pub fn select_hybrid<R: Reads>(
     user_id: i64,
     budget: usize,
     exclude: BTreeSet<i64>,
-    dense: Option<recall::DenseQuery>,
+    dense: &mut dyn FnMut() -> Option<recall::DenseQuery>,
 ) -> Result<Selection> {
     let q = Query {
         budget,
         exclude,
-        dense,
         ..Query::new(query, user_id)
     };
-    let recalled = recall::recall(r, p, &q)?;
+    let recalled = recall::recall_with(r, p, &q, dense)?;
     let selected = recalled.iter().map(|x| x.event.id).collect();
     let scores = recalled.iter().map(|x| x.score).collect();
     let via = recalled.iter().map(|x| x.via.clone()).collect();

@@ -134,10 +134,35 @@ pub type Cache = BTreeMap<i64, Event>;
 
 /// Recalls events for `q`: the sources, fused, filled into the budget, best first.
 pub fn recall<R: Reads>(r: &R, p: &Projections, q: &Query) -> Result<Vec<Recalled>> {
+    recall_with(r, p, q, &mut || None)
+}
+
+/// [`recall`] with the query's vector handed over late: when `q` has none, `vector` is asked
+/// for it after the full-text and concept sources, which do not need it, have ranked (a turn
+/// embeds its message on a second core meanwhile).
+pub fn recall_with<R: Reads>(
+    r: &R,
+    p: &Projections,
+    q: &Query,
+    vector: &mut dyn FnMut() -> Option<DenseQuery>,
+) -> Result<Vec<Recalled>> {
     let mut cache = Cache::new();
+    let text = text::rank(r, q, &mut cache)?;
+    let concepts = concepts::rank(r, p, q, &mut cache)?;
+    let late;
+    let q = match q.dense {
+        Some(_) => q,
+        None => {
+            late = Query {
+                dense: vector(),
+                ..q.clone()
+            };
+            &late
+        }
+    };
     let lists = [
-        text::rank(r, q, &mut cache)?,
-        concepts::rank(r, p, q, &mut cache)?,
+        text,
+        concepts,
         dense::rank(r, q, &mut cache)?,
         facts::rank(p, q),
     ];

@@ -1,7 +1,8 @@
-//! The turn's sentence embeddings (docs/recall.md): the user's message is embedded before
-//! anything is written (a missing model or a server whose dimensions differ from the stored
-//! vectors' stops the turn with exit 2 and nothing written), the reply after the model
-//! answers, and both vectors are stored with the turn's events. A server that is down or slow
+//! The turn's sentence embeddings (docs/recall.md): what would stop the turn with exit 2 (a
+//! missing model, a server whose dimensions differ from the stored vectors') is found before
+//! anything is written; the user's message is embedded then by a server, or by the in-process
+//! model on a second core while the turn records the message and ranks full text; the reply
+//! is embedded after the model answers, and both vectors are stored with the turn's events. A server that is down or slow
 //! only takes the dense source away from this turn; the `retrieval_selection` says so.
 
 use crate::llm::embed::{EmbedError, Shared};
@@ -19,10 +20,15 @@ pub(crate) struct Dense {
     reply: Option<Vec<f32>>,
     /// Why the dense source was not used, when an embedder was configured.
     pub(crate) unavailable: Option<String>,
+    /// Whether the message's vector is still to be made ([`Dense::message_later`]).
+    later: bool,
 }
 
 impl Dense {
-    /// Stage 0: embeds the user's message. `Err` only for a user's mistake (exit 2).
+    /// Stage 0, before anything is written. `Err` only for a user's mistake (exit 2). A
+    /// server embeds the user's message now: its dimensions, or a rejected key, are known only
+    /// from an answer. The in-process model's dimensions are known, so its vector is left for
+    /// later ([`Dense::message_later`]).
     pub(crate) fn for_message<R: Reads>(
         r: &R,
         embedder: Option<&Shared>,
@@ -31,33 +37,54 @@ impl Dense {
         let Some(e) = embedder else {
             return Ok(Dense::default());
         };
+        if e.in_process() {
+            same_dimensions(r, e, e.dim())?;
+            return Ok(Dense {
+                embedder: Some(e.clone()),
+                later: true,
+                ..Dense::default()
+            });
+        }
         let vector = match e.embed(&[message]) {
             Ok(mut v) => v.pop().unwrap_or_default(),
             Err(err) => return Dense::failed(e, err),
         };
-        if let Some(m) = r.vector_model(e.id())? {
-            if m.dim != vector.len() {
-                return Err(crate::Error::bad_input(
-                    None,
-                    format!(
-                        "embedding model {} gives {} dimensions, but its stored vectors have {}: \
-                         nothing was written",
-                        e.id(),
-                        vector.len(),
-                        m.dim
-                    ),
-                ));
-            }
-        }
+        same_dimensions(r, e, vector.len())?;
         Ok(Dense {
             embedder: Some(e.clone()),
             query: Some(DenseQuery {
                 model: e.id().to_string(),
                 vector,
             }),
-            reply: None,
-            unavailable: None,
+            ..Dense::default()
         })
+    }
+
+    /// The embedder that still has to embed the message (the in-process model), if any: the
+    /// turn runs it on a second thread and hands the result to [`Dense::message_embedded`].
+    pub(crate) fn message_later(&self) -> Option<Shared> {
+        self.embedder.clone().filter(|_| self.later)
+    }
+
+    /// Takes the message's vector made by [`Dense::message_later`]'s embedder; a failure
+    /// leaves the turn to the other sources, as a server that is down does.
+    pub(crate) fn message_embedded(&mut self, made: Result<Vec<Vec<f32>>, EmbedError>) {
+        self.later = false;
+        let Some(e) = self.embedder.clone() else {
+            return;
+        };
+        match made {
+            Ok(mut v) => {
+                self.query = Some(DenseQuery {
+                    model: e.id().to_string(),
+                    vector: v.pop().unwrap_or_default(),
+                })
+            }
+            Err(err) => {
+                self.embedder = None;
+                self.unavailable = Some(format!("{}: {err}", e.id()));
+            }
+        }
     }
 
     fn failed(e: &Shared, err: EmbedError) -> crate::Result<Dense> {
@@ -97,6 +124,89 @@ impl Dense {
             (Some(q), _) => Some(serde_json::json!({"model": q.model})),
             (None, Some(why)) => Some(serde_json::json!({"unavailable": why})),
             (None, None) => None,
+        }
+    }
+}
+
+/// Exit 2 (nothing written yet) when `e`'s vectors have other dimensions than its stored ones.
+fn same_dimensions<R: Reads>(r: &R, e: &Shared, dim: usize) -> crate::Result<()> {
+    match r.vector_model(e.id())? {
+        Some(m) if m.dim != dim => Err(crate::Error::bad_input(
+            None,
+            format!(
+                "embedding model {} gives {dim} dimensions, but its stored vectors have {}: \
+                 nothing was written",
+                e.id(),
+                m.dim
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::embed::Embedder;
+
+    /// An in-process model whose computation fails, or gives a fixed vector.
+    struct Fixed(Option<Vec<f32>>);
+
+    impl Embedder for Fixed {
+        fn id(&self) -> &str {
+            "local:fixed@0"
+        }
+        fn dim(&self) -> usize {
+            2
+        }
+        fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            match &self.0 {
+                Some(v) => Ok(vec![v.clone(); texts.len()]),
+                None => Err(EmbedError::Compute {
+                    model: self.id().into(),
+                    detail: "out of memory".into(),
+                }),
+            }
+        }
+        fn in_process(&self) -> bool {
+            true
+        }
+    }
+
+    fn ledger() -> (tempfile::TempDir, crate::store::Ledger) {
+        let dir = tempfile::tempdir().unwrap();
+        let l = crate::store::Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        (dir, l)
+    }
+
+    /// The in-process model's vector is made later; once handed over it is the query, and a
+    /// failed computation leaves the turn to the other sources and says why.
+    #[test]
+    fn an_in_process_models_vector_is_made_later() {
+        let (_dir, l) = ledger();
+        for (made, model) in [(Some(vec![0.6, 0.8]), true), (None, false)] {
+            let e = Shared::new(Box::new(Fixed(made)));
+            let mut d = Dense::for_message(&l, Some(&e), "hello").unwrap();
+            assert!(d.query.is_none() && d.unavailable.is_none());
+            let later = d.message_later().expect("the vector is left for later");
+            d.message_embedded(later.embed(&["hello"]));
+            assert!(d.message_later().is_none());
+            let record = d.record().unwrap();
+            if model {
+                assert_eq!(d.query.as_ref().unwrap().vector, [0.6, 0.8]);
+                assert_eq!(record["model"], "local:fixed@0");
+            } else {
+                assert!(d.query.is_none());
+                assert!(
+                    record["unavailable"]
+                        .as_str()
+                        .unwrap()
+                        .contains("out of memory"),
+                    "{record}"
+                );
+                d.embed_reply("hi");
+                assert!(d.reply.is_none(), "no model after a failure");
+            }
         }
     }
 }

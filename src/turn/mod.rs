@@ -377,11 +377,27 @@ fn run_inner(
     let rows_at_start = store::rows_read();
     let mut events = Vec::new();
     let mut dense = dense::Dense::for_message(&*ledger, opts.embedder.as_ref(), message)?;
-    let (mut p, user, folded_before) = record_user(ledger, message, &opts.clock, &mut events)?;
-    let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-    // One read transaction for recall's many small reads (and one snapshot for all of them).
-    let prompt =
-        ledger.in_snapshot(|l| build_prompt(l, &p, &cfg, message, user.id, opts, &dense))?;
+    let (mut p, user, folded_before, cfg, prompt) = std::thread::scope(|s| {
+        // The in-process model embeds the message on a second core while this one records it
+        // and ranks full text; recall asks for the vector when it needs it.
+        let mut later = dense
+            .message_later()
+            .map(|e| s.spawn(move || e.embed(&[message])));
+        let mut query = || {
+            if let Some(h) = later.take() {
+                let made = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                dense.message_embedded(made);
+            }
+            dense.query.clone()
+        };
+        let (p, user, folded_before) = record_user(ledger, message, &opts.clock, &mut events)?;
+        let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
+        // One read transaction for recall's many small reads (and one snapshot for them all).
+        let prompt = ledger
+            .in_snapshot(|l| build_prompt(l, &p, &cfg, message, user.id, opts, &mut query))?;
+        query();
+        Ok::<_, TurnError>((p, user, folded_before, cfg, prompt))
+    })?;
     let reply =
         match adapter.generate_with(&prompt.request, opts.stream.as_ref(), opts.cancel.as_ref()) {
             Ok(r) => r,
@@ -894,13 +910,13 @@ fn build_prompt<R: Reads>(
     message: &str,
     user_id: i64,
     opts: &Options,
-    dense: &dense::Dense,
+    dense: &mut dyn FnMut() -> Option<crate::recall::DenseQuery>,
 ) -> crate::Result<Prompt> {
     let history = select::history(r, user_id, HISTORY_MESSAGES, HISTORY_CHARS)?;
     let sel: Selection = if cfg.strategy == Strategy::Hybrid {
         let exclude = history.iter().map(|e| e.id).collect();
         let budget = opts.budget.unwrap_or(cfg.budget);
-        select::select_hybrid(r, p, message, user_id, budget, exclude, dense.query.clone())?
+        select::select_hybrid(r, p, message, user_id, budget, exclude, dense)?
     } else {
         select::select(r, cfg, message, user_id)?
     };

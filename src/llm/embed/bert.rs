@@ -260,6 +260,10 @@ impl Embedder for Bert {
         self.dim
     }
 
+    fn in_process(&self) -> bool {
+        true
+    }
+
     fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         // Batches of texts of similar length: a batch is padded to its longest text, so
         // sorting by length first saves most of the padding's work.

@@ -182,6 +182,11 @@ pub trait Embedder: Send {
     fn dim(&self) -> usize;
     /// One L2-normalised vector per text, in order.
     fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Whether the model runs in this process: its dimensions are known before its first
+    /// vector, and embedding can only fail in computation, never for a user's mistake.
+    fn in_process(&self) -> bool {
+        false
+    }
 }
 
 /// An embedder shared by the turns of one process (a chat session, the MCP server): cloning
@@ -204,6 +209,19 @@ impl Shared {
     /// The embedder's id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// [`Embedder::dim`].
+    pub fn dim(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).dim()
+    }
+
+    /// [`Embedder::in_process`].
+    pub fn in_process(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .in_process()
     }
 
     /// [`Embedder::embed`].
