@@ -14,9 +14,12 @@ use std::process::Command;
 /// characters and 132 at 16,000 (2026-11-25); the floors sit two questions below.
 const FLOORS: [(usize, usize); 2] = [(8_000, 122), (16_000, 130)];
 
+/// A question and the contents of its evidence messages.
+type Question = (String, Vec<String>);
+
 /// The questions of categories 1–4 with evidence in the conversation, in the fixture's order:
 /// `(question, evidence contents)`, contents as the import writes them (`"Speaker: text"`).
-fn questions(conv: &Value) -> Vec<(String, Vec<String>)> {
+fn questions(conv: &Value) -> Vec<Question> {
     let c = conv.get("conversation").unwrap_or(conv);
     let mut by_id = BTreeMap::new();
     for (key, turns) in c.as_object().expect("conversation object") {
@@ -60,14 +63,12 @@ fn questions(conv: &Value) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-#[test]
-#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
-fn whole_ledger_recall_keeps_its_measured_floor_on_a_real_conversation() {
-    let Some(fixtures) = fixture_path("locomo-dev") else {
-        return;
-    };
+/// Conversation 26 imported with its dates (`scripts/recall-bench --emit`), and its questions;
+/// `None` (skipped) without the fixtures or Python.
+fn conversation_26() -> Option<(Pmm, Vec<Question>)> {
+    let fixtures = fixture_path("locomo-dev")?;
     if !crate::harness::tool_or_skip("python3", "the recall floor (scripts/recall-bench --emit)") {
-        return;
+        return None;
     }
     let file = fixtures.join("26.json");
     let conv: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
@@ -85,21 +86,42 @@ fn whole_ledger_recall_keeps_its_measured_floor_on_a_real_conversation() {
     let lines = String::from_utf8(emitted.stdout).unwrap();
     let r = pmm.run("pmm-append", &["--keep-ts", "--batch", "--quiet"], &lines);
     assert_eq!(r.code, 0, "{r:?}");
-    for (budget, floor) in FLOORS {
+    Some((pmm, qs))
+}
+
+/// How many of `qs` have all their evidence in what `pmm-recall --lines --budget B extra...`
+/// answers, checked against `floors`.
+fn assert_floors(
+    pmm: &Pmm,
+    qs: &[(String, Vec<String>)],
+    floors: &[(usize, usize)],
+    extra: &[&str],
+) {
+    let input: String = qs.iter().map(|(q, _)| format!("{q}\n")).collect();
+    for &(budget, floor) in floors {
         let b = budget.to_string();
-        let mut all = 0;
-        for (q, evidence) in &qs {
-            let r = pmm.run("pmm-recall", &["--budget", &b, q], "");
-            assert_eq!(r.code, 0, "{q}: {r:?}");
-            let got: HashSet<String> = r
-                .records()
-                .iter()
-                .filter_map(|x| x["content"].as_str().map(String::from))
-                .collect();
-            all += usize::from(evidence.iter().all(|e| got.contains(e)));
+        let mut args = vec!["--lines", "--budget", &b];
+        args.extend_from_slice(extra);
+        let r = pmm.run("pmm-recall", &args, &input);
+        assert_eq!(r.code, 0, "{r:?}");
+        let mut got: Vec<HashSet<String>> = vec![HashSet::new(); qs.len()];
+        for x in r.records() {
+            if let (Some(line), Some(c)) = (x["line"].as_u64(), x["content"].as_str()) {
+                got[line as usize - 1].insert(c.to_string());
+            }
         }
+        let all = qs
+            .iter()
+            .zip(&got)
+            .filter(|((_, evidence), got)| evidence.iter().all(|e| got.contains(e)))
+            .count();
         eprintln!(
-            "recall floor: {all} of {} at {budget} (floor {floor})",
+            "recall floor{}: {all} of {} at {budget} (floor {floor})",
+            if extra.is_empty() {
+                ""
+            } else {
+                " with the model"
+            },
             qs.len()
         );
         assert!(
@@ -108,4 +130,42 @@ fn whole_ledger_recall_keeps_its_measured_floor_on_a_real_conversation() {
             qs.len()
         );
     }
+}
+
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn whole_ledger_recall_keeps_its_measured_floor_on_a_real_conversation() {
+    let Some((pmm, qs)) = conversation_26() else {
+        return;
+    };
+    assert_floors(&pmm, &qs, &FLOORS, &[]);
+}
+
+/// (budget, floor) with all-MiniLM-L6-v2 in-process: 128 and 136 of the 149 questions
+/// (2026-11-27, `scripts/recall-bench --recall-only --embed-model`); two questions below.
+const MODEL_FLOORS: [(usize, usize); 2] = [(8_000, 126), (16_000, 134)];
+
+/// The same conversation embedded with the real model (`PMM_TEST_EMBED_MODEL`, which `.ci/run`
+/// fetches from PyPI): full text and meaning fused keep their measured floor.
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn semantic_recall_keeps_its_measured_floor_with_the_real_model() {
+    let dir = std::env::var("PMM_TEST_EMBED_MODEL").ok();
+    let what =
+        "PMM_TEST_EMBED_MODEL (an all-MiniLM-L6-v2 directory: docs/recall.md; .ci/run fetches it)";
+    if !crate::harness::present_or_skip(dir.is_some(), what, "the semantic recall floor") {
+        return;
+    }
+    let Some((pmm, qs)) = conversation_26() else {
+        return;
+    };
+    let dir = dir.unwrap_or_default();
+    let model = ["--embed-model", dir.as_str()];
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed", "--quiet", model[0], model[1]],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_floors(&pmm, &qs, &MODEL_FLOORS, &model);
 }
