@@ -38,7 +38,15 @@ pub struct EmbedArgs {
 impl EmbedArgs {
     /// The embedding config in force for `r` (`None`: no dense source).
     pub fn config<R: Reads>(&self, r: &R) -> crate::Result<Option<EmbedConfig>> {
-        let ledger = ledger_keys(r)?;
+        self.config_with(&ledger_keys(r)?)
+    }
+
+    /// The embedding config of the flags and the environment alone, for a ledger that does
+    /// not exist yet (so has no retrieval config).
+    fn config_with(
+        &self,
+        ledger: &serde_json::Map<String, Value>,
+    ) -> crate::Result<Option<EmbedConfig>> {
         let pick = |flag: &Option<String>, key: &str| {
             flag.clone()
                 .filter(|s| !s.trim().is_empty())
@@ -78,13 +86,23 @@ impl EmbedArgs {
     /// The embedder in force for `r`, loaded (a missing or corrupt model directory is bad
     /// input: exit 2, before anything is written).
     pub fn open<R: Reads>(&self, r: &R) -> crate::Result<Option<Shared>> {
-        let Some(cfg) = self.config(r)? else {
-            return Ok(None);
-        };
-        embed::embedder(&cfg)
-            .map(|e| Some(Shared::new(e)))
-            .map_err(|e| bad(e.to_string()))
+        load(self.config(r)?)
     }
+
+    /// [`EmbedArgs::open`] for a ledger that does not exist yet, before it is created: a
+    /// missing or corrupt model directory then leaves no empty ledger behind.
+    pub fn open_new(&self) -> crate::Result<Option<Shared>> {
+        load(self.config_with(&serde_json::Map::new())?)
+    }
+}
+
+fn load(cfg: Option<EmbedConfig>) -> crate::Result<Option<Shared>> {
+    let Some(cfg) = cfg else {
+        return Ok(None);
+    };
+    embed::embedder(&cfg)
+        .map(|e| Some(Shared::new(e)))
+        .map_err(|e| bad(e.to_string()))
 }
 
 fn bad(msg: String) -> Error {

@@ -391,9 +391,17 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let (cfg, mut adapter) = args.adapter()?;
     let path = args.ledger.path();
     let chat = args.chats(std::io::stdin().is_terminal());
+    // A new ledger has no retrieval config: its model (flags, environment) is loaded before
+    // the file is created, so a bad model directory leaves nothing behind.
+    let fresh = !path.exists();
+    let early = if fresh { args.embed.open_new()? } else { None };
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     let opts = Options {
-        embedder: args.embed.open(&ledger)?,
+        embedder: if fresh {
+            early
+        } else {
+            args.embed.open(&ledger)?
+        },
         ..args.options()
     };
     if chat {

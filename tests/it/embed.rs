@@ -426,6 +426,40 @@ fn a_missing_or_corrupt_model_is_exit_2_and_nothing_is_written() {
     let r = pmm.run("pmm-recall", &["--embed"], "");
     assert_eq!(r.code, 2, "no model: {r:?}");
     assert_eq!(pmm.count(), before, "nothing was written");
+    // A first turn with a bad model directory does not leave an empty ledger behind.
+    let new = pmm.path("new.db");
+    let r = pmm.run(
+        "pmm-turn",
+        &[
+            "--db",
+            new.to_str().unwrap(),
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            "/nonexistent/model",
+            "hello",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(!new.exists(), "no ledger was created");
+    // With a good one it is created and the turn embeds.
+    let good = model(&pmm, "good", 2, 16);
+    let r = pmm.run(
+        "pmm-turn",
+        &[
+            "--db",
+            new.to_str().unwrap(),
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            good.to_str().unwrap(),
+            "hello",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(selection(&r)["dense"]["model"].is_string(), "{r:?}");
 }
 
 fn ollama_answer(n: usize, dim: usize, seed: f32) -> StubResponse {

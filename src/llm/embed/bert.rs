@@ -297,8 +297,9 @@ const ALONE: usize = 1;
 /// to the calling thread. One short text is a few small matrix products: split over the global
 /// pool's threads, each step's hand-off costs about as much as it saves, and the pool's threads
 /// then spin for a while before they sleep, taking the cores a turn's recall needs next (its
-/// vector search is split over two connections). A turn in a `pmm-turn` that reads lines took
-/// 66-72 ms with the pool and 56-58 ms without (10^6-event ledger, a vector per message).
+/// vector search is split over two connections). With candle's matrix products also on one
+/// thread ([`super::single_text_threads`]), a turn of a `pmm-turn` reading lines went from
+/// 66-72 to 53-57 ms (10^6-event ledger, a vector per message; docs/recall.md).
 fn on_this_thread<T: Send>(work: impl FnOnce() -> T + Send) -> T {
     match rayon::ThreadPoolBuilder::new()
         .num_threads(1)

@@ -157,7 +157,7 @@ static THREADS_SET: AtomicBool = AtomicBool::new(false);
 /// text's matrix products cost about as much in hand-offs as they save, and the idle pool's
 /// threads spin for a while, taking the cores the turn's vector search (split over two
 /// connections) needs next: a turn of a `pmm-turn` reading lines took 66-72 ms with the split
-/// and 53-55 ms without (10^6-event ledger, a vector per message; docs/recall.md). A backfill
+/// and 56-58 ms without (53-57 ms with the one-thread pool of `bert.rs` too; docs/recall.md). A backfill
 /// (batches of 64) keeps every core: 9.6 s on one thread against 5.9 s on two for 419 messages.
 pub fn single_text_threads() {
     if std::env::var_os(THREADS_VAR).is_none() {
