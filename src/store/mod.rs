@@ -81,7 +81,16 @@ const MIGRATIONS: &[&str] = &[
     // 4: sentence-embedding vectors per model (store/vectors.rs), filled by turns, ticks and
     // `pmm-recall --embed`.
     vectors::MIGRATION,
+    // 5: a magnitude bit per dimension in the vector packs; the packs are rebuilt from the
+    // stored vectors ([`MIGRATED_IN_CODE`]).
+    vectors::MIGRATION_MAGNITUDES,
 ];
+
+/// What a migration runs after its SQL, in the same transaction.
+type MigrationCode = fn(&Connection) -> rusqlite::Result<()>;
+
+/// Migrations that need code after their SQL: `(number, what runs)`.
+const MIGRATED_IN_CODE: &[(usize, MigrationCode)] = &[(5, vectors::repack)];
 
 /// The event columns in [`row_to_event`]'s order (a macro, so that constant queries can be
 /// put together with `concat!`).
@@ -317,6 +326,9 @@ impl Ledger {
         let from = version(&tx)?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
             tx.execute_batch(sql)?;
+            for (_, code) in MIGRATED_IN_CODE.iter().filter(|(n, _)| *n == i + 1) {
+                code(&tx)?;
+            }
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         }
         tx.commit()

@@ -230,6 +230,56 @@ fn a_backfill_embeds_every_recallable_event_once_and_resumes() {
     assert_eq!(check.code, 0, "{check:?}");
 }
 
+/// A ledger whose packs have only sign bits (written before migration 5) is searched by a
+/// reader as it is, and a writer's open gives its packs their magnitude bits, rebuilt from
+/// the stored vectors.
+#[test]
+fn packs_written_before_magnitude_bits_are_read_then_rebuilt_by_a_writer() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let m = model(&pmm, "m", 1, 16);
+    let flag = ["--embed-model", m.to_str().unwrap()];
+    assert_eq!(
+        pmm.run("pmm-recall", &["--embed", flag[0], flag[1]], "")
+            .code,
+        0
+    );
+    let ask = || pmm.run("pmm-recall", &[flag[0], flag[1], "canvas painting"], "");
+    let before = ask();
+    assert_eq!(before.code, 0, "{before:?}");
+    let packs = "SELECT count(*) FROM pmm_vector_pack WHERE length(mags) = 2 * n";
+    assert_eq!(
+        sql(&pmm, packs),
+        1,
+        "two bytes of magnitude bits per 16-dimension vector"
+    );
+    let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
+    c.execute_batch("ALTER TABLE pmm_vector_pack DROP COLUMN mags; PRAGMA user_version = 4;")
+        .unwrap();
+    drop(c);
+    let old = ask();
+    assert_eq!(old.code, 0, "{old:?}");
+    assert_eq!(
+        old.stdout, before.stdout,
+        "below 2,000 vectors the search is exact"
+    );
+    assert_eq!(
+        sql(&pmm, "PRAGMA user_version"),
+        4,
+        "a reader does not migrate"
+    );
+    let w = pmm.run(
+        "pmm-append",
+        &["--kind", "autonomy_tick", "--content", "{}"],
+        "",
+    );
+    assert_eq!(w.code, 0, "{w:?}");
+    assert_eq!(sql(&pmm, "PRAGMA user_version"), 5);
+    assert_eq!(sql(&pmm, packs), 1);
+    assert_eq!(sql(&pmm, "SELECT sum(n) FROM pmm_vector_pack"), 6);
+    assert_eq!(ask().stdout, before.stdout);
+}
+
 #[test]
 fn a_turn_embeds_its_message_and_reply_and_records_the_model() {
     let pmm = Pmm::new();

@@ -10,39 +10,45 @@
 //!   bytes instead of 4d (a cosine differs from the `f32` one by about 10^-4; `i8` codes, at
 //!   half that size, reorder near-ties often enough that their top 50 match exact search's only
 //!   99 % of the time, which is the target with no margin).
-//! - `pmm_vector_pack` holds, per model, chunks of [`CHUNK`] (event id, sign bits) pairs: one
-//!   bit per dimension, so a search reads 8 + d/8 bytes per vector in a few hundred rows.
+//! - `pmm_vector_pack` holds, per model, chunks of [`CHUNK`] event ids with two bits per
+//!   dimension each ([`codes`]: a sign bit and a magnitude bit), so a search reads
+//!   8 + d/4 bytes per vector in a few hundred rows. The packs are a function of the stored
+//!   vectors alone ([`repack`] rebuilds them).
 //!
 //! A search is exhaustive and deterministic (the same vectors give the same ranking whatever
 //! order they were added in; ties go by event id), with no approximate index, in three steps:
-//! every vector of the model ranked by the Hamming distance of its sign bits to the query's
-//! (the packs read one row at a time, keeping only what can still be among the nearest
-//! [`PREFILTER`]), those re-ranked by their sign bits against the query's own values (an
-//! asymmetric score, far closer to the cosine), and the best [`CANDIDATES`] of those scored
-//! exactly with their stored vectors, read in id order. With a second core each step is split
-//! over two connections.
+//! every vector of the model scored by its sign bits against the query at 4 bits per value,
+//! in integers with `POPCNT` (the packs read one row at a time, keeping only what can still be
+//! among the best [`PREFILTER`]); those re-scored by both their bits against the query's own
+//! values (an estimate of the cosine far closer than the signs'); and the best
+//! [`candidates`] of those scored exactly with their stored vectors, read by id in id order.
+//! With a second core each step is split over two connections.
 //!
-//! [`CANDIDATES`] is what makes the top 50 match exact search's: on 10^6 vectors clustered as
-//! sentence embeddings are (many near-paraphrases of one another), the sign score orders the
-//! vectors of one cluster poorly, and 2,000 candidates kept 93 % of exact search's top 50
-//! (`scripts/vector-bench`), 10,000 keep 99.5 %. Each is a read by id, so a smaller ledger
-//! scores fewer: one vector in [`EXACT_SHARE`], from [`MIN_CANDIDATES`] to [`CANDIDATES`].
+//! The magnitude bits are what keep the exact step small: on 10^6 vectors clustered as
+//! sentence embeddings are (many near-paraphrases of one another, whose cosines with a
+//! question differ in the third decimal), the signs alone order the members of a cluster
+//! poorly, and 10,000 exact scores were needed to keep 99.5 % of exact search's top 50
+//! (`scripts/vector-bench`); with both bits 2,500 keep as many. Each exact score is a read by
+//! id, so a smaller ledger scores fewer: one vector in [`EXACT_SHARE`], from
+//! [`MIN_CANDIDATES`] to [`CANDIDATES`].
 
+mod codes;
+
+pub use codes::{dequantize, dot_quantized, magnitude_bits, quantize, sign_bits, QueryCode};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Vectors per pack row.
 pub const CHUNK: usize = 1024;
-/// Vectors a search keeps after the Hamming step.
-pub const PREFILTER: usize = 100_000;
+/// Vectors a search keeps after the first step.
+pub const PREFILTER: usize = 20_000;
 /// Vectors a search scores exactly, at most: one in [`EXACT_SHARE`] of the model's vectors,
 /// at least [`MIN_CANDIDATES`].
 pub const CANDIDATES: usize = 10_000;
 /// Vectors a search scores exactly, at least (below that many vectors, the search is exact).
 pub const MIN_CANDIDATES: usize = 2_000;
-/// One vector in this many is scored exactly (between the two bounds above): each exact score
-/// is a read by id, so a smaller ledger reads fewer (2,000 up to 2·10^5 vectors, 10,000 from
-/// 10^6).
-pub const EXACT_SHARE: usize = 100;
+/// One vector in this many is scored exactly (between the two bounds above): 2,000 up to
+/// 8·10^5 vectors, 2,500 at 10^6.
+pub const EXACT_SHARE: usize = 400;
 
 /// How many of `total` vectors a search scores exactly.
 pub fn candidates(total: usize) -> usize {
@@ -70,6 +76,11 @@ CREATE TABLE IF NOT EXISTS pmm_vector_pack (
     bits BLOB NOT NULL,
     PRIMARY KEY (mid, chunk)
 ) WITHOUT ROWID;";
+
+/// The migration that gives the packs their magnitude bits (empty until [`repack`], which the
+/// migration runs, fills them).
+pub(crate) const MIGRATION_MAGNITUDES: &str =
+    "ALTER TABLE pmm_vector_pack ADD COLUMN mags BLOB NOT NULL DEFAULT x'';";
 
 /// A model's row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,107 +147,60 @@ pub(crate) fn models(conn: &Connection) -> rusqlite::Result<Vec<(String, usize, 
     rows.collect()
 }
 
-/// `v` as stored: one little-endian IEEE half float per dimension.
-pub fn quantize(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-        .collect()
-}
-
-/// The dot product of a stored vector with `query` (`None` when the sizes differ).
-pub fn dot_quantized(q: &[u8], query: &[f32]) -> Option<f32> {
-    if q.len() != 2 * query.len() {
-        return None;
-    }
-    Some(
-        q.chunks_exact(2)
-            .zip(query)
-            .map(|(b, x)| half::f16::from_le_bytes([b[0], b[1]]).to_f32() * x)
-            .sum(),
-    )
-}
-
-/// Per group of 8 dimensions, the sum of ±query for each of the 256 sign patterns: the
-/// asymmetric score of a vector's sign bits is then one look-up per byte.
-fn sign_tables(query: &[f32]) -> Vec<[f32; 256]> {
-    query
-        .chunks(8)
-        .map(|g| {
-            let mut t = [0f32; 256];
-            for (b, slot) in t.iter_mut().enumerate() {
-                *slot = g
-                    .iter()
-                    .enumerate()
-                    .map(|(k, x)| if b >> k & 1 == 1 { *x } else { -*x })
-                    .sum();
-            }
-            t
-        })
-        .collect()
-}
-
-fn sign_score(tables: &[[f32; 256]], bits: &[u8]) -> f32 {
-    bits.iter().zip(tables).map(|(b, t)| t[*b as usize]).sum()
-}
-
-/// One bit per dimension, set where the value is positive; `ceil(d/8)` bytes.
-pub fn sign_bits(v: &[f32]) -> Vec<u8> {
-    let mut out = vec![0u8; v.len().div_ceil(8)];
-    for (i, x) in v.iter().enumerate() {
-        if *x > 0.0 {
-            out[i / 8] |= 1 << (i % 8);
-        }
-    }
-    out
-}
-
 /// Step 1 of a search, fed one pack row at a time: the [`Limits::prefilter`] vectors (before
-/// event `before`) whose sign bits are nearest to the query's, ties by id, with their bits. It
-/// keeps only what can still be among them (a histogram of the kept distances gives the
-/// largest distance that can), so the packs are never copied whole.
+/// event `before`) whose sign bits score best against the 4-bit query
+/// ([`QueryCode::distances`]), ties by id, with their codes. It keeps only what can still be
+/// among them (a histogram of the kept distances gives the largest distance that can), so the
+/// packs are never copied whole.
 struct Nearest<'q> {
-    qbits: &'q [u8],
+    code: &'q QueryCode,
     before: i64,
     keep: usize,
     /// Distances above this can no longer be kept.
     limit: u32,
     hist: Vec<usize>,
-    /// `(distance, id)` of the vectors kept, and their bits one after another.
+    /// `(distance, id)` of the vectors kept, and their sign and magnitude bits one after
+    /// another (magnitude bits all clear where a pack has none).
     kept: Vec<(u32, i64)>,
-    bits: Vec<u8>,
+    codes: Vec<u8>,
     /// The current row's distances (a buffer kept between rows).
     dist: Vec<u32>,
 }
 
 impl<'q> Nearest<'q> {
-    fn new(qbits: &'q [u8], before: i64, keep: usize) -> Self {
+    fn new(code: &'q QueryCode, before: i64, keep: usize) -> Self {
         Nearest {
-            qbits,
+            code,
             before,
             keep: keep.max(1),
             limit: u32::MAX,
-            hist: vec![0; 8 * qbits.len() + 1],
+            hist: vec![0; code.distance_range()],
             kept: Vec::new(),
-            bits: Vec::new(),
+            codes: Vec::new(),
             dist: Vec::new(),
         }
     }
 
-    fn width(&self) -> usize {
-        self.qbits.len().max(1)
-    }
-
-    /// One pack row: `ids` (8 bytes each) and their bits.
-    fn row(&mut self, ids: &[u8], bits: &[u8]) {
+    /// One pack row: `ids` (8 bytes each), their sign bits and their magnitude bits (`mags`
+    /// empty in a pack written before there were any).
+    fn row(&mut self, ids: &[u8], bits: &[u8], mags: &[u8]) {
+        let width = self.code.width().max(1);
+        if bits.len() != ids.len() / 8 * width || !(mags.is_empty() || mags.len() == bits.len()) {
+            return;
+        }
         let mut dist = std::mem::take(&mut self.dist);
-        distances(self.qbits, bits, &mut dist);
-        let codes = ids.chunks_exact(8).zip(bits.chunks_exact(self.width()));
-        for ((id, b), &d) in codes.zip(&dist) {
+        self.code.distances(bits, &mut dist);
+        for (k, (id, &d)) in ids.chunks_exact(8).zip(&dist).enumerate() {
             let id = i64::from_le_bytes(id.try_into().unwrap_or_default());
-            if d <= self.limit && id < self.before && b.len() == self.qbits.len() {
+            if d <= self.limit && id < self.before {
                 self.hist[d as usize] += 1;
                 self.kept.push((d, id));
-                self.bits.extend_from_slice(b);
+                self.codes
+                    .extend_from_slice(&bits[k * width..(k + 1) * width]);
+                match mags.get(k * width..(k + 1) * width) {
+                    Some(m) => self.codes.extend_from_slice(m),
+                    None => self.codes.resize(self.codes.len() + width, 0),
+                }
             }
         }
         self.dist = dist;
@@ -254,18 +218,18 @@ impl<'q> Nearest<'q> {
         }
         self.limit = limit as u32;
         self.hist[limit + 1..].iter_mut().for_each(|h| *h = 0);
-        let width = self.width();
+        let entry = 2 * self.code.width();
         let mut to = 0;
         for from in 0..self.kept.len() {
             if self.kept[from].0 <= self.limit {
                 self.kept[to] = self.kept[from];
-                self.bits
-                    .copy_within(from * width..(from + 1) * width, to * width);
+                self.codes
+                    .copy_within(from * entry..(from + 1) * entry, to * entry);
                 to += 1;
             }
         }
         self.kept.truncate(to);
-        self.bits.truncate(to * width);
+        self.codes.truncate(to * entry);
     }
 
     /// Takes in what another part of the search kept.
@@ -274,13 +238,14 @@ impl<'q> Nearest<'q> {
             self.hist[*d as usize] += 1;
         }
         self.kept.extend(other.kept);
-        self.bits.extend(other.bits);
+        self.codes.extend(other.codes);
     }
 
-    /// Step 2: the nearest [`Limits::prefilter`] re-ranked by the asymmetric score of their
-    /// bits against the query's values (`tables`): the ids of the best `n`, in no order.
-    fn best_by_sign_score(self, tables: &[[f32; 256]], n: usize) -> Vec<i64> {
-        let width = self.width();
+    /// Step 2: the nearest [`Limits::prefilter`] re-ranked by the score of their sign and
+    /// magnitude bits against the query's own values ([`QueryCode::score`]): the ids of the
+    /// best `n`, in no order.
+    fn best_by_two_bit_score(self, n: usize) -> Vec<i64> {
+        let width = self.code.width();
         let mut order: Vec<(u32, i64, usize)> = self
             .kept
             .iter()
@@ -288,15 +253,16 @@ impl<'q> Nearest<'q> {
             .map(|(i, (d, id))| (*d, *id, i))
             .collect();
         keep_best(&mut order, self.keep);
-        let mut asym: Vec<(std::cmp::Reverse<OrdF32>, i64)> = order
+        let mut scored: Vec<(std::cmp::Reverse<OrdF32>, i64)> = order
             .into_iter()
             .map(|(_, id, i)| {
-                let s = sign_score(tables, &self.bits[i * width..(i + 1) * width]);
+                let entry = &self.codes[2 * i * width..2 * (i + 1) * width];
+                let s = self.code.score(&entry[..width], &entry[width..]);
                 (std::cmp::Reverse(OrdF32(s)), id)
             })
             .collect();
-        keep_best(&mut asym, n);
-        asym.into_iter().map(|(_, id)| id).collect()
+        keep_best(&mut scored, n);
+        scored.into_iter().map(|(_, id)| id).collect()
     }
 }
 
@@ -326,48 +292,6 @@ impl Ord for OrdF32 {
     }
 }
 
-/// The Hamming distance of each of the codes in `bits` (each as long as `q`) to `q`, into
-/// `out`. With the CPU's POPCNT instruction where it has one: a build for generic x86-64 counts
-/// bits without it, several instructions per word, and this is most of a search's arithmetic.
-fn distances(q: &[u8], bits: &[u8], out: &mut Vec<u32>) {
-    out.clear();
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("popcnt") {
-        // SAFETY: the CPU has POPCNT (checked just now); the function is the portable one
-        // compiled with that instruction allowed.
-        unsafe { distances_popcnt(q, bits, out) };
-        return;
-    }
-    distances_portable(q, bits, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "popcnt")]
-unsafe fn distances_popcnt(q: &[u8], bits: &[u8], out: &mut Vec<u32>) {
-    distances_portable(q, bits, out);
-}
-
-#[inline(always)]
-fn distances_portable(q: &[u8], bits: &[u8], out: &mut Vec<u32>) {
-    out.extend(bits.chunks_exact(q.len().max(1)).map(|b| hamming(q, b)));
-}
-
-#[inline(always)]
-fn hamming(a: &[u8], b: &[u8]) -> u32 {
-    let mut d = 0;
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        let x = u64::from_le_bytes(x.try_into().unwrap_or_default());
-        let y = u64::from_le_bytes(y.try_into().unwrap_or_default());
-        d += (x ^ y).count_ones();
-    }
-    for (x, y) in ra.iter().zip(rb) {
-        d += (x ^ y).count_ones();
-    }
-    d
-}
-
 /// Stores vectors of model `m` (inside the caller's write transaction); events that already
 /// have one keep it. Returns how many were new.
 pub(crate) fn put(
@@ -375,13 +299,14 @@ pub(crate) fn put(
     m: Model,
     vectors: &[(i64, Vec<f32>)],
 ) -> rusqlite::Result<usize> {
-    let mut fresh: Vec<(i64, Vec<u8>)> = Vec::new();
+    let mut fresh: Vec<(i64, Vec<f32>)> = Vec::new();
     {
         let mut ins = conn
             .prepare_cached("INSERT OR IGNORE INTO pmm_vectors (mid, id, q) VALUES (?1, ?2, ?3)")?;
         for (id, v) in vectors {
-            if v.len() == m.dim && ins.execute(params![m.mid, id, quantize(v)])? == 1 {
-                fresh.push((*id, sign_bits(v)));
+            let q = quantize(v);
+            if v.len() == m.dim && ins.execute(params![m.mid, id, q])? == 1 {
+                fresh.push((*id, dequantize(&q)));
             }
         }
     }
@@ -389,34 +314,108 @@ pub(crate) fn put(
     Ok(fresh.len())
 }
 
-/// Appends `(id, bits)` pairs to the model's last pack chunk, opening new ones as they fill.
-fn pack(conn: &Connection, m: Model, fresh: &[(i64, Vec<u8>)]) -> rusqlite::Result<()> {
+/// One row of `pmm_vector_pack`: up to [`CHUNK`] event ids and their codes.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct PackRow {
+    chunk: i64,
+    n: usize,
+    ids: Vec<u8>,
+    bits: Vec<u8>,
+    mags: Vec<u8>,
+}
+
+impl PackRow {
+    const COLUMNS: &'static str = "chunk, n, ids, bits, mags";
+
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<PackRow> {
+        Ok(PackRow {
+            chunk: r.get(0)?,
+            n: r.get::<_, i64>(1)?.max(0) as usize,
+            ids: r.get(2)?,
+            bits: r.get(3)?,
+            mags: r.get(4)?,
+        })
+    }
+
+    fn write(&self, conn: &Connection, mid: i64) -> rusqlite::Result<()> {
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO pmm_vector_pack (mid, chunk, n, ids, bits, mags)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            mid,
+            self.chunk,
+            self.n as i64,
+            self.ids,
+            self.bits,
+            self.mags
+        ])?;
+        Ok(())
+    }
+}
+
+/// Appends the codes of `(id, vector)` pairs (their stored values) to the model's last pack
+/// chunk, opening new ones as they fill. The packs are a function of `pmm_vectors` alone.
+fn pack(conn: &Connection, m: Model, fresh: &[(i64, Vec<f32>)]) -> rusqlite::Result<()> {
     let mut rest = fresh;
     while !rest.is_empty() {
-        let last: Option<(i64, i64, Vec<u8>, Vec<u8>)> = conn
+        let last = conn
             .query_row(
-                "SELECT chunk, n, ids, bits FROM pmm_vector_pack WHERE mid = ?1
-                 ORDER BY chunk DESC LIMIT 1",
+                &format!(
+                    "SELECT {} FROM pmm_vector_pack WHERE mid = ?1 ORDER BY chunk DESC LIMIT 1",
+                    PackRow::COLUMNS
+                ),
                 [m.mid],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                PackRow::read,
             )
             .optional()?;
-        let (chunk, n, mut ids, mut bits) = match last {
-            Some((c, n, ids, bits)) if (n as usize) < CHUNK => (c, n as usize, ids, bits),
-            Some((c, ..)) => (c + 1, 0, Vec::new(), Vec::new()),
-            None => (0, 0, Vec::new(), Vec::new()),
+        let mut row = match last {
+            Some(row) if row.n < CHUNK => row,
+            Some(full) => PackRow {
+                chunk: full.chunk + 1,
+                ..PackRow::default()
+            },
+            None => PackRow::default(),
         };
-        let take = (CHUNK - n).min(rest.len());
-        for (id, b) in &rest[..take] {
-            ids.extend_from_slice(&id.to_le_bytes());
-            bits.extend_from_slice(b);
+        let take = (CHUNK - row.n).min(rest.len());
+        for (id, v) in &rest[..take] {
+            row.ids.extend_from_slice(&id.to_le_bytes());
+            row.bits.extend_from_slice(&sign_bits(v));
+            row.mags.extend_from_slice(&magnitude_bits(v));
         }
-        conn.prepare_cached(
-            "INSERT OR REPLACE INTO pmm_vector_pack (mid, chunk, n, ids, bits)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?
-        .execute(params![m.mid, chunk, (n + take) as i64, ids, bits])?;
+        row.n += take;
+        row.write(conn, m.mid)?;
         rest = &rest[take..];
+    }
+    Ok(())
+}
+
+/// Rebuilds every model's packs from its stored vectors, in id order (migration 5, which
+/// gave the packs their magnitude bits: a few seconds at 10^6 vectors, once).
+pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
+    let mids: Vec<i64> = conn
+        .prepare("SELECT mid, dim FROM pmm_embed_models ORDER BY mid")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for mid in mids {
+        let m = Model { mid, dim: 0 };
+        conn.execute("DELETE FROM pmm_vector_pack WHERE mid = ?1", [mid])?;
+        let mut after = i64::MIN;
+        loop {
+            let batch: Vec<(i64, Vec<f32>)> = conn
+                .prepare_cached(
+                    "SELECT id, q FROM pmm_vectors WHERE mid = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+                )?
+                .query_map(params![mid, after, CHUNK as i64], |r| {
+                    Ok((r.get(0)?, dequantize(r.get_ref(1)?.as_blob()?)))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let Some(last) = batch.last().map(|b| b.0) else {
+                break;
+            };
+            pack(conn, m, &batch)?;
+            after = last;
+        }
     }
     Ok(())
 }
@@ -428,24 +427,25 @@ pub(crate) fn forget(conn: &Connection, id: i64) -> rusqlite::Result<()> {
     let key = id.to_le_bytes();
     let mut hits = Vec::new();
     {
-        let mut stmt = conn.prepare("SELECT mid, chunk, n, ids, bits FROM pmm_vector_pack")?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {}, mid FROM pmm_vector_pack",
+            PackRow::COLUMNS
+        ))?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let ids: Vec<u8> = r.get(3)?;
+            let ids = r.get_ref(2)?.as_blob()?;
             if let Some(at) = ids.chunks_exact(8).position(|c| c == key) {
-                let (mid, chunk, n): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
-                hits.push((mid, chunk, n, at, ids, r.get::<_, Vec<u8>>(4)?));
+                hits.push((r.get::<_, i64>(5)?, at, PackRow::read(r)?));
             }
         }
     }
-    for (mid, chunk, n, at, mut ids, mut bits) in hits {
-        let width = bits.len() / (n.max(1) as usize);
-        ids.drain(at * 8..at * 8 + 8);
-        bits.drain(at * width..(at + 1) * width);
-        conn.execute(
-            "UPDATE pmm_vector_pack SET n = ?3, ids = ?4, bits = ?5 WHERE mid = ?1 AND chunk = ?2",
-            params![mid, chunk, n - 1, ids, bits],
-        )?;
+    for (mid, at, mut row) in hits {
+        let width = row.bits.len() / row.n.max(1);
+        row.ids.drain(at * 8..at * 8 + 8);
+        row.bits.drain(at * width..(at + 1) * width);
+        row.mags.drain(at * width..(at + 1) * width);
+        row.n -= 1;
+        row.write(conn, mid)?;
     }
     Ok(())
 }
@@ -532,7 +532,7 @@ pub(crate) fn search(
     if query.len() != m.dim || k == 0 {
         return Ok(Vec::new());
     }
-    let qbits = sign_bits(query);
+    let code = QueryCode::new(query);
     let chunks: i64 = conn.query_row(
         "SELECT coalesce(max(chunk) + 1, 0) FROM pmm_vector_pack WHERE mid = ?1",
         [m.mid],
@@ -541,7 +541,7 @@ pub(crate) fn search(
     let (ids, helper) = both(conn, helper, |c, part, parts| {
         let (part, parts) = (part as i64, parts as i64);
         let (lo, hi) = (chunks * part / parts, chunks * (part + 1) / parts);
-        nearest(c, m, &qbits, (lo, hi), before, limits.prefilter)
+        nearest(c, m, &code, (lo, hi), before, limits.prefilter)
     })?;
     let mut near = ids.0;
     if let Some(other) = ids.1 {
@@ -549,7 +549,7 @@ pub(crate) fn search(
     }
     let total = usize::try_from(chunks).unwrap_or(0) * CHUNK;
     let keep = limits.candidates.min(candidates(total));
-    let mut ids = near.best_by_sign_score(&sign_tables(query), keep);
+    let mut ids = near.best_by_two_bit_score(keep);
     // In id order, the rows are read in the order they are stored.
     ids.sort_unstable();
     let (scored, _) = both(conn, helper, |c, part, parts| {
@@ -595,20 +595,33 @@ fn both<'h, T: Send>(
 fn nearest<'q>(
     conn: &Connection,
     m: Model,
-    qbits: &'q [u8],
+    code: &'q QueryCode,
     chunks: (i64, i64),
     before: i64,
     keep: usize,
 ) -> rusqlite::Result<Nearest<'q>> {
-    let mut near = Nearest::new(qbits, before, keep);
-    let mut stmt = conn.prepare_cached(
-        "SELECT ids, bits FROM pmm_vector_pack WHERE mid = ?1 AND chunk >= ?2 AND chunk < ?3",
-    )?;
+    let mut near = Nearest::new(code, before, keep);
+    // A ledger that only readers have opened since migration 5 has packs without magnitude
+    // bits: it is searched with the sign bits alone until a writer opens it.
+    let mags = if has_magnitudes(conn)? { "mags" } else { "x''" };
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT ids, bits, {mags} FROM pmm_vector_pack WHERE mid = ?1 AND chunk >= ?2 AND chunk < ?3"
+    ))?;
     let mut rows = stmt.query(params![m.mid, chunks.0, chunks.1])?;
     while let Some(row) = rows.next()? {
-        near.row(row.get_ref(0)?.as_blob()?, row.get_ref(1)?.as_blob()?);
+        let (ids, bits, mags) = (row.get_ref(0)?, row.get_ref(1)?, row.get_ref(2)?);
+        near.row(ids.as_blob()?, bits.as_blob()?, mags.as_blob()?);
     }
     Ok(near)
+}
+
+/// Whether the packs have their magnitude bits' column (migration 5).
+fn has_magnitudes(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM pragma_table_info('pmm_vector_pack') WHERE name = 'mags')",
+        [],
+        |r| r.get(0),
+    )
 }
 
 /// Step 3: the exact dot products of the vectors `ids` with `query` (a vector erased since
@@ -648,6 +661,7 @@ mod tests {
         c.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT);")
             .unwrap();
         c.execute_batch(MIGRATION).unwrap();
+        c.execute_batch(MIGRATION_MAGNITUDES).unwrap();
         c
     }
 
@@ -664,31 +678,6 @@ mod tests {
         let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
         v.iter_mut().for_each(|a| *a /= n);
         v
-    }
-
-    #[test]
-    fn stored_dots_are_close_to_exact_ones() {
-        for s in 0..50 {
-            let (a, b) = (unit(s, 384), unit(s + 1000, 384));
-            let exact: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-            let got = dot_quantized(&quantize(&a), &b).unwrap();
-            assert!((exact - got).abs() < 5e-4, "{exact} {got}");
-        }
-        assert_eq!(dot_quantized(&quantize(&[0.0; 4]), &[1.0; 4]), Some(0.0));
-        assert_eq!(dot_quantized(&quantize(&[0.5; 4]), &[1.0; 3]), None);
-    }
-
-    #[test]
-    fn the_asymmetric_score_is_the_dot_with_the_signs() {
-        let q = unit(3, 20);
-        let v = unit(4, 20);
-        let signs: f32 = q
-            .iter()
-            .zip(&v)
-            .map(|(x, y)| if *y > 0.0 { *x } else { -*x })
-            .sum();
-        let got = sign_score(&sign_tables(&q), &sign_bits(&v));
-        assert!((signs - got).abs() < 1e-5, "{signs} {got}");
     }
 
     #[test]
@@ -723,24 +712,6 @@ mod tests {
             .query_row("SELECT sum(n) FROM pmm_vector_pack", [], |r| r.get(0))
             .unwrap();
         assert_eq!(packed, 2500);
-    }
-
-    #[test]
-    fn distances_with_popcnt_are_the_portable_ones() {
-        let q = sign_bits(&unit(1, 384));
-        let bits: Vec<u8> = (0..40).flat_map(|s| sign_bits(&unit(s, 384))).collect();
-        let (mut fast, mut slow) = (Vec::new(), Vec::new());
-        distances(&q, &bits, &mut fast);
-        distances_portable(&q, &bits, &mut slow);
-        assert_eq!(fast, slow);
-        assert_eq!(fast.len(), 40);
-        assert_eq!(fast[1], 0, "the query's own code");
-        let naive = |a: &[u8], b: &[u8]| -> u32 {
-            a.iter().zip(b).map(|(x, y)| (x ^ y).count_ones()).sum()
-        };
-        for (k, d) in fast.iter().enumerate() {
-            assert_eq!(*d, naive(&q, &bits[k * 48..(k + 1) * 48]));
-        }
     }
 
     #[test]
@@ -803,10 +774,11 @@ mod tests {
 
     #[test]
     fn the_streamed_prefilter_keeps_what_a_full_sort_keeps() {
-        // Few distinct distances (8-bit codes), so the cut falls inside a run of ties.
-        let q = [0b1010_1010u8];
+        // 8-dimension codes have few distinct distances, so the cut falls inside a run of
+        // ties.
+        let code = QueryCode::new(&[0.3, -0.2, 0.1, 0.0, -0.4, 0.25, 0.05, -0.1]);
         let keep = 37;
-        let mut near = Nearest::new(&q, 900, keep);
+        let mut near = Nearest::new(&code, 900, keep);
         let mut all = Vec::new();
         for row in 0..10u64 {
             let ids: Vec<i64> = (0..100)
@@ -814,23 +786,62 @@ mod tests {
                 .collect();
             let bits: Vec<u8> = ids.iter().map(|id| (id * 31 % 256) as u8).collect();
             let id_bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-            near.row(&id_bytes, &bits);
+            near.row(&id_bytes, &bits, &[]);
+            let mut dist = Vec::new();
+            code.distances(&bits, &mut dist);
             all.extend(
                 ids.iter()
-                    .zip(&bits)
+                    .zip(dist)
                     .filter(|(id, _)| **id < 900)
-                    .map(|(id, b)| (hamming(&q, &[*b]), *id)),
+                    .map(|(id, d)| (d, *id)),
             );
         }
         all.sort();
         all.truncate(keep);
-        // Every sign score equal: the candidates are then the smallest ids among the kept.
-        let flat = vec![[0f32; 256]];
-        let mut got = near.best_by_sign_score(&flat, keep);
+        let mut kept: Vec<(u32, i64)> = near.kept.clone();
+        kept.sort();
+        kept.truncate(keep);
+        assert_eq!(kept, all);
+        let mut got = near.best_by_two_bit_score(keep);
         got.sort_unstable();
         let mut want: Vec<i64> = all.into_iter().map(|(_, id)| id).collect();
         want.sort_unstable();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn packs_are_rebuilt_from_the_stored_vectors_as_they_were_written() {
+        let c = conn();
+        let m = register(&c, "m", 24).unwrap();
+        let vs = clustered(2_500, 5, 24, 0.9);
+        for part in vs.chunks(300) {
+            put(&c, m, part).unwrap();
+        }
+        let packs = |c: &Connection| -> Vec<PackRow> {
+            let sql = format!(
+                "SELECT {} FROM pmm_vector_pack ORDER BY chunk",
+                PackRow::COLUMNS
+            );
+            let mut st = c.prepare(&sql).unwrap();
+            let rows = st.query_map([], PackRow::read).unwrap();
+            rows.collect::<rusqlite::Result<_>>().unwrap()
+        };
+        let before = packs(&c);
+        assert_eq!(before.len(), 3);
+        assert!(before
+            .iter()
+            .all(|p| p.mags.len() == p.bits.len() && !p.mags.is_empty()));
+        c.execute("UPDATE pmm_vector_pack SET mags = x''", [])
+            .unwrap();
+        let q = unit(3, 24);
+        let signs_only = search(&c, None, m, &q, i64::MAX, 5, LIMITS).unwrap();
+        assert_eq!(
+            signs_only.len(),
+            5,
+            "packs without magnitude bits are still searched"
+        );
+        repack(&c).unwrap();
+        assert_eq!(packs(&c), before);
     }
 
     #[test]
@@ -841,6 +852,7 @@ mod tests {
         c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE events (id INTEGER PRIMARY KEY);")
             .unwrap();
         c.execute_batch(MIGRATION).unwrap();
+        c.execute_batch(MIGRATION_MAGNITUDES).unwrap();
         let m = register(&c, "m", 32).unwrap();
         put(&c, m, &clustered(5_000, 7, 32, 1.0)).unwrap();
         let mut helper = Connection::open(&path).unwrap();
