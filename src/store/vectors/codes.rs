@@ -211,10 +211,11 @@ fn sum_tables(query: &[f32]) -> Vec<[f32; 256]> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn unit(seed: u64, dim: usize) -> Vec<f32> {
+    /// A pseudo-random unit vector of `dim` dimensions.
+    pub(in crate::store::vectors) fn unit(seed: u64, dim: usize) -> Vec<f32> {
         let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
         let mut v: Vec<f32> = (0..dim)
             .map(|_| {

@@ -654,6 +654,7 @@ fn exact(
 
 #[cfg(test)]
 mod tests {
+    use super::codes::tests::unit;
     use super::*;
 
     fn conn() -> Connection {
@@ -663,21 +664,6 @@ mod tests {
         c.execute_batch(MIGRATION).unwrap();
         c.execute_batch(MIGRATION_MAGNITUDES).unwrap();
         c
-    }
-
-    fn unit(seed: u64, dim: usize) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-        let mut v: Vec<f32> = (0..dim)
-            .map(|_| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((x >> 33) as f32 / (1u64 << 31) as f32) - 0.5
-            })
-            .collect();
-        let n = v.iter().map(|a| a * a).sum::<f32>().sqrt();
-        v.iter_mut().for_each(|a| *a /= n);
-        v
     }
 
     #[test]
