@@ -256,7 +256,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 
 /// `--lines`: every line of stdin is a text to recall, against one loaded state and model.
 fn ask_lines(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
-    let ledger = Ledger::open_reader(path)?;
+    let mut ledger = Ledger::open_reader(path)?;
+    ledger.keep_vector_packs(Default::default());
     let started = std::time::Instant::now();
     let p: Projections = store::project(&ledger, None, true)?.projections;
     let projected = started.elapsed();

@@ -396,6 +396,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let fresh = !path.exists();
     let early = if fresh { args.embed.open_new()? } else { None };
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
+    if args.message.is_none() {
+        // Turns read from stdin, or a chat: many vector searches.
+        ledger.keep_vector_packs(Default::default());
+    }
     let opts = Options {
         embedder: if fresh {
             early

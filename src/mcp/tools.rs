@@ -59,6 +59,8 @@ pub struct Config {
     pub embedder: Option<crate::llm::embed::Shared>,
     /// The projections as of the last call (see the module docs).
     cache: Mutex<Option<Projections>>,
+    /// The vector packs, kept between tool calls (each opens the ledger anew).
+    packs: std::sync::Arc<Mutex<crate::store::vectors::PackCache>>,
 }
 
 impl Config {
@@ -71,11 +73,14 @@ impl Config {
             clock,
             embedder: None,
             cache: Mutex::new(None),
+            packs: Default::default(),
         }
     }
 
     fn reader(&self) -> Result<Ledger, ToolError> {
-        Ok(Ledger::open_reader(&self.db)?)
+        let mut ledger = Ledger::open_reader(&self.db)?;
+        ledger.keep_vector_packs(self.packs.clone());
+        Ok(ledger)
     }
 
     fn writer(&self) -> Result<Ledger, ToolError> {

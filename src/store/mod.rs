@@ -137,6 +137,8 @@ pub struct Ledger {
     /// Inside [`Ledger::in_snapshot`]'s read transaction (a vector search may still use a
     /// helper connection: there is no write of this one's that it would not see).
     reading: std::sync::atomic::AtomicBool,
+    /// Vector packs kept in memory between searches ([`Ledger::keep_vector_packs`]).
+    packs: Option<std::sync::Arc<std::sync::Mutex<vectors::PackCache>>>,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -212,6 +214,7 @@ impl Ledger {
             index_writes: true,
             tree_writes: true,
             reading: Default::default(),
+            packs: None,
         };
         ledger.init_writer().map_err(|e| ledger.err(e))?;
         Ok(ledger)
@@ -283,6 +286,7 @@ impl Ledger {
             index_writes: true,
             tree_writes: true,
             reading: Default::default(),
+            packs: None,
         };
         ledger
             .conn
@@ -369,6 +373,7 @@ impl Ledger {
             index_writes: true,
             tree_writes: true,
             reading: Default::default(),
+            packs: None,
         };
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
@@ -385,6 +390,17 @@ impl Ledger {
         self.conn
             .pragma_update(None, "cache_size", -i64::from(kib))
             .map_err(|e| self.err(e))
+    }
+
+    /// Keeps the vector packs of the model searched in `packs` between searches, for a
+    /// process that searches many times (turns read from stdin, `pmm-recall --lines`,
+    /// `pmm-mcp`, which shares one cache between the ledgers it opens): a search then reads
+    /// only the pack rows that changed since the last ([`vectors::PackCache`]).
+    pub fn keep_vector_packs(
+        &mut self,
+        packs: std::sync::Arc<std::sync::Mutex<vectors::PackCache>>,
+    ) {
+        self.packs = Some(packs);
     }
 
     /// Runs `f` inside one read transaction: every read of `f` sees the same snapshot, and
@@ -635,6 +651,7 @@ impl Ledger {
             index_writes: true,
             tree_writes: true,
             reading: Default::default(),
+            packs: None,
         };
         ledger
             .conn
@@ -753,6 +770,11 @@ pub trait Reads {
         None
     }
 
+    /// The vector packs this process keeps in memory, if it does ([`Ledger::keep_vector_packs`]).
+    fn vector_packs(&self) -> Option<&std::sync::Mutex<vectors::PackCache>> {
+        None
+    }
+
     /// The newest event, if any.
     fn head(&self) -> Result<Option<Head>> {
         head(self.conn()).map_err(|e| self.err(e))
@@ -835,16 +857,13 @@ pub trait Reads {
         match self.vector_model(name)? {
             Some(m) => {
                 let mut helper = self.helper();
-                vectors::search(
-                    self.conn(),
-                    helper.as_mut(),
-                    m,
-                    query,
-                    before,
-                    k,
-                    vectors::LIMITS,
-                )
-                .map_err(|e| self.err(e))
+                let reading = vectors::Reading {
+                    conn: self.conn(),
+                    helper: helper.as_mut(),
+                    packs: self.vector_packs(),
+                };
+                vectors::search(reading, m, query, before, k, vectors::LIMITS)
+                    .map_err(|e| self.err(e))
             }
             None => Ok(Vec::new()),
         }
@@ -1116,6 +1135,9 @@ impl Reads for Ledger {
         c.busy_timeout(std::time::Duration::from_millis(self.busy_ms))
             .ok()?;
         Some(c)
+    }
+    fn vector_packs(&self) -> Option<&std::sync::Mutex<vectors::PackCache>> {
+        self.packs.as_deref()
     }
 }
 
