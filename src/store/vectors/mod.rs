@@ -171,16 +171,22 @@ struct Nearest<'q> {
 }
 
 impl<'q> Nearest<'q> {
-    fn new(code: &'q QueryCode, before: i64, keep: usize) -> Self {
+    /// For at most `vectors` vectors. Its buffers are allocated here, whole (never in a
+    /// thread that a search starts for its other half: a thread that ends leaves what it
+    /// allocated to the allocator's bookkeeping, and a process that searches many times grew
+    /// by megabytes a search).
+    fn new(code: &'q QueryCode, before: i64, keep: usize, vectors: usize) -> Self {
+        let keep = keep.max(1);
+        let most = vectors.min(2 * keep + CHUNK);
         Nearest {
             code,
             before,
-            keep: keep.max(1),
+            keep,
             limit: u32::MAX,
             hist: vec![0; code.distance_range()],
-            kept: Vec::new(),
-            codes: Vec::new(),
-            dist: Vec::new(),
+            kept: Vec::with_capacity(most),
+            codes: Vec::with_capacity(most * 2 * code.width()),
+            dist: Vec::with_capacity(CHUNK),
         }
     }
 
@@ -607,8 +613,8 @@ fn nearest_in_memory<'q>(
     before: i64,
     keep: usize,
 ) -> Nearest<'q> {
-    let feed = |rows: &[PackRow]| {
-        let mut near = Nearest::new(code, before, keep);
+    let start = |rows: &[PackRow]| Nearest::new(code, before, keep, rows.iter().map(|r| r.n).sum());
+    let feed = |mut near: Nearest<'q>, rows: &[PackRow]| {
         for r in rows {
             near.row(&r.ids, &r.bits, &r.mags);
         }
@@ -616,12 +622,13 @@ fn nearest_in_memory<'q>(
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 2 || rows.len() < 2 {
-        return feed(rows);
+        return feed(start(rows), rows);
     }
     let (mine, theirs) = rows.split_at(rows.len() / 2);
+    let (near, other) = (start(mine), start(theirs));
     std::thread::scope(|s| {
-        let other = s.spawn(|| feed(theirs));
-        let near = feed(mine);
+        let other = s.spawn(|| feed(other, theirs));
+        let near = feed(near, mine);
         let other = other
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -663,7 +670,8 @@ fn nearest<'q>(
     before: i64,
     keep: usize,
 ) -> rusqlite::Result<Nearest<'q>> {
-    let mut near = Nearest::new(code, before, keep);
+    let vectors = usize::try_from(chunks.1 - chunks.0).unwrap_or(0) * CHUNK;
+    let mut near = Nearest::new(code, before, keep, vectors);
     let mags = magnitudes_column(conn)?;
     // A scan, not a range of the key (`+`): SQLite compares each row of a range with its
     // bounds, and reads the whole row (100 KB over overflow pages) to compare a key whose
@@ -842,7 +850,7 @@ mod tests {
         // ties.
         let code = QueryCode::new(&[0.3, -0.2, 0.1, 0.0, -0.4, 0.25, 0.05, -0.1]);
         let keep = 37;
-        let mut near = Nearest::new(&code, 900, keep);
+        let mut near = Nearest::new(&code, 900, keep, 1_000);
         let mut all = Vec::new();
         for row in 0..10u64 {
             let ids: Vec<i64> = (0..100)
