@@ -53,8 +53,10 @@ OUTPUT:
   once more to time it, and the ids of its 50 nearest); unlike everything else it differs from
   run to run.
   --lines prints the same records for each line of stdin, each with \"line\": N (its line
-  number); the ledger's state and the model are loaded once, so a file of questions is
-  answered in one process: pmm-recall --lines < questions.txt | jq -c '{line, id}'.
+  number); the ledger's state and the model are loaded once, and the vector packs are kept
+  in memory after the first question (about 104 bytes a vector; at most 160 MiB), so a file
+  of questions is answered in one process: pmm-recall --lines < questions.txt | jq -c
+  '{line, id}'.
   --reindex prints {\"type\":\"reindex\",\"events\",\"through\"}; --check prints one
   {\"type\":\"finding\",\"message\"} line per problem and {\"type\":\"check\",\"ok\",\"through\"};
   with an embedding model it also recomputes the model's stored vectors and reports each

@@ -30,7 +30,9 @@ EXAMPLES:
 INPUT:
   The message argument is one turn. Without it, stdin is read: one turn per line, each a JSON
   object {\"content\": STRING} (as pmm-replay prints user messages), or plain text with --plain.
-  A line longer than --max-line (default 256M) is bad input, exit 2.
+  A line longer than --max-line (default 256M) is bad input, exit 2. Turns read from stdin
+  (and --chat) load the embedding model once and keep the vector packs in memory between
+  turns (see pmm-recall --help, --lines).
 
 OUTPUT:
   Per turn, the events it appended as JSON Lines, then

@@ -81,7 +81,10 @@ const MIGRATIONS: &[&str] = &[
     // 4: sentence-embedding vectors per model (store/vectors.rs), filled by turns, ticks and
     // `pmm-recall --embed`.
     vectors::MIGRATION,
-    // 5: a magnitude bit per dimension in the vector packs; the packs are rebuilt from the
+    // 5: the vectors keyed by one integer in a rowid table (store/vectors: a look-up by id
+    // reads one page instead of several).
+    vectors::MIGRATION_KEYED,
+    // 6: a magnitude bit per dimension in the vector packs; the packs are rebuilt from the
     // stored vectors ([`MIGRATED_IN_CODE`]).
     vectors::MIGRATION_MAGNITUDES,
 ];
@@ -90,7 +93,7 @@ const MIGRATIONS: &[&str] = &[
 type MigrationCode = fn(&Connection) -> rusqlite::Result<()>;
 
 /// Migrations that need code after their SQL: `(number, what runs)`.
-const MIGRATED_IN_CODE: &[(usize, MigrationCode)] = &[(5, vectors::repack)];
+const MIGRATED_IN_CODE: &[(usize, MigrationCode)] = &[(6, vectors::repack)];
 
 /// The event columns in [`row_to_event`]'s order (a macro, so that constant queries can be
 /// put together with `concat!`).
@@ -139,6 +142,9 @@ pub struct Ledger {
     reading: std::sync::atomic::AtomicBool,
     /// Vector packs kept in memory between searches ([`Ledger::keep_vector_packs`]).
     packs: Option<std::sync::Arc<std::sync::Mutex<vectors::PackCache>>>,
+    /// The helper connection of the last vector search, kept for the next when the packs are
+    /// (its page cache keeps the vectors' index pages).
+    spare: std::sync::Mutex<Option<Connection>>,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -215,6 +221,7 @@ impl Ledger {
             tree_writes: true,
             reading: Default::default(),
             packs: None,
+            spare: Default::default(),
         };
         ledger.init_writer().map_err(|e| ledger.err(e))?;
         Ok(ledger)
@@ -287,6 +294,7 @@ impl Ledger {
             tree_writes: true,
             reading: Default::default(),
             packs: None,
+            spare: Default::default(),
         };
         ledger
             .conn
@@ -374,6 +382,7 @@ impl Ledger {
             tree_writes: true,
             reading: Default::default(),
             packs: None,
+            spare: Default::default(),
         };
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
@@ -652,6 +661,7 @@ impl Ledger {
             tree_writes: true,
             reading: Default::default(),
             packs: None,
+            spare: Default::default(),
         };
         ledger
             .conn
@@ -775,6 +785,9 @@ pub trait Reads {
         None
     }
 
+    /// Takes back a helper connection after a search, to hand out again (or drops it).
+    fn return_helper(&self, _helper: Connection) {}
+
     /// The newest event, if any.
     fn head(&self) -> Result<Option<Head>> {
         head(self.conn()).map_err(|e| self.err(e))
@@ -862,8 +875,12 @@ pub trait Reads {
                     helper: helper.as_mut(),
                     packs: self.vector_packs(),
                 };
-                vectors::search(reading, m, query, before, k, vectors::LIMITS)
-                    .map_err(|e| self.err(e))
+                let found = vectors::search(reading, m, query, before, k, vectors::LIMITS)
+                    .map_err(|e| self.err(e));
+                if let Some(h) = helper {
+                    self.return_helper(h);
+                }
+                found
             }
             None => Ok(Vec::new()),
         }
@@ -1127,6 +1144,9 @@ impl Reads for Ledger {
         if cores < 2 || writing || !Path::new(&wal).is_file() {
             return None;
         }
+        if let Some(c) = self.spare.lock().ok().and_then(|mut s| s.take()) {
+            return Some(c);
+        }
         let c = Connection::open_with_flags(
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -1138,6 +1158,16 @@ impl Reads for Ledger {
     }
     fn vector_packs(&self) -> Option<&std::sync::Mutex<vectors::PackCache>> {
         self.packs.as_deref()
+    }
+    /// Kept when the packs are: a process that searches many times then opens one helper,
+    /// whose page cache keeps the vectors' index pages between searches (its exact step's
+    /// look-ups each read a page fewer).
+    fn return_helper(&self, helper: Connection) {
+        if self.packs.is_some() {
+            if let Ok(mut spare) = self.spare.lock() {
+                *spare = Some(helper);
+            }
+        }
     }
 }
 

@@ -230,9 +230,9 @@ fn a_backfill_embeds_every_recallable_event_once_and_resumes() {
     assert_eq!(check.code, 0, "{check:?}");
 }
 
-/// A ledger whose packs have only sign bits (written before migration 5) is searched by a
-/// reader as it is, and a writer's open gives its packs their magnitude bits, rebuilt from
-/// the stored vectors.
+/// A ledger written before migrations 5 and 6 (vectors keyed by `(mid, id)`, packs with sign
+/// bits alone) is searched by a reader as it is, and a writer's open keys its vectors by one
+/// integer and gives its packs their magnitude bits, rebuilt from the stored vectors.
 #[test]
 fn packs_written_before_magnitude_bits_are_read_then_rebuilt_by_a_writer() {
     let pmm = Pmm::new();
@@ -254,8 +254,17 @@ fn packs_written_before_magnitude_bits_are_read_then_rebuilt_by_a_writer() {
         "two bytes of magnitude bits per 16-dimension vector"
     );
     let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
-    c.execute_batch("ALTER TABLE pmm_vector_pack DROP COLUMN mags; PRAGMA user_version = 4;")
-        .unwrap();
+    // As pmm wrote it before migrations 5 and 6: vectors keyed by (mid, id), signs alone.
+    c.execute_batch(
+        "ALTER TABLE pmm_vector_pack DROP COLUMN mags;
+         CREATE TABLE old (mid INTEGER NOT NULL, id INTEGER NOT NULL, q BLOB NOT NULL,
+                           PRIMARY KEY (mid, id)) WITHOUT ROWID;
+         INSERT INTO old SELECT mid, id, q FROM pmm_vectors;
+         DROP TABLE pmm_vectors;
+         ALTER TABLE old RENAME TO pmm_vectors;
+         PRAGMA user_version = 4;",
+    )
+    .unwrap();
     drop(c);
     let old = ask();
     assert_eq!(old.code, 0, "{old:?}");
@@ -274,7 +283,15 @@ fn packs_written_before_magnitude_bits_are_read_then_rebuilt_by_a_writer() {
         "",
     );
     assert_eq!(w.code, 0, "{w:?}");
-    assert_eq!(sql(&pmm, "PRAGMA user_version"), 5);
+    assert_eq!(sql(&pmm, "PRAGMA user_version"), 6);
+    assert_eq!(
+        sql(
+            &pmm,
+            "SELECT count(*) FROM pmm_vectors WHERE key = (mid << 40) | id"
+        ),
+        6,
+        "keyed by one integer"
+    );
     assert_eq!(sql(&pmm, packs), 1);
     assert_eq!(sql(&pmm, "SELECT sum(n) FROM pmm_vector_pack"), 6);
     assert_eq!(ask().stdout, before.stdout);

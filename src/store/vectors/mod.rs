@@ -80,6 +80,30 @@ CREATE TABLE IF NOT EXISTS pmm_vector_pack (
     PRIMARY KEY (mid, chunk)
 ) WITHOUT ROWID;";
 
+/// The migration that keys the vectors by one integer, `mid << 40 | id` ([`key`]), in a rowid
+/// table: a look-up by id then descends a tree of integers (three levels at 10^6 vectors)
+/// instead of one whose every interior cell is a copy of a whole 780-byte row (five to a
+/// page, eight levels), and costs a page read instead of several. `mid` and `id` remain as
+/// virtual columns (no storage) for reading.
+pub(crate) const MIGRATION_KEYED: &str = "
+CREATE TABLE pmm_vectors_keyed (
+    key INTEGER PRIMARY KEY,
+    q BLOB NOT NULL,
+    mid INTEGER AS (key >> 40) VIRTUAL,
+    id INTEGER AS (key & 1099511627775) VIRTUAL
+);
+INSERT INTO pmm_vectors_keyed (key, q) SELECT (mid << 40) | id, q FROM pmm_vectors ORDER BY mid, id;
+DROP TABLE pmm_vectors;
+ALTER TABLE pmm_vectors_keyed RENAME TO pmm_vectors;";
+
+/// Event ids below this are stored (`2^40`, about 1.1·10^12).
+pub const MAX_ID: i64 = 1 << 40;
+
+/// The key of model `mid`'s vector of event `id`.
+fn key(mid: i64, id: i64) -> i64 {
+    (mid << 40) | id
+}
+
 /// The migration that gives the packs their magnitude bits (empty until [`repack`], which the
 /// migration runs, fills them).
 pub(crate) const MIGRATION_MAGNITUDES: &str =
@@ -310,11 +334,12 @@ pub(crate) fn put(
 ) -> rusqlite::Result<usize> {
     let mut fresh: Vec<(i64, Vec<f32>)> = Vec::new();
     {
-        let mut ins = conn
-            .prepare_cached("INSERT OR IGNORE INTO pmm_vectors (mid, id, q) VALUES (?1, ?2, ?3)")?;
+        let mut ins =
+            conn.prepare_cached("INSERT OR IGNORE INTO pmm_vectors (key, q) VALUES (?1, ?2)")?;
         for (id, v) in vectors {
             let q = quantize(v);
-            if v.len() == m.dim && ins.execute(params![m.mid, id, q])? == 1 {
+            let fits = v.len() == m.dim && (0..MAX_ID).contains(id);
+            if fits && ins.execute(params![key(m.mid, *id), q])? == 1 {
                 fresh.push((*id, dequantize(&q)));
             }
         }
@@ -399,7 +424,7 @@ fn pack(conn: &Connection, m: Model, fresh: &[(i64, Vec<f32>)]) -> rusqlite::Res
     Ok(())
 }
 
-/// Rebuilds every model's packs from its stored vectors, in id order (migration 5, which
+/// Rebuilds every model's packs from its stored vectors, in id order (migration 6, which
 /// gave the packs their magnitude bits: a few seconds at 10^6 vectors, once).
 pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
     let mids: Vec<i64> = conn
@@ -409,13 +434,14 @@ pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
     for mid in mids {
         let m = Model { mid, dim: 0 };
         conn.execute("DELETE FROM pmm_vector_pack WHERE mid = ?1", [mid])?;
-        let mut after = i64::MIN;
+        let mut after = -1;
         loop {
             let batch: Vec<(i64, Vec<f32>)> = conn
                 .prepare_cached(
-                    "SELECT id, q FROM pmm_vectors WHERE mid = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+                    "SELECT key - (?1 << 40), q FROM pmm_vectors
+                     WHERE key > ?2 AND key < ((?1 + 1) << 40) ORDER BY key LIMIT ?3",
                 )?
-                .query_map(params![mid, after, CHUNK as i64], |r| {
+                .query_map(params![mid, key(mid, after), CHUNK as i64], |r| {
                     Ok((r.get(0)?, dequantize(r.get_ref(1)?.as_blob()?)))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
@@ -432,7 +458,10 @@ pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
 /// Forgets event `id`'s vectors, of every model: its rows and its entries in the packs
 /// (`pmm-append --erase`). The packs are read whole, which an erasure can afford.
 pub(crate) fn forget(conn: &Connection, id: i64) -> rusqlite::Result<()> {
-    conn.execute("DELETE FROM pmm_vectors WHERE id = ?1", [id])?;
+    conn.execute(
+        "DELETE FROM pmm_vectors WHERE key IN (SELECT (mid << 40) | ?1 FROM pmm_embed_models)",
+        [id],
+    )?;
     let key = id.to_le_bytes();
     let mut hits = Vec::new();
     {
@@ -473,7 +502,7 @@ pub(crate) fn missing(
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT e.id, e.content FROM events e
          WHERE e.id > ?1 AND e.kind IN ({}) AND e.content <> ''
-           AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.mid = ?2 AND v.id = e.id)
+           AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.key = (?2 << 40) | e.id)
          ORDER BY e.id LIMIT ?3",
         super::fts::kinds_sql()
     ))?;
@@ -489,7 +518,7 @@ pub(crate) fn missing_count(conn: &Connection, m: Model) -> rusqlite::Result<u64
     conn.query_row(
         &format!(
             "SELECT count(*) FROM events e WHERE e.kind IN ({}) AND e.content <> ''
-               AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.mid = ?1 AND v.id = e.id)",
+               AND NOT EXISTS (SELECT 1 FROM pmm_vectors v WHERE v.key = (?1 << 40) | e.id)",
             super::fts::kinds_sql()
         ),
         [m.mid],
@@ -504,8 +533,13 @@ pub(crate) fn stored(
     m: Model,
     limit: usize,
 ) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT id, q FROM pmm_vectors WHERE mid = ?1 ORDER BY id LIMIT ?2")?;
+    let sql = if keyed(conn)? {
+        "SELECT key - (?1 << 40), q FROM pmm_vectors
+         WHERE key >= (?1 << 40) AND key < ((?1 + 1) << 40) ORDER BY key LIMIT ?2"
+    } else {
+        "SELECT id, q FROM pmm_vectors WHERE mid = ?1 ORDER BY id LIMIT ?2"
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
     let rows = stmt.query_map(params![m.mid, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
     rows.collect()
 }
@@ -689,8 +723,18 @@ fn nearest<'q>(
     Ok(near)
 }
 
+/// Whether the vectors are keyed by one integer (migration 5); a ledger that only readers
+/// have opened since has them keyed by `(mid, id)`, and is read as it is.
+fn keyed(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM pragma_table_info('pmm_vectors') WHERE name = 'key')",
+        [],
+        |r| r.get(0),
+    )
+}
+
 /// What to select for the packs' magnitude bits: `mags`, or `x''` in a ledger that only
-/// readers have opened since migration 5 added them (it is searched by the sign bits alone
+/// readers have opened since migration 6 added them (it is searched by the sign bits alone
 /// until a writer opens it).
 fn magnitudes_column(conn: &Connection) -> rusqlite::Result<&'static str> {
     let has: bool = conn.query_row(
@@ -715,10 +759,14 @@ fn exact(
         "[{}]",
         ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
     );
-    let mut get = conn.prepare_cached(
+    let sql = if keyed(conn)? {
+        "SELECT v.key - (?1 << 40), v.q FROM json_each(?2) AS j CROSS JOIN pmm_vectors AS v
+         WHERE v.key = (?1 << 40) | j.value"
+    } else {
         "SELECT v.id, v.q FROM json_each(?2) AS j CROSS JOIN pmm_vectors AS v
-         WHERE v.mid = ?1 AND v.id = j.value",
-    )?;
+         WHERE v.mid = ?1 AND v.id = j.value"
+    };
+    let mut get = conn.prepare_cached(sql)?;
     let mut rows = get.query(params![m.mid, list])?;
     let mut scored = Vec::with_capacity(ids.len());
     while let Some(r) = rows.next()? {
@@ -748,6 +796,7 @@ mod tests {
         c.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT);")
             .unwrap();
         c.execute_batch(MIGRATION).unwrap();
+        c.execute_batch(MIGRATION_KEYED).unwrap();
         c.execute_batch(MIGRATION_MAGNITUDES).unwrap();
         c
     }
@@ -967,6 +1016,7 @@ mod tests {
         c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE events (id INTEGER PRIMARY KEY);")
             .unwrap();
         c.execute_batch(MIGRATION).unwrap();
+        c.execute_batch(MIGRATION_KEYED).unwrap();
         c.execute_batch(MIGRATION_MAGNITUDES).unwrap();
         let m = register(&c, "m", 32).unwrap();
         put(&c, m, &clustered(5_000, 7, 32, 1.0)).unwrap();
