@@ -11,9 +11,9 @@
 //!   half that size, reorder near-ties often enough that their top 50 match exact search's only
 //!   99 % of the time, which is the target with no margin).
 //! - `pmm_vector_pack` holds, per model, chunks of [`CHUNK`] event ids with two bits per
-//!   dimension each ([`codes`]: a sign bit and a magnitude bit), so a search reads
+//!   dimension each (`codes.rs`: a sign bit and a magnitude bit), so a search reads
 //!   8 + d/4 bytes per vector in a few hundred rows. The packs are a function of the stored
-//!   vectors alone ([`repack`] rebuilds them).
+//!   vectors alone (`repack` rebuilds them).
 //!
 //! A search is exhaustive and deterministic (the same vectors give the same ranking whatever
 //! order they were added in; ties go by event id), with no approximate index, in three steps:
@@ -36,7 +36,10 @@ mod cache;
 mod codes;
 
 pub use cache::{PackCache, CACHED_BYTES};
-pub use codes::{dequantize, dot_quantized, magnitude_bits, quantize, sign_bits, QueryCode};
+pub use codes::{
+    dequantize, dot_quantized, magnitude_bits, quantize, sign_bits, QueryCode, HIGH, LOW,
+    MAGNITUDE_SPLIT,
+};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::Mutex;
 
