@@ -141,9 +141,10 @@ fn whole_ledger_recall_keeps_its_measured_floor_on_a_real_conversation() {
     assert_floors(&pmm, &qs, &FLOORS, &[]);
 }
 
-/// (budget, floor) with all-MiniLM-L6-v2 in-process: 128 and 136 of the 149 questions
-/// (2026-11-27, `scripts/recall-bench --recall-only --embed-model`); two questions below.
-const MODEL_FLOORS: [(usize, usize); 2] = [(8_000, 126), (16_000, 134)];
+/// (budget, floor) with all-MiniLM-L6-v2 in-process: 131 and 137 of the 149 questions
+/// (2026-11-27, after the dense source's cosines were stretched: 128 and 136 before); two
+/// questions below.
+const MODEL_FLOORS: [(usize, usize); 2] = [(8_000, 129), (16_000, 135)];
 
 /// The same conversation embedded with the real model (`PMM_TEST_EMBED_MODEL`, which `.ci/run`
 /// fetches from PyPI): full text and meaning fused keep their measured floor.
