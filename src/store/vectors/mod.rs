@@ -268,13 +268,24 @@ impl<'q> Nearest<'q> {
         self.codes.truncate(to * entry);
     }
 
-    /// Takes in what another part of the search kept.
+    /// Takes in what another part of the search kept: of the two together, what can still
+    /// be among the best `keep` (the two pruned to their joint limit first, so that little
+    /// is copied: copying all of both cost 3 ms of a 10^6-vector search).
     fn absorb(&mut self, other: Nearest<'_>) {
         for (d, _) in &other.kept {
             self.hist[*d as usize] += 1;
         }
-        self.kept.extend(other.kept);
-        self.codes.extend(other.codes);
+        if self.kept.len() + other.kept.len() >= self.keep {
+            self.prune();
+        }
+        let entry = 2 * self.code.width();
+        for (k, &(d, id)) in other.kept.iter().enumerate() {
+            if d <= self.limit {
+                self.kept.push((d, id));
+                self.codes
+                    .extend_from_slice(&other.codes[k * entry..(k + 1) * entry]);
+            }
+        }
     }
 
     /// Step 2: the nearest [`Limits::prefilter`] re-ranked by the score of their sign and
