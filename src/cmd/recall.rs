@@ -44,7 +44,9 @@ OUTPUT:
   fact the indexer extracted came from: a name, a place, a tool; pmm-tick's index ticks),
   \"when:DAY\" or \"when:FIRST..LAST\" (the text names a date or a month - 'on 9 July, 2022',
   'in May 2023', '2023-05-08', 'yesterday', 'last week', '3 days ago' - and the event was told
-  from a day before to a week after it; relative dates count from the newest event).
+  from a day before to a week after it; relative dates count from the newest event),
+  \"speaker:NAME\" (the text names the speaker the message is labelled with - 'Melanie: ...',
+  as transcripts and imported chats are written - and its score counted twice).
   --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
   the text became (stop words and FTS5 syntax removed) and the index's state.
   --timings prints {\"type\":\"timings\",\"project_ms\",\"embed_ms\",\"recall_ms\"} (loading the

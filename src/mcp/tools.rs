@@ -163,7 +163,7 @@ fn memory_specs() -> Vec<Spec> {
         Spec {
             name: "recall",
             title: "Recall from memory",
-            description: "Search the agent's whole memory (the pmm ledger) for events relevant to a query; returns them best first, each with its score and via (why it was recalled: fts, neighbour-of:ID, concept:TOKEN, thread:CID).",
+            description: "Search the agent's whole memory (the pmm ledger) for events relevant to a query; returns them best first, each with its score and via (why it was recalled: fts, dense, neighbour-of:ID, concept:TOKEN, thread:CID, fact:TYPE=VALUE, when:DAY, speaker:NAME).",
             schema: json!({
                 "type": "object",
                 "properties": {

@@ -21,6 +21,9 @@
 //! 5. **Time** ([`when`]): when the text names a date or a month ("on 9 July, 2022",
 //!    "yesterday"), the events of the other sources told in that window count again, twice.
 //!
+//! Then **speakers** ([`speakers`]): when the text names the speaker a message is labelled
+//! with ("Melanie: …"), the message's fused score counts twice.
+//!
 //! The newest messages of the conversation are not a source here: the turn always sends them
 //! as chat messages ([`crate::turn`]) and excludes them through [`Query::exclude`]. A budget
 //! of characters bounds what is returned.
@@ -28,6 +31,7 @@
 pub mod concepts;
 pub mod dense;
 pub mod facts;
+pub mod speakers;
 pub mod terms;
 pub mod text;
 pub mod vectors;
@@ -118,7 +122,7 @@ pub struct Recalled {
     /// Its fused score (higher is better).
     pub score: f64,
     /// Why it was picked: `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`,
-    /// `fact:TYPE=VALUE`, `when:DAY` or `when:FIRST..LAST`.
+    /// `fact:TYPE=VALUE`, `when:DAY` or `when:FIRST..LAST`, `speaker:NAME`.
     pub via: Vec<String>,
 }
 
@@ -172,6 +176,7 @@ pub fn recall_with<R: Reads>(
         weighted.push((&time, when::WEIGHT));
         fused = fuse_weighted(&weighted);
     }
+    speakers::favour(r, q, &mut fused, &mut cache)?;
     fill(r, q, fused, &mut cache)
 }
 

@@ -427,3 +427,46 @@ fn a_date_in_the_question_lifts_what_was_told_then() {
         "{r:?}"
     );
 }
+
+#[test]
+fn a_named_speakers_own_messages_come_first() {
+    let pmm = Pmm::new();
+    let lines = [
+        ("user_message", "Alice: I walk my dog Rex on the beach every morning."),
+        ("assistant_message", "Bob: Max and I go to the park after work."),
+        ("user_message", "Alice: Bob, you should walk Max on the beach too!"),
+        ("assistant_message", "Bob: Maybe one day."),
+        ("user_message", "Note: the beach is closed on Mondays."),
+    ];
+    let text: String = lines
+        .iter()
+        .map(|(k, c)| format!("{{\"kind\":\"{k}\",\"content\":\"{c}\"}}\n"))
+        .collect();
+    assert_eq!(pmm.run("pmm-append", &["--batch"], &text).code, 0);
+    // Full text alone puts Alice's words first (they share "walk" and "dog" with the
+    // question); the question names Bob, whose own message about it counts twice.
+    for q in ["Where does Bob walk his dog?", "where does bob walk his dog"] {
+        let r = pmm.run("pmm-recall", &[q], "");
+        assert_eq!(r.code, 0, "{r:?}");
+        let recs = r.records();
+        assert_eq!(recs[0]["id"], 2, "{q}: {recs:?}");
+        assert!(
+            recs[0]["via"]
+                .as_array()
+                .unwrap()
+                .contains(&"speaker:Bob".into()),
+            "{q}: {recs:?}"
+        );
+        // A message that names Bob but is Alice's is not his.
+        let three = recs.iter().find(|e| e["id"] == 3).expect("Alice's mention");
+        assert!(!three["via"].to_string().contains("speaker:"), "{three}");
+    }
+    // A question that names no speaker lifts nothing.
+    let r = pmm.run("pmm-recall", &["who walks a dog on the beach?"], "");
+    assert!(
+        r.records()
+            .iter()
+            .all(|e| !e["via"].to_string().contains("speaker:")),
+        "{r:?}"
+    );
+}
