@@ -432,9 +432,18 @@ fn a_date_in_the_question_lifts_what_was_told_then() {
 fn a_named_speakers_own_messages_come_first() {
     let pmm = Pmm::new();
     let lines = [
-        ("user_message", "Alice: I walk my dog Rex on the beach every morning."),
-        ("assistant_message", "Bob: Max and I go to the park after work."),
-        ("user_message", "Alice: Bob, you should walk Max on the beach too!"),
+        (
+            "user_message",
+            "Alice: I walk my dog Rex on the beach every morning.",
+        ),
+        (
+            "assistant_message",
+            "Bob: Max and I go to the park after work.",
+        ),
+        (
+            "user_message",
+            "Alice: Bob, you should walk Max on the beach too!",
+        ),
         ("assistant_message", "Bob: Maybe one day."),
         ("user_message", "Note: the beach is closed on Mondays."),
     ];
@@ -445,7 +454,10 @@ fn a_named_speakers_own_messages_come_first() {
     assert_eq!(pmm.run("pmm-append", &["--batch"], &text).code, 0);
     // Full text alone puts Alice's words first (they share "walk" and "dog" with the
     // question); the question names Bob, whose own message about it counts twice.
-    for q in ["Where does Bob walk his dog?", "where does bob walk his dog"] {
+    for q in [
+        "Where does Bob walk his dog?",
+        "where does bob walk his dog",
+    ] {
         let r = pmm.run("pmm-recall", &[q], "");
         assert_eq!(r.code, 0, "{r:?}");
         let recs = r.records();
