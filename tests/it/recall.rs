@@ -419,12 +419,18 @@ fn a_date_in_the_question_lifts_what_was_told_then() {
     let e = top("where did Alice go hiking yesterday");
     assert_eq!(e["id"], 9, "{e}");
     // Without a date, no time reason and no lift: the plain full-text order.
-    let r = pmm.run("pmm-recall", &["where did Alice go hiking"], "");
+    assert_no_reason(&pmm, "where did Alice go hiking", "when:");
+}
+
+/// Asserts that no event recalled for `query` has a reason containing `reason`.
+fn assert_no_reason(pmm: &Pmm, query: &str, reason: &str) {
+    let r = pmm.run("pmm-recall", &[query], "");
+    assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.records()
             .iter()
-            .all(|e| !e["via"].to_string().contains("when:")),
-        "{r:?}"
+            .all(|e| !e["via"].to_string().contains(reason)),
+        "{query}: {r:?}"
     );
 }
 
@@ -474,11 +480,5 @@ fn a_named_speakers_own_messages_come_first() {
         assert!(!three["via"].to_string().contains("speaker:"), "{three}");
     }
     // A question that names no speaker lifts nothing.
-    let r = pmm.run("pmm-recall", &["who walks a dog on the beach?"], "");
-    assert!(
-        r.records()
-            .iter()
-            .all(|e| !e["via"].to_string().contains("speaker:")),
-        "{r:?}"
-    );
+    assert_no_reason(&pmm, "who walks a dog on the beach?", "speaker:");
 }
