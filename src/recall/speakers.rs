@@ -21,9 +21,17 @@ use std::collections::BTreeSet;
 
 /// How many times a named speaker's event counts.
 pub const WEIGHT: f64 = 2.0;
-/// How far down the fused list events are looked at (what lies further cannot reach a
-/// budget's fill even counted twice).
+/// How far down the fused list events are looked at, at least: about eight times what a
+/// 16,000-character budget holds of LoCoMo's messages (an event further down would not
+/// reach the fill even counted twice; looking at 300 gave the same figures).
 pub const DEPTH: usize = 1_000;
+/// A larger budget looks at one event per this many characters of it.
+pub const CHARS_PER_EVENT: usize = 16;
+
+/// How far down the fused list a fill of `budget` characters looks for named speakers.
+pub fn depth(budget: usize) -> usize {
+    (budget / CHARS_PER_EVENT).max(DEPTH)
+}
 /// The longest speaker label, in characters.
 pub const MAX_LABEL: usize = 40;
 
@@ -67,7 +75,7 @@ fn named_speaker<'c>(content: &'c str, named: &BTreeSet<String>) -> Option<&'c s
     })
 }
 
-/// Counts [`WEIGHT`] times the fused score of every event among the first [`DEPTH`] whose
+/// Counts [`WEIGHT`] times the fused score of every event among the first [`depth`] whose
 /// speaker `q`'s text names, and puts the list back in order (best first, ties by id). The
 /// events read are kept in `cache` for the fill.
 pub fn favour<R: Reads>(
@@ -81,7 +89,7 @@ pub fn favour<R: Reads>(
         return Ok(());
     }
     let mut lifted = false;
-    for (id, score, via) in fused.iter_mut().take(DEPTH) {
+    for (id, score, via) in fused.iter_mut().take(depth(q.budget)) {
         if !cache.contains_key(id) {
             match r.get(*id)? {
                 Some(e) => {
@@ -138,6 +146,13 @@ mod tests {
             assert!(w.contains(want), "{want} in {w:?}");
         }
         assert!(!w.contains("melanie's"));
+    }
+
+    #[test]
+    fn larger_budgets_look_further() {
+        assert_eq!(depth(8_000), DEPTH);
+        assert_eq!(depth(16_000), DEPTH);
+        assert_eq!(depth(1_000_000), 62_500);
     }
 
     #[test]
