@@ -408,6 +408,8 @@ fn query_vector(
     let Some(e) = e else {
         return Ok(None);
     };
+    let asked = ledger.in_snapshot(|l| recall::speakers::dense_text(l, text))?;
+    let text = asked.as_deref().unwrap_or(text);
     let vector = match e.embed(&[recall::vectors::embed_text(text)]) {
         Ok(mut v) => v.pop().unwrap_or_default(),
         Err(err) if err.is_config() => return Err(Error::bad_input(None, err.to_string()).into()),

@@ -432,6 +432,8 @@ fn query_vector(
     let Some(e) = &cfg.embedder else {
         return Ok((None, None));
     };
+    let asked = recall::speakers::dense_text(r, query)?;
+    let query = asked.as_deref().unwrap_or(query);
     let vector = match e.embed(&[recall::vectors::embed_text(query)]) {
         Ok(mut v) => v.pop().unwrap_or_default(),
         Err(err) => return Ok((None, Some(err.to_string()))),

@@ -22,6 +22,11 @@ pub(crate) struct Dense {
     pub(crate) unavailable: Option<String>,
     /// Whether the message's vector is still to be made ([`Dense::message_later`]).
     later: bool,
+    /// What the model is asked for the query when it is not the message itself: the message
+    /// without the speakers it names ([`crate::recall::speakers::dense_text`]).
+    asked: Option<String>,
+    /// The message's own vector, stored with it, when the query's is [`Dense::asked`]'s.
+    message: Option<Vec<f32>>,
 }
 
 impl Dense {
@@ -37,33 +42,67 @@ impl Dense {
         let Some(e) = embedder else {
             return Ok(Dense::default());
         };
+        let asked = crate::recall::speakers::dense_text(r, message)?;
         if e.in_process() {
             same_dimensions(r, e, e.dim())?;
             return Ok(Dense {
                 embedder: Some(e.clone()),
                 later: true,
+                asked,
                 ..Dense::default()
             });
         }
-        let vector = match e.embed(&[message]) {
-            Ok(mut v) => v.pop().unwrap_or_default(),
-            Err(err) => return Dense::failed(e, err),
-        };
-        same_dimensions(r, e, vector.len())?;
-        Ok(Dense {
+        let mut d = Dense {
             embedder: Some(e.clone()),
-            query: Some(DenseQuery {
-                model: e.id().to_string(),
-                vector,
-            }),
+            asked,
             ..Dense::default()
-        })
+        };
+        match e.embed(&d.texts(message)) {
+            Ok(made) => {
+                same_dimensions(r, e, made.last().map_or(0, Vec::len))?;
+                d.take(made);
+                Ok(d)
+            }
+            Err(err) => Dense::failed(e, err),
+        }
     }
 
-    /// The embedder that still has to embed the message (the in-process model), if any: the
-    /// turn runs it on a second thread and hands the result to [`Dense::message_embedded`].
-    pub(crate) fn message_later(&self) -> Option<Shared> {
-        self.embedder.clone().filter(|_| self.later)
+    /// What the model embeds for the message: the message, and [`Dense::asked`] when there is
+    /// one (the query's vector is the last).
+    fn texts<'a>(&'a self, message: &'a str) -> Vec<&'a str> {
+        std::iter::once(message)
+            .chain(self.asked.as_deref())
+            .collect()
+    }
+
+    /// Takes the vectors of [`Dense::texts`]: the last is the query's, the first the
+    /// message's own when they differ.
+    fn take(&mut self, mut made: Vec<Vec<f32>>) {
+        let Some(e) = &self.embedder else {
+            return;
+        };
+        let query = made.pop().unwrap_or_default();
+        self.message = if self.asked.is_some() {
+            made.pop()
+        } else {
+            None
+        };
+        self.query = Some(DenseQuery {
+            model: e.id().to_string(),
+            vector: query,
+        });
+    }
+
+    /// The work left to the in-process model, if any (embedding the message, and what is
+    /// asked for the query): the turn runs it on a second thread and hands the result to
+    /// [`Dense::message_embedded`].
+    pub(crate) fn message_later(
+        &self,
+        message: &str,
+    ) -> Option<impl FnOnce() -> Result<Vec<Vec<f32>>, EmbedError> + Send + 'static> {
+        let e = self.embedder.clone().filter(|_| self.later)?;
+        let texts: Vec<String> = self.texts(message).into_iter().map(String::from).collect();
+        Some(move || e.embed(&texts.iter().map(String::as_str).collect::<Vec<_>>()))
     }
 
     /// Takes the message's vector made by [`Dense::message_later`]'s embedder; a failure
@@ -74,12 +113,7 @@ impl Dense {
             return;
         };
         match made {
-            Ok(mut v) => {
-                self.query = Some(DenseQuery {
-                    model: e.id().to_string(),
-                    vector: v.pop().unwrap_or_default(),
-                })
-            }
+            Ok(v) => self.take(v),
             Err(err) => {
                 self.embedder = None;
                 self.unavailable = Some(format!("{}: {err}", e.id()));
@@ -110,7 +144,10 @@ impl Dense {
         let Some(q) = &self.query else {
             return Ok(());
         };
-        let mut v = vec![(user, q.vector.clone())];
+        let mut v = vec![(
+            user,
+            self.message.clone().unwrap_or_else(|| q.vector.clone()),
+        )];
         if let Some(r) = &self.reply {
             v.push((assistant, r.clone()));
         }
@@ -121,7 +158,13 @@ impl Dense {
     /// What the `retrieval_selection` records: the model, or why there was none.
     pub(crate) fn record(&self) -> Option<serde_json::Value> {
         match (&self.query, &self.unavailable) {
-            (Some(q), _) => Some(serde_json::json!({"model": q.model})),
+            (Some(q), _) => {
+                let mut r = serde_json::json!({"model": q.model});
+                if let Some(asked) = &self.asked {
+                    r["asked"] = asked.as_str().into();
+                }
+                Some(r)
+            }
             (None, Some(why)) => Some(serde_json::json!({"unavailable": why})),
             (None, None) => None,
         }
@@ -188,9 +231,11 @@ mod tests {
             let e = Shared::new(Box::new(Fixed(made)));
             let mut d = Dense::for_message(&l, Some(&e), "hello").unwrap();
             assert!(d.query.is_none() && d.unavailable.is_none());
-            let later = d.message_later().expect("the vector is left for later");
-            d.message_embedded(later.embed(&["hello"]));
-            assert!(d.message_later().is_none());
+            let later = d
+                .message_later("hello")
+                .expect("the vector is left for later");
+            d.message_embedded(later());
+            assert!(d.message_later("hello").is_none());
             let record = d.record().unwrap();
             if model {
                 assert_eq!(d.query.as_ref().unwrap().vector, [0.6, 0.8]);

@@ -380,9 +380,7 @@ fn run_inner(
     let (mut p, user, folded_before, cfg, prompt) = std::thread::scope(|s| {
         // The in-process model embeds the message on a second core while this one records it
         // and ranks full text; recall asks for the vector when it needs it.
-        let mut later = dense
-            .message_later()
-            .map(|e| s.spawn(move || e.embed(&[message])));
+        let mut later = dense.message_later(message).map(|job| s.spawn(job));
         let mut query = || {
             if let Some(h) = later.take() {
                 let made = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));

@@ -571,6 +571,85 @@ fn an_ollama_server_is_asked_as_its_api_says() {
     assert_eq!(asked[1].body["input"], json!(["sunset"]));
 }
 
+/// A question that names a speaker of the ledger asks the model without the name (who
+/// speaks is the speaker lift's part); a name nobody speaks under stays. A turn still stores
+/// its message's own vector, so a check finds nothing changed.
+#[test]
+fn a_named_speaker_is_left_out_of_what_the_model_is_asked() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let stub = Stub::start(vec![
+        ollama_answer(1, 8, 0.0),
+        ollama_answer(1, 8, 0.0),
+        ollama_answer(2, 8, 0.0),
+        ollama_answer(1, 8, 0.0),
+    ]);
+    let url = stub.url();
+    let base = [
+        "--embed-provider",
+        "ollama",
+        "--embed-model",
+        "e",
+        "--embed-url",
+        url.as_str(),
+    ];
+    for text in ["What did Caroline's dog like?", "a lake near Paris"] {
+        let r = pmm.run("pmm-recall", &[&base[..], &[text]].concat(), "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let turn = ["--adapter", "dummy", "what did Melanie adopt?"];
+    let r = pmm.run("pmm-turn", &[&turn[..], &base[..]].concat(), "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let asked: Vec<Value> = stub
+        .requests()
+        .iter()
+        .map(|q| q.body["input"].clone())
+        .collect();
+    assert_eq!(asked[0], json!(["What did dog like?"]));
+    assert_eq!(
+        asked[1],
+        json!(["a lake near Paris"]),
+        "Paris does not speak"
+    );
+    assert_eq!(
+        asked[2],
+        json!(["what did Melanie adopt?", "what did adopt?"]),
+        "the message for its stored vector, then the query"
+    );
+    assert_eq!(selection(&r)["dense"]["asked"], "what did adopt?");
+
+    let m = model(&pmm, "m", 1, 16);
+    let m = m.to_str().unwrap();
+    let r = pmm.run(
+        "pmm-turn",
+        &[
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            m,
+            "did Caroline paint?",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(selection(&r)["dense"]["asked"], "did paint?");
+    let user = r
+        .records()
+        .into_iter()
+        .find(|e| e["kind"] == "user_message")
+        .unwrap();
+    let id = &user["id"];
+    assert_eq!(
+        sql(
+            &pmm,
+            &format!("SELECT count(*) FROM pmm_vectors WHERE id = {id}")
+        ),
+        1
+    );
+    let r = pmm.run("pmm-recall", &["--check", "--embed-model", m], "");
+    assert_eq!(r.code, 0, "the stored vector is the message's own: {r:?}");
+}
+
 #[test]
 fn an_openai_server_is_asked_with_its_key_which_is_never_shown() {
     let pmm = Pmm::new();
