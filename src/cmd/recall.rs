@@ -48,7 +48,9 @@ OUTPUT:
   \"speaker:NAME\" (the text names the speaker the message is labelled with - 'Melanie: ...',
   as transcripts and imported chats are written - and its score counted twice).
   --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
-  the text became (stop words and FTS5 syntax removed) and the index's state.
+  the text became (stop words and FTS5 syntax removed) and the index's state; with an
+  embedding model also \"asked\": what the model embedded for the query (the text without
+  the names of the speakers it names: 'What did paint?' for 'What did Melanie paint?').
   --timings prints {\"type\":\"timings\",\"project_ms\",\"embed_ms\",\"recall_ms\"} (loading the
   state; loading the model and embedding the text; recalling), with an embedding model also
   \"dense\": {\"model\",\"vectors\",\"nearest\",\"search_ms\",\"top\"} (the vector search alone, run
@@ -328,7 +330,12 @@ fn ask(
     out: &mut Out,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    let dense = query_vector(embedder, ledger, text)?;
+    // What the model is asked: the text without the speakers it names.
+    let asked = match embedder {
+        Some(_) => ledger.in_snapshot(|l| recall::speakers::dense_text(l, text))?,
+        None => None,
+    };
+    let dense = query_vector(embedder, ledger, asked.as_deref().unwrap_or(text))?;
     let embedded = started.elapsed();
     let q = Query {
         dense,
@@ -350,12 +357,16 @@ fn ask(
         Ok(())
     };
     if args.explain {
-        record(json!({
+        let mut x = json!({
             "type": "explain",
             "terms": terms::query_terms(text),
             "budget": q.budget,
             "index": {"lag": ledger.index_lag()?, "head": ledger.max_id()?},
-        }))?;
+        });
+        if embedder.is_some() {
+            x["asked"] = json!(asked.as_deref().unwrap_or(text));
+        }
+        record(x)?;
     }
     if args.timings {
         let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
@@ -408,8 +419,6 @@ fn query_vector(
     let Some(e) = e else {
         return Ok(None);
     };
-    let asked = ledger.in_snapshot(|l| recall::speakers::dense_text(l, text))?;
-    let text = asked.as_deref().unwrap_or(text);
     let vector = match e.embed(&[recall::vectors::embed_text(text)]) {
         Ok(mut v) => v.pop().unwrap_or_default(),
         Err(err) if err.is_config() => return Err(Error::bad_input(None, err.to_string()).into()),

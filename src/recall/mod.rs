@@ -22,7 +22,9 @@
 //!    "yesterday"), the events of the other sources told in that window count again, twice.
 //!
 //! Then **speakers** ([`speakers`]): when the text names the speaker a message is labelled
-//! with ("Melanie: …"), the message's fused score counts twice.
+//! with ("Melanie: …"), the message's fused score counts twice. The names are left out of
+//! what the sentence model is asked ([`speakers::dense_text`]): the callers that embed the
+//! query do that before they hand over its vector.
 //!
 //! The newest messages of the conversation are not a source here: the turn always sends them
 //! as chat messages ([`crate::turn`]) and excludes them through [`Query::exclude`]. A budget

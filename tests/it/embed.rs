@@ -593,9 +593,18 @@ fn a_named_speaker_is_left_out_of_what_the_model_is_asked() {
         "--embed-url",
         url.as_str(),
     ];
-    for text in ["What did Caroline's dog like?", "a lake near Paris"] {
-        let r = pmm.run("pmm-recall", &[&base[..], &[text]].concat(), "");
+    for (text, want) in [
+        ("What did Caroline's dog like?", "What did dog like?"),
+        ("a lake near Paris", "a lake near Paris"),
+    ] {
+        let r = pmm.run(
+            "pmm-recall",
+            &[&base[..], &["--explain", text]].concat(),
+            "",
+        );
         assert_eq!(r.code, 0, "{r:?}");
+        let explain: Vec<Value> = r.of_type("explain");
+        assert_eq!(explain[0]["asked"], want, "{}", r.stdout);
     }
     let turn = ["--adapter", "dummy", "what did Melanie adopt?"];
     let r = pmm.run("pmm-turn", &[&turn[..], &base[..]].concat(), "");
