@@ -539,6 +539,18 @@ fn ollama_answer(n: usize, dim: usize, seed: f32) -> StubResponse {
     )
 }
 
+/// The flags that point a program at a stub Ollama server's model `e`.
+fn ollama_flags(url: &str) -> [&str; 6] {
+    [
+        "--embed-provider",
+        "ollama",
+        "--embed-model",
+        "e",
+        "--embed-url",
+        url,
+    ]
+}
+
 #[test]
 fn an_ollama_server_is_asked_as_its_api_says() {
     let pmm = Pmm::new();
@@ -585,14 +597,7 @@ fn a_named_speaker_is_left_out_of_what_the_model_is_asked() {
         ollama_answer(1, 8, 0.0),
     ]);
     let url = stub.url();
-    let base = [
-        "--embed-provider",
-        "ollama",
-        "--embed-model",
-        "e",
-        "--embed-url",
-        url.as_str(),
-    ];
+    let base = ollama_flags(&url);
     for (text, want) in [
         ("What did Caroline's dog like?", "What did dog like?"),
         ("a lake near Paris", "a lake near Paris"),
@@ -764,14 +769,7 @@ fn a_server_whose_dimensions_change_is_exit_2_and_nothing_is_written() {
     conversation(&pmm);
     let stub = Stub::start(vec![ollama_answer(6, 8, 0.0), ollama_answer(1, 4, 0.0)]);
     let url = stub.url();
-    let base = [
-        "--embed-provider",
-        "ollama",
-        "--embed-model",
-        "e",
-        "--embed-url",
-        url.as_str(),
-    ];
+    let base = ollama_flags(&url);
     let r = pmm.run("pmm-recall", &[&base[..], &["--embed"]].concat(), "");
     assert_eq!(last(&r)["embedded"], 6, "{r:?}");
     let before = pmm.count();
