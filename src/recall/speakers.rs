@@ -124,7 +124,7 @@ pub const MAX_NAME_WORDS: usize = 12;
 /// [`favour`]'s part (and full text's: the name is one of its terms); what is asked about is
 /// the model's. On the LoCoMo dev conversations, with all-MiniLM-L6-v2, the dense source alone
 /// had all of a question's evidence among its nearest 60 for 74.5 % of the questions instead
-/// of 60.9 %; fused, all-evidence recall went from 76.6 / 84.0 / 89.5 % to 80.0 / 85.3 / 91.3 %
+/// of 60.9 %; fused, all-evidence recall went from 76.6 / 84.0 / 89.5 % to 80.2 / 85.7 / 91.3 %
 /// at 4,000, 8,000 and 16,000 characters (`docs/recall.md`). A text that names no speaker
 /// is embedded as it is.
 pub fn dense_text<R: Reads>(r: &R, text: &str) -> Result<Option<String>> {
