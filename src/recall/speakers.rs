@@ -117,7 +117,8 @@ pub const LABEL_PROBE: usize = 10;
 pub const MAX_NAME_WORDS: usize = 12;
 
 /// The text a sentence model is asked about for `text` ([`super::Query::dense`]): `text`
-/// without the names of the ledger's speakers, when it names any and something is left.
+/// without the names of the ledger's speakers, when it names any and a word that is not a
+/// stop word is left ("What about Melanie?" is embedded whole).
 ///
 /// A name weighs heavily in a small model's vector: "What has Melanie painted?" comes out
 /// nearest to the messages that greet Melanie, whatever they are about. Who speaks is
@@ -133,7 +134,7 @@ pub fn dense_text<R: Reads>(r: &R, text: &str) -> Result<Option<String>> {
         return Ok(None);
     }
     let left = without(text, &names);
-    Ok(left.chars().any(char::is_alphanumeric).then_some(left))
+    Ok((!super::terms::query_terms(&left).is_empty()).then_some(left))
 }
 
 /// The capitalised words of `text` (lowercased, a possessive `'s` dropped) that are a word of
@@ -275,6 +276,7 @@ mod tests {
         );
         assert_eq!(dense_text(&l, "Paris, in May?").unwrap(), None);
         assert_eq!(dense_text(&l, "Melanie?").unwrap(), None, "nothing left");
+        assert_eq!(dense_text(&l, "And what about Melanie's?").unwrap(), None);
     }
 
     #[test]
