@@ -154,19 +154,35 @@ pub(crate) fn integrity(conn: &Connection) -> rusqlite::Result<Option<String>> {
 }
 
 /// Builds a temporary index (in the connection's `temp` schema, never in the file) of the
-/// recallable events after `after`, for a reader whose ledger has no index or one that lags.
-pub(crate) fn temp_index(conn: &Connection, after: i64) -> rusqlite::Result<()> {
+/// recallable events after `after` through `head`, for a reader whose ledger has no index or
+/// one that lags. One built for the same `after` and `head` is kept: a process that asks many
+/// questions (`pmm-recall --lines`, the MCP server) builds it once, not once per look-up, until
+/// the ledger grows (an erasure appends its record, so it grows too).
+pub(crate) fn temp_index(conn: &Connection, after: i64, head: i64) -> rusqlite::Result<()> {
+    let built: rusqlite::Result<(i64, i64)> =
+        conn.query_row("SELECT after, head FROM temp.pmm_fts_tmp_state", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        });
+    if built.is_ok_and(|b| b == (after, head)) {
+        return Ok(());
+    }
     conn.execute_batch(&format!(
         "DROP TABLE IF EXISTS temp.pmm_fts_tmp;
+         DROP TABLE IF EXISTS temp.pmm_fts_tmp_state;
          CREATE VIRTUAL TABLE temp.pmm_fts_tmp USING fts5(body, content='', tokenize='{TOKENIZER}');"
     ))?;
     conn.execute(
         &format!(
             "INSERT INTO temp.pmm_fts_tmp (rowid, body)
-             SELECT id, content FROM main.events WHERE id > ?1 AND kind IN ({})",
+             SELECT id, content FROM main.events WHERE id > ?1 AND id <= ?2 AND kind IN ({})",
             kinds_sql()
         ),
-        [after],
+        [after, head],
+    )?;
+    conn.execute_batch("CREATE TABLE temp.pmm_fts_tmp_state (after INTEGER, head INTEGER)")?;
+    conn.execute(
+        "INSERT INTO temp.pmm_fts_tmp_state VALUES (?1, ?2)",
+        [after, head],
     )?;
     Ok(())
 }
@@ -199,6 +215,34 @@ pub(crate) fn term_hits(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader's temporary index is built once for a ledger's state and again when the
+    /// ledger grows.
+    #[test]
+    fn a_temporary_index_is_kept_until_the_ledger_grows() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE events (id INTEGER PRIMARY KEY, ts TEXT, kind TEXT, content TEXT);
+             INSERT INTO events VALUES (1, 't', 'user_message', 'the kayak is yellow');",
+        )
+        .unwrap();
+        let hits = |term| term_hits(&conn, "temp.pmm_fts_tmp", term, i64::MAX, 10).unwrap();
+        temp_index(&conn, 0, 1).unwrap();
+        assert_eq!(hits("kayak").len(), 1);
+        conn.execute("UPDATE events SET content = 'a canoe' WHERE id = 1", [])
+            .unwrap();
+        temp_index(&conn, 0, 1).unwrap();
+        assert_eq!(hits("kayak").len(), 1, "kept: the same state");
+        conn.execute(
+            "INSERT INTO events VALUES (2, 't', 'user_message', 'a red kayak')",
+            [],
+        )
+        .unwrap();
+        temp_index(&conn, 0, 2).unwrap();
+        let ids: Vec<i64> = hits("kayak").into_iter().map(|h| h.0).collect();
+        assert_eq!(ids, [2], "rebuilt for the grown ledger");
+        assert_eq!(hits("canoe").len(), 1);
+    }
 
     #[test]
     fn the_migration_indexes_exactly_the_recalled_kinds() {

@@ -1069,7 +1069,7 @@ pub trait Reads {
         }
         let temp = lag > 0;
         if temp {
-            fts::temp_index(conn, after).map_err(|e| self.err(e))?;
+            fts::temp_index(conn, after, head).map_err(|e| self.err(e))?;
         }
         Ok(TextIndex {
             conn,
