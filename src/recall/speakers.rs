@@ -140,7 +140,8 @@ pub fn dense_text<R: Reads>(r: &R, text: &str) -> Result<Option<String>> {
 /// The capitalised words of `text` (lowercased, a possessive `'s` dropped) that are a word of
 /// the speaker label of a message the full-text index finds them in, among its newest
 /// [`LABEL_PROBE`]: the speakers `text` names. Stop words are not looked up (a question's
-/// first word; a speaker called Will stays in the text).
+/// first word; a speaker called Will stays in the text). None while the index lags further
+/// than a reader catches up on the fly (a turn's first write on such a ledger catches it up).
 pub fn named<R: Reads>(r: &R, text: &str) -> Result<BTreeSet<String>> {
     let mut capitalised: Vec<String> = Vec::new();
     for w in text.split(|c: char| !is_word_char(c)).map(base) {
@@ -156,7 +157,11 @@ pub fn named<R: Reads>(r: &R, text: &str) -> Result<BTreeSet<String>> {
     if capitalised.is_empty() {
         return Ok(out);
     }
-    let index = r.text_index(super::MAX_UNINDEXED)?;
+    let index = match r.text_index(super::MAX_UNINDEXED) {
+        // A turn's write will catch the index up; until then no name is known.
+        Err(crate::Error::IndexBehind { .. }) => return Ok(out),
+        other => other?,
+    };
     for w in capitalised.into_iter().take(MAX_NAME_WORDS) {
         let one = BTreeSet::from([w.clone()]);
         for (id, _) in index.term_hits(&w, i64::MAX, LABEL_PROBE)? {
@@ -277,6 +282,24 @@ mod tests {
         assert_eq!(dense_text(&l, "Paris, in May?").unwrap(), None);
         assert_eq!(dense_text(&l, "Melanie?").unwrap(), None, "nothing left");
         assert_eq!(dense_text(&l, "And what about Melanie's?").unwrap(), None);
+    }
+
+    /// A ledger whose index lags too far to be caught up on the fly names nobody (a turn
+    /// goes on to its write, which catches the index up) instead of failing.
+    #[test]
+    fn a_far_lagging_index_names_nobody() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = crate::store::Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let over = super::super::MAX_UNINDEXED + 1;
+        l.conn()
+            .execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+                 INSERT INTO events (ts, kind, content, meta) SELECT 't', 'user_message',
+                 'Melanie: hi', '{}' FROM n",
+                [over as i64],
+            )
+            .unwrap();
+        assert_eq!(dense_text(&l, "Did Melanie paint?").unwrap(), None);
     }
 
     #[test]
