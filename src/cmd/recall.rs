@@ -98,7 +98,9 @@ ENVIRONMENT:
                       $OPENAI_BASE_URL)
   PMM_EMBED_API_KEY   the embedding server's key (default $OPENAI_API_KEY; never shown)
   RAYON_NUM_THREADS   threads of the in-process model: a query runs on 1 unless this is set;
-                      --embed and --check use every core";
+                      --embed and --check use every core
+  XDG_CACHE_HOME      where the in-process model's weights digest (its id) is cached, in
+                      pmm/weights-sha256 (default ~/.cache): hashing 91 MB costs ~50 ms";
 
 /// Recall from the whole ledger: the events that match a text, best first, within a budget.
 ///
@@ -257,7 +259,26 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         &mut out,
     )?;
     out.flush()?;
+    if let Some(e) = &embedder {
+        note_other_spaces(
+            &ledger,
+            e,
+            " (pmm-recall --embed embeds the events for this one)",
+        )?;
+    }
     Ok(Outcome::Success)
+}
+
+/// A note on stderr for each other vector space of the model's name with more vectors than
+/// its own ([`recall::vectors::other_spaces`]).
+fn note_other_spaces(ledger: &Ledger, e: &Shared, hint: &str) -> anyhow::Result<()> {
+    let id = e.id();
+    for (other, n) in recall::vectors::other_spaces(ledger, &id)? {
+        eprintln!(
+            "pmm-recall: note: the ledger holds {n} vectors of {other}, which are not {id}'s (other weights, another model behind the name, or an older pmm's fingerprint) and are not used{hint}"
+        );
+    }
+    Ok(())
 }
 
 /// `--lines`: every line of stdin is a text to recall, against one loaded state and model.
@@ -427,7 +448,7 @@ fn query_vector(
             return Ok(None);
         }
     };
-    if let Some(m) = ledger.vector_model(e.id())? {
+    if let Some(m) = ledger.vector_model(&e.id())? {
         if m.dim != vector.len() {
             return Err(Error::bad_input(
                 None,
@@ -442,7 +463,7 @@ fn query_vector(
         }
     }
     Ok(Some(recall::DenseQuery {
-        model: e.id().to_string(),
+        model: e.id(),
         vector,
     }))
 }
@@ -468,6 +489,7 @@ fn embed(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
         });
     bar.finish_and_clear();
     let done = done.map_err(backfill_error)?;
+    note_other_spaces(&ledger, &e, "")?;
     let mut out = Out::new();
     out.record(&json!({
         "type": "embed",

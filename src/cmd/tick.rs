@@ -44,7 +44,9 @@ OUTPUT:
   autonomy_rule_table events it appended, then {\"type\":\"thresholds\",…}.
 
 EXIT STATUS:
-  0  ticked, or the slot already had its tick, or --every ended on SIGINT/SIGTERM
+  0  ticked, or the slot already had its tick, or --every ended on SIGINT/SIGTERM; an
+     embedding step that fails after the tick (server down, model changed) is a warning on
+     stderr, and the next tick tries again
   1  the ledger's write policy forbade one of the tick's (or --set's) events: nothing of it
      was written, a violation event records the refusal
   2  bad input (a bad --set, --slot or duration), a locked or unreadable ledger
@@ -349,8 +351,11 @@ fn sign_step(
 }
 
 /// After a tick, with an embedding model: one bounded batch of events that have no vector
-/// yet, embedded outside the tick's transaction; a server that fails only skips it (a
-/// warning). Prints `{"type":"embed","model","embedded"}` when it embedded something.
+/// yet, embedded outside the tick's transaction. Prints `{"type":"embed","model","embedded"}`
+/// when it embedded something. The tick is already written, so nothing that goes wrong here
+/// (a server that is down, a model whose dimensions differ from its stored vectors, a ledger
+/// locked by another writer) changes the exit status: it is a warning on stderr, which cron
+/// mails, and the next tick tries again.
 fn embed_step(
     ledger: &mut crate::store::Ledger,
     embedder: Option<&crate::llm::embed::Shared>,
@@ -366,9 +371,8 @@ fn embed_step(
             out.flush()?;
             Ok(())
         }
-        Err(crate::recall::vectors::BackfillError::Store(e)) => Err(e.into()),
         Err(err) => {
-            eprintln!("pmm-tick: warning: embedding skipped: {err}");
+            eprintln!("pmm-tick: warning: the tick is written, its embedding step failed: {err}");
             Ok(())
         }
     }

@@ -438,7 +438,7 @@ fn query_vector(
         Ok(mut v) => v.pop().unwrap_or_default(),
         Err(err) => return Ok((None, Some(err.to_string()))),
     };
-    if let Some(m) = r.vector_model(e.id())? {
+    if let Some(m) = r.vector_model(&e.id())? {
         if m.dim != vector.len() {
             return fail(format!(
                 "embedding model {} gives {} dimensions, but its stored vectors have {}",
@@ -448,7 +448,7 @@ fn query_vector(
             ));
         }
     }
-    let model = e.id().to_string();
+    let model = e.id();
     Ok((Some(recall::DenseQuery { model, vector }), None))
 }
 

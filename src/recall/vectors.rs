@@ -44,7 +44,9 @@ pub fn backfill(
     stop: &dyn Fn() -> bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> std::result::Result<Backfill, BackfillError> {
-    let missing = ledger.missing_vector_count(e.id())?;
+    e.identify()?;
+    let id = e.id();
+    let missing = ledger.missing_vector_count(&id)?;
     let mut done = Backfill {
         missing,
         ..Backfill::default()
@@ -55,7 +57,7 @@ pub fn backfill(
             done.interrupted = true;
             break;
         }
-        let batch = ledger.missing_vectors(e.id(), after, BATCH)?;
+        let batch = ledger.missing_vectors(&id, after, BATCH)?;
         let Some(last) = batch.last().map(|b| b.0) else {
             break;
         };
@@ -63,7 +65,7 @@ pub fn backfill(
         let v = e.embed(&texts)?;
         let dim = v.first().map_or(0, Vec::len);
         let pairs: Vec<(i64, Vec<f32>)> = batch.iter().map(|b| b.0).zip(v).collect();
-        done.embedded += ledger.put_vectors(e.id(), dim, &pairs)? as u64;
+        done.embedded += ledger.put_vectors(&id, dim, &pairs)? as u64;
         after = last;
         progress(done.embedded, missing);
     }
@@ -73,7 +75,9 @@ pub fn backfill(
 /// One bounded step of the backfill (what a tick does): embeds at most [`BATCH`] of the
 /// oldest events without a vector and stores them; returns how many.
 pub fn backfill_step(ledger: &mut Ledger, e: &Shared) -> std::result::Result<u64, BackfillError> {
-    let batch = ledger.missing_vectors(e.id(), 0, BATCH)?;
+    e.identify()?;
+    let id = e.id();
+    let batch = ledger.missing_vectors(&id, 0, BATCH)?;
     if batch.is_empty() {
         return Ok(0);
     }
@@ -81,7 +85,27 @@ pub fn backfill_step(ledger: &mut Ledger, e: &Shared) -> std::result::Result<u64
     let v = e.embed(&texts)?;
     let dim = v.first().map_or(0, Vec::len);
     let pairs: Vec<(i64, Vec<f32>)> = batch.iter().map(|b| b.0).zip(v).collect();
-    Ok(ledger.put_vectors(e.id(), dim, &pairs)? as u64)
+    Ok(ledger.put_vectors(&id, dim, &pairs)? as u64)
+}
+
+/// The ledger's other vector spaces of `id`'s model name (`local:NAME@…`, or a server's
+/// `ollama:NAME` as an older pmm named it) holding more vectors than `id`'s: `(id, vectors)`.
+/// They were made with other weights, by another model behind the same name, or under an
+/// older pmm's fingerprint (docs/recall.md), and are never compared with `id`'s; a program
+/// says so, since recall by meaning finds little until the events are embedded again.
+pub fn other_spaces<R: Reads>(r: &R, id: &str) -> Result<Vec<(String, u64)>> {
+    let name = id.split_once('@').map_or(id, |(n, _)| n);
+    let models = r.vector_models()?;
+    let own = models.iter().find(|m| m.0 == id).map_or(0, |m| m.2);
+    Ok(models
+        .into_iter()
+        .filter(|(other, _, n)| {
+            other != id
+                && *n > own
+                && (other == name || other.strip_prefix(name).is_some_and(|t| t.starts_with('@')))
+        })
+        .map(|(other, _, n)| (other, n))
+        .collect())
 }
 
 /// Why a backfill or a check stopped.
@@ -113,7 +137,8 @@ pub fn check<R: Reads>(
     limit: usize,
     progress: &mut dyn FnMut(u64, u64),
 ) -> std::result::Result<(Vec<Mismatch>, u64), BackfillError> {
-    let stored = r.stored_vectors(e.id(), limit)?;
+    e.identify()?;
+    let stored = r.stored_vectors(&e.id(), limit)?;
     let total = stored.len() as u64;
     let mut bad = Vec::new();
     let mut seen = 0u64;

@@ -1663,6 +1663,16 @@ impl Batch<'_> {
                 ),
             });
         }
+        // Every vector of the batch has the model's dimensions: none is dropped in silence.
+        if let Some((id, odd)) = v.iter().find(|(_, x)| x.len() != dim) {
+            return Err(Error::BadInput {
+                at: None,
+                msg: format!(
+                    "embedding model {name}: the vector of event {id} has {} dimensions, not {dim}",
+                    odd.len()
+                ),
+            });
+        }
         vectors::put(&self.tx, m, v).map_err(|e| self.err(e))
     }
 

@@ -88,7 +88,7 @@ impl Dense {
             None
         };
         self.query = Some(DenseQuery {
-            model: e.id().to_string(),
+            model: e.id(),
             vector: query,
         });
     }
@@ -173,7 +173,7 @@ impl Dense {
 
 /// Exit 2 (nothing written yet) when `e`'s vectors have other dimensions than its stored ones.
 fn same_dimensions<R: Reads>(r: &R, e: &Shared, dim: usize) -> crate::Result<()> {
-    match r.vector_model(e.id())? {
+    match r.vector_model(&e.id())? {
         Some(m) if m.dim != dim => Err(crate::Error::bad_input(
             None,
             format!(

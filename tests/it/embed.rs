@@ -572,7 +572,11 @@ fn an_ollama_server_is_asked_as_its_api_says() {
     };
     let r = with(&["--embed"]);
     assert_eq!(last(&r)["embedded"], 6, "{r:?}");
-    assert_eq!(last(&r)["model"], "ollama:stub-embed");
+    // Named by the digest of the weights Ollama's /api/show names.
+    assert_eq!(
+        last(&r)["model"],
+        format!("ollama:stub-embed@{}", &crate::stub::OLLAMA_DIGEST[..12])
+    );
     let r = with(&["sunset"]);
     assert_eq!(r.code, 0, "{r:?}");
     let asked = stub.requests();
@@ -674,10 +678,12 @@ fn an_openai_server_is_asked_with_its_key_which_is_never_shown() {
             |i| json!({"object": "embedding", "index": i, "embedding": [i as f32 + 1.0, 1.0, 0.5]}),
         )
         .collect();
-    let stub = Stub::start(vec![StubResponse::Status(
-        200,
-        json!({"data": data}).to_string(),
-    )]);
+    // First the probe that identifies the model, then the events.
+    let probe = json!({"data": [{"index": 0, "embedding": [0.2, -1.0, 0.5]}]});
+    let stub = Stub::start(vec![
+        StubResponse::Status(200, probe.to_string()),
+        StubResponse::Status(200, json!({"data": data}).to_string()),
+    ]);
     let url = format!("{}/v1", stub.url());
     let r = pmm
         .cmd("pmm-recall")
@@ -701,7 +707,14 @@ fn an_openai_server_is_asked_with_its_key_which_is_never_shown() {
         String::from_utf8_lossy(&r.stderr)
     );
     assert!(stdout.contains("\"embedded\":6"), "{stdout}");
-    let asked = &stub.requests()[0];
+    assert!(stdout.contains("\"model\":\"openai:e5@3d-"), "{stdout}");
+    let probe = &stub.requests()[0];
+    assert_eq!(probe.body["input"], json!([pmm::llm::embed::server::PROBE]));
+    assert_eq!(
+        probe.header("authorization"),
+        Some("Bearer sk-embed-secret")
+    );
+    let asked = &stub.requests()[1];
     assert_eq!(asked.path, "/v1/embeddings");
     assert_eq!(
         asked.header("authorization"),
@@ -916,4 +929,381 @@ fn a_backfill_skips_erased_events() {
         sql(&pmm, "SELECT count(*) FROM pmm_vectors WHERE id = 3"),
         0
     );
+}
+
+/// Multiplies, in place, the floats of the first tensor of `weights` that lies wholly between
+/// its first and last 64 KiB (the bytes the fingerprint used to sample): a fine-tune of a
+/// middle layer that keeps the file's size and header. Returns the tensor's name.
+fn tune_a_middle_tensor(weights: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(weights)
+        .unwrap();
+    let len = f.metadata().unwrap().len();
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n).unwrap();
+    let n = u64::from_le_bytes(n);
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).unwrap();
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&header).unwrap();
+    let (name, start, end) = header
+        .iter()
+        .filter_map(|(k, v)| {
+            let o = v.get("data_offsets")?.as_array()?;
+            let (a, b) = (o[0].as_u64()? + 8 + n, o[1].as_u64()? + 8 + n);
+            (a >= 64 * 1024 && b + 64 * 1024 <= len && b > a).then(|| (k.clone(), a, b))
+        })
+        .min_by_key(|t| t.1)
+        .expect("a tensor in the middle of the file");
+    let mut data = vec![0u8; (end - start) as usize];
+    f.seek(SeekFrom::Start(start)).unwrap();
+    f.read_exact(&mut data).unwrap();
+    for b in data.chunks_exact_mut(4) {
+        let x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * -1.5 + 0.01;
+        b.copy_from_slice(&x.to_le_bytes());
+    }
+    f.seek(SeekFrom::Start(start)).unwrap();
+    f.write_all(&data).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), len, "same size");
+    name
+}
+
+/// A same-size fine-tune of the middle layers is another model: its vectors go to another
+/// space (and the digest cached for the old file is not reused), so `--check` finds the
+/// stored vectors of each model as they were made.
+#[test]
+fn a_fine_tune_of_the_middle_layers_is_another_model() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    // 64 dimensions: about 300 KB of weights, more than the 128 KiB once sampled.
+    let m = model(&pmm, "m", 1, 64);
+    let embed = || {
+        let r = pmm.run(
+            "pmm-recall",
+            &["--embed", "--embed-model", m.to_str().unwrap()],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        last(&r)
+    };
+    let first = embed();
+    assert_eq!(first["embedded"], 6, "{first}");
+    assert_eq!(embed()["embedded"], 0, "the same model: nothing new");
+    let tuned = tune_a_middle_tensor(&m.join("model.safetensors"));
+    let second = embed();
+    assert_ne!(first["model"], second["model"], "{tuned} changed: {second}");
+    assert_eq!(second["embedded"], 6, "{second}");
+    let r = pmm.run(
+        "pmm-recall",
+        &["--check", "--embed-model", m.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// A model swapped behind an Ollama name (another weights digest in `/api/show`) is another
+/// vector space: the new model's vectors never join the old one's.
+#[test]
+fn a_model_swapped_behind_an_ollama_name_is_another_model() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let show = |digest: &str| {
+        crate::stub::Preflight::Status(
+            200,
+            json!({"modelfile": format!("FROM /m/blobs/sha256-{digest}\n")}).to_string(),
+        )
+    };
+    let mut models = Vec::new();
+    for (digest, seed) in [("a".repeat(64), 0.0), ("b".repeat(64), 5.0)] {
+        let stub = Stub::start_with(vec![ollama_answer(6, 8, seed)], show(&digest));
+        let url = stub.url();
+        let r = pmm.run(
+            "pmm-recall",
+            &[&ollama_flags(&url)[..], &["--embed"]].concat(),
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+        assert_eq!(stub.preflights()[0].path, "/api/show");
+        models.push(last(&r)["model"].clone());
+    }
+    assert_eq!(models[0], format!("ollama:e@{}", "a".repeat(12)));
+    assert_eq!(models[1], format!("ollama:e@{}", "b".repeat(12)));
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_embed_models"), 2);
+}
+
+/// An OpenAI-compatible server says nothing of its weights: the probe's vector names the
+/// model, so another model behind the name gets another space.
+#[test]
+fn a_model_swapped_behind_an_openai_name_is_another_model() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let answer = |rows: Vec<Vec<f32>>| {
+        let data: Vec<Value> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| json!({"index": i, "embedding": e}))
+            .collect();
+        StubResponse::Status(200, json!({ "data": data }).to_string())
+    };
+    let mut models = Vec::new();
+    for probe in [vec![1.0, 0.1, -0.5, 0.2], vec![0.1, 1.0, 0.5, -0.2]] {
+        let rows: Vec<Vec<f32>> = (0..6).map(|i| vec![1.0, i as f32, 0.5, 0.1]).collect();
+        let stub = Stub::start(vec![answer(vec![probe]), answer(rows)]);
+        let url = format!("{}/v1", stub.url());
+        let r = pmm.run(
+            "pmm-recall",
+            &[
+                "--embed",
+                "--embed-provider",
+                "openai",
+                "--embed-model",
+                "e5",
+                "--embed-url",
+                &url,
+            ],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+        models.push(last(&r)["model"].as_str().unwrap().to_string());
+    }
+    assert!(models[0].starts_with("openai:e5@4d-"), "{models:?}");
+    assert_ne!(models[0], models[1]);
+}
+
+/// A server whose answer holds vectors of two sizes is refused (exit 3, nothing stored), not
+/// stored in part with the others dropped in silence.
+#[test]
+fn a_server_whose_vectors_disagree_in_dimensions_is_refused_not_dropped() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let mut rows: Vec<Vec<f32>> = (0..6).map(|i| vec![1.0, i as f32, 0.5]).collect();
+    rows[3].push(0.25);
+    let stub = Stub::start(vec![StubResponse::Status(
+        200,
+        json!({ "embeddings": rows }).to_string(),
+    )]);
+    let url = stub.url();
+    let r = pmm.run(
+        "pmm-recall",
+        &[&ollama_flags(&url)[..], &["--embed"]].concat(),
+        "",
+    );
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(r.stderr.contains("dimensions"), "{}", r.stderr);
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 0);
+}
+
+/// `pmm-recall --embed` with a server whose vectors no longer have the stored dimensions says
+/// so and stops (exit 2), storing nothing.
+#[test]
+fn a_backfill_whose_server_changed_dimensions_says_so() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let stub = Stub::start(vec![ollama_answer(6, 8, 0.0)]);
+    let url = stub.url();
+    let r = pmm.run(
+        "pmm-recall",
+        &[&ollama_flags(&url)[..], &["--embed"]].concat(),
+        "",
+    );
+    assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+    let more = json!({"kind": "user_message", "content": "more", "meta": {"role": "user"}});
+    assert_eq!(
+        pmm.run("pmm-append", &["--batch"], &format!("{more}\n"))
+            .code,
+        0
+    );
+    let stub = Stub::start(vec![ollama_answer(1, 4, 0.0)]);
+    let url = stub.url();
+    let r = pmm.run(
+        "pmm-recall",
+        &[&ollama_flags(&url)[..], &["--embed"]].concat(),
+        "",
+    );
+    r.assert_error("pmm-recall", &["dimensions", "8", "4"]);
+    assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 6);
+}
+
+/// A tick is written before its embedding step: the step's failure (here a model whose
+/// dimensions changed) is a warning, and the exit status is the tick's (0).
+#[test]
+fn a_tick_whose_embedding_step_fails_exits_0_with_a_warning() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let stub = Stub::start(vec![ollama_answer(6, 8, 0.0)]);
+    let url = stub.url();
+    let r = pmm.run(
+        "pmm-recall",
+        &[&ollama_flags(&url)[..], &["--embed"]].concat(),
+        "",
+    );
+    assert_eq!(last(&r)["embedded"], 6, "{r:?}");
+    // One message without a vector (the tick itself is an idle one: nothing recallable).
+    let more = json!({"kind": "user_message", "content": "more", "meta": {"role": "user"}});
+    assert_eq!(
+        pmm.run("pmm-append", &["--batch"], &format!("{more}\n"))
+            .code,
+        0
+    );
+    let stub = Stub::start(vec![ollama_answer(1, 4, 0.0)]);
+    let url = stub.url();
+    let before = pmm.count();
+    let r = pmm.run("pmm-tick", &ollama_flags(&url), "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(pmm.count() > before, "the tick is written");
+    assert_eq!(r.of_type("tick").len(), 1, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("warning") && r.stderr.contains("dimensions"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Edits `dir/file` (a JSON object) with `f`.
+fn edit_json(dir: &Path, file: &str, f: impl FnOnce(&mut Value)) {
+    let p = dir.join(file);
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&p, v.to_string()).unwrap();
+}
+
+/// A model directory is untrusted input: every size the model uses is checked when it loads,
+/// and a bad one is exit 2 naming the file and the field, never a panic (exit 101).
+#[test]
+fn a_model_directory_with_impossible_sizes_is_exit_2_naming_the_field() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let cases: Vec<(&str, &str, Value, &str)> = vec![
+        (
+            "config.json",
+            "num_attention_heads",
+            json!(0),
+            "num_attention_heads",
+        ),
+        (
+            "config.json",
+            "num_attention_heads",
+            json!(3),
+            "num_attention_heads",
+        ),
+        ("config.json", "hidden_size", json!(0), "hidden_size"),
+        (
+            "config.json",
+            "num_hidden_layers",
+            json!(0),
+            "num_hidden_layers",
+        ),
+        (
+            "config.json",
+            "num_hidden_layers",
+            json!(100_000_000u64),
+            "num_hidden_layers",
+        ),
+        (
+            "config.json",
+            "intermediate_size",
+            json!(1u64 << 40),
+            "intermediate_size",
+        ),
+        (
+            "config.json",
+            "max_position_embeddings",
+            json!(0),
+            "max_position_embeddings",
+        ),
+        (
+            "config.json",
+            "type_vocab_size",
+            json!(0),
+            "type_vocab_size",
+        ),
+        ("config.json", "vocab_size", json!(7), "vocab_size"),
+        (
+            "config.json",
+            "layer_norm_eps",
+            json!(0.0),
+            "layer_norm_eps",
+        ),
+        (
+            "sentence_bert_config.json",
+            "max_seq_length",
+            json!(0),
+            "max_seq_length",
+        ),
+        (
+            "sentence_bert_config.json",
+            "max_seq_length",
+            json!(1),
+            "max_seq_length",
+        ),
+        (
+            "sentence_bert_config.json",
+            "max_seq_length",
+            json!(1u64 << 40),
+            "max_seq_length",
+        ),
+    ];
+    for (i, (file, field, value, named)) in cases.into_iter().enumerate() {
+        let m = model(&pmm, &format!("m{i}"), 1, 16);
+        edit_json(&m, file, |v| v[field] = value.clone());
+        let r = pmm.run(
+            "pmm-recall",
+            &["--embed-model", m.to_str().unwrap(), "painting"],
+            "",
+        );
+        assert!(!r.stderr.contains("panicked"), "{field}={value}: {r:?}");
+        r.assert_error("pmm-recall", &[file, named]);
+    }
+    // The MCP server checks it at start.
+    let m = model(&pmm, "mcp", 1, 16);
+    edit_json(&m, "config.json", |v| v["num_attention_heads"] = json!(0));
+    let r = pmm.run("pmm-mcp", &["--embed-model", m.to_str().unwrap()], "");
+    assert!(!r.stderr.contains("panicked"), "{r:?}");
+    r.assert_error("pmm-mcp", &["config.json", "num_attention_heads"]);
+    // A sentence-transformers file that is not JSON is named, not ignored.
+    let m = model(&pmm, "nojson", 1, 16);
+    std::fs::write(m.join("sentence_bert_config.json"), "{max_seq_length: 3").unwrap();
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed-model", m.to_str().unwrap(), "painting"],
+        "",
+    );
+    r.assert_error("pmm-recall", &["sentence_bert_config.json"]);
+}
+
+/// Vectors stored under an older fingerprint of the same model (an older pmm sampled the
+/// weights) are not used, and a program says so: the events are embedded again under the
+/// new id, never mixed with the old vectors.
+#[test]
+fn vectors_of_an_older_fingerprint_are_named_and_embedded_again() {
+    let pmm = Pmm::new();
+    conversation(&pmm);
+    let m = model(&pmm, "m", 1, 16);
+    let args = ["--embed", "--embed-model", m.to_str().unwrap()];
+    let r = pmm.run("pmm-recall", &args, "");
+    let id = last(&r)["model"].as_str().unwrap().to_string();
+    let (name, _) = id.split_once('@').unwrap();
+    let old = format!("{name}@0123456789ab");
+    let c = rusqlite::Connection::open(pmm.path("ledger.db")).unwrap();
+    c.execute("UPDATE pmm_embed_models SET name = ?1", [&old])
+        .unwrap();
+    drop(c);
+    let r = pmm.run(
+        "pmm-recall",
+        &["--embed-model", m.to_str().unwrap(), "painting"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains(&old) && r.stderr.contains("pmm-recall --embed"),
+        "{}",
+        r.stderr
+    );
+    let r = pmm.run("pmm-recall", &args, "");
+    assert_eq!(last(&r)["model"], id.as_str());
+    assert_eq!(last(&r)["embedded"], 6, "{r:?}");
 }

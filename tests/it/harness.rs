@@ -126,7 +126,9 @@ impl Pmm {
             .env_remove("OPENAI_BASE_URL")
             .env_remove("PMM_MAX_LINE")
             .env("PMM_DB", &self.db)
-            .env("PMM_NOW", "2025-11-24T05:55:41.194157Z");
+            .env("PMM_NOW", "2025-11-24T05:55:41.194157Z")
+            // The embedding model's weights digest cache, per workspace.
+            .env("XDG_CACHE_HOME", self.dir.path().join(".cache"));
         c
     }
 

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 /// The model name the stub reports in Ollama answers.
 pub const OLLAMA_MODEL: &str = "stub-llama:latest";
+/// The weights digest in the modelfile of Ollama's `/api/show` answers.
+pub const OLLAMA_DIGEST: &str = "5a17e0c1d2b3a4f5e6d7c8b9a0f1e2d3c4b5a6978877665544332211000fedcb";
 /// Prompt and completion token counts in Ollama answers.
 pub const OLLAMA_TOKENS: (u64, u64) = (11, 7);
 /// The model name the stub reports in OpenAI answers.
@@ -353,7 +355,13 @@ fn answer_preflight(p: &Preflight, r: &Recorded) -> (u16, String) {
         Preflight::OllamaOnly if !ollama_api => (404, "404 page not found".into()),
         _ if r.path.ends_with("/api/show") => {
             if known(&asked) {
-                (200, json!({"details": {"family": "stub"}}).to_string())
+                // The modelfile names the weights' blob: its digest identifies an embedding
+                // model (llm/embed/server.rs).
+                let modelfile = format!("FROM /stub/blobs/sha256-{OLLAMA_DIGEST}\n");
+                (
+                    200,
+                    json!({"details": {"family": "stub"}, "modelfile": modelfile}).to_string(),
+                )
             } else {
                 (
                     404,

@@ -3,6 +3,11 @@
 //! `sentence_bert_config.json` (`max_seq_length`) and `1_Pooling/config.json` (mean or CLS
 //! pooling). As sentence-transformers does: tokens cut at `max_seq_length`, the token vectors
 //! pooled over the attention mask, the result L2-normalised. Nothing is downloaded.
+//!
+//! A model directory is untrusted input: every size its files declare that the model uses is
+//! checked when it loads ([`check_config`], [`max_seq_length`]), and one out of range is an
+//! [`EmbedError::Model`] naming the file and the field (exit 2), never a panic further on.
+//! Its id's fingerprint covers everything that decides the vectors ([`fingerprint`]).
 
 use super::{checked, EmbedError, Embedder, BATCH};
 use candle_core::safetensors::MmapedSafetensors;
@@ -10,12 +15,8 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use candle_transformers::models::bert::{BertEncoder, Config};
 use sha2::{Digest, Sha256};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
-
-/// Bytes of the weights' data hashed at each end for the model's fingerprint.
-const SAMPLE: u64 = 64 * 1024;
 
 /// A loaded model.
 pub struct Bert {
@@ -177,14 +178,19 @@ impl Bert {
         };
         let config_text = std::fs::read_to_string(&config).map_err(|e| corrupt(&config, &e))?;
         let cfg: Config = serde_json::from_str(&config_text).map_err(|e| corrupt(&config, &e))?;
-        let dim = hidden_size(&config_text).ok_or_else(|| corrupt(&config, &"no hidden_size"))?;
-        let max_len = max_seq_length(dir).unwrap_or(512);
+        check_config(&cfg).map_err(|e| corrupt(&config, &e))?;
+        let dim = cfg.hidden_size;
+        let st_config = dir.join("sentence_bert_config.json");
+        let max_len = max_seq_length(&st_config, cfg.max_position_embeddings)
+            .map_err(|e| corrupt(&st_config, &e))?;
+        let pooling = dir.join("1_Pooling/config.json");
+        let cls = cls_pooling(&pooling).map_err(|e| corrupt(&pooling, &e))?;
         // The tokenizer (its JSON parsed: a third of the load) on a second core while the
         // weights are read on this one.
         let (tokenizer, fingerprint, model) = std::thread::scope(|s| {
             let other = s.spawn(|| {
                 let t = load_tokenizer(&tokenizer, max_len).map_err(|e| corrupt(&tokenizer, &e));
-                let f = fingerprint(&[&config, &tokenizer], &weights)
+                let f = fingerprint(&[&config, &tokenizer], &weights, max_len, cls)
                     .map_err(|e| corrupt(&weights, &e));
                 (t, f)
             });
@@ -195,12 +201,32 @@ impl Bert {
             (t, f, model)
         });
         let (tokenizer, fingerprint, model) = (tokenizer?, fingerprint?, model?);
+        // Every id the tokenizer can give must have a row in the word embeddings.
+        let ids = tokenizer.get_vocab_size(true);
+        if ids > model.vocab {
+            return Err(corrupt(
+                &weights,
+                &format!(
+                    "the tokenizer has {ids} token ids, but {} has {} rows",
+                    model.words, model.vocab
+                ),
+            ));
+        }
+        if cfg.vocab_size != model.vocab {
+            return Err(corrupt(
+                &config,
+                &format!(
+                    "vocab_size is {}, but {} has {} rows",
+                    cfg.vocab_size, model.words, model.vocab
+                ),
+            ));
+        }
         Ok(Bert {
             id: format!("local:{}@{fingerprint}", model_name(dir)),
             dim,
             model,
             tokenizer,
-            cls: cls_pooling(dir),
+            cls,
         })
     }
 
@@ -316,26 +342,90 @@ fn one_line(e: &dyn std::fmt::Display) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
-fn hidden_size(config: &str) -> Option<usize> {
-    let v: serde_json::Value = serde_json::from_str(config).ok()?;
-    usize::try_from(v.get("hidden_size")?.as_u64()?).ok()
-}
+/// The largest width (hidden, intermediate), vocabulary, position table and layer count a
+/// model directory may declare: far above any sentence-embedding model, far below what
+/// would overflow a size computed from them.
+const MAX_WIDTH: usize = 1 << 16;
+const MAX_VOCAB: usize = 1 << 22;
+const MAX_POSITIONS: usize = 1 << 16;
+const MAX_LAYERS: usize = 256;
 
-/// sentence-transformers' `max_seq_length`, when the directory says it.
-fn max_seq_length(dir: &Path) -> Option<usize> {
-    let text = std::fs::read_to_string(dir.join("sentence_bert_config.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    usize::try_from(v.get("max_seq_length")?.as_u64()?).ok()
-}
-
-/// Whether the pooling module asks for the CLS token's vector instead of the mean.
-fn cls_pooling(dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(dir.join("1_Pooling/config.json")) else {
-        return false;
+/// Checks every field of `config.json` that the model uses (a model directory is untrusted
+/// input: a zero or a huge size would panic or exhaust memory further on): the error names
+/// the field.
+fn check_config(cfg: &Config) -> Result<(), String> {
+    let within = |field: &str, v: usize, max: usize| {
+        if (1..=max).contains(&v) {
+            Ok(())
+        } else {
+            Err(format!("{field} is {v}, not between 1 and {max}"))
+        }
     };
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    v.get("pooling_mode_cls_token") == Some(&serde_json::Value::Bool(true))
-        && v.get("pooling_mode_mean_tokens") != Some(&serde_json::Value::Bool(true))
+    within("hidden_size", cfg.hidden_size, MAX_WIDTH)?;
+    within(
+        "num_attention_heads",
+        cfg.num_attention_heads,
+        cfg.hidden_size,
+    )?;
+    if !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
+        return Err(format!(
+            "hidden_size {} is not a multiple of num_attention_heads {}",
+            cfg.hidden_size, cfg.num_attention_heads
+        ));
+    }
+    within("num_hidden_layers", cfg.num_hidden_layers, MAX_LAYERS)?;
+    within("intermediate_size", cfg.intermediate_size, 4 * MAX_WIDTH)?;
+    within(
+        "max_position_embeddings",
+        cfg.max_position_embeddings,
+        MAX_POSITIONS,
+    )?;
+    within("type_vocab_size", cfg.type_vocab_size, MAX_VOCAB)?;
+    within("vocab_size", cfg.vocab_size, MAX_VOCAB)?;
+    if !(cfg.layer_norm_eps.is_finite() && cfg.layer_norm_eps > 0.0 && cfg.layer_norm_eps < 1.0) {
+        return Err(format!(
+            "layer_norm_eps is {}, not a small positive number",
+            cfg.layer_norm_eps
+        ));
+    }
+    Ok(())
+}
+
+/// sentence-transformers' `max_seq_length` from `path` (a file the directory may lack):
+/// between 3 (the two special tokens and one of the text) and the model's position table;
+/// without the file or the field, the position table's size, at most 512.
+fn max_seq_length(path: &Path, positions: usize) -> Result<usize, String> {
+    let fallback = positions.min(512);
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(fallback),
+        Err(e) => return Err(e.to_string()),
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let Some(n) = v.get("max_seq_length").filter(|n| !n.is_null()) else {
+        return Ok(fallback);
+    };
+    match n.as_u64().and_then(|n| usize::try_from(n).ok()) {
+        Some(n) if (3..=positions).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "max_seq_length is {n}, not between 3 and max_position_embeddings ({positions})"
+        )),
+    }
+}
+
+/// Whether the pooling module (`1_Pooling/config.json` at `path`, which the directory may
+/// lack: mean pooling) asks for the CLS token's vector instead of the mean.
+fn cls_pooling(path: &Path) -> Result<bool, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    Ok(
+        v.get("pooling_mode_cls_token") == Some(&serde_json::Value::Bool(true))
+            && v.get("pooling_mode_mean_tokens") != Some(&serde_json::Value::Bool(true)),
+    )
 }
 
 fn load_tokenizer(path: &Path, max_len: usize) -> Result<Tokenizer, String> {
@@ -372,22 +462,21 @@ fn model_name(dir: &Path) -> String {
         .collect()
 }
 
-/// What identifies the weights, cheaply: SHA-256 of the config and tokenizer files, the
-/// weights file's size and header, and its first and last 64 KiB; 12 hex digits.
-fn fingerprint(files: &[&Path], weights: &Path) -> std::io::Result<String> {
+/// What decides the vectors: SHA-256 over the config and tokenizer files, the SHA-256 of the
+/// whole weights file ([`super::weights::sha256`], cached per file version), the sequence
+/// length and the pooling; 12 hex digits.
+fn fingerprint(
+    files: &[&Path],
+    weights: &Path,
+    max_len: usize,
+    cls: bool,
+) -> std::io::Result<String> {
     let mut h = Sha256::new();
     for f in files {
         h.update(std::fs::read(f)?);
     }
-    let mut w = std::fs::File::open(weights)?;
-    let len = w.metadata()?.len();
-    h.update(len.to_le_bytes());
-    let mut buf = vec![0u8; SAMPLE.min(len) as usize];
-    w.read_exact(&mut buf)?;
-    h.update(&buf);
-    w.seek(SeekFrom::Start(len - buf.len() as u64))?;
-    w.read_exact(&mut buf)?;
-    h.update(&buf);
+    h.update(super::weights::sha256(weights)?.as_bytes());
+    h.update(format!("max_seq_length={max_len} cls={cls}").as_bytes());
     let hex: String = h.finalize()[..6]
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -8,6 +8,7 @@
 
 pub mod bert;
 pub mod server;
+mod weights;
 
 use super::LlmError;
 use std::path::PathBuf;
@@ -175,9 +176,15 @@ pub fn threads_var_is_ours() -> bool {
 /// A sentence-embedding model.
 pub trait Embedder: Send {
     /// The vector space: the provider, the model and what identifies its weights
-    /// (`local:all-MiniLM-L6-v2@1a2b3c4d`, `ollama:nomic-embed-text`). Vectors are stored and
-    /// compared under this id only.
+    /// (`local:all-MiniLM-L6-v2@1a2b3c4d5e6f`, `ollama:nomic-embed-text@0a109f422b47`).
+    /// Vectors are stored and compared under this id only. A server's is complete once
+    /// [`Embedder::identify`] succeeded.
     fn id(&self) -> &str;
+    /// Finds what identifies the model, when that takes asking (a server); [`Embedder::embed`]
+    /// does it first too.
+    fn identify(&mut self) -> Result<(), EmbedError> {
+        Ok(())
+    }
     /// Dimensions of every vector; for a server, known after the first answer (0 before).
     fn dim(&self) -> usize;
     /// One L2-normalised vector per text, in order.
@@ -194,21 +201,32 @@ pub trait Embedder: Send {
 #[derive(Clone)]
 pub struct Shared {
     inner: Arc<Mutex<Box<dyn Embedder>>>,
-    id: String,
 }
 
 impl Shared {
     /// Shares `e`.
     pub fn new(e: Box<dyn Embedder>) -> Shared {
         Shared {
-            id: e.id().to_string(),
             inner: Arc::new(Mutex::new(e)),
         }
     }
 
-    /// The embedder's id.
-    pub fn id(&self) -> &str {
-        &self.id
+    /// The embedder's id ([`Embedder::id`]: a server's is complete after its first vector or
+    /// [`Shared::identify`]).
+    pub fn id(&self) -> String {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .id()
+            .to_string()
+    }
+
+    /// [`Embedder::identify`].
+    pub fn identify(&self) -> Result<(), EmbedError> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .identify()
     }
 
     /// [`Embedder::dim`].
@@ -233,7 +251,7 @@ impl Shared {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Shared").field(&self.id).finish()
+        f.debug_tuple("Shared").field(&self.id()).finish()
     }
 }
 
@@ -270,8 +288,13 @@ pub(crate) fn checked(
     if vectors.len() != texts {
         return Err(bad(format!("{} vectors for {texts} texts", vectors.len())));
     }
+    // Before the first answer, the first vector's dimensions are what every other must have.
+    let dim = match dim {
+        0 => vectors.first().map_or(0, Vec::len),
+        d => d,
+    };
     for v in &mut vectors {
-        if v.is_empty() || (dim != 0 && v.len() != dim) {
+        if v.is_empty() || v.len() != dim {
             return Err(bad(format!(
                 "a vector of {} dimensions, not {dim}",
                 v.len()
@@ -305,6 +328,8 @@ mod tests {
         assert!(checked("m", 1, 3, vec![vec![3.0, 4.0]]).is_err());
         assert!(checked("m", 1, 0, vec![vec![f32::NAN, 4.0]]).is_err());
         assert!(checked("m", 1, 0, vec![vec![]]).is_err());
+        // Before the dimensions are known, a batch must still agree with itself.
+        assert!(checked("m", 2, 0, vec![vec![3.0, 4.0], vec![1.0, 2.0, 3.0]]).is_err());
     }
 
     #[test]

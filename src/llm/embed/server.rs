@@ -3,21 +3,42 @@
 //! `{"embeddings":[[…]]}`) and OpenAI-compatible `POST {base}/embeddings` (`{"model","input":[…]}`
 //! → `{"data":[{"index","embedding":[…]}]}`), as llama.cpp's `llama-server --embeddings`,
 //! vLLM and OpenAI serve it.
+//!
+//! A model name is not a model: a server may swap what it serves under a name (`ollama pull`
+//! of a newer version, another GGUF behind llama.cpp). Before its first vector, a server's
+//! model is identified, and the id names what was found ([`Server::identify`]): Ollama's
+//! `POST {host}/api/show` gives the modelfile, whose `FROM …/blobs/sha256-<digest>` is the
+//! digest of the weights it runs (`ollama:nomic-embed-text@0a109f422b47`); an OpenAI-compatible
+//! server (or an Ollama that does not say) has no such answer, so a fixed probe text is
+//! embedded alone and the id records its dimensions and a hash of the indices and signs of its
+//! 8 largest components (`openai:e5@1024d-3f2a9c1b`): another model gives other components,
+//! while the tiny differences a server's arithmetic may show from one request to the next
+//! leave the largest ones where they are.
 
 use super::super::http::{base_url, shown_url, Http};
 use super::super::ollama::with_scheme;
 use super::super::{LlmError, DEFAULT_OLLAMA_HOST, DEFAULT_OPENAI_BASE_URL};
 use super::{checked, EmbedConfig, EmbedError, Embedder, Provider, BATCH};
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// The text a model is identified by when its server names no weights digest.
+pub const PROBE: &str = "pmm probe: which model makes these vectors?";
+/// Components of the probe's vector whose places and signs identify the model.
+const PROBE_TOP: usize = 8;
 
 /// An embedding server.
 pub struct Server {
     http: Http,
     provider: Provider,
     url: String,
+    /// Ollama's `/api/show` (none for OpenAI-compatible servers).
+    show: Option<String>,
     model: String,
     key: Option<String>,
+    /// `provider:model`, then `provider:model@mark` once identified.
     id: String,
+    identified: bool,
     dim: usize,
 }
 
@@ -30,7 +51,9 @@ impl Server {
             .strip_suffix("/api/embed")
             .unwrap_or(&base)
             .trim_end_matches('/');
-        Server::new(cfg, format!("{base}/api/embed"), None)
+        let mut s = Server::new(cfg, format!("{base}/api/embed"), None)?;
+        s.show = Some(format!("{base}/api/show"));
+        Ok(s)
     }
 
     /// An OpenAI-compatible server at `cfg.url` (the base URL up to `/v1`) or OpenAI's.
@@ -56,7 +79,9 @@ impl Server {
             http: Http::new(name, &cfg.http_config(), key.clone()),
             provider: cfg.provider,
             id: format!("{name}:{}", cfg.model),
+            identified: false,
             url,
+            show: None,
             model: cfg.model.clone(),
             key,
             dim: 0,
@@ -93,6 +118,80 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Finds what the server runs under the model's name, once, and makes it part of the id
+    /// (the module's documentation says how). Fails as a request does: a server that is down
+    /// gives no id, and no vector.
+    pub fn identify(&mut self) -> Result<(), EmbedError> {
+        if self.identified {
+            return Ok(());
+        }
+        let mark = match self.ollama_digest()? {
+            Some(digest) => digest[..12].to_string(),
+            None => self.probe()?,
+        };
+        self.id = format!("{}:{}@{mark}", self.provider.as_str(), self.model);
+        self.identified = true;
+        Ok(())
+    }
+
+    /// The digest of the weights Ollama runs for the model (from its modelfile's `FROM` blob);
+    /// `None` when the server is not Ollama or does not say.
+    fn ollama_digest(&self) -> Result<Option<String>, EmbedError> {
+        let Some(show) = &self.show else {
+            return Ok(None);
+        };
+        let answer = match self
+            .http
+            .post_json(show, &json!({"model": self.model}), None)
+        {
+            Ok(a) => a,
+            // Not an Ollama that answers /api/show: the probe decides.
+            Err(LlmError::Status { .. } | LlmError::BadResponse { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let modelfile = answer
+            .json
+            .get("modelfile")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        Ok(modelfile.lines().find_map(|l| {
+            let from = l.trim().strip_prefix("FROM ")?;
+            let at = from.rfind("sha256-")? + "sha256-".len();
+            let hex = from[at..].trim();
+            (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| hex.to_ascii_lowercase())
+        }))
+    }
+
+    /// The probe's mark: its dimensions and a hash of the places and signs of its
+    /// [`PROBE_TOP`] largest components (`1024d-3f2a9c1b`). Sets the dimensions.
+    fn probe(&mut self) -> Result<String, EmbedError> {
+        let v = checked(&self.id, 1, self.dim, self.ask(&[PROBE])?)?;
+        let v = &v[0];
+        self.dim = v.len();
+        Ok(format!("{}d-{}", v.len(), probe_hash(v)))
+    }
+}
+
+/// 8 hex digits of SHA-256 over the places (in order) and signs of the [`PROBE_TOP`] largest
+/// components of `v`.
+fn probe_hash(v: &[f32]) -> String {
+    let mut top: Vec<usize> = (0..v.len()).collect();
+    top.sort_by(|&a, &b| v[b].abs().total_cmp(&v[a].abs()).then(a.cmp(&b)));
+    top.truncate(PROBE_TOP);
+    top.sort_unstable();
+    let mut h = Sha256::new();
+    for i in top {
+        h.update((i as u64).to_le_bytes());
+        h.update([u8::from(v[i] < 0.0)]);
+    }
+    h.finalize()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// OpenAI's `data`, put in `index` order (servers may answer out of order).
 fn openai_rows(json: &Value) -> Option<Vec<&Value>> {
     let data = json.get("data")?.as_array()?;
@@ -113,7 +212,12 @@ impl Embedder for Server {
         self.dim
     }
 
+    fn identify(&mut self) -> Result<(), EmbedError> {
+        Server::identify(self)
+    }
+
     fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.identify()?;
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(BATCH) {
             let v = checked(&self.id, chunk.len(), self.dim, self.ask(chunk)?)?;
@@ -121,5 +225,24 @@ impl Embedder for Server {
             out.extend(v);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_hash_keeps_to_the_largest_components() {
+        let v = [0.1, -0.9, 0.05, 0.8, 0.0, -0.3, 0.2, 0.25, 0.6, -0.01, 0.02];
+        let mut noisy = v;
+        noisy.iter_mut().for_each(|x| *x += 1e-4);
+        assert_eq!(probe_hash(&v), probe_hash(&noisy));
+        let mut flipped = v;
+        flipped[1] = 0.9;
+        assert_ne!(probe_hash(&v), probe_hash(&flipped));
+        let mut moved = v;
+        moved.swap(3, 4);
+        assert_ne!(probe_hash(&v), probe_hash(&moved));
     }
 }
