@@ -513,6 +513,15 @@ fn backfill_error(e: recall::vectors::BackfillError) -> anyhow::Error {
         BackfillError::Store(e) => e.into(),
         BackfillError::Embed(e) if e.is_config() => Error::bad_input(None, e.to_string()).into(),
         BackfillError::Embed(EmbedError::Server(e)) => Error::from(e).into(),
+        // "embedding at MODEL: unexpected response: a vector of 4 dimensions, not 3".
+        BackfillError::Embed(EmbedError::Compute { model, detail }) => {
+            Error::from(crate::llm::LlmError::BadResponse {
+                provider: "embedding".into(),
+                endpoint: model,
+                detail,
+            })
+            .into()
+        }
         BackfillError::Embed(e) => Error::from(crate::llm::LlmError::BadResponse {
             provider: "embedding".into(),
             endpoint: String::new(),
@@ -538,6 +547,7 @@ fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
         });
         bar.finish_and_clear();
         let (bad, _) = checked.map_err(backfill_error)?;
+        note_other_spaces(ledger, &e, " (--check compares this one's only)")?;
         for m in &bad {
             let message = format!(
                 "event {}: its {} vector has cosine {:.4} with a recomputed one (below {})",

@@ -1093,7 +1093,11 @@ fn a_server_whose_vectors_disagree_in_dimensions_is_refused_not_dropped() {
         "",
     );
     assert_eq!(r.code, 3, "{r:?}");
-    assert!(r.stderr.contains("dimensions"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("a vector of 4 dimensions, not 3"),
+        "{}",
+        r.stderr
+    );
     assert_eq!(sql(&pmm, "SELECT count(*) FROM pmm_vectors"), 0);
 }
 
