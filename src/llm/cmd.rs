@@ -4,9 +4,12 @@
 //! one that is not part of the reply; any further newlines are kept). A non-zero exit is an
 //! error carrying the first line of its stderr. The whole run is bounded by the timeout; after
 //! it the program and everything it started are killed, as they are when the call is cancelled
-//! (Ctrl-C, SIGTERM). Never retried: the program may have side effects.
+//! (Ctrl-C, SIGTERM). Never retried: the program may have side effects. The program inherits
+//! the environment, keys and all: what it says (the reply, the stderr line of an error) has
+//! every secret pmm knows of scrubbed from it (see `scrub`).
 
 use super::cancel::POLL;
+use super::scrub::Secrets;
 use super::{millis, Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::json;
 use std::io::{self, Read, Write};
@@ -29,6 +32,9 @@ pub(crate) struct Cmd {
     program: String,
     model: String,
     timeout: Duration,
+    /// The key, the URLs' credentials and the environment's secrets: the program may print
+    /// any of them.
+    secrets: Secrets,
 }
 
 impl Cmd {
@@ -49,13 +55,15 @@ impl Cmd {
                 .to_string(),
             model: cfg.model_name().to_string(),
             timeout: cfg.timeout,
+            secrets: Secrets::of_with_env(cfg),
         })
     }
 
+    /// A [`LlmError::Command`], its detail (which may quote the program) scrubbed.
     fn error(&self, detail: impl Into<String>) -> LlmError {
         LlmError::Command {
             program: self.program.clone(),
-            detail: detail.into(),
+            detail: self.secrets.redact(&detail.into()),
         }
     }
 
@@ -305,7 +313,8 @@ impl Cmd {
             detail: format!("stdout is not UTF-8 ({e})"),
         })?;
         Ok(Reply {
-            text: strip_line_ending(text),
+            // A program that prints `$OPENAI_API_KEY` must not get it into the ledger.
+            text: self.secrets.text(&strip_line_ending(text)),
             model: self.model.clone(),
             in_tokens: None,
             out_tokens: None,

@@ -1,10 +1,16 @@
 //! The HTTP client the ollama and openai adapters share: one JSON POST with a per-attempt
-//! timeout, retries with exponential backoff, and errors that name the URL but never the key.
+//! timeout, retries with exponential backoff, and errors that name the URL but never a secret.
 //! A streamed answer is read line by line; both kinds of request can be cancelled (the request
 //! then runs on a worker thread that is abandoned when the flag is raised, and the connection
 //! is closed as soon as that thread notices).
+//!
+//! A reply has one deadline and one size bound whichever way it comes: the whole answer within
+//! the timeout of the attempt that gave it, and at most [`MAX_REPLY`] bytes of reply (a whole
+//! body is refused past that size; a streamed one is ended there, and at the deadline, however
+//! fast and however long the server keeps sending).
 
 use super::cancel::POLL;
+use super::scrub::Secrets;
 use super::{millis, Cancel, Config, LlmError};
 use serde_json::Value;
 use std::io::{self, BufRead, BufReader, Read};
@@ -23,13 +29,22 @@ const MAX_CONNECT: Duration = Duration::from_secs(10);
 /// Longest line of a streamed answer (one chunk of ndjson, one server-sent event line).
 const MAX_STREAM_LINE: u64 = 10 * 1024 * 1024;
 
+/// Most bytes of reply an answer may bring: ureq's limit for a whole body, and so what a
+/// streamed reply may add up to.
+pub(crate) const MAX_REPLY: usize = 10 * 1024 * 1024;
+
+/// Lines of a streamed answer read ahead of the adapter: the reading thread waits when it is
+/// this far ahead, so that a server faster than the adapter fills no memory.
+const STREAM_QUEUE: usize = 64;
+
 /// A JSON-over-HTTP client for one provider.
 #[derive(Clone)]
 pub(crate) struct Http {
     agent: ureq::Agent,
     provider: &'static str,
-    /// Scrubbed from everything the server sends back before it can reach an error.
-    secret: Option<String>,
+    /// Scrubbed from everything the server sends back before it can reach a reply or an
+    /// error.
+    secrets: Secrets,
     timeout: Duration,
     retries: u32,
     backoff: Duration,
@@ -70,9 +85,9 @@ pub(crate) fn retryable_status(code: u16) -> bool {
 }
 
 impl Http {
-    /// A client for `provider` with `cfg`'s timeout and retry policy; `secret` is the bearer
-    /// token, if any, so that it can be scrubbed from errors.
-    pub(crate) fn new(provider: &'static str, cfg: &Config, secret: Option<String>) -> Http {
+    /// A client for `provider` with `cfg`'s timeout and retry policy; `secrets` are scrubbed
+    /// from its answers and errors.
+    pub(crate) fn new(provider: &'static str, cfg: &Config, secrets: Secrets) -> Http {
         let agent = ureq::AgentBuilder::new()
             .timeout(cfg.timeout)
             .timeout_connect(cfg.timeout.min(MAX_CONNECT))
@@ -84,7 +99,7 @@ impl Http {
         Http {
             agent,
             provider,
-            secret: secret.filter(|s| !s.is_empty()),
+            secrets,
             timeout: cfg.timeout,
             retries: cfg.retries,
             backoff: cfg.backoff,
@@ -108,8 +123,8 @@ impl Http {
             })
             .map(|((json, latency), attempts)| (json, latency, attempts))?;
         Ok(Answer {
-            // The key, echoed back, must reach no reply, meta or ledger.
-            json: super::scrub::value(json, self.secret.as_deref()),
+            // A secret, echoed back, must reach no reply, meta or ledger.
+            json: self.secrets.value(json),
             latency_ms,
             attempts,
         })
@@ -157,7 +172,9 @@ impl Http {
     /// nothing is retried once it has started. `on_event` says when the reply is complete
     /// ([`Flow::Done`]: the rest of the body is not waited for) or that it is unusable
     /// (`Err`: a [`LlmError::BadResponse`]); a body that ends before `Done` is a bad response
-    /// too. A raised `cancel` gives up at once with [`LlmError::Interrupted`].
+    /// too. A raised `cancel` gives up at once with [`LlmError::Interrupted`]; a reply not
+    /// complete within the timeout of the attempt that started it is a [`LlmError::Timeout`],
+    /// however much of it keeps coming.
     pub(crate) fn post_stream(
         &self,
         url: &str,
@@ -173,17 +190,25 @@ impl Http {
         };
         check()?;
         let started = Instant::now();
-        let (tx, rx) = mpsc::channel::<Piece>();
+        let (tx, rx) = mpsc::sync_channel::<Piece>(STREAM_QUEUE);
         {
             let (http, url, payload) = (self.clone(), url.to_string(), body.to_string());
             let auth = bearer.map(|k| format!("Bearer {k}"));
             std::thread::spawn(move || http.stream_worker(&url, &payload, auth.as_deref(), &tx));
         }
         let mut attempts = 1;
+        // Set when the answer starts: the timeout counts from the start of its attempt (ureq
+        // bounds the attempts before it, and each read, but not a reply that keeps coming).
+        let mut deadline: Option<Instant> = None;
         let mut scrubbed;
         let failed = loop {
             check()?;
-            let piece = match rx.recv_timeout(POLL) {
+            let wait = match deadline {
+                Some(d) if Instant::now() >= d => break Piece::Failed(Failure::Timeout),
+                Some(d) => d.saturating_duration_since(Instant::now()).min(POLL),
+                None => POLL,
+            };
+            let piece = match rx.recv_timeout(wait) {
                 Ok(p) => p,
                 Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -191,13 +216,14 @@ impl Http {
                 }
             };
             let event = match &piece {
-                Piece::Started(n) => {
+                Piece::Started(n, at) => {
                     attempts = *n;
+                    deadline = Some(*at + self.timeout);
                     continue;
                 }
                 Piece::Line(line) => {
-                    // The key, echoed back, must reach neither the terminal nor the ledger.
-                    scrubbed = super::scrub::text(line, self.secret.as_deref());
+                    // A secret, echoed back, must reach neither the terminal nor the ledger.
+                    scrubbed = self.secrets.text(line);
                     StreamEvent::Line(&scrubbed)
                 }
                 Piece::End => StreamEvent::End,
@@ -235,16 +261,16 @@ impl Http {
         url: &str,
         payload: &str,
         auth: Option<&str>,
-        tx: &mpsc::Sender<Piece>,
+        tx: &mpsc::SyncSender<Piece>,
     ) {
         let accept = "application/x-ndjson, text/event-stream, application/json";
-        let response = match self.with_retries(url, |_| {
+        let response = match self.with_retries(url, |started| {
             let response = self.send(url, payload, auth, accept)?;
             refuse_redirect(&response)?;
-            Ok(response)
+            Ok((response, started))
         }) {
-            Ok((response, attempts)) => {
-                if tx.send(Piece::Started(attempts)).is_err() {
+            Ok(((response, started), attempts)) => {
+                if tx.send(Piece::Started(attempts, started)).is_err() {
                     return;
                 }
                 response
@@ -305,10 +331,7 @@ impl Http {
             Err(ureq::Error::Status(code, response)) => Err(Failure::Status {
                 code,
                 retry_after: retry_after(&response),
-                excerpt: excerpt(
-                    &response.into_string().unwrap_or_default(),
-                    self.secret.as_deref(),
-                ),
+                excerpt: excerpt(&response.into_string().unwrap_or_default(), &self.secrets),
             }),
             Err(ureq::Error::Transport(t)) => Err(classify(&t)),
         }
@@ -356,7 +379,7 @@ impl Http {
     fn error(&self, url: &str, failure: Failure, attempts: u32) -> LlmError {
         let provider = self.provider.to_string();
         let endpoint = shown_url(url);
-        let scrub = |s: String| redact(&s, self.secret.as_deref());
+        let scrub = |s: String| self.secrets.redact(&s);
         match failure {
             Failure::Connect(detail) => LlmError::Unreachable {
                 provider,
@@ -393,7 +416,7 @@ impl Http {
         LlmError::BadResponse {
             provider: self.provider.to_string(),
             endpoint: shown_url(url),
-            detail: redact(&detail.into(), self.secret.as_deref()),
+            detail: self.secrets.redact(&detail.into()),
         }
     }
 }
@@ -420,6 +443,9 @@ pub(crate) enum StreamError {
     /// The server put an error into the stream.
     #[error("error: {0}")]
     Server(String),
+    /// The reply grew past [`MAX_REPLY`] (a whole body that size is refused too).
+    #[error("the reply is larger than {} MB", MAX_REPLY / 1024 / 1024)]
+    TooBig,
 }
 
 /// Whether a streamed reply is complete.
@@ -440,8 +466,8 @@ pub(crate) struct Streamed {
 
 /// What the worker thread of a streamed request passes on.
 enum Piece {
-    /// The answer started, after this many attempts.
-    Started(u32),
+    /// The answer started, after this many attempts, the last of which started then.
+    Started(u32, Instant),
     /// One line of it.
     Line(String),
     /// The body ended.
@@ -547,13 +573,13 @@ fn retry_after(response: &ureq::Response) -> Option<Duration> {
 
 /// What of an error body goes into an error: the error message when the body is a JSON error
 /// object (`{"error":"..."}` from ollama, `{"error":{"message":"..."}}` from OpenAI), else the
-/// body; on one line, at most [`MAX_EXCERPT`] characters, the secret replaced by `***`.
-pub(crate) fn excerpt(body: &str, secret: Option<&str>) -> String {
+/// body; on one line, at most [`MAX_EXCERPT`] characters, every secret replaced by `***`.
+pub(crate) fn excerpt(body: &str, secrets: &Secrets) -> String {
     let message = serde_json::from_str::<Value>(body)
         .ok()
         .and_then(|v| error_message(&v));
     // Redact before cutting, or a key straddling the cut would leave a prefix behind.
-    let text = redact(message.as_deref().unwrap_or(body), secret);
+    let text = secrets.redact(message.as_deref().unwrap_or(body));
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match one_line.char_indices().nth(MAX_EXCERPT) {
         Some((cut, _)) => format!("{}…", &one_line[..cut]),
@@ -566,14 +592,6 @@ fn error_message(v: &Value) -> Option<String> {
     match v.get("error")? {
         Value::String(s) => Some(s.clone()),
         e => e.get("message").and_then(Value::as_str).map(str::to_string),
-    }
-}
-
-/// `text` with every occurrence of `secret` replaced by `***`.
-pub(crate) fn redact(text: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(s) if !s.is_empty() => text.replace(s, "***"),
-        _ => text.to_string(),
     }
 }
 
@@ -629,30 +647,32 @@ mod tests {
 
     #[test]
     fn excerpts_are_short_single_lines_without_the_secret() {
+        let mut key = Secrets::none();
+        key.bearer("sk-secret");
         let body = format!("line one\n\tsk-secret line two {}", "x".repeat(500));
-        let e = excerpt(&body, Some("sk-secret"));
+        let e = excerpt(&body, &key);
         assert!(!e.contains("sk-secret") && e.contains("***"), "{e}");
         assert!(!e.contains('\n') && !e.contains('\t'));
         assert_eq!(e.chars().count(), MAX_EXCERPT + 1); // the cut is marked with an ellipsis
         assert_eq!(
             excerpt(
                 r#"{"error":{"message":"bad key sk-secret","type":"x"}}"#,
-                Some("sk-secret")
+                &key
             ),
             "bad key ***"
         );
         assert_eq!(
-            excerpt(r#"{"error":"model not found"}"#, None),
+            excerpt(r#"{"error":"model not found"}"#, &Secrets::none()),
             "model not found"
         );
-        assert_eq!(excerpt("", None), "");
+        assert_eq!(excerpt("", &Secrets::none()), "");
     }
 
     #[test]
     fn retry_delays_double_and_are_capped() {
         let mut cfg = Config::new(crate::llm::AdapterKind::Ollama);
         cfg.backoff = Duration::from_millis(500);
-        let http = Http::new("ollama", &cfg, None);
+        let http = Http::new("ollama", &cfg, Secrets::none());
         assert_eq!(http.delay(1, None), Duration::from_millis(500));
         assert_eq!(http.delay(2, None), Duration::from_millis(1000));
         assert_eq!(http.delay(3, None), Duration::from_millis(2000));

@@ -17,8 +17,9 @@
 //! Failures: the HTTP adapters retry connection errors, HTTP 429 and 5xx with exponential
 //! backoff ([`Config::retries`], [`Config::backoff`]). A timeout is not retried: a model that did
 //! not answer within [`Config::timeout`] is most likely busy with a long generation, and asking
-//! again would only multiply the wait. Secrets (the API key) never appear in errors, `Debug`
-//! output or shown URLs.
+//! again would only multiply the wait. A reply, streamed or whole, is bounded by the timeout and
+//! by 10 MB. Secrets (the API key, a URL's credentials, for `cmd` the environment's keys) never
+//! appear in errors, replies, `Debug` output or shown URLs (see `scrub`).
 //!
 //! Streaming and cancelling: [`Adapter::generate_with`] hands the reply to a [`TextSink`] as it
 //! is generated (the HTTP adapters then ask for a streamed answer) and gives up with

@@ -2,8 +2,9 @@
 //! reply is wanted as it is generated) a stream of JSON lines, each with a piece of
 //! `message.content`, the last with `"done": true` and the token counts.
 
-use super::http::{base_url, shown_url, Flow, Http, StreamError, StreamEvent};
+use super::http::{base_url, shown_url, Flow, Http, StreamError, StreamEvent, MAX_REPLY};
 use super::preflight::{self, Probe};
+use super::scrub::{Holdback, Secrets};
 use super::{Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::{json, Value};
 
@@ -18,6 +19,8 @@ pub(crate) struct Ollama {
     base: String,
     url: String,
     model: String,
+    /// What the server may echo back: the credentials of `$OLLAMA_HOST` (and the key).
+    secrets: Secrets,
 }
 
 impl Ollama {
@@ -31,12 +34,14 @@ impl Ollama {
             .unwrap_or(&base)
             .trim_end_matches('/')
             .to_string();
+        let secrets = Secrets::of(cfg);
         Ok(Ollama {
-            http: Http::new("ollama", cfg, None),
-            probe: Probe::new("ollama", cfg, None),
+            http: Http::new("ollama", cfg, secrets.clone()),
+            probe: Probe::new("ollama", cfg, None, secrets.clone()),
             url: format!("{base}/api/chat"),
             base,
             model: cfg.model_name().to_string(),
+            secrets,
         })
     }
 }
@@ -143,7 +148,8 @@ impl Adapter for Ollama {
 }
 
 impl Ollama {
-    /// Asks for a streamed answer and hands its pieces to `sink`.
+    /// Asks for a streamed answer and hands its pieces to `sink`, ending it past
+    /// [`MAX_REPLY`] bytes.
     fn stream(
         &self,
         body: &Value,
@@ -152,6 +158,8 @@ impl Ollama {
     ) -> Result<Reply, LlmError> {
         let mut text = String::new();
         let mut last = Value::Null;
+        // What is shown never holds a secret, even split over pieces.
+        let mut shown = Holdback::new(&self.secrets);
         let streamed = self
             .http
             .post_stream(&self.url, body, None, cancel, |event| {
@@ -170,15 +178,19 @@ impl Ollama {
                     return Err(StreamError::Server(e));
                 }
                 if let Some(piece) = chunk.pointer("/message/content").and_then(Value::as_str) {
+                    if text.len() + piece.len() > MAX_REPLY {
+                        return Err(StreamError::TooBig);
+                    }
                     text.push_str(piece);
-                    sink.send(piece);
+                    sink.send(&shown.push(piece));
                 }
                 let done = chunk.get("done").and_then(Value::as_bool) == Some(true);
                 last = chunk;
                 Ok(if done { Flow::Done } else { Flow::More })
             })?;
+        sink.send(&shown.finish());
         Ok(Reply {
-            text,
+            text: self.secrets.text(&text),
             model: last
                 .get("model")
                 .and_then(Value::as_str)

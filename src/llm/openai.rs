@@ -4,8 +4,9 @@
 //! a last chunk with `usage` (asked for with `stream_options.include_usage`), then
 //! `data: [DONE]`.
 
-use super::http::{base_url, shown_url, Flow, Http, StreamError, StreamEvent};
+use super::http::{base_url, shown_url, Flow, Http, StreamError, StreamEvent, MAX_REPLY};
 use super::preflight::{self, Probe};
+use super::scrub::{Holdback, Secrets};
 use super::{Adapter, Cancel, Config, LlmError, Reply, Request, TextSink};
 use serde_json::{json, Value};
 
@@ -17,6 +18,8 @@ pub(crate) struct OpenAi {
     url: String,
     model: String,
     key: Option<String>,
+    /// What the server may echo back: the key and the credentials of the base URL.
+    secrets: Secrets,
 }
 
 impl OpenAi {
@@ -46,13 +49,15 @@ impl OpenAi {
                 "openai: the API key contains control characters (a line break inside it?)".into(),
             ));
         }
+        let secrets = Secrets::of(cfg);
         Ok(OpenAi {
-            http: Http::new("openai", cfg, key.clone()),
-            probe: Probe::new("openai", cfg, key.clone()),
+            http: Http::new("openai", cfg, secrets.clone()),
+            probe: Probe::new("openai", cfg, key.clone(), secrets.clone()),
             url: format!("{base}/chat/completions"),
             base,
             model: cfg.model_name().to_string(),
             key,
+            secrets,
         })
     }
 }
@@ -143,15 +148,16 @@ impl Adapter for OpenAi {
 }
 
 impl OpenAi {
-    /// Asks for a streamed answer and hands its pieces to `sink`. A server that answers with
-    /// one plain JSON completion instead is read as such.
+    /// Asks for a streamed answer and hands its pieces to `sink`, ending it past
+    /// [`MAX_REPLY`] bytes. A server that answers with one plain JSON completion instead is
+    /// read as such.
     fn stream(
         &self,
         body: &Value,
         sink: &TextSink,
         cancel: Option<&Cancel>,
     ) -> Result<Reply, LlmError> {
-        let mut parse = StreamParse::new(sink, self.key.as_deref());
+        let mut parse = StreamParse::new(sink, &self.secrets);
         let streamed =
             self.http
                 .post_stream(&self.url, body, self.key.as_deref(), cancel, |event| {
@@ -163,7 +169,7 @@ impl OpenAi {
                 .bad_response(&self.url, format!("the model refused: {}", parse.refusal)));
         }
         sink.send(&parse.shown.finish());
-        let text = super::scrub::text(&parse.text, self.key.as_deref());
+        let text = self.secrets.text(&parse.text);
         let tokens = |field: &str| parse.usage.get(field).and_then(Value::as_u64);
         Ok(Reply {
             text,
@@ -181,8 +187,8 @@ impl OpenAi {
 struct StreamParse<'s> {
     /// Where the pieces of the reply go as they come.
     sink: &'s TextSink,
-    /// What is shown never holds the key, even split over pieces (see scrub::Holdback).
-    shown: super::scrub::Holdback,
+    /// What is shown never holds a secret, even split over pieces.
+    shown: Holdback,
     /// The reply so far.
     text: String,
     /// The refusal so far.
@@ -198,11 +204,11 @@ struct StreamParse<'s> {
 }
 
 impl<'s> StreamParse<'s> {
-    /// Nothing read yet; what is shown on `sink` is held back around `key`.
-    fn new(sink: &'s TextSink, key: Option<&str>) -> Self {
+    /// Nothing read yet; what is shown on `sink` is held back around `secrets`.
+    fn new(sink: &'s TextSink, secrets: &Secrets) -> Self {
         StreamParse {
             sink,
-            shown: super::scrub::Holdback::new(key),
+            shown: Holdback::new(secrets),
             text: String::new(),
             refusal: String::new(),
             model: None,
@@ -216,29 +222,41 @@ impl<'s> StreamParse<'s> {
     fn event(&mut self, event: StreamEvent<'_>) -> Result<Flow, StreamError> {
         match event {
             StreamEvent::Line(line) => self.line(line),
-            StreamEvent::End => Ok(self.end()),
+            StreamEvent::End => self.end(),
         }
     }
 
     /// Appends a piece of the reply and shows what of it may be shown.
-    fn piece(&mut self, piece: &str) {
+    fn piece(&mut self, piece: &str) -> Result<(), StreamError> {
+        self.room(piece)?;
         self.text.push_str(piece);
         self.sink.send(&self.shown.push(piece));
+        Ok(())
+    }
+
+    /// Whether `more` fits in what a reply may be: the reply, the refusal and what is not
+    /// server-sent events add up to at most [`MAX_REPLY`] bytes.
+    fn room(&self, more: &str) -> Result<(), StreamError> {
+        let kept = self.text.len() + self.refusal.len() + self.plain.len();
+        if kept + more.len() > MAX_REPLY {
+            return Err(StreamError::TooBig);
+        }
+        Ok(())
     }
 
     /// The body ended: what was not server-sent events is read as one plain JSON completion,
     /// when it is one with `choices[0].message.content`.
-    fn end(&mut self) -> Flow {
-        let Ok(whole) = serde_json::from_str::<Value>(&self.plain) else {
-            return Flow::More;
+    fn end(&mut self) -> Result<Flow, StreamError> {
+        let Ok(whole) = serde_json::from_str::<Value>(&std::mem::take(&mut self.plain)) else {
+            return Ok(Flow::More);
         };
         let Some(content) = whole
             .pointer("/choices/0/message/content")
             .and_then(Value::as_str)
         else {
-            return Flow::More;
+            return Ok(Flow::More);
         };
-        self.piece(content);
+        self.piece(content)?;
         self.model = whole
             .get("model")
             .and_then(Value::as_str)
@@ -248,7 +266,7 @@ impl<'s> StreamParse<'s> {
             .pointer("/choices/0/finish_reason")
             .and_then(Value::as_str)
             .map(str::to_string);
-        Flow::Done
+        Ok(Flow::Done)
     }
 
     /// One line: a `data:` line is an event's data; `event:`, `id:`, `retry:`,
@@ -261,6 +279,7 @@ impl<'s> StreamParse<'s> {
                     .iter()
                     .any(|f| line.starts_with(f))
             {
+                self.room(line)?;
                 self.plain.push_str(line);
             }
             return Ok(Flow::More);
@@ -297,9 +316,10 @@ impl<'s> StreamParse<'s> {
         }
         let delta = chunk.pointer("/choices/0/delta");
         if let Some(piece) = delta.and_then(|d| d.get("content")).and_then(Value::as_str) {
-            self.piece(piece);
+            self.piece(piece)?;
         }
         if let Some(r) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str) {
+            self.room(r)?;
             self.refusal.push_str(r);
         }
         if let Some(m) = chunk.get("model").and_then(Value::as_str) {
@@ -350,7 +370,7 @@ mod tests {
     #[test]
     fn an_unusable_stream_says_why_in_a_typed_error() {
         let sink = TextSink::new(|_| ());
-        let mut parse = StreamParse::new(&sink, None);
+        let mut parse = StreamParse::new(&sink, &Secrets::none());
         let Err(e) = parse.event(StreamEvent::Line("data: nope\n")) else {
             panic!("not JSON, yet read")
         };

@@ -15,7 +15,8 @@
 //!   `{base}/v1/models` answers, is a base URL missing its `/v1`.
 
 use super::http::{excerpt, shown_url};
-use super::{scrub, Config, LlmError};
+use super::scrub::Secrets;
+use super::{Config, LlmError};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -37,15 +38,23 @@ enum Got {
 pub(crate) struct Probe {
     agent: ureq::Agent,
     provider: &'static str,
-    secret: Option<String>,
+    /// The bearer token, sent when there is one.
+    key: Option<String>,
+    /// Scrubbed from every error.
+    secrets: Secrets,
     retries: u32,
     backoff: Duration,
 }
 
 impl Probe {
-    /// A client with `cfg`'s retry policy for refused connections; `secret` is the bearer
-    /// token, sent and scrubbed.
-    pub(crate) fn new(provider: &'static str, cfg: &Config, secret: Option<String>) -> Probe {
+    /// A client with `cfg`'s retry policy for refused connections; `key` is the bearer token,
+    /// sent, and `secrets` (the key among them) are scrubbed.
+    pub(crate) fn new(
+        provider: &'static str,
+        cfg: &Config,
+        key: Option<String>,
+        secrets: Secrets,
+    ) -> Probe {
         let wait = cfg.timeout.min(MAX_WAIT);
         Probe {
             agent: ureq::AgentBuilder::new()
@@ -55,7 +64,8 @@ impl Probe {
                 .redirects(0)
                 .build(),
             provider,
-            secret: secret.filter(|s| !s.is_empty()),
+            key: key.filter(|s| !s.is_empty()),
+            secrets,
             retries: cfg.retries,
             backoff: cfg.backoff,
         }
@@ -80,7 +90,7 @@ impl Probe {
                 None => self.agent.get(url),
             }
             .set("Accept", "application/json");
-            if let Some(key) = &self.secret {
+            if let Some(key) = &self.key {
                 req = req.set("Authorization", &format!("Bearer {key}"));
             }
             let result = match body {
@@ -114,20 +124,19 @@ impl Probe {
         }
     }
 
-    /// The error for a failed check, with the key scrubbed from everything in it.
+    /// The error for a failed check, with the secrets scrubbed from everything in it.
     fn fail(&self, url: &str, detail: impl Into<String>, hint: impl Into<String>) -> LlmError {
-        let s = self.secret.as_deref();
         let detail = format!("{}; {}", detail.into(), hint.into());
         LlmError::Preflight {
             provider: self.provider.to_string(),
             endpoint: shown_url(url),
-            detail: super::http::redact(&scrub::text(&detail, s), s),
+            detail: self.secrets.redact(&detail),
         }
     }
 
     /// `HTTP 404: <the body's error message>`.
     fn status(&self, code: u16, body: &str) -> String {
-        let e = excerpt(body, self.secret.as_deref());
+        let e = excerpt(body, &self.secrets);
         if e.is_empty() {
             format!("HTTP {code}")
         } else {
@@ -228,7 +237,7 @@ pub(crate) fn openai(p: &Probe, base: &str, model: &str) -> Result<(), LlmError>
             "is the server running? Check OPENAI_BASE_URL (it should end in /v1)",
         )),
         Got::Answer(code @ (401 | 403), body) => {
-            let hint = if p.secret.is_some() {
+            let hint = if p.key.is_some() {
                 "the server rejected the API key: check OPENAI_API_KEY"
             } else {
                 "the server wants an API key: set OPENAI_API_KEY (in the environment or .env)"
@@ -250,7 +259,8 @@ pub(crate) fn openai(p: &Probe, base: &str, model: &str) -> Result<(), LlmError>
             let one = format!("{base}/models/{model}");
             match p.get(&one) {
                 Got::Answer(404, b)
-                    if b.contains("model_not_found") || excerpt(&b, None).contains(model) =>
+                    if b.contains("model_not_found")
+                        || excerpt(&b, &Secrets::none()).contains(model) =>
                 {
                     let mut some: Vec<&str> = ids.iter().map(String::as_str).take(8).collect();
                     if ids.len() > some.len() {

@@ -1,6 +1,7 @@
 //! The model adapters (`pmm::llm`) against local stub servers and shell scripts: wire format,
 //! retries, timeouts, secrets, and the offline adapters.
 
+use crate::harness::Pmm;
 use crate::stub::{self, Stub, StubResponse};
 use pmm::llm::{adapter, AdapterKind, Config, LlmError, Reply, Request};
 use serde_json::{json, Value};
@@ -645,4 +646,107 @@ fn ollama_gets_a_context_window_for_the_whole_prompt() {
         .map(|m| m["role"].as_str().unwrap())
         .collect();
     assert_eq!(roles, ["system", "user", "user"]);
+}
+
+/// `user:PASS` of a base URL goes out as `Authorization: Basic <base64>`; a server that
+/// echoes it in an error, or in a reply, gets it nowhere (issue 34 item 7).
+#[test]
+fn credentials_in_a_base_url_are_scrubbed_from_an_echoing_error_and_reply() {
+    const BASIC: &str = "YWRtaW46UEFTUw=="; // base64 of admin:PASS
+    let stub = Stub::start(vec![
+        StubResponse::EchoAuthStatus(500),
+        StubResponse::EchoAuth,
+    ]);
+    let mut cfg = openai(&stub.url(), None);
+    cfg.openai_base_url = stub.url().replace("http://", "http://admin:PASS@") + "/v1";
+    cfg.retries = 0;
+    let e = generate(&cfg, &request(None)).unwrap_err();
+    assert_eq!(
+        stub.requests()[0].header("authorization"),
+        Some(&*format!("Basic {BASIC}")),
+        "the credentials were sent"
+    );
+    for shown in [e.to_string(), format!("{e:?}")] {
+        assert!(!shown.contains(BASIC) && !shown.contains("PASS"), "{shown}");
+        assert!(shown.contains("Basic ***"), "{shown}");
+    }
+    let reply = generate(&cfg, &request(None)).unwrap();
+    let all = format!("{reply:?}");
+    assert!(!all.contains(BASIC), "{all}");
+    assert!(all.contains("Basic ***"), "{all}");
+}
+
+/// The cmd adapter's program inherits the environment; what it prints (reply or error) has
+/// the key scrubbed, as an HTTP server's answer has (issue 34 item 7).
+#[test]
+fn a_cmd_program_that_prints_the_key_gets_it_into_no_reply_or_error() {
+    let mut cfg = cmd_config(&format!("echo 'your key is {KEY}'"));
+    cfg.openai_api_key = Some(KEY.into());
+    let reply = generate(&cfg, &request(None)).unwrap();
+    assert_eq!(reply.text, "your key is ***");
+    let mut cfg = cmd_config(&format!("echo 'bad key {KEY}' >&2; exit 1"));
+    cfg.openai_api_key = Some(KEY.into());
+    let e = generate(&cfg, &request(None)).unwrap_err();
+    assert!(!e.to_string().contains(KEY), "{e}");
+    assert!(e.to_string().contains("bad key ***"), "{e}");
+}
+
+/// End to end: `pmm-turn --adapter cmd` with a program that echoes `$OPENAI_API_KEY` and
+/// another key of the environment writes neither to the ledger nor to the terminal.
+#[test]
+fn a_cmd_reply_echoing_keys_from_the_environment_reaches_no_ledger() {
+    let pmm = Pmm::new();
+    let out = pmm
+        .cmd("pmm-turn")
+        .env("OPENAI_API_KEY", KEY)
+        .env("ANTHROPIC_API_KEY", "sk-ant-other-0123456789")
+        .args([
+            "--adapter",
+            "cmd",
+            "--command",
+            "echo \"keys: $OPENAI_API_KEY $ANTHROPIC_API_KEY\"",
+            "hello",
+        ])
+        .output()
+        .expect("run pmm-turn");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let all = pmm.run("pmm-replay", &[], "").stdout;
+    for shown in [&*stdout, &*stderr, &*all] {
+        assert!(
+            !shown.contains(KEY) && !shown.contains("sk-ant-other"),
+            "{shown}"
+        );
+    }
+    assert!(all.contains("keys: *** ***"), "{all}");
+}
+
+/// End to end: the echoed Basic credentials are in neither the error on stderr nor the
+/// generation_failure.
+#[test]
+fn credentials_echoed_in_a_500_reach_neither_stderr_nor_the_ledger() {
+    const BASIC: &str = "YWRtaW46UEFTUw==";
+    let pmm = Pmm::new();
+    let stub = Stub::start(vec![StubResponse::EchoAuthStatus(500)]);
+    let url = stub.url().replace("http://", "http://admin:PASS@") + "/v1";
+    let out = pmm
+        .cmd("pmm-turn")
+        .env("OPENAI_BASE_URL", &url)
+        .args(["--adapter", "openai", "--retries", "0", "hello"])
+        .output()
+        .expect("run pmm-turn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("HTTP 500") && stderr.contains("Basic ***"),
+        "{stderr}"
+    );
+    let all = pmm.run("pmm-replay", &[], "").stdout;
+    assert!(all.contains("generation_failure"), "{all}");
+    for shown in [&*stderr, &*all, &*String::from_utf8_lossy(&out.stdout)] {
+        assert!(!shown.contains(BASIC) && !shown.contains("PASS"), "{shown}");
+    }
 }

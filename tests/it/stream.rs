@@ -674,3 +674,171 @@ fn a_key_echoed_in_a_stream_is_scrubbed_from_the_terminal_and_the_ledger() {
     assert!(!all.contains(KEY), "{all}");
     assert!(all.contains("***"), "{all}");
 }
+
+/// How a child that was given a time limit ended.
+struct Ended {
+    /// `None`: it was still running at the limit, and was killed.
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+    /// Its largest resident set seen, in MB.
+    peak_mb: u64,
+}
+
+/// Waits for `child` at most `limit`, reading what it prints meanwhile and watching its memory;
+/// kills it at the limit.
+fn finish_within(mut child: Child, limit: Duration) -> Ended {
+    let started = Instant::now();
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s.code();
+        }
+        let rss = std::fs::read_to_string(&status).unwrap_or_default();
+        if let Some(kb) = rss
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak_kb = peak_kb.max(kb);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    Ended {
+        code,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+        took,
+        peak_mb: peak_kb / 1024,
+    }
+}
+
+/// `pmm-turn --timeout 2 --retries 0 --stream always` against a server whose streamed answer
+/// never ends, each event or line bringing `piece`, with a key to scrub (issue 34 item 1).
+fn endless(wire: Wire, piece: &str) -> (Pmm, Ended) {
+    let pmm = Pmm::new();
+    let stub = Stub::start(vec![match wire {
+        Wire::Ollama => StubResponse::EndlessNdjson(piece.to_string()),
+        Wire::OpenAi => StubResponse::EndlessStream(piece.to_string()),
+    }]);
+    let (mut args, env) = wire.args(&stub);
+    args.extend(
+        [
+            "--timeout",
+            "2",
+            "--retries",
+            "0",
+            "--stream",
+            "always",
+            "hello",
+        ]
+        .map(String::from),
+    );
+    let key = ("OPENAI_API_KEY", "sk-endless-0123456789".to_string());
+    let ended = finish_within(spawn(&pmm, &args, &[env, key]), Duration::from_secs(30));
+    (pmm, ended)
+}
+
+/// What every endless stream must come to: a failed turn (exit 3, recorded), within `limit`,
+/// in bounded memory, with a bounded echo.
+fn assert_stopped(pmm: &Pmm, e: &Ended, why: &str, limit: Duration) {
+    let tail: String = e
+        .stderr
+        .chars()
+        .rev()
+        .take(300)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    eprintln!(
+        "stopped after {:?}, {} MB resident at most, {} bytes echoed",
+        e.took,
+        e.peak_mb,
+        e.stderr.len()
+    );
+    assert_eq!(e.code, Some(3), "after {:?}: {} …{tail}", e.took, e.stdout);
+    assert!(e.took < limit, "took {:?}", e.took);
+    assert!(e.stderr.contains(why), "…{tail}");
+    assert!(
+        e.stderr.len() < 11 * 1024 * 1024,
+        "echoed {} bytes",
+        e.stderr.len()
+    );
+    assert!(e.peak_mb < 300, "{} MB resident", e.peak_mb);
+    assert_eq!(
+        kinds_from_last_user_message(&events(pmm)),
+        ["user_message", "embedding_add", "generation_failure"]
+    );
+}
+
+#[test]
+fn an_endless_stream_of_big_events_stops_at_the_size_of_a_whole_reply() {
+    // The sweep's server: each event 60,000 x's. It ran 10 minutes at 3.6 GB.
+    let (pmm, e) = endless(Wire::OpenAi, &"x".repeat(60_000));
+    assert_stopped(
+        &pmm,
+        &e,
+        "the reply is larger than 10 MB",
+        Duration::from_secs(10),
+    );
+}
+
+#[test]
+fn an_endless_ndjson_stream_of_big_lines_stops_at_the_size_of_a_whole_reply() {
+    let (pmm, e) = endless(Wire::Ollama, &"x".repeat(60_000));
+    assert_stopped(
+        &pmm,
+        &e,
+        "the reply is larger than 10 MB",
+        Duration::from_secs(10),
+    );
+}
+
+#[test]
+fn an_endless_stream_stops_at_the_timeout() {
+    // Tiny pieces as fast as they go: 2 s bring far less than 10 MB of reply.
+    let (pmm, e) = endless(Wire::OpenAi, "x");
+    // The 2 s, and a margin for starting the program on a busy machine (when only the
+    // reading thread's own deadline stopped it, 7 s for NDJSON, no end in 30 s for SSE).
+    assert_stopped(&pmm, &e, "no answer within 2 s", Duration::from_secs(5));
+    assert!(e.took >= Duration::from_secs(2), "{:?}", e.took);
+}
+
+#[test]
+fn an_endless_ndjson_stream_stops_at_the_timeout() {
+    let (pmm, e) = endless(Wire::Ollama, "x");
+    // The 2 s, and a margin for starting the program on a busy machine (when only the
+    // reading thread's own deadline stopped it, 7 s for NDJSON, no end in 30 s for SSE).
+    assert_stopped(&pmm, &e, "no answer within 2 s", Duration::from_secs(5));
+    assert!(e.took >= Duration::from_secs(2), "{:?}", e.took);
+}

@@ -53,6 +53,16 @@ pub enum StubResponse {
     /// A streamed `chat.completion.chunk` answer: server-sent events `data: {…}`, a last chunk
     /// with `usage`, then `data: [DONE]`; the body ends when the connection closes.
     OpenAiStream(Streamed),
+    /// A `text/event-stream` answer that never ends: `data: {…}` chunks whose content delta is
+    /// this piece, as fast as the client takes them, until it goes away or the stub stops
+    /// (served from a thread of its own, so the stub goes on answering).
+    EndlessStream(String),
+    /// An `application/x-ndjson` `/api/chat` answer that never ends, one line per piece (as
+    /// [`StubResponse::EndlessStream`]).
+    EndlessNdjson(String),
+    /// This status, its body a JSON error whose message repeats the request's `Authorization`
+    /// header (a server or proxy that echoes what it was sent).
+    EchoAuthStatus(u16),
 }
 
 /// The pieces of a streamed answer and how they are sent.
@@ -326,6 +336,18 @@ fn serve(
             StubResponse::Status(code, body) => reply(&mut conn, *code, body),
             StubResponse::OllamaStream(st) => ollama_stream(&mut conn, st),
             StubResponse::OpenAiStream(st) => openai_stream(&mut conn, st),
+            StubResponse::EchoAuthStatus(code) => {
+                let body = json!({"error": {"message": format!("rejected Authorization: {auth}"), "type": "server_error"}});
+                reply(&mut conn, *code, &body.to_string())
+            }
+            StubResponse::EndlessStream(piece) => {
+                let (piece, stop) = (piece.clone(), stop.clone());
+                std::thread::spawn(move || endless(conn, &piece, true, &stop));
+            }
+            StubResponse::EndlessNdjson(piece) => {
+                let (piece, stop) = (piece.clone(), stop.clone());
+                std::thread::spawn(move || endless(conn, &piece, false, &stop));
+            }
         }
     }
 }
@@ -599,5 +621,26 @@ fn openai_stream(conn: &mut TcpStream, st: &Streamed) {
         let _ = event(conn, "[DONE]");
     }
     let _ = conn.flush();
+    let _ = conn.shutdown(Shutdown::Both);
+}
+
+/// Sends `piece` as the content of one event (`sse`) or JSON line after another, without end,
+/// until the client goes away or `stop` is raised.
+fn endless(mut conn: TcpStream, piece: &str, sse: bool, stop: &AtomicBool) {
+    let (kind, line) = if sse {
+        let chunk = json!({"object": "chat.completion.chunk", "model": OPENAI_MODEL, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
+        ("text/event-stream", format!("data: {chunk}\n\n"))
+    } else {
+        let chunk = json!({"model": OLLAMA_MODEL, "message": {"role": "assistant", "content": piece}, "done": false});
+        ("application/x-ndjson", format!("{chunk}\n"))
+    };
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nConnection: close\r\n\r\n");
+    if conn.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    // Events in batches of about 64 KB: as fast as a local client can take them.
+    let batch = line.repeat((65_536 / line.len()).max(1));
+    // A write blocks while the client does not read; it fails once the client is gone.
+    while !stop.load(Ordering::SeqCst) && conn.write_all(batch.as_bytes()).is_ok() {}
     let _ = conn.shutdown(Shutdown::Both);
 }

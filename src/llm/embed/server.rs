@@ -18,6 +18,7 @@
 
 use super::super::http::{base_url, shown_url, Http};
 use super::super::ollama::with_scheme;
+use super::super::scrub::Secrets;
 use super::super::{LlmError, DEFAULT_OLLAMA_HOST, DEFAULT_OPENAI_BASE_URL};
 use super::{checked, EmbedConfig, EmbedError, Embedder, Provider, BATCH};
 use serde_json::{json, Value};
@@ -76,8 +77,13 @@ impl Server {
             )));
         }
         let name = cfg.provider.as_str();
+        let mut secrets = Secrets::none();
+        if let Some(k) = key.as_deref() {
+            secrets.bearer(k);
+        }
+        secrets.url(&url);
         Ok(Server {
-            http: Http::new(name, &cfg.http_config(), key.clone()),
+            http: Http::new(name, &cfg.http_config(), secrets),
             provider: cfg.provider,
             id: format!("{name}:{}", cfg.model),
             identified: false,
