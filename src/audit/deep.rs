@@ -83,6 +83,11 @@ const DERIVED_KINDS: &[Kind] = &[
     Kind::SummaryUpdate,
     Kind::MetaSummary,
     Kind::Reflection,
+    Kind::StabilityMetrics,
+    Kind::CoherenceCheck,
+    Kind::PolicyUpdate,
+    Kind::MetaPolicyUpdate,
+    Kind::OutcomeObservation,
 ];
 
 /// The kinds whose content an `embedding_add` may embed in the reference.
@@ -408,13 +413,17 @@ impl DeepChecker {
 
     /// Checks the next event like [`DeepChecker::check`], knowing whether it is in the erased
     /// form ([`crate::chain::Verifier::last_erased`]): an erased event's own derived values
-    /// are not checked, nor anything later derived from its text.
+    /// are not checked, nor anything later derived from its text; it still counts by its id
+    /// and kind wherever the writer counted it (the adaptive windows, checkpoint prefixes).
     pub fn check_event(&mut self, ev: &Event, erased: bool, out: &mut Vec<Finding>) {
         if erased {
             self.erased.insert(ev.id);
             if DERIVED_KINDS.contains(&ev.kind) {
                 self.skip(ev.id, ev.kind.as_str(), ev.id);
             }
+            // It still counts in the adaptive windows by its id and kind, as it did for the
+            // writer: only its text is gone.
+            self.adaptive.fold_erased(ev);
             self.remember(ev, None);
             return;
         }
@@ -525,6 +534,7 @@ impl DeepChecker {
                 let found = Value::String(ev.content.clone());
                 self.emit(out, ev.id, mismatch(what, expected, found));
             }
+            Verdict::Erased(what, erased) => self.skip(ev.id, what, erased),
         }
     }
 

@@ -360,3 +360,93 @@ fn the_embeddings_of_an_erased_text_go_with_it() {
     assert_eq!(v.code, 0, "{v:?}");
     assert_eq!(v.summary()["erased"], 4);
 }
+
+/// Issue 34 item 4: an erased event keeps its place in the adaptive windows. The writer counted
+/// it in every `stability_metrics` window it fell in (before the erasure with its text, after
+/// it as the empty event it became), so `--deep` counts it there too, on the ledger and on an
+/// export imported elsewhere; only the stability a `COMMIT:` line of the erased text made (it
+/// was written before the erasure) is skipped, named with the erased message.
+#[test]
+fn an_erased_message_still_counts_in_the_stability_window() {
+    let pmm = Pmm::new();
+    let tick = |slot: i64| {
+        let r = pmm.run("pmm-tick", &["--slot", &slot.to_string()], "");
+        assert_eq!(r.code, 0, "tick {slot}: {r:?}");
+    };
+    for m in ["hello there", "tell me about the garden"] {
+        let r = pmm.run("pmm-turn", &["--adapter", "dummy", m], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    append(
+        &pmm,
+        "user_message",
+        "just a plain remark",
+        r#"{"role":"user"}"#,
+    );
+    append(
+        &pmm,
+        "user_message",
+        "I will do it\nCOMMIT: water the plants",
+        r#"{"role":"user"}"#,
+    );
+    for slot in 1..8 {
+        tick(slot);
+    }
+    let users: Vec<i64> = pmm
+        .run("pmm-replay", &["--kind", "user_message"], "")
+        .records()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    let (plain, commit) = (users[2], users[3]);
+    for id in [plain, commit] {
+        let r = erase(
+            &pmm,
+            &[&id.to_string(), "--reason", "test", "--source", "owner"],
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    for m in ["and the roses", "what else"] {
+        let r = pmm.run("pmm-turn", &["--adapter", "dummy", m], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    for slot in 8..16 {
+        tick(slot);
+    }
+    let stability = pmm.run("pmm-replay", &["--kind", "stability_metrics"], "");
+    assert!(stability.records().len() >= 3, "{stability:?}");
+
+    let check = |pmm: &Pmm, what: &str| {
+        let v = pmm.run("pmm-verify", &["--deep"], "");
+        assert_eq!(v.code, 0, "{what}: {v:?}");
+        assert!(v.findings().is_empty(), "{what}: {:?}", v.findings());
+        let deep = &v.summary()["deep"];
+        assert!(
+            deep["adaptive_events"].as_u64().unwrap() >= 3,
+            "{what}: {deep}"
+        );
+        // Only what the COMMIT: line made is skipped for the erasure, never the plain one's.
+        let skipped = deep["skipped_for_erasure"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let stab: Vec<&Value> = skipped
+            .iter()
+            .filter(|s| s["check"] == "stability_metrics")
+            .collect();
+        assert!(!stab.is_empty(), "{what}: {deep}");
+        assert!(
+            stab.iter()
+                .all(|s| s["erased_input"] == commit || s["erased_input"] == plain),
+            "{what}: {deep}"
+        );
+    };
+    check(&pmm, "the ledger");
+    let file = pmm.path("x.jsonl");
+    let x = pmm.run("pmm-export", &["-o", file.to_str().unwrap()], "");
+    assert_eq!(x.code, 0, "{x:?}");
+    let other = Pmm::new();
+    let r = other.run("pmm-append", &["--import", file.to_str().unwrap()], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    check(&other, "the imported copy");
+}
