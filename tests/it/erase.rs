@@ -450,3 +450,42 @@ fn an_erased_message_still_counts_in_the_stability_window() {
     assert_eq!(r.code, 0, "{r:?}");
     check(&other, "the imported copy");
 }
+
+/// Issue 34 item 6: the checkpoint check now verifies the chain. An erasure is not an edit: a
+/// checkpoint signed before it still checks, since the erased event is settled as `erased`
+/// (an erasure that verifies names it and its hash); the same blanking without an erasure
+/// fails the check.
+#[test]
+fn a_checkpoint_signed_before_an_erasure_still_checks() {
+    let pmm = ledger();
+    let key = pmm.path("log.key");
+    let key = key.to_str().unwrap();
+    let vkey = pmm.run(
+        "pmm-export",
+        &["--keygen", "pmm.test/agent", "--key", key],
+        "",
+    );
+    assert_eq!(vkey.code, 0, "{vkey:?}");
+    let vkey = vkey.stdout.trim().to_string();
+    let cp = pmm.run("pmm-export", &["--checkpoint", "--key", key], "");
+    assert_eq!(cp.code, 0, "{cp:?}");
+    let cp_file = pmm.path("cp.txt");
+    std::fs::write(&cp_file, &cp.stdout).unwrap();
+    let cp_file = cp_file.to_str().unwrap();
+    let r = erase(&pmm, &["2", "--reason", "forget", "--source", "owner"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pmm.run("pmm-verify", &["--checkpoint", cp_file, "--key", &vkey], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.records()[0]["ok"], true);
+    let c = rusqlite::Connection::open(&pmm.db).unwrap();
+    c.execute(
+        "UPDATE events SET content = '', meta = '{}' WHERE id = 3",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = pmm.run("pmm-verify", &["--checkpoint", cp_file, "--key", &vkey], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    let error = r.records()[0]["error"].as_str().unwrap().to_string();
+    assert!(error.contains("event 3: hash_mismatch"), "{error}");
+}
