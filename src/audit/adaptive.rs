@@ -15,6 +15,7 @@ use crate::projection::mirror::Mirror;
 use serde_json::Value;
 
 /// What checking one event found.
+#[derive(Debug)]
 pub enum Verdict {
     /// Not an adaptive event.
     NotChecked,
@@ -25,6 +26,36 @@ pub enum Verdict {
     },
     /// Recomputed and different: what, the expected content (none: nothing was due).
     Differs(&'static str, Option<String>),
+    /// Not checkable: what, and the erased event whose text it derives from (it differs from
+    /// what the events give without that text, and the text could account for it).
+    Erased(&'static str, i64),
+}
+
+/// The kinds whose text (content or meta) a recomputation reads, besides the
+/// `COMMIT:`/`CLOSE:` lines every kind's text may hold for `stability_metrics`: an erased one
+/// of these before an event that no longer recomputes is the reason it does not.
+fn text_inputs(kind: &Kind) -> &'static [Kind] {
+    match kind {
+        // Claims: a reply's CLAIM: lines, and claim events.
+        Kind::CoherenceCheck => &[Kind::AssistantMessage, Kind::Claim],
+        // Outcomes' results, and the thresholds in force (the Mirror's fold of these).
+        Kind::PolicyUpdate => &[
+            Kind::OutcomeObservation,
+            Kind::Config,
+            Kind::AutonomyRuleTable,
+            Kind::PolicyUpdate,
+            Kind::MetaPolicyUpdate,
+        ],
+        // The newest stability score, and the thresholds in force.
+        Kind::MetaPolicyUpdate => &[
+            Kind::StabilityMetrics,
+            Kind::Config,
+            Kind::AutonomyRuleTable,
+            Kind::PolicyUpdate,
+            Kind::MetaPolicyUpdate,
+        ],
+        _ => &[],
+    }
 }
 
 /// The streaming fold (see the module docs).
@@ -34,6 +65,12 @@ pub struct AdaptiveCheck {
     mirror: Mirror,
     /// The newest tick's decision and `meta.slot_id`.
     last_decision: Option<(String, Option<String>)>,
+    /// Events folded so far.
+    seen: u64,
+    /// Erased events among the last [`adapt::STABILITY_WINDOW`]: (position in `seen`, id).
+    erased_recent: std::collections::VecDeque<(u64, i64)>,
+    /// The first erased event of each kind.
+    erased_kinds: Vec<(Kind, i64)>,
 }
 
 fn slot_id(ev: &Event) -> Option<String> {
@@ -48,7 +85,56 @@ fn newest(e: &Option<(i64, String)>) -> Option<&str> {
 impl AdaptiveCheck {
     /// Checks `ev` against the events before it, then folds it in.
     pub fn check(&mut self, ev: &Event) -> Verdict {
-        let v = self.verdict(ev);
+        let v = match self.verdict(ev) {
+            Verdict::Differs(what, expected) => self.explained(ev, what, expected),
+            v => v,
+        };
+        self.fold(ev);
+        v
+    }
+
+    /// Folds in an erased event (`pmm-append --erase`): it still counts in every window, by
+    /// its id and kind, as it did for the writer; its own values are not checked (its text is
+    /// gone), and what later derives from its text is told apart by [`AdaptiveCheck::check`].
+    pub fn fold_erased(&mut self, ev: &Event) {
+        // A stability_metrics counts by its kind alone, whatever its text was.
+        if ev.kind != Kind::StabilityMetrics {
+            self.erased_recent.push_back((self.seen, ev.id));
+        }
+        if !self.erased_kinds.iter().any(|(k, _)| *k == ev.kind) {
+            self.erased_kinds.push((ev.kind.clone(), ev.id));
+        }
+        self.fold(ev);
+    }
+
+    /// A difference the erased text can account for becomes [`Verdict::Erased`].
+    fn explained(&self, ev: &Event, what: &'static str, expected: Option<String>) -> Verdict {
+        if ev.kind == Kind::StabilityMetrics {
+            // Each erased event of the window may have had a COMMIT: and a CLOSE: line.
+            if let Some(&(_, first)) = self.erased_recent.front() {
+                let most = 2 * self.erased_recent.len();
+                if (1..=most).any(|x| self.adapt.stability_content_with_churn(x) == ev.content) {
+                    return Verdict::Erased(what, first);
+                }
+            }
+            return Verdict::Differs(what, expected);
+        }
+        let inputs = text_inputs(&ev.kind);
+        match self.erased_kinds.iter().find(|(k, _)| inputs.contains(k)) {
+            Some(&(_, id)) => Verdict::Erased(what, id),
+            None => Verdict::Differs(what, expected),
+        }
+    }
+
+    fn fold(&mut self, ev: &Event) {
+        self.seen += 1;
+        while self
+            .erased_recent
+            .front()
+            .is_some_and(|(at, _)| at + (adapt::STABILITY_WINDOW as u64) < self.seen)
+        {
+            self.erased_recent.pop_front();
+        }
         self.mirror.apply(ev);
         self.adapt.apply(ev);
         if ev.kind == Kind::AutonomyTick {
@@ -57,7 +143,6 @@ impl AdaptiveCheck {
                 .and_then(|c| c.get("decision")?.as_str().map(str::to_string));
             self.last_decision = decision.map(|d| (d, slot_id(ev)));
         }
-        v
     }
 
     fn verdict(&self, ev: &Event) -> Verdict {
@@ -169,6 +254,49 @@ mod tests {
         assert!(matches!(
             c.check(&ev(7, "coherence_check", &coherence)),
             Verdict::Same { repeat: true }
+        ));
+    }
+
+    #[test]
+    fn an_erased_event_counts_in_the_window_and_explains_only_its_own_lines() {
+        // The writer saw a reflection and a message with a COMMIT: line; the message was
+        // erased since.
+        let refl = ev(1, "reflection", "x");
+        let said = ev(2, "user_message", "I will\nCOMMIT: water the plants");
+        let mut writer = AdaptLog::default();
+        writer.apply(&refl);
+        writer.apply(&said);
+        let before = writer.stability_content();
+        let mut erased_form = said.clone();
+        erased_form.content = String::new();
+        let mut after = AdaptLog::default();
+        after.apply(&refl);
+        after.apply(&erased_form);
+        let since = after.stability_content();
+        assert_ne!(before, since, "the COMMIT: line counted");
+
+        let mut c = AdaptiveCheck::default();
+        c.check(&refl);
+        c.fold_erased(&erased_form);
+        // Written before the erasure: its text accounts for it.
+        assert!(matches!(
+            c.check(&ev(3, "stability_metrics", &before)),
+            Verdict::Erased("stability_metrics", 2)
+        ));
+        // Written after it: checked, and the erased event still counts in the window.
+        assert!(matches!(
+            c.check(&ev(4, "stability_metrics", &since)),
+            Verdict::Same { .. }
+        ));
+        // A value no text could give is still a mismatch.
+        let forged = since.replace("\"stability_score\":1.0", "\"stability_score\":0.25");
+        let forged = forged.replace(
+            "\"reflection_variance\":0.5",
+            "\"reflection_variance\":0.75",
+        );
+        assert!(matches!(
+            c.check(&ev(5, "stability_metrics", &forged)),
+            Verdict::Differs("stability_metrics", _)
         ));
     }
 }

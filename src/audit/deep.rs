@@ -9,7 +9,7 @@
 //! |---|---|---|---|
 //! | `commitment_open` | `meta.cid` | sha1 of `meta.text` (not for internal `mc_` cids) | §3.2 |
 //! | `embedding_add` | whole content | the content of the event it names (hash64) | §9.2 |
-//! | `retrieval_selection` | `meta.digest` | its content + the turn's user message | §9.4 |
+//! | `retrieval_selection` | `meta.digest` | its content + the turn's user message (the one its reply's `meta.reply_to` names; without one, the last before the reply) | §9.4 |
 //! | `checkpoint_manifest` | `root_hash` | the stored hashes of events `1..=up_to_id` | §8.9 |
 //! | `autonomy_stimulus` | `slot_id` (content and meta) | its `slot` | §8.1 |
 //! | `autonomy_tick` | `meta.slot_id` | its `meta.slot` | §8.1 |
@@ -66,6 +66,10 @@ const SUMMARY_ROOTS: usize = 64;
 /// How many recent user messages are kept for retrieval digests.
 const USER_WINDOW: usize = 16;
 
+/// How many recent replies are kept with the user message each answers (a turn writes its
+/// `retrieval_selection` a few events after its reply, in the same transaction).
+const REPLY_WINDOW: usize = 64;
+
 /// The kinds whose own values `--deep` checks (skipped when the event itself was erased).
 const DERIVED_KINDS: &[Kind] = &[
     Kind::CommitmentOpen,
@@ -79,6 +83,11 @@ const DERIVED_KINDS: &[Kind] = &[
     Kind::SummaryUpdate,
     Kind::MetaSummary,
     Kind::Reflection,
+    Kind::StabilityMetrics,
+    Kind::CoherenceCheck,
+    Kind::PolicyUpdate,
+    Kind::MetaPolicyUpdate,
+    Kind::OutcomeObservation,
 ];
 
 /// The kinds whose content an `embedding_add` may embed in the reference.
@@ -133,7 +142,7 @@ pub const KINDS_CHECKED: &[(&str, &str)] = &[
     (Kind::CommitmentOpen.as_str(), "meta.cid from meta.text"),
     (Kind::CommitmentClose.as_str(), "content from meta.cid"),
     (Kind::EmbeddingAdd.as_str(), "the whole content from the embedded event's text"),
-    (Kind::RetrievalSelection.as_str(), "meta.digest from the selection and the user message"),
+    (Kind::RetrievalSelection.as_str(), "meta.digest from the selection and the user message its reply answers (meta.reply_to)"),
     (Kind::CheckpointManifest.as_str(), "root_hash from the prefix; covers; up_to_id before it"),
     (Kind::AutonomyStimulus.as_str(), "slot_id (content and meta) from the slot"),
     (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect, summarize or index; evidence ids before it"),
@@ -257,6 +266,9 @@ pub struct DeepChecker {
     last_reply: Option<String>,
     /// Reflection ids seen (the subjects a meta_summary may name), newest last.
     reflections: VecDeque<i64>,
+    /// The newest replies and the user message each answers (`meta.reply_to`; `None` for a
+    /// reply that does not say, such as the reference's), newest last.
+    replies: VecDeque<(i64, Option<i64>)>,
     /// The ids of `last_user` and `last_reply`.
     last_user_id: i64,
     last_reply_id: i64,
@@ -390,6 +402,7 @@ impl DeepChecker {
             last_user: None,
             last_reply: None,
             reflections: VecDeque::new(),
+            replies: VecDeque::with_capacity(REPLY_WINDOW),
             last_user_id: 0,
             last_reply_id: 0,
             erased: Default::default(),
@@ -400,13 +413,17 @@ impl DeepChecker {
 
     /// Checks the next event like [`DeepChecker::check`], knowing whether it is in the erased
     /// form ([`crate::chain::Verifier::last_erased`]): an erased event's own derived values
-    /// are not checked, nor anything later derived from its text.
+    /// are not checked, nor anything later derived from its text; it still counts by its id
+    /// and kind wherever the writer counted it (the adaptive windows, checkpoint prefixes).
     pub fn check_event(&mut self, ev: &Event, erased: bool, out: &mut Vec<Finding>) {
         if erased {
             self.erased.insert(ev.id);
             if DERIVED_KINDS.contains(&ev.kind) {
                 self.skip(ev.id, ev.kind.as_str(), ev.id);
             }
+            // It still counts in the adaptive windows by its id and kind, as it did for the
+            // writer: only its text is gone.
+            self.adaptive.fold_erased(ev);
             self.remember(ev, None);
             return;
         }
@@ -517,6 +534,7 @@ impl DeepChecker {
                 let found = Value::String(ev.content.clone());
                 self.emit(out, ev.id, mismatch(what, expected, found));
             }
+            Verdict::Erased(what, erased) => self.skip(ev.id, what, erased),
         }
     }
 
@@ -539,6 +557,10 @@ impl DeepChecker {
             Kind::AssistantMessage => {
                 self.last_reply = Some(ev.content.clone());
                 self.last_reply_id = ev.id;
+                if self.replies.len() == REPLY_WINDOW {
+                    self.replies.pop_front();
+                }
+                self.replies.push_back((ev.id, reply_to(ev, meta)));
             }
             Kind::Reflection => {
                 if self.reflections.len() == ROOT_WINDOW {
@@ -957,16 +979,40 @@ impl DeepChecker {
         out: &mut Vec<Finding>,
         (dims, model, turn, scores, selected): (i64, &str, i64, Vec<f64>, Vec<i64>),
     ) {
-        // The turn's user message: the last one before the assistant message (`turn_id`).
-        let Some((user, query)) = self.users.iter().rev().find(|(id, _)| *id < turn) else {
-            self.counts.unresolved += 1;
-            return;
+        // The turn's user message: the one its reply (`turn_id`) answers (`meta.reply_to`),
+        // else the last one before the reply. Another process may append a user message while
+        // a turn waits for its model, so "the last one before" is only a fallback for replies
+        // that do not say (the reference's).
+        let named = self
+            .replies
+            .iter()
+            .rev()
+            .find(|(id, _)| *id == turn)
+            .and_then(|(_, u)| *u);
+        let user = match named {
+            Some(u) => u,
+            None => match self.users.iter().rev().find(|(id, _)| *id < turn) {
+                Some((u, _)) => *u,
+                None => {
+                    self.counts.unresolved += 1;
+                    return;
+                }
+            },
         };
-        if self.erased.contains(user) {
-            let user = *user;
+        if self.erased.contains(&user) {
             self.skip(ev.id, "retrieval_selection.digest", user);
             return;
         }
+        let query = match self.users.iter().rev().find(|(id, _)| *id == user) {
+            Some((_, q)) => q.as_str(),
+            None => match self.text_of(user) {
+                Some(q) => q,
+                None => {
+                    self.counts.unresolved += 1;
+                    return;
+                }
+            },
+        };
         let expected = retrieval::selection_digest(dims, model, query, &scores, &selected);
         self.counts.retrieval_digests += 1;
         let found = meta.and_then(|m| m.get("digest"));
@@ -1211,6 +1257,19 @@ impl DeepChecker {
     pub fn finish(mut self) -> DeepCounts {
         self.counts.unresolved += (self.pending_embeddings.len() + self.pending_roots.len()) as u64;
         self.counts
+    }
+}
+
+/// The user message a reply answers (`meta.reply_to`), read from the parsed meta when there
+/// is one, else from the stored text (only when it names the key at all).
+fn reply_to(ev: &Event, meta: Option<&Map<String, Value>>) -> Option<i64> {
+    match meta {
+        Some(m) => m.get("reply_to").and_then(Value::as_i64),
+        None if ev.meta.contains("\"reply_to\"") => ev
+            .meta_map()
+            .ok()
+            .and_then(|m| m.get("reply_to").and_then(Value::as_i64)),
+        None => None,
     }
 }
 

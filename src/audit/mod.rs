@@ -4,6 +4,7 @@
 //! of single events ([`prove`]) read the store's tree for `pmm-verify` and the MCP server alike.
 
 pub mod adaptive;
+pub mod checkpoint;
 pub mod deep;
 pub mod prompts;
 pub mod prove;

@@ -1,11 +1,14 @@
 //! Inclusion proofs of single events, as `pmm-verify --prove` prints them and the MCP server's
 //! `prove` tool returns them: the library half, so that both give the same record.
 
+use crate::chain::compute;
 use crate::chain::merkle;
 use crate::chain::note::{Checkpoint, SignerKey};
 use crate::chain::proof::{Hex, Proof};
+use crate::event::Event;
 use crate::store::{Ledger, Reads, Tree};
 use crate::Error;
+use serde_json::Value;
 
 /// The tree size asked for: `size`, at most the ledger's (`flag` names the argument in the
 /// error).
@@ -41,6 +44,11 @@ pub fn inclusion(ledger: &Ledger, id: i64, size: Option<u64>, flag: &str) -> cra
             "event {id} has no well-formed hash: it cannot be proved (run pmm-verify)"
         )));
     };
+    if let Some(why) = unvouched(ledger, id)? {
+        return Err(Error::NotFound(format!(
+            "event {id} cannot be proved: {why} (run pmm-verify)"
+        )));
+    }
     let leaf = merkle::leaf_hash(&data.0);
     let at_index = merkle::subtree(&mut tree, index, index + 1).map_err(e)?;
     if at_index != leaf {
@@ -59,6 +67,43 @@ pub fn inclusion(ledger: &Ledger, id: i64, size: Option<u64>, flag: &str) -> cra
         root: Hex(root),
         path: path.iter().map(|d| Hex(*d)).collect(),
     })
+}
+
+/// Why the event's stored hash — the leaf a proof vouches for — does not stand for the event
+/// as it is, if it does not: its content, meta or link no longer give that hash (an edit in
+/// place), unless it was erased by an `erasure` event that verifies and names it with that
+/// hash (docs/verification.md, "Erasure"). The stored tree is not consulted: it is a cache.
+fn unvouched(ledger: &Ledger, id: i64) -> crate::Result<Option<String>> {
+    let Some(ev) = ledger.get(id)? else {
+        return Ok(Some("there is no such event".into()));
+    };
+    let mut scratch = Vec::new();
+    let recomputes = |ev: &Event, scratch: &mut Vec<u8>| {
+        compute(scratch, ev, None).is_ok_and(|d| ev.hash.as_deref() == Some(d.to_hex().as_str()))
+    };
+    if recomputes(&ev, &mut scratch) {
+        return Ok(None);
+    }
+    let edited =
+        Some("its stored hash is not the hash of its content (it was changed in place)".into());
+    if !(ev.content.is_empty() && ev.meta == "{}") {
+        return Ok(edited);
+    }
+    let Some(erasure) = ledger
+        .erased_by(id)?
+        .map(|e| ledger.get(e))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(edited);
+    };
+    let names = erasure.meta_map().ok().is_some_and(|m| {
+        m.get("erased_id").and_then(Value::as_i64) == Some(id)
+            && m.get("erased_hash").and_then(Value::as_str) == ev.hash.as_deref()
+    });
+    Ok((!(names && recomputes(&erasure, &mut scratch)))
+        .then_some(edited)
+        .flatten())
 }
 
 /// The signed checkpoint (C2SP tlog-checkpoint in a signed note) of the ledger's tree as it is

@@ -59,7 +59,8 @@ OUTPUT:
 EXIT STATUS:
   0  every input verifies clean (a proof checks, a checkpoint matches the ledger)
   1  findings (an input without events is one, unless --allow-empty); a proof that does
-     not check; a checkpoint whose signature, root or history does not match the ledger
+     not check; a checkpoint whose signature, root or history does not match the ledger,
+     or a ledger whose events do not verify against it; an event --prove cannot vouch for
   2  an input could not be read (missing, not a ledger, truncated gzip, a line longer than
      --max-line), a bad --anchor, or an --anchors-from file that holds no anchor
 
@@ -108,7 +109,8 @@ pub struct Args {
     /// Print the Merkle root of the ledger (of its first --size events)
     #[arg(long, help_heading = "Proofs")]
     root: bool,
-    /// Print the inclusion proof of event ID (in the tree of --size events)
+    /// Print the inclusion proof of event ID (in the tree of --size events); refused (exit 1)
+    /// for an event whose content no longer gives its stored hash
     #[arg(long, value_name = "ID", help_heading = "Proofs", value_parser = clap::value_parser!(i64).range(1..))]
     prove: Option<i64>,
     /// The tree size --root and --prove answer for [default: every event]
@@ -124,9 +126,9 @@ pub struct Args {
     /// The root hash (64 hex digits) --check-proof trusts
     #[arg(long, value_name = "HEX", help_heading = "Proofs")]
     root_hex: Option<String>,
-    /// A signed checkpoint (pmm-export --checkpoint): alone, check the ledger against it (the
-    /// tree of its size has its root, and the ledger only grew since); with --check-proof,
-    /// what the proof is checked against
+    /// A signed checkpoint (pmm-export --checkpoint): alone, check the ledger against it (its
+    /// chain verifies, the tree of its size, recomputed from the events, has its root, and the
+    /// ledger only grew since); with --check-proof, what the proof is checked against
     #[arg(long, value_name = "FILE", help_heading = "Proofs", requires = "key")]
     checkpoint: Option<PathBuf>,
     /// The verifier key of the checkpoint: NAME+HASH+BASE64 (as pmm-export --keygen printed
@@ -609,45 +611,12 @@ fn check_against_checkpoint(
             return Ok(Outcome::Negative);
         }
     };
-    let mut tree = ledger.tree()?;
-    let e = |e| ledger.err(e);
-    let ledger_size = tree.size();
-    let ledger_root = merkle::root(&mut tree, ledger_size).map_err(e)?;
-    let mut record = serde_json::json!({
-        "type": "checkpoint_check", "size": cp.size, "root": cp.root.to_hex(),
-        "ledger_size": ledger_size, "ledger_root": ledger_root.to_hex(),
-    });
-    let problem = if cp.size > ledger_size {
-        Some(format!(
-            "the ledger has {ledger_size} events, fewer than the checkpoint's {}: it was truncated",
-            cp.size
-        ))
-    } else {
-        let root = merkle::root(&mut tree, cp.size).map_err(e)?;
-        let path = merkle::consistency_proof(&mut tree, cp.size, ledger_size).map_err(e)?;
-        record["root_at_size"] = root.to_hex().into();
-        if root != cp.root {
-            Some(format!(
-                "the ledger's first {} events have root {root}, the checkpoint says {}: history was rewritten",
-                cp.size, cp.root
-            ))
-        } else if let Err(err) =
-            merkle::verify_consistency(cp.size, ledger_size, &cp.root, &ledger_root, &path)
-        {
-            Some(format!(
-                "the ledger is not an extension of the checkpoint: {err}"
-            ))
-        } else {
-            None
-        }
-    };
-    let mut problem = problem;
-    if let (None, Some(prev)) = (&problem, &previous) {
-        if let Ok(p) = prev {
-            record["previous_size"] = p.size.into();
-        }
-        problem = previous_problem(ledger, &mut tree, prev, &cp)?;
-    }
+    // What the checkpoint vouches for is recomputed from the events (crate::audit::checkpoint).
+    let checked =
+        crate::audit::checkpoint::check(&Input::new(ledger.path()), &cp, previous.as_ref())?;
+    let mut record = serde_json::Value::Object(checked.record);
+    record["type"] = "checkpoint_check".into();
+    let mut problem = checked.problem;
     if let (None, Some(wk)) = (&problem, &witness) {
         match wk.open(&read_text(cp_path)?) {
             Ok(t) => {
@@ -689,31 +658,4 @@ fn witness_key(key: &str) -> crate::Result<WitnessKey> {
         Err(_) => WitnessKey::parse(&read_text(Path::new(key))?)
             .map_err(|e| Error::bad_input(at(), e.to_string())),
     }
-}
-
-/// Why checkpoint `cp` is not a consistent successor of `previous` (the one last checked or
-/// cosigned), if it is not: another signer's, a smaller tree, or a tree whose prefix is not
-/// the previous one (a consistency proof from the ledger between the two roots).
-fn previous_problem(
-    ledger: &Ledger,
-    tree: &mut crate::store::Tree<'_>,
-    previous: &Result<Checkpoint, NoteError>,
-    cp: &Checkpoint,
-) -> crate::Result<Option<String>> {
-    let prev = match previous {
-        Ok(p) => p,
-        Err(err) => return Ok(Some(format!("the previous checkpoint: {err}"))),
-    };
-    if prev.size > cp.size {
-        return Ok(Some(format!(
-            "the checkpoint has {} events, fewer than the previous one's {}: the log went back",
-            cp.size, prev.size
-        )));
-    }
-    let path = merkle::consistency_proof(tree, prev.size, cp.size).map_err(|e| ledger.err(e))?;
-    Ok(
-        merkle::verify_consistency(prev.size, cp.size, &prev.root, &cp.root, &path)
-            .err()
-            .map(|err| format!("the checkpoint is not consistent with the previous one: {err}")),
-    )
 }

@@ -304,6 +304,24 @@ impl AdaptLog {
         })
     }
 
+    /// The `stability_metrics` content as it would be had `extra` more events of the window
+    /// carried a `COMMIT:` or `CLOSE:` line (each such line counts once): what an erased
+    /// event's text may have added, which only its text could tell (`pmm-verify --deep`).
+    pub fn stability_content_with_churn(&self, extra: usize) -> String {
+        let mut v = self.stability_value();
+        let t = self.window.iter().filter(|x| **x != F_STABILITY).count();
+        if extra == 0 || t == 0 {
+            return crate::canon::to_string(&v).unwrap_or_default();
+        }
+        let n = |f: u8| self.window.iter().filter(|x| *x & f != 0).count() as f64;
+        let t = t as f64;
+        let policy = n(F_POLICY) / t;
+        let churn = (n(F_COMMIT) + n(F_CLOSE) + extra as f64) / t;
+        v["metrics"]["commitment_churn"] = json!(churn);
+        v["stability_score"] = json!((1.0 - policy - 0.5 * churn).clamp(0.0, 1.0));
+        crate::canon::to_string(&v).unwrap_or_default()
+    }
+
     /// The newest `stability_score`, 1.0 before any `stability_metrics`.
     pub fn stability_score(&self) -> f64 {
         self.last_stability

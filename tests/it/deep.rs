@@ -100,3 +100,88 @@ fn a_consistently_rehashed_forgery_passes_plain_verify_but_not_deep() {
         Some(found.len() as u64)
     );
 }
+
+/// Issue 34 item 5: while a turn waits for its model, other processes append (another user's
+/// message, a tick). The turn's `retrieval_selection.digest` is of its own user message (the
+/// reply's `reply_to`), not of the last one before the reply, so `--deep` stays clean.
+#[test]
+fn a_digest_is_checked_against_the_turns_own_message_when_others_append_meanwhile() {
+    use crate::stub::{Gate, Pace, Streamed, Stub, StubResponse};
+    use std::io::Read;
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "good morning"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let gate = Gate::new();
+    let st = Streamed::new(&["Hello", ", I was thinking."]).pace(Pace::Gate(gate.clone()));
+    let stub = Stub::start(vec![StubResponse::OllamaStream(st)]);
+    let mut child = pmm
+        .std_cmd("pmm-turn")
+        .env("OLLAMA_HOST", stub.url())
+        .args(["--adapter", "ollama", "--stream", "always", "--text"])
+        .arg("what did I plant last spring")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn pmm-turn");
+    // The first piece is shown: the turn's message is written and it waits for the rest.
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("Hello") {
+        let n = stdout.read(&mut buf).expect("read stdout");
+        assert!(
+            n > 0,
+            "the turn ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let other = pmm.run(
+        "pmm-append",
+        &[
+            "--kind",
+            "user_message",
+            "--content",
+            "someone else asks",
+            "--meta",
+            r#"{"role":"user"}"#,
+        ],
+        "",
+    );
+    assert_eq!(other.code, 0, "{other:?}");
+    let tick = pmm.run("pmm-tick", &["--slot", "1"], "");
+    assert_eq!(tick.code, 0, "{tick:?}");
+    gate.open();
+    let _ = stdout.read_to_end(&mut seen);
+    let status = child.wait().expect("wait");
+    let mut err = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    assert!(status.success(), "{err}");
+    assert!(!gate.timed_out());
+    // The reply came after the other message: the last user message before it is not its own.
+    let users = pmm
+        .run("pmm-replay", &["--kind", "user_message"], "")
+        .records();
+    let replies = pmm
+        .run("pmm-replay", &["--kind", "assistant_message"], "")
+        .records();
+    let reply = replies.last().unwrap();
+    let own = reply["meta"]["reply_to"].as_i64().unwrap();
+    let last_before = users
+        .iter()
+        .map(|u| u["id"].as_i64().unwrap())
+        .filter(|id| *id < reply["id"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    assert_ne!(own, last_before, "the other message came in between");
+
+    let v = pmm.run("pmm-verify", &["--deep"], "");
+    assert_eq!(v.code, 0, "{v:?}");
+    assert!(v.findings().is_empty(), "{:?}", v.findings());
+    assert_eq!(v.summary()["deep"]["retrieval_digests"], 2, "{v:?}");
+}

@@ -360,3 +360,132 @@ fn the_embeddings_of_an_erased_text_go_with_it() {
     assert_eq!(v.code, 0, "{v:?}");
     assert_eq!(v.summary()["erased"], 4);
 }
+
+/// Issue 34 item 4: an erased event keeps its place in the adaptive windows. The writer counted
+/// it in every `stability_metrics` window it fell in (before the erasure with its text, after
+/// it as the empty event it became), so `--deep` counts it there too, on the ledger and on an
+/// export imported elsewhere; only the stability a `COMMIT:` line of the erased text made (it
+/// was written before the erasure) is skipped, named with the erased message.
+#[test]
+fn an_erased_message_still_counts_in_the_stability_window() {
+    let pmm = Pmm::new();
+    let tick = |slot: i64| {
+        let r = pmm.run("pmm-tick", &["--slot", &slot.to_string()], "");
+        assert_eq!(r.code, 0, "tick {slot}: {r:?}");
+    };
+    for m in ["hello there", "tell me about the garden"] {
+        let r = pmm.run("pmm-turn", &["--adapter", "dummy", m], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    append(
+        &pmm,
+        "user_message",
+        "just a plain remark",
+        r#"{"role":"user"}"#,
+    );
+    append(
+        &pmm,
+        "user_message",
+        "I will do it\nCOMMIT: water the plants",
+        r#"{"role":"user"}"#,
+    );
+    for slot in 1..8 {
+        tick(slot);
+    }
+    let users: Vec<i64> = pmm
+        .run("pmm-replay", &["--kind", "user_message"], "")
+        .records()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    let (plain, commit) = (users[2], users[3]);
+    for id in [plain, commit] {
+        let r = erase(
+            &pmm,
+            &[&id.to_string(), "--reason", "test", "--source", "owner"],
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    for m in ["and the roses", "what else"] {
+        let r = pmm.run("pmm-turn", &["--adapter", "dummy", m], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    for slot in 8..16 {
+        tick(slot);
+    }
+    let stability = pmm.run("pmm-replay", &["--kind", "stability_metrics"], "");
+    assert!(stability.records().len() >= 3, "{stability:?}");
+
+    let check = |pmm: &Pmm, what: &str| {
+        let v = pmm.run("pmm-verify", &["--deep"], "");
+        assert_eq!(v.code, 0, "{what}: {v:?}");
+        assert!(v.findings().is_empty(), "{what}: {:?}", v.findings());
+        let deep = &v.summary()["deep"];
+        assert!(
+            deep["adaptive_events"].as_u64().unwrap() >= 3,
+            "{what}: {deep}"
+        );
+        // Only what the COMMIT: line made is skipped for the erasure, never the plain one's.
+        let skipped = deep["skipped_for_erasure"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let stab: Vec<&Value> = skipped
+            .iter()
+            .filter(|s| s["check"] == "stability_metrics")
+            .collect();
+        assert!(!stab.is_empty(), "{what}: {deep}");
+        assert!(
+            stab.iter()
+                .all(|s| s["erased_input"] == commit || s["erased_input"] == plain),
+            "{what}: {deep}"
+        );
+    };
+    check(&pmm, "the ledger");
+    let file = pmm.path("x.jsonl");
+    let x = pmm.run("pmm-export", &["-o", file.to_str().unwrap()], "");
+    assert_eq!(x.code, 0, "{x:?}");
+    let other = Pmm::new();
+    let r = other.run("pmm-append", &["--import", file.to_str().unwrap()], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    check(&other, "the imported copy");
+}
+
+/// Issue 34 item 6: the checkpoint check now verifies the chain. An erasure is not an edit: a
+/// checkpoint signed before it still checks, since the erased event is settled as `erased`
+/// (an erasure that verifies names it and its hash); the same blanking without an erasure
+/// fails the check.
+#[test]
+fn a_checkpoint_signed_before_an_erasure_still_checks() {
+    let pmm = ledger();
+    let key = pmm.path("log.key");
+    let key = key.to_str().unwrap();
+    let vkey = pmm.run(
+        "pmm-export",
+        &["--keygen", "pmm.test/agent", "--key", key],
+        "",
+    );
+    assert_eq!(vkey.code, 0, "{vkey:?}");
+    let vkey = vkey.stdout.trim().to_string();
+    let cp = pmm.run("pmm-export", &["--checkpoint", "--key", key], "");
+    assert_eq!(cp.code, 0, "{cp:?}");
+    let cp_file = pmm.path("cp.txt");
+    std::fs::write(&cp_file, &cp.stdout).unwrap();
+    let cp_file = cp_file.to_str().unwrap();
+    let r = erase(&pmm, &["2", "--reason", "forget", "--source", "owner"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pmm.run("pmm-verify", &["--checkpoint", cp_file, "--key", &vkey], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.records()[0]["ok"], true);
+    let c = rusqlite::Connection::open(&pmm.db).unwrap();
+    c.execute(
+        "UPDATE events SET content = '', meta = '{}' WHERE id = 3",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let r = pmm.run("pmm-verify", &["--checkpoint", cp_file, "--key", &vkey], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    let error = r.records()[0]["error"].as_str().unwrap().to_string();
+    assert!(error.contains("event 3: hash_mismatch"), "{error}");
+}

@@ -591,3 +591,105 @@ fn base64_encode(b: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(b)
 }
+
+/// Issue 34 item 6: an event edited in place (its content changed, its stored hash and the
+/// stored tree left alone) is not the history a checkpoint signed: `pmm-verify --checkpoint`
+/// and a witness's `--cosign` fail, and `--prove` refuses to vouch for it. Its neighbours,
+/// whose hashes still recompute, can still be proved.
+#[test]
+fn an_event_edited_in_place_fails_the_checkpoint_check_and_cannot_be_proved() {
+    let pmm = Pmm::new();
+    pmm.seed(20);
+    let vkey = keygen(&pmm);
+    let cp = checkpoint(&pmm, "cp.txt");
+    let wfile = pmm.path("witness.key");
+    let wfile = wfile.to_str().unwrap();
+    let r = pmm.run(
+        "pmm-export",
+        &["--keygen", "witness.test/w1", "--key", wfile],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    pmm.seed(2);
+    let conn = rusqlite::Connection::open(&pmm.db).unwrap();
+    conn.execute(
+        "UPDATE events SET content = 'I never promised that.' WHERE id = 7",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let r = pmm.run("pmm-verify", &["--checkpoint", &cp, "--key", &vkey], "");
+    assert_eq!(r.code, 1, "the edit must fail the check: {r:?}");
+    let rec = one(&r);
+    assert_eq!(rec["ok"], false);
+    let error = rec["error"].as_str().unwrap();
+    assert!(
+        error.contains("does not verify") && error.contains("event 7"),
+        "{rec}"
+    );
+    let r = pmm.run(
+        "pmm-verify",
+        &[
+            "--checkpoint",
+            &cp,
+            "--key",
+            &vkey,
+            "--cosign",
+            "--witness-key",
+            wfile,
+        ],
+        "",
+    );
+    assert_eq!(r.code, 1, "a witness must not cosign it: {r:?}");
+    assert!(!r.stdout.contains("\u{2014} witness.test/w1"), "{r:?}");
+    let r = pmm.run("pmm-verify", &["--prove", "7"], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stdout.is_empty(), "{r:?}");
+    assert!(
+        r.stderr.contains("event 7") && r.stderr.contains("changed in place"),
+        "{r:?}"
+    );
+    for id in ["6", "8"] {
+        let r = pmm.run("pmm-verify", &["--prove", id, "--size", "20"], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+}
+
+/// Issue 34 item 6: the stored tree is a cache. A forger who rewrites and re-hashes the ledger
+/// and patches the stored tree's last leaf (the only node a reader compares with the events)
+/// leaves the old subtrees in place, whose root is still the checkpoint's: the check recomputes
+/// the root from the events and finds the history rewritten.
+#[test]
+fn a_rehashed_forgery_under_a_patched_stored_tree_fails_the_checkpoint_check() {
+    let pmm = Pmm::new();
+    pmm.seed(40);
+    let vkey = keygen(&pmm);
+    let cp = checkpoint(&pmm, "cp.txt");
+    forge(&pmm.db, 7, false);
+    let conn = rusqlite::Connection::open(&pmm.db).unwrap();
+    let last: String = conn
+        .query_row("SELECT hash FROM events WHERE id = 40", [], |r| r.get(0))
+        .unwrap();
+    let leaf = merkle::event_leaf(Some(&last));
+    conn.execute(
+        "UPDATE pmm_merkle SET hash = ?1 WHERE level = 0 AND idx = 39",
+        [&leaf.0[..]],
+    )
+    .unwrap();
+    drop(conn);
+    assert_eq!(
+        pmm.run("pmm-verify", &[], "").code,
+        0,
+        "the forgery verifies"
+    );
+    let r = pmm.run("pmm-verify", &["--checkpoint", &cp, "--key", &vkey], "");
+    assert_eq!(r.code, 1, "the checkpoint must catch the forgery: {r:?}");
+    let rec = one(&r);
+    assert!(
+        rec["error"]
+            .as_str()
+            .unwrap()
+            .contains("history was rewritten"),
+        "{rec}"
+    );
+}
