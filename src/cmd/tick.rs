@@ -319,7 +319,7 @@ fn checkpoint_signer(
     let (Some(key), Some(target)) = (&args.checkpoint_key, &args.checkpoint_out) else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(key).map_err(|e| Error::io(key, e))?;
+    let text = crate::cli::read_small_file(key)?;
     let signer = crate::chain::note::SignerKey::parse(&text)
         .map_err(|e| Error::bad_input(Some(key.display().to_string()), e.to_string()))?;
     crate::outfile::check_not_ledger(target, ledger)?;
