@@ -27,8 +27,9 @@ pub enum Outcome {
 /// `--db`: which ledger.
 #[derive(Debug, Clone, Args)]
 pub struct LedgerArgs {
-    /// The ledger (SQLite file) [default: .data/pmmdb/pmm.db]
-    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true)]
+    /// The ledger (SQLite file), a path: a URL or a `file:` URI is refused [default:
+    /// .data/pmmdb/pmm.db]
+    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true, value_parser = crate::store::parse_db)]
     pub db: Option<PathBuf>,
 }
 
