@@ -519,11 +519,16 @@ fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result
         Trusted::Checkpoint(_) => "checkpoint",
     };
     let (record, outcome) = match proof::check(&proof, &trusted) {
-        Ok(size) => (
-            serde_json::json!({"type": "proof_check", "ok": true, "proof": kind,
-                "against": against, "trusted_size": size}),
-            Outcome::Success,
-        ),
+        Ok(size) => {
+            let mut record = serde_json::json!({"type": "proof_check", "ok": true,
+                "proof": kind, "against": against});
+            // Only a checkpoint's signed size is trusted; against --root-hex the size is the
+            // proof's own, unchecked claim and is not reported as trusted.
+            if let Some(size) = size {
+                record["trusted_size"] = size.into();
+            }
+            (record, Outcome::Success)
+        }
         Err(e) => (
             serde_json::json!({"type": "proof_check", "ok": false, "proof": kind,
                 "against": against, "error": e.to_string()}),
