@@ -205,8 +205,8 @@ impl std::error::Error for ReadError {
 }
 
 /// The one whole-input reader: reads all of `r`, each line at most `line_limit` bytes (not
-/// counting its newline) and all of it at most `total_limit` bytes, reading at most one byte
-/// past whichever limit is broken. `/dev/zero`, an endless pipe and a file of endless empty
+/// counting its newline) and all of it at most `total_limit` bytes, keeping at most one byte
+/// past whichever limit is broken (and reading no more than the reader's buffer beyond it). `/dev/zero`, an endless pipe and a file of endless empty
 /// lines are refused, not loaded. Split the text with [`lines_of`]. An error opening the file is
 /// the caller's; one reading it is a [`ReadError`] without a line.
 pub fn read_bounded<R: BufRead + ?Sized>(
@@ -215,25 +215,40 @@ pub fn read_bounded<R: BufRead + ?Sized>(
     total_limit: u64,
 ) -> Result<Vec<u8>, ReadError> {
     let mut text = Vec::new();
-    let mut line = 0u64;
+    // The line being read (from 1) and its length so far, without its newline.
+    let mut line = 1u64;
+    let mut len = 0u64;
     loop {
-        line += 1;
-        let start = text.len();
-        let room = total_limit.saturating_sub(start as u64);
-        let take = line_limit.min(room).saturating_add(1);
-        let n = Read::take(&mut *r, take)
-            .read_until(b'\n', &mut text)
+        let buf = r
+            .fill_buf()
             .map_err(|error| ReadError { line: None, error })?;
-        if n == 0 {
+        if buf.is_empty() {
             return Ok(text);
         }
-        let body = trim_newline(&text[start..]).len() as u64;
-        if body > line_limit {
-            return Err(ReadError {
-                line: Some(line),
-                error: io::Error::new(io::ErrorKind::InvalidData, TooLong { limit: line_limit }),
-            });
+        // At most one byte past the whole limit; a chunk at a time, not a line at a time (a
+        // file of endless empty lines is read as fast as any other).
+        let room = total_limit.saturating_add(1) - text.len() as u64;
+        let chunk = &buf[..buf.len().min(usize::try_from(room).unwrap_or(usize::MAX))];
+        for piece in chunk.split_inclusive(|b| *b == b'\n') {
+            let ended = piece.last() == Some(&b'\n');
+            len += piece.len() as u64 - u64::from(ended);
+            if len > line_limit {
+                return Err(ReadError {
+                    line: Some(line),
+                    error: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        TooLong { limit: line_limit },
+                    ),
+                });
+            }
+            if ended {
+                line += 1;
+                len = 0;
+            }
         }
+        text.extend_from_slice(chunk);
+        let n = chunk.len();
+        r.consume(n);
         if text.len() as u64 > total_limit {
             return Err(ReadError {
                 line: None,
@@ -241,10 +256,6 @@ pub fn read_bounded<R: BufRead + ?Sized>(
             });
         }
     }
-}
-
-fn trim_newline(line: &[u8]) -> &[u8] {
-    line.strip_suffix(b"\n").unwrap_or(line)
 }
 
 /// The lines of a text read whole, without their ends (`\n` or `\r\n`); no empty last line
@@ -313,6 +324,11 @@ mod tests {
         assert_eq!(text, b"abcd\nef\n");
         assert!(read_bounded(&mut io::Cursor::new(b"abcd\nef\nx".to_vec()), 4, 8).is_err());
         assert!(read_bounded(&mut io::Cursor::new(b"abcde\n".to_vec()), 4, 8).is_err());
+        // A line is measured across the reader's chunks, and named.
+        let mut r = io::BufReader::with_capacity(3, io::Cursor::new(b"ab\nabcdef\n".to_vec()));
+        assert_eq!(read_bounded(&mut r, 4, 100).unwrap_err().line, Some(2));
+        let mut r = io::BufReader::with_capacity(3, io::Cursor::new(b"ab\r\nabcd\n".to_vec()));
+        assert_eq!(read_bounded(&mut r, 4, 100).unwrap(), b"ab\r\nabcd\n");
     }
 
     #[test]
