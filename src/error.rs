@@ -48,6 +48,15 @@ pub enum Error {
     /// A ledger a reader asked for does not exist (readers never create files).
     #[error("{}: no such ledger (readers never create one; check --db or $PMM_DB)", .0.display())]
     MissingLedger(PathBuf),
+    /// A ledger named by something that is not a file path: a URL, an SQLite URI (`file:…`),
+    /// an empty name. Nothing was opened or created.
+    #[error("{why}")]
+    NotAPath {
+        /// The name given.
+        path: PathBuf,
+        /// What it is instead, and how to name a file.
+        why: String,
+    },
     /// A writer was pointed at a file it may not write.
     #[error("{}: ledger is read-only", .0.display())]
     ReadOnlyLedger(PathBuf),

@@ -1,10 +1,17 @@
 //! The one line reader: every place pmm reads input line by line (JSON Lines inputs and
-//! imports, `pmm-append` and `pmm-turn` stdin, chat, `--anchors-from`, `--script`, `.env`)
-//! reads through [`read_line`], which refuses a line longer than a limit instead of growing
-//! without bound (`pmm-verify --anchors-from /dev/zero` must not eat the machine's memory).
+//! imports, `pmm-append` and `pmm-turn` stdin, chat) reads through [`read_line`], which
+//! refuses a line longer than a limit instead of growing without bound (`pmm-append <
+//! /dev/zero` must not eat the machine's memory).
 //!
 //! The limit is [`DEFAULT_MAX_LINE`] (256 MiB, far larger than any real event), raised or
 //! lowered with `--max-line BYTES` or `$PMM_MAX_LINE`.
+//!
+//! And the one whole-file reader, [`read_bounded`]: every file a flag names and pmm reads
+//! whole goes through it (opened by the caller: this module touches no file), with a limit on the whole file as well as on
+//! each line. `--anchors-from`, `--script` and `.env` are at most the line limit in all; keys,
+//! signed checkpoints and proofs (`--key`, `--checkpoint`, `--previous`, `--witness-key`,
+//! `--check-proof`, `--checkpoint-key`) at most [`MAX_SMALL_FILE`]. `/dev/zero`, `yes |` and
+//! a FIFO that never ends are refused after reading at most one byte past the limit.
 
 use std::io::{self, BufRead, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -128,22 +135,137 @@ pub fn trim_eol(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
-/// Reads a whole (small) file of lines, each within the limit: for `.env`, `--script` and
-/// `--anchors-from`. Returns the lines without their ends, numbered from 1, or the number
-/// of the line that is too long.
-pub fn read_all_lines<R: BufRead + ?Sized>(
-    r: &mut R,
-    limit: u64,
-) -> Result<Vec<Vec<u8>>, (u64, io::Error)> {
-    let mut lines = Vec::new();
-    let mut buf = Vec::new();
-    loop {
-        match read_line(r, &mut buf, limit) {
-            Ok(0) => return Ok(lines),
-            Ok(_) => lines.push(trim_eol(&buf).to_vec()),
-            Err(e) => return Err((lines.len() as u64 + 1, e)),
+/// The largest key, checkpoint or proof file read whole: 1 MiB (a signed checkpoint is a
+/// few hundred bytes, a proof a few KiB even for a ledger of billions of events).
+pub const MAX_SMALL_FILE: u64 = 1 << 20;
+
+/// A file larger than the limit (inside the [`io::Error`] of a [`ReadError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLarge {
+    /// The limit in bytes.
+    pub limit: u64,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "larger than {} bytes, refused", self.limit)
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// Why a whole file could not be read: the line that is too long (`line`), a file larger than
+/// its limit, or the read itself failing.
+#[derive(Debug)]
+pub struct ReadError {
+    /// The line (from 1) that is longer than the line limit; `None` for anything else.
+    pub line: Option<u64>,
+    /// What went wrong: an [`io::ErrorKind::InvalidData`] holding a [`TooLong`] or a
+    /// [`TooLarge`], or the read's own error.
+    pub error: io::Error,
+}
+
+impl ReadError {
+    /// Where the error is: `source:line` for a line too long, else `source`.
+    pub fn at(&self, source: &str) -> String {
+        match self.line {
+            Some(n) => format!("{source}:{n}"),
+            None => source.to_string(),
         }
     }
+
+    /// Whether the input broke a limit (bad input, exit 2) rather than failing to be read.
+    pub fn over_limit(&self) -> bool {
+        too_long(&self.error).is_some() || self.too_large().is_some()
+    }
+
+    /// The [`TooLarge`] inside, if that is what this is.
+    pub fn too_large(&self) -> Option<TooLarge> {
+        self.error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<TooLarge>())
+            .copied()
+    }
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (too_long(&self.error), self.too_large()) {
+            (Some(t), _) => t.fmt(f),
+            (_, Some(t)) => t.fmt(f),
+            _ => self.error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// The one whole-input reader: reads all of `r`, each line at most `line_limit` bytes (not
+/// counting its newline) and all of it at most `total_limit` bytes, keeping at most one byte
+/// past whichever limit is broken (and reading no more than the reader's buffer beyond it). `/dev/zero`, an endless pipe and a file of endless empty
+/// lines are refused, not loaded. Split the text with [`lines_of`]. An error opening the file is
+/// the caller's; one reading it is a [`ReadError`] without a line.
+pub fn read_bounded<R: BufRead + ?Sized>(
+    r: &mut R,
+    line_limit: u64,
+    total_limit: u64,
+) -> Result<Vec<u8>, ReadError> {
+    let mut text = Vec::new();
+    // The line being read (from 1) and its length so far, without its newline.
+    let mut line = 1u64;
+    let mut len = 0u64;
+    loop {
+        let buf = r
+            .fill_buf()
+            .map_err(|error| ReadError { line: None, error })?;
+        if buf.is_empty() {
+            return Ok(text);
+        }
+        // At most one byte past the whole limit; a chunk at a time, not a line at a time (a
+        // file of endless empty lines is read as fast as any other).
+        let room = total_limit.saturating_add(1) - text.len() as u64;
+        let chunk = &buf[..buf.len().min(usize::try_from(room).unwrap_or(usize::MAX))];
+        for piece in chunk.split_inclusive(|b| *b == b'\n') {
+            let ended = piece.last() == Some(&b'\n');
+            len += piece.len() as u64 - u64::from(ended);
+            if len > line_limit {
+                return Err(ReadError {
+                    line: Some(line),
+                    error: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        TooLong { limit: line_limit },
+                    ),
+                });
+            }
+            if ended {
+                line += 1;
+                len = 0;
+            }
+        }
+        text.extend_from_slice(chunk);
+        let n = chunk.len();
+        r.consume(n);
+        if text.len() as u64 > total_limit {
+            return Err(ReadError {
+                line: None,
+                error: io::Error::new(io::ErrorKind::InvalidData, TooLarge { limit: total_limit }),
+            });
+        }
+    }
+}
+
+/// The lines of a text read whole, without their ends (`\n` or `\r\n`); no empty last line
+/// after a final newline.
+pub fn lines_of(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let some = !text.is_empty();
+    let body = text.strip_suffix(b"\n").unwrap_or(text);
+    body.split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(move |_| some)
 }
 
 #[cfg(test)]
@@ -174,6 +296,48 @@ mod tests {
         assert!(buf.capacity() < 1 << 20);
         let mut r = io::Cursor::new(b"abcde".to_vec());
         assert!(read_line(&mut r, &mut buf, 4).is_err());
+    }
+
+    #[test]
+    fn a_whole_read_stops_one_byte_past_either_limit() {
+        // An endless line: the line limit, with its line number.
+        let mut r = io::BufReader::new(io::repeat(0).take(1 << 30));
+        let e = read_bounded(&mut r, 1000, 1 << 20).unwrap_err();
+        assert_eq!(e.line, Some(1));
+        assert_eq!(too_long(&e.error), Some(TooLong { limit: 1000 }));
+        assert!(e.over_limit());
+        // Endless empty lines: the whole limit, with no line.
+        let mut r = io::BufReader::new(io::repeat(b'\n').take(1 << 30));
+        let e = read_bounded(&mut r, 1000, 4096).unwrap_err();
+        assert_eq!(
+            (e.line, e.too_large()),
+            (None, Some(TooLarge { limit: 4096 }))
+        );
+        assert_eq!(e.at("f"), "f");
+        assert_eq!(e.to_string(), "larger than 4096 bytes, refused");
+        // No line limit: the whole limit still holds for one endless line.
+        let mut r = io::BufReader::new(io::repeat(0).take(1 << 30));
+        let e = read_bounded(&mut r, u64::MAX, 4096).unwrap_err();
+        assert_eq!(e.too_large(), Some(TooLarge { limit: 4096 }));
+        // Exactly at the limits is read.
+        let text = read_bounded(&mut io::Cursor::new(b"abcd\nef\n".to_vec()), 4, 8).unwrap();
+        assert_eq!(text, b"abcd\nef\n");
+        assert!(read_bounded(&mut io::Cursor::new(b"abcd\nef\nx".to_vec()), 4, 8).is_err());
+        assert!(read_bounded(&mut io::Cursor::new(b"abcde\n".to_vec()), 4, 8).is_err());
+        // A line is measured across the reader's chunks, and named.
+        let mut r = io::BufReader::with_capacity(3, io::Cursor::new(b"ab\nabcdef\n".to_vec()));
+        assert_eq!(read_bounded(&mut r, 4, 100).unwrap_err().line, Some(2));
+        let mut r = io::BufReader::with_capacity(3, io::Cursor::new(b"ab\r\nabcd\n".to_vec()));
+        assert_eq!(read_bounded(&mut r, 4, 100).unwrap(), b"ab\r\nabcd\n");
+    }
+
+    #[test]
+    fn lines_of_a_text_drop_their_ends() {
+        let all = |t: &[u8]| lines_of(t).map(<[u8]>::to_vec).collect::<Vec<_>>();
+        assert_eq!(all(b"a\r\nb\n\nc"), [&b"a"[..], b"b", b"", b"c"]);
+        assert_eq!(all(b"a\n"), [b"a"]);
+        assert_eq!(all(b"\n"), [b""]);
+        assert!(all(b"").is_empty());
     }
 
     #[test]

@@ -108,8 +108,17 @@ fn trusted_root(trusted: &Trusted, size: u64) -> Result<Option<Digest>, CheckErr
 
 /// Checks `proof` on its own (its path recomputes its roots) and against `trusted`: the
 /// checkpoint's (or the trusted root's) tree must be the proof's tree — for a consistency
-/// proof, either of its two trees. Returns the size of the trusted tree it was tied to.
-pub fn check(proof: &Proof, trusted: &Trusted) -> Result<u64, CheckError> {
+/// proof, either of its two trees. Returns the size of the trusted tree it was tied to when
+/// that size was itself checked, that is against a checkpoint (whose size is signed); `None`
+/// against a bare root, for which the size is only the proof's own claim.
+pub fn check(proof: &Proof, trusted: &Trusted) -> Result<Option<u64>, CheckError> {
+    check_tied(proof, trusted).map(|size| match trusted {
+        Trusted::Checkpoint(_) => Some(size),
+        Trusted::Root(_) => None,
+    })
+}
+
+fn check_tied(proof: &Proof, trusted: &Trusted) -> Result<u64, CheckError> {
     let untrusted = |what: String| Err(CheckError::Untrusted(what));
     match proof {
         Proof::Root { size, root } => match trusted_root(trusted, *size)? {

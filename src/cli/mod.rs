@@ -27,8 +27,9 @@ pub enum Outcome {
 /// `--db`: which ledger.
 #[derive(Debug, Clone, Args)]
 pub struct LedgerArgs {
-    /// The ledger (SQLite file) [default: .data/pmmdb/pmm.db]
-    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true)]
+    /// The ledger (SQLite file), a path: a URL or a `file:` URI is refused [default:
+    /// .data/pmmdb/pmm.db]
+    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true, value_parser = crate::store::parse_db)]
     pub db: Option<PathBuf>,
 }
 
@@ -149,9 +150,10 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
 }
 
 /// Loads `.env` (when there is one) for the variables that are not set, reading it through the
-/// bounded line reader: a line longer than `$PMM_MAX_LINE` (a `.env` linked to `/dev/zero`) is
-/// bad input, exit 2. Lines `dotenvy` cannot parse end the loading quietly, as they always did.
-/// The names the file sets (whether or not the environment already had them).
+/// bounded whole-file reader: a line longer than `$PMM_MAX_LINE` (a `.env` linked to
+/// `/dev/zero`), or a file longer than that in all, is bad input, exit 2. Lines `dotenvy`
+/// cannot parse end the loading quietly, as they always did. The names the file sets (whether
+/// or not the environment already had them).
 fn load_dotenv(path: &Path) -> crate::Result<Vec<String>> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -160,22 +162,48 @@ fn load_dotenv(path: &Path) -> crate::Result<Vec<String>> {
     if file.metadata().is_ok_and(|m| m.is_dir()) {
         return Ok(Vec::new());
     }
-    let mut r = io::BufReader::new(file);
-    let lines =
-        crate::lines::read_all_lines(&mut r, crate::lines::max_line()).map_err(|(n, e)| {
-            let msg = match crate::lines::too_long(&e) {
-                Some(t) => t.to_string(),
-                None => e.to_string(),
-            };
-            crate::Error::bad_input(Some(format!("{}:{n}", path.display())), msg)
+    let limit = crate::lines::max_line();
+    let text =
+        crate::lines::read_bounded(&mut io::BufReader::new(file), limit, limit).map_err(|e| {
+            crate::Error::bad_input(Some(e.at(&path.display().to_string())), e.to_string())
         })?;
-    let text = lines.join(&b'\n');
+    let text = crate::lines::lines_of(&text)
+        .collect::<Vec<_>>()
+        .join(&b'\n');
     let names = dotenvy::from_read_iter(&text[..])
         .map_while(Result::ok)
         .map(|(k, _)| k)
         .collect();
     let _ = dotenvy::from_read(&text[..]);
     Ok(names)
+}
+
+/// A key, signed checkpoint or proof file named by a flag (`-`: stdin), read whole through
+/// the bounded reader: more than [`crate::lines::MAX_SMALL_FILE`] bytes (`/dev/zero`, `yes |`)
+/// is bad input, exit 2, after reading at most one byte more. Every such flag of every
+/// program reads through this.
+pub fn read_small_file(path: &Path) -> crate::Result<String> {
+    let name = if path == Path::new("-") {
+        "<stdin>".to_string()
+    } else {
+        path.display().to_string()
+    };
+    let limit = crate::lines::MAX_SMALL_FILE;
+    let read = if path == Path::new("-") {
+        crate::lines::read_bounded(&mut io::stdin().lock(), u64::MAX, limit)
+    } else {
+        std::fs::File::open(path)
+            .map_err(|error| crate::lines::ReadError { line: None, error })
+            .and_then(|f| crate::lines::read_bounded(&mut io::BufReader::new(f), u64::MAX, limit))
+    };
+    let bytes = read.map_err(|e| {
+        if e.over_limit() {
+            crate::Error::bad_input(Some(e.at(&name)), e.to_string())
+        } else {
+            crate::Error::io(Path::new(&name), e.error)
+        }
+    })?;
+    String::from_utf8(bytes).map_err(|_| crate::Error::NotUtf8 { at: name })
 }
 
 /// Prints a usage error (bad flag, bad value, bad `$PMM_NOW`) in the one-line form of SPEC §3,

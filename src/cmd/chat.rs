@@ -521,8 +521,15 @@ impl Input {
             None
         };
         let history = std::env::var_os("HOME").map(|h| Path::new(&h).join(".pmm_history"));
+        // rustyline reads the history without a bound: only a regular file within the line
+        // limit is loaded (not a `~/.pmm_history` linked to /dev/zero).
+        let loadable = |h: &Path| {
+            std::fs::metadata(h).is_ok_and(|m| m.is_file() && m.len() <= crate::lines::max_line())
+        };
         if let (Some(h), Some(rl)) = (&history, editor.as_mut()) {
-            let _ = rl.load_history(h);
+            if loadable(h) {
+                let _ = rl.load_history(h);
+            }
         }
         Ok(Input {
             editor,

@@ -338,7 +338,7 @@ fn keygen(name: &str, path: &Path, db: &Path) -> anyhow::Result<Outcome> {
 
 /// `--checkpoint --key FILE`: the signed checkpoint of the ledger's tree as it is now.
 fn checkpoint(key: &Path, db: &Path) -> anyhow::Result<Outcome> {
-    let text = std::fs::read_to_string(key).map_err(|e| Error::io(key, e))?;
+    let text = crate::cli::read_small_file(key)?;
     let signer = SignerKey::parse(&text)
         .map_err(|e| Error::bad_input(Some(key.display().to_string()), e.to_string()))?;
     let ledger = Ledger::open_reader(db)?;

@@ -86,7 +86,8 @@ pub struct Args {
     /// Slot length in seconds
     #[arg(long, value_name = "SECS", default_value_t = 10, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(1..))]
     interval: i64,
-    /// Run as a supervisor: a tick every DURATION (10s, 1m, 1h30m; a bare number is seconds)
+    /// Run as a supervisor: a tick every DURATION (10s, 1m, 1h30m; a bare number is seconds;
+    /// at most 366 days)
     /// until SIGINT or SIGTERM, which end it after the current tick with exit 0
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true, value_parser = parse_duration, conflicts_with_all = ["slot", "dry_run", "set"])]
     every: Option<Duration>,
@@ -149,6 +150,9 @@ enum BadValue {
     /// `--every` of zero, a negative or a non-finite number.
     #[error("'{0}' is not a positive duration")]
     NotPositive(String),
+    /// `--every` longer than [`MAX_EVERY_SECS`].
+    #[error("'{0}' is out of range (at most 366 days, {MAX_EVERY_SECS} seconds)")]
+    TooLong(String),
     /// `--every` that is neither seconds nor a duration like `5m`.
     #[error("'{text}': {source}")]
     NotADuration {
@@ -188,8 +192,14 @@ fn parse_unset(s: &str) -> Result<String, BadValue> {
     Ok(k.to_string())
 }
 
+/// The longest `--every`: 366 days (a longer period is a typo, and `Duration` has an end).
+const MAX_EVERY_SECS: u64 = 366 * 86_400;
+
 fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     let d = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > MAX_EVERY_SECS as f64 => {
+            return Err(BadValue::TooLong(s.to_string()))
+        }
         Ok(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
         Ok(_) => return Err(BadValue::NotPositive(s.to_string())),
         Err(_) => humantime::parse_duration(s.trim()).map_err(|source| BadValue::NotADuration {
@@ -199,6 +209,9 @@ fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     };
     if d.is_zero() {
         return Err(BadValue::NotPositive(s.to_string()));
+    }
+    if d > Duration::from_secs(MAX_EVERY_SECS) {
+        return Err(BadValue::TooLong(s.to_string()));
     }
     Ok(d)
 }
@@ -321,7 +334,7 @@ fn checkpoint_signer(
     let (Some(key), Some(target)) = (&args.checkpoint_key, &args.checkpoint_out) else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(key).map_err(|e| Error::io(key, e))?;
+    let text = crate::cli::read_small_file(key)?;
     let signer = crate::chain::note::SignerKey::parse(&text)
         .map_err(|e| Error::bad_input(Some(key.display().to_string()), e.to_string()))?;
     crate::outfile::check_not_ledger(target, ledger)?;
@@ -412,6 +425,20 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         for bad in ["0", "-1", "soon", "0s", ""] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_every_of_a_year_is_taken_and_a_longer_one_is_out_of_range() {
+        let year = Duration::from_secs(MAX_EVERY_SECS);
+        assert_eq!(parse_duration("366days"), Ok(year));
+        assert_eq!(parse_duration("31622400"), Ok(year));
+        for long in ["99999999999999999999", "1e300", "367days", "31622400.5"] {
+            assert_eq!(
+                parse_duration(long),
+                Err(BadValue::TooLong(long.into())),
+                "{long}"
+            );
         }
     }
 

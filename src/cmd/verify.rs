@@ -185,16 +185,18 @@ impl Program for Args {
 /// comments, an events file, `{}`, an empty ledger's summary) is bad input: a vacuous pass
 /// would hide the history it was meant to pin.
 pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
+    // Through the bounded whole-file reader: `--anchors-from /dev/zero` is refused.
+    let limit = crate::lines::max_line();
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let lines =
-        crate::lines::read_all_lines(&mut std::io::BufReader::new(file), crate::lines::max_line())
-            .map_err(|(n, e)| {
-                let at = Some(format!("{}:{n}", path.display()));
-                match crate::lines::too_long(&e) {
-                    Some(t) => Error::bad_input(at, t.to_string()),
-                    None => Error::io(path, e),
-                }
-            })?;
+    let mut file = std::io::BufReader::new(file);
+    let text = crate::lines::read_bounded(&mut file, limit, limit).map_err(|e| {
+        if e.over_limit() {
+            Error::bad_input(Some(e.at(&path.display().to_string())), e.to_string())
+        } else {
+            Error::io(path, e.error)
+        }
+    })?;
+    let lines: Vec<&[u8]> = crate::lines::lines_of(&text).collect();
     let mut anchors = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let at = || Some(format!("{}:{}", path.display(), i + 1));
@@ -363,14 +365,9 @@ struct Witnessing {
     witness: Option<String>,
 }
 
+/// A key, checkpoint or proof file (`-`: stdin), through the one bounded reader.
 fn read_text(path: &Path) -> crate::Result<String> {
-    if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut s)
-            .map_err(|e| Error::io(path, e))?;
-        return Ok(s);
-    }
-    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+    crate::cli::read_small_file(path)
 }
 
 /// `--key`: the key's text, or a file holding it.
@@ -524,11 +521,16 @@ fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result
         Trusted::Checkpoint(_) => "checkpoint",
     };
     let (record, outcome) = match proof::check(&proof, &trusted) {
-        Ok(size) => (
-            serde_json::json!({"type": "proof_check", "ok": true, "proof": kind,
-                "against": against, "trusted_size": size}),
-            Outcome::Success,
-        ),
+        Ok(size) => {
+            let mut record = serde_json::json!({"type": "proof_check", "ok": true,
+                "proof": kind, "against": against});
+            // Only a checkpoint's signed size is trusted; against --root-hex the size is the
+            // proof's own, unchecked claim and is not reported as trusted.
+            if let Some(size) = size {
+                record["trusted_size"] = size.into();
+            }
+            (record, Outcome::Success)
+        }
         Err(e) => (
             serde_json::json!({"type": "proof_check", "ok": false, "proof": kind,
                 "against": against, "error": e.to_string()}),

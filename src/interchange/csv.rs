@@ -25,7 +25,7 @@ impl<W: Write> CsvWriter<W> {
             .terminator(Terminator::CRLF)
             .quote_style(QuoteStyle::Necessary)
             .from_writer(out);
-        csv.write_record(HEADER)?;
+        csv.write_record(HEADER).map_err(io_error)?;
         Ok(CsvWriter { csv })
     }
 }
@@ -33,21 +33,34 @@ impl<W: Write> CsvWriter<W> {
 impl<W: Write> Sink for CsvWriter<W> {
     fn event(&mut self, ev: &Event) -> io::Result<()> {
         let id = ev.id.to_string();
-        self.csv.write_record([
-            id.as_str(),
-            &ev.ts,
-            ev.kind.as_str(),
-            &ev.content,
-            &ev.meta,
-            ev.prev_hash.as_deref().unwrap_or(""),
-            ev.hash.as_deref().unwrap_or(""),
-        ])?;
-        Ok(())
+        self.csv
+            .write_record([
+                id.as_str(),
+                &ev.ts,
+                ev.kind.as_str(),
+                &ev.content,
+                &ev.meta,
+                ev.prev_hash.as_deref().unwrap_or(""),
+                ev.hash.as_deref().unwrap_or(""),
+            ])
+            .map_err(io_error)
     }
 
     fn finish(mut self: Box<Self>) -> io::Result<()> {
         // Flushes the csv buffer and then the underlying writer.
         self.csv.flush()
+    }
+}
+
+/// The I/O error inside a csv error as it was (a closed stdout stays a `BrokenPipe`, which
+/// the runner ends quietly on; the csv crate's own conversion makes every error `Other`).
+fn io_error(e: ::csv::Error) -> io::Error {
+    if !e.is_io_error() {
+        return io::Error::other(e);
+    }
+    match e.into_kind() {
+        ::csv::ErrorKind::Io(e) => e,
+        other => io::Error::other(format!("{other:?}")),
     }
 }
 

@@ -536,7 +536,51 @@ struct Elements<'f> {
     f: &'f mut dyn FnMut(Item) -> Result<bool>,
     failure: Option<Error>,
     stopped: bool,
+    /// Bytes read since the last element ended (see [`PerElement`]).
+    since: &'f std::cell::Cell<u64>,
 }
+
+/// A JSON array's reader that refuses an element longer than the line limit, as a JSON Lines
+/// line is: serde_json holds a whole element (a string without end, `["` then `/dev/zero`) in
+/// memory, so each is bounded. [`Elements`] resets the count after each element.
+struct PerElement<'c, R> {
+    inner: R,
+    since: &'c std::cell::Cell<u64>,
+    limit: u64,
+}
+
+impl<R: Read> Read for PerElement<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let since = self.since.get() + n as u64;
+        self.since.set(since);
+        if since > self.limit {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                ElementTooLong { limit: self.limit },
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// An element of a JSON array longer than the limit.
+#[derive(Debug, Clone, Copy)]
+struct ElementTooLong {
+    limit: u64,
+}
+
+impl fmt::Display for ElementTooLong {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "an event of the JSON array is longer than {} bytes (raise the limit with --max-line BYTES or PMM_MAX_LINE)",
+            self.limit
+        )
+    }
+}
+
+impl std::error::Error for ElementTooLong {}
 
 impl<'de> Visitor<'de> for &mut Elements<'_> {
     type Value = ();
@@ -555,6 +599,7 @@ impl<'de> Visitor<'de> for &mut Elements<'_> {
                     error,
                 },
             };
+            self.since.set(0);
             match (self.f)(item) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -579,11 +624,17 @@ impl<'de> DeserializeSeed<'de> for &mut Elements<'_> {
 }
 
 fn read_json<R: BufRead>(r: R, name: &str, f: &mut dyn FnMut(Item) -> Result<bool>) -> Result<()> {
-    let mut de = serde_json::Deserializer::from_reader(r);
+    let since = std::cell::Cell::new(0);
+    let mut de = serde_json::Deserializer::from_reader(PerElement {
+        inner: r,
+        since: &since,
+        limit: crate::lines::max_line(),
+    });
     let mut elements = Elements {
         f,
         failure: None,
         stopped: false,
+        since: &since,
     };
     let result = (&mut elements).deserialize(&mut de).and_then(|()| de.end());
     if let Some(e) = elements.failure {
@@ -596,7 +647,13 @@ fn read_json<R: BufRead>(r: R, name: &str, f: &mut dyn FnMut(Item) -> Result<boo
         Ok(()) => Ok(()),
         Err(e) if e.is_io() => {
             let io: std::io::Error = e.into();
-            Err(gz_err(name, io))
+            match io
+                .get_ref()
+                .and_then(|i| i.downcast_ref::<ElementTooLong>())
+            {
+                Some(t) => Err(Error::bad_input(Some(name.to_string()), t.to_string())),
+                None => Err(gz_err(name, io)),
+            }
         }
         Err(e) => {
             let line = Some(e.line() as u64);

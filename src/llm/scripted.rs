@@ -32,18 +32,14 @@ impl Scripted {
 
 /// The replies in the script at `path`, in order.
 fn load(path: &Path) -> Result<Vec<String>, LlmError> {
+    // Through the bounded whole-file reader: a script linked to /dev/zero is refused, not
+    // loaded.
     let file = std::fs::File::open(path)
         .map_err(|e| LlmError::Config(format!("{}: {e}", path.display())))?;
-    // Through the bounded line reader: a script linked to /dev/zero is refused, not loaded.
-    let lines =
-        crate::lines::read_all_lines(&mut std::io::BufReader::new(file), crate::lines::max_line())
-            .map_err(|(n, e)| {
-                let why = match crate::lines::too_long(&e) {
-                    Some(t) => t.to_string(),
-                    None => e.to_string(),
-                };
-                LlmError::Config(format!("{}:{n}: {why}", path.display()))
-            })?;
+    let limit = crate::lines::max_line();
+    let text = crate::lines::read_bounded(&mut std::io::BufReader::new(file), limit, limit)
+        .map_err(|e| LlmError::Config(format!("{}: {e}", e.at(&path.display().to_string()))))?;
+    let lines: Vec<&[u8]> = crate::lines::lines_of(&text).collect();
     let mut replies = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let bad = |why: String| LlmError::Config(format!("{}:{}: {why}", path.display(), i + 1));

@@ -187,6 +187,7 @@ impl Ledger {
     /// Opens (creating file and folders if needed) a ledger for writing: WAL, busy timeout,
     /// schema, migrations.
     pub fn open_writer(path: &Path, busy_ms: u64) -> Result<Ledger> {
+        check_path(path)?;
         if let Ok(md) = std::fs::metadata(path) {
             if md.is_dir() {
                 return Err(Error::NotALedger {
@@ -207,7 +208,7 @@ impl Ledger {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         }
         let conn = Connection::open_with_flags(
-            path,
+            sqlite_path(path),
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -242,6 +243,16 @@ impl Ledger {
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
                 Some("a SQLite database without an events table".into()),
             ));
+        }
+        // Another program's `events` table is refused before anything in the file changes
+        // (the switch to WAL below is kept in the file).
+        if has_events {
+            if let Some(why) = foreign_events(&self.conn)? {
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+                    Some(why),
+                ));
+            }
         }
         self.switch_to_wal()?;
         self.create_schema(has_events)
@@ -282,7 +293,7 @@ impl Ledger {
     /// file nobody will read. [`Ledger::finish_unjournaled`] makes it an ordinary ledger.
     fn create_unjournaled(path: &Path, busy_ms: u64) -> Result<Ledger> {
         let conn = Connection::open_with_flags(
-            path,
+            sqlite_path(path),
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| map_err(e, path, busy_ms))?;
@@ -429,6 +440,7 @@ impl Ledger {
 
     /// Opens an existing ledger read-only. Never creates a file.
     pub fn open_reader(path: &Path) -> Result<Ledger> {
+        check_path(path)?;
         match std::fs::metadata(path) {
             Err(_) => return Err(Error::MissingLedger(path.into())),
             Ok(md) if md.is_dir() => {
@@ -445,6 +457,12 @@ impl Ledger {
             return Err(Error::NotALedger {
                 path: path.into(),
                 why: "no events table".into(),
+            });
+        }
+        if let Some(why) = foreign_events(&ledger.conn).map_err(|e| ledger.err(e))? {
+            return Err(Error::NotALedger {
+                path: path.into(),
+                why,
             });
         }
         Ok(ledger)
@@ -651,8 +669,9 @@ impl Ledger {
     /// A connection to an existing file with `flags`, the default busy timeout, and nothing
     /// else: no migration, no journal-mode change.
     fn open_plain(path: &Path, flags: OpenFlags) -> Result<Ledger> {
-        let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
+        let conn =
+            Connection::open_with_flags(sqlite_path(path), flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
         let ledger = Ledger {
             conn,
             path: path.into(),
@@ -1148,7 +1167,7 @@ impl Reads for Ledger {
             return Some(c);
         }
         let c = Connection::open_with_flags(
-            &self.path,
+            sqlite_path(&self.path),
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .ok()?;
@@ -1301,6 +1320,83 @@ pub fn sqlite_check(ledger: &Ledger, full: bool, limit: u32) -> Result<Vec<Strin
 }
 
 /// Maps SQLite's errors to ours, so that users read "database is locked ..." and not a code.
+/// Why a ledger's name is not a file path, or `None` when it is one: a URL (`postgres://…`,
+/// which a later store will take), an SQLite URI (`file:…`, which SQLite would open as a URI
+/// to writers and a path to readers), or nothing at all. A ledger is always named by a plain
+/// path; a file whose name starts with `file:` is named `./file:…`.
+pub fn not_a_path(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("an empty name is not a file path".into());
+    }
+    if name.len() >= 5 && name.as_bytes()[..5].eq_ignore_ascii_case(b"file:") {
+        return Some(format!(
+            "'{name}' is an SQLite URI, not a file path (a ledger is named by its file's path; ./{name} names the file)"
+        ));
+    }
+    let scheme = name.split_once("://").map(|(s, _)| s);
+    if scheme.is_some_and(|s| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    }) {
+        return Some(format!(
+            "'{name}' is a URL, not a file path (a ledger is named by its file's path)"
+        ));
+    }
+    None
+}
+
+/// [`not_a_path`] as a typed error: the check every ledger open makes before touching the
+/// file system (no folder `file:x` or `postgres:` is ever created).
+fn check_path(path: &Path) -> Result<()> {
+    match not_a_path(&path.to_string_lossy()) {
+        Some(why) => Err(Error::NotAPath {
+            path: path.into(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `--db` (and `$PMM_DB`): a plain file path; a URL, an SQLite URI or nothing is refused
+/// (see [`not_a_path`]).
+pub fn parse_db(s: &str) -> std::result::Result<PathBuf, String> {
+    match not_a_path(s) {
+        Some(why) => Err(why),
+        None => Ok(PathBuf::from(s)),
+    }
+}
+
+/// The name SQLite is given for a ledger's path: one it can only take as that file. A
+/// relative `file:…` would be a URI and `:memory:` or an empty name a database that is no
+/// file at all; `./` in front of a relative path rules all of them out.
+fn sqlite_path(path: &Path) -> std::borrow::Cow<'_, Path> {
+    if path.is_relative() {
+        Path::new(".").join(path).into()
+    } else {
+        path.into()
+    }
+}
+
+/// Why a file's `events` table is not a ledger's (another program's table of that name), or
+/// `None`: it must have the ledger's seven columns.
+fn foreign_events(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('events')")?;
+    let have: Vec<String> = st
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let missing: Vec<&str> = ["id", "ts", "kind", "content", "meta", "prev_hash", "hash"]
+        .into_iter()
+        .filter(|c| !have.iter().any(|h| h.eq_ignore_ascii_case(c)))
+        .collect();
+    Ok((!missing.is_empty()).then(|| {
+        format!(
+            "its events table is not a ledger's (no column {})",
+            missing.join(", ")
+        )
+    }))
+}
+
 /// A ledger is a regular file: a device (`--db` through a symlink to `/dev/null`), a pipe or
 /// a socket is refused before SQLite opens it and creates `/dev/null-journal` beside it.
 pub fn not_regular(path: &Path, md: &std::fs::Metadata) -> Error {
