@@ -6,7 +6,7 @@ use crate::harness::{present_or_skip, tool_or_skip, Pmm};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NOW: &str = "2025-11-24T05:55:41.194157Z";
@@ -413,11 +413,16 @@ fn mcp_a_ledger_locked_past_the_busy_timeout_is_a_tool_error_then_writes_resume(
     verify_clean(&pmm);
 }
 
+/// How long [`Raw::reply`] waits for a line.
+const REPLY_WAIT: Duration = Duration::from_secs(30);
+
 /// A pmm-mcp spoken to in raw JSON-RPC lines, for input no SDK client would send.
 struct Raw {
     child: Child,
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    /// The server's stdout lines, read by a thread (so a reply that never comes fails the
+    /// test after [`REPLY_WAIT`] instead of hanging it).
+    stdout: std::sync::mpsc::Receiver<String>,
 }
 
 impl Raw {
@@ -435,7 +440,14 @@ impl Raw {
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, stdout) = std::sync::mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
+                return;
+            }
+        });
         let mut raw = Raw {
             child,
             stdin,
@@ -457,8 +469,10 @@ impl Raw {
     }
 
     fn reply(&mut self) -> Value {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
+        let line = self
+            .stdout
+            .recv_timeout(REPLY_WAIT)
+            .expect("pmm-mcp did not answer within 30 s");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
     }
 
