@@ -1,12 +1,16 @@
 //! `pmm-mcp`: the ledger as memory for any Model Context Protocol client.
 
 use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Outcome, Program, WriteArgs};
+use crate::mcp::framing::{self, Frame};
 use crate::mcp::{Config, Server};
 use crate::store::Ledger;
 use anyhow::Context;
-use rmcp::service::ServerInitializeError;
-use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
+use rmcp::service::{RxJsonRpcMessage, ServerInitializeError, TxJsonRpcMessage};
+use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+use rmcp::transport::Transport;
 use rmcp::{RoleServer, ServiceExt};
+use std::io::{self, BufRead, Write};
+use tokio::sync::{mpsc, oneshot};
 
 const AFTER_HELP: &str = "\
 EXAMPLES:
@@ -43,8 +47,12 @@ TOOLS:
 
 PROTOCOL:
   JSON-RPC 2.0 on stdin and stdout, one message a line (MCP stdio transport); stdout carries
-  nothing else. Messages on stderr. A line that is not JSON (invalid UTF-8, garbage) is
-  skipped, as the MCP SDKs do; a line longer than --max-line (default here 16M) is dropped. The server ends when stdin closes. Every write is one
+  nothing else. Messages on stderr. Every request line is answered: a lone UTF-16 surrogate
+  escape (\\ud83d, a JavaScript string cut mid-emoji) is read as U+FFFD, as JavaScript's
+  TextEncoder does; a line that is not JSON (invalid UTF-8, garbage, cut short) gets a parse
+  error (-32700), JSON that is not a request an invalid request (-32600), and a line longer
+  than --max-line (default here 16M) an invalid request too, each with the request's id when
+  it can be read, else null. The server ends when stdin closes. Every write is one
   BEGIN IMMEDIATE transaction through the write policy, as pmm-append's; none is held between
   calls, so pmm-turn, pmm-tick and pmm-append can write to the same ledger meanwhile.
 
@@ -131,15 +139,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    // One JSON-RPC message a line; a longer line is dropped unanswered (rmcp's default cap
-    // is 16 MiB, well above the 1 MiB a tool takes; --max-line sets it).
+    // One JSON-RPC message a line; a longer line is answered with an error (16 MiB, rmcp's
+    // default cap, well above the 1 MiB a tool takes; --max-line sets it).
     let max_line = args.common.max_line.map_or(DEFAULT_MAX_LINE_LENGTH, |n| {
         n.min(usize::MAX as u64) as usize
     });
     rt.block_on(async {
-        let (stdin, stdout) = rmcp::transport::stdio();
-        let transport =
-            AsyncRwTransport::<RoleServer, _, _>::new(stdin, stdout).with_max_line_length(max_line);
+        let transport = Stdio::start(max_line);
         let service = match Server::new(cfg).serve(transport).await {
             Ok(s) => s,
             // The client went away before the session began: nothing to serve.
@@ -161,4 +167,147 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     // Blocking reads of stdin may still be parked on the pool; they end with the process.
     rt.shutdown_background();
     Ok(Outcome::Success)
+}
+
+/// A line for stdout, and who waits for it to be written.
+type Outgoing = (Vec<u8>, Option<oneshot::Sender<io::Result<()>>>);
+
+/// The stdio transport of `pmm-mcp`: a thread reads stdin a bounded line at a time and hands
+/// each line to [`framing::frame`] (a message goes to the protocol, a repaired one too, an
+/// unreadable one gets its error response), and a thread writes stdout, one whole line at a
+/// time in the order they were sent, so an error response never splits another message.
+struct Stdio {
+    incoming: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
+    out: std::sync::mpsc::Sender<Outgoing>,
+}
+
+impl Stdio {
+    fn start(max_line: usize) -> Stdio {
+        let (out, lines) = std::sync::mpsc::channel::<Outgoing>();
+        std::thread::spawn(move || {
+            let mut stdout = io::stdout().lock();
+            for (line, done) in lines {
+                let wrote = stdout.write_all(&line).and_then(|()| stdout.flush());
+                if let Some(done) = done {
+                    let _ = done.send(wrote);
+                }
+            }
+        });
+        let (tx, incoming) = mpsc::channel(16);
+        let replies = out.clone();
+        std::thread::spawn(move || read_stdin(&mut io::stdin().lock(), max_line, &tx, &replies));
+        Stdio { incoming, out }
+    }
+}
+
+/// Reads `input` line by line until it ends (or the session does), sending messages on `tx`
+/// and error responses on `replies`. A line over `max_line` bytes is read no further than
+/// that: its first bytes are kept to find its id, the rest skipped.
+fn read_stdin(
+    input: &mut impl BufRead,
+    max_line: usize,
+    tx: &mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
+    replies: &std::sync::mpsc::Sender<Outgoing>,
+) {
+    // Waits until the response is written: the session may end with the next line.
+    let reply = |text: String| {
+        let mut line = text.into_bytes();
+        line.push(b'\n');
+        let (done, written) = oneshot::channel();
+        replies.send((line, Some(done))).is_ok() && written.blocking_recv().is_ok_and(|w| w.is_ok())
+    };
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut over = false;
+        let ended = loop {
+            let buf = match input.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if buf.is_empty() {
+                // The end of input: a last line without its newline is a cut message.
+                return;
+            }
+            let newline = buf.iter().position(|&b| b == b'\n');
+            let take = newline.map_or(buf.len(), |i| i + 1);
+            let keep = if over {
+                0
+            } else if line.len() + take > max_line.saturating_add(1) {
+                over = true;
+                framing::ID_SEARCH_BYTES
+                    .saturating_sub(line.len())
+                    .min(take)
+            } else {
+                take
+            };
+            line.extend_from_slice(&buf[..keep]);
+            input.consume(take);
+            if newline.is_some() {
+                break over;
+            }
+        };
+        if ended {
+            line.truncate(framing::ID_SEARCH_BYTES);
+            if !reply(framing::too_long(&line, max_line)) {
+                return;
+            }
+            continue;
+        }
+        let text = crate::lines::trim_eol(&line);
+        match framing::frame(text) {
+            Frame::Message { message, repaired } => {
+                if repaired {
+                    eprintln!(
+                        "pmm-mcp: a request held lone UTF-16 surrogates; each was read as U+FFFD"
+                    );
+                }
+                if tx.blocking_send(*message).is_err() {
+                    return;
+                }
+            }
+            Frame::Reply(r) => {
+                if !reply(r) {
+                    return;
+                }
+            }
+            Frame::Skip => {}
+        }
+    }
+}
+
+impl Transport<RoleServer> for Stdio {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl std::future::Future<Output = Result<(), io::Error>> + Send + 'static {
+        let out = self.out.clone();
+        let line = serde_json::to_vec(&item).map(|mut l| {
+            l.push(b'\n');
+            l
+        });
+        async move {
+            let (done, written) = oneshot::channel();
+            out.send((line?, Some(done)))
+                .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "stdout is closed"))?;
+            written.await.unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "stdout is closed",
+                ))
+            })
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        self.incoming.recv().await
+    }
+
+    async fn close(&mut self) -> Result<(), io::Error> {
+        self.incoming.close();
+        Ok(())
+    }
 }

@@ -5,7 +5,8 @@
 //! write is one `BEGIN IMMEDIATE` transaction that ends before the call returns, so nothing is
 //! held between calls and other programs write in between. The projections are kept in memory
 //! between calls and brought up to the ledger's head at each call (the events since, folded),
-//! so a call costs the events appended since the last one, not a replay.
+//! so a call costs the events appended since the last one, not a replay; after an erasure
+//! they, and the vector packs kept, are built anew, so no call answers with erased text.
 
 use super::{
     DEFAULT_LIMIT, MAX_BUDGET, MAX_K, MAX_LIMIT, MAX_REPLY_CONTENT, MAX_TEXT, REMEMBER_KINDS,
@@ -87,9 +88,10 @@ impl Config {
         Ok(Ledger::open_writer(&self.db, self.busy_ms)?)
     }
 
-    /// Runs `f` on the projections as of `r`'s head: the cached ones brought up to date when
-    /// they still describe this ledger (their last event is still there with the same hash),
-    /// else a projection from the newest checkpoint.
+    /// Runs `f` on the projections as of `r`'s head: the cached ones brought up to date
+    /// ([`store::catch_up`], which projects them anew after an erasure) when they still
+    /// describe this ledger (their last event is still there with the same hash), else a
+    /// projection from the newest checkpoint.
     pub fn with_projections<R: Reads, T>(
         &self,
         r: &R,
@@ -107,18 +109,8 @@ impl Config {
         };
         let p = match cached {
             Some(mut p) if usable => {
-                // Nothing follows an id of i64::MAX (ids are input).
-                if let Some(next) = p.mirror.last_event_id.checked_add(1) {
-                    let since = Filter {
-                        since: Some(next),
-                        until: Some(head),
-                        ..Filter::default()
-                    };
-                    r.scan(&since, |ev| {
-                        p.apply(&ev);
-                        Ok(true)
-                    })?;
-                }
+                // An erasure since the last call makes it a projection anew.
+                store::catch_up(r, &mut p, Some(head))?;
                 p
             }
             _ => store::project(r, Some(head), true)?.projections,

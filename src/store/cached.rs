@@ -19,10 +19,15 @@ pub const CACHED_BYTES: usize = 16 << 20;
 /// A [`Reads`] whose [`Reads::get`] remembers the events it read, oldest dropped first, at
 /// most [`CACHED_EVENTS`] of them and [`CACHED_BYTES`] of text (memory stays flat whatever the
 /// ledger). Everything else reads through. The events of a ledger never change under a reader
-/// that keeps one snapshot ([`super::Ledger::in_snapshot`]); use it within one.
+/// that keeps one snapshot ([`super::Ledger::in_snapshot`]), but an erasure by another process
+/// blanks rows between snapshots: a read that finds the ledger changed by another connection
+/// (SQLite's `data_version`) and a newer erasure than the last it saw empties the cache first,
+/// so an erased text is never answered from memory.
 pub struct Cached<'a, R: Reads> {
     inner: &'a R,
     cache: RefCell<Cache>,
+    /// The connection's `data_version` and the newest erasure as of the last read.
+    seen: std::cell::Cell<Option<(i64, i64)>>,
 }
 
 /// Hashes an id with one multiplication (ids are the cache's only keys: SipHash's defence
@@ -90,7 +95,35 @@ impl<'a, R: Reads> Cached<'a, R> {
         Cached {
             inner,
             cache: RefCell::default(),
+            seen: Default::default(),
         }
+    }
+
+    /// Empties the cache when another connection committed an erasure since the last read.
+    /// Costs a `PRAGMA data_version` per read; the erasure look-up only when the ledger
+    /// changed.
+    fn forget_if_erased(&self) -> Result<()> {
+        let conn = self.inner.conn();
+        let version: i64 = conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(|e| self.inner.err(e))?;
+        let seen = self.seen.get();
+        if seen.is_some_and(|(v, _)| v == version) {
+            return Ok(());
+        }
+        let erasure = self.inner.last_erasure()?;
+        if seen.is_some_and(|(_, e)| e != erasure) {
+            let mut c = self.cache.borrow_mut();
+            let (hits, misses) = (c.hits, c.misses);
+            *c = Cache {
+                hits,
+                misses,
+                ..Cache::default()
+            };
+        }
+        self.seen.set(Some((version, erasure)));
+        Ok(())
     }
 
     /// How many reads by id the cache answered, and how many went to the store.
@@ -114,6 +147,7 @@ impl<R: Reads> Reads for Cached<'_, R> {
     }
 
     fn get_shared(&self, id: i64) -> Result<Option<Arc<Event>>> {
+        self.forget_if_erased()?;
         {
             let mut c = self.cache.borrow_mut();
             if let Some(e) = c.events.get(&id).cloned() {
@@ -191,5 +225,35 @@ mod tests {
         assert_eq!(c.hits_and_misses(), (1, 0));
         let cache = c.cache.borrow();
         assert_eq!((cache.order.len(), cache.bytes), (1, size(&e)));
+    }
+
+    /// Issue 34: a reader that keeps events read by id answered an event from memory after
+    /// another process had erased it.
+    #[test]
+    fn an_event_erased_by_another_process_is_not_answered_from_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let mut w = Ledger::open_writer(&path, 1000).unwrap();
+        let clock = crate::event::Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        for text in ["my card is 4111-1111-1111-1111", "ok"] {
+            let ev = crate::event::NewEvent::new(
+                crate::event::Kind::UserMessage,
+                text,
+                Default::default(),
+            )
+            .unwrap();
+            w.append(&ev, &clock).unwrap();
+        }
+        let r = Ledger::open_reader(&path).unwrap();
+        let c = Cached::new(&r);
+        assert!(c.get(1).unwrap().unwrap().content.contains("4111"));
+        assert!(c.get(2).unwrap().is_some());
+        assert_eq!(c.hits_and_misses(), (0, 2));
+        w.erase(&[1], "a card number", "owner", &clock).unwrap();
+        assert_eq!(c.get(1).unwrap().unwrap().content, "", "read again, blank");
+        assert_eq!(c.get(2).unwrap().unwrap().content, "ok");
+        assert_eq!(c.hits_and_misses(), (0, 4), "the cache was emptied");
+        assert_eq!(c.get(2).unwrap().unwrap().content, "ok");
+        assert_eq!(c.hits_and_misses(), (1, 4), "and fills again");
     }
 }

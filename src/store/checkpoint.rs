@@ -67,6 +67,40 @@ pub fn project<R: Reads>(
     })
 }
 
+/// Brings projections `p` up to event `until` (the head when `None`) for a process that keeps
+/// them between reads (`pmm-mcp` between calls, a turn or a tick between its reads and its
+/// write): the events after `p`'s last one, folded. When an `erasure` event came after `p`'s
+/// last one, `p` may hold the erased text (an open commitment's, an identity's, a summary's),
+/// which folding cannot take out: `p` is projected anew instead, from the newest checkpoint
+/// (the erasure deleted those that could hold the text) and the rows as they now are. True
+/// when it was.
+pub fn catch_up<R: Reads>(r: &R, p: &mut Projections, until: Option<i64>) -> crate::Result<bool> {
+    let until = match until {
+        Some(u) => u,
+        None => r.max_id()?,
+    };
+    // Read after the head: an erasure committed in between is either seen here or has an id
+    // above `until`, so the next catch-up sees it.
+    if r.last_erasure()? > p.mirror.last_event_id {
+        *p = project(r, Some(until), true)?.projections;
+        return Ok(true);
+    }
+    // Ids are input (another writer's ledger): nothing follows i64::MAX.
+    let Some(since) = p.mirror.last_event_id.checked_add(1) else {
+        return Ok(false);
+    };
+    let filter = Filter {
+        since: Some(since),
+        until: Some(until),
+        ..Filter::default()
+    };
+    r.scan(&filter, |ev| {
+        p.apply(&ev);
+        Ok(true)
+    })?;
+    Ok(false)
+}
+
 /// Saves a checkpoint for a *reader* (`pmm-replay --state`), which must leave the ledger as it
 /// found it: only into a ledger that already has our checkpoint table (a pmm writer made it),
 /// through a connection that neither migrates nor changes the journal mode. A reference-format
@@ -108,5 +142,57 @@ pub fn save_projection_checkpoint(path: &std::path::Path, p: &Projections) {
             &bytes,
             3,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Clock, Kind, NewEvent};
+    use serde_json::{json, Map, Value};
+
+    fn append(l: &mut Ledger, kind: Kind, content: &str, meta: Value) -> i64 {
+        let clock = Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        let meta: Map<String, Value> = serde_json::from_value(meta).unwrap();
+        l.append(&NewEvent::new(kind, content, meta).unwrap(), &clock)
+            .unwrap()
+            .id
+    }
+
+    /// Issue 34: projections kept between reads were caught up by folding the events since,
+    /// so a commitment erased meanwhile stayed in them, text and all.
+    #[test]
+    fn catching_up_past_an_erasure_takes_the_erased_text_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let mut l = Ledger::open_writer(&path, 1000).unwrap();
+        let card = "pay rent with card 4111-1111-1111-1111";
+        append(&mut l, Kind::UserMessage, "hello", json!({"role": "user"}));
+        let id = append(
+            &mut l,
+            Kind::CommitmentOpen,
+            &format!("Commitment opened: {card}"),
+            json!({"cid": "0badc0de", "text": card}),
+        );
+        let reader = Ledger::open_reader(&path).unwrap();
+        let mut kept = project(&reader, None, true).unwrap().projections;
+        assert!(format!("{:?}", kept.mirror.open).contains("4111"));
+        let clock = Clock::pinned("2025-11-24T05:55:42Z").unwrap();
+        l.erase(&[id], "a card number", "owner", &clock).unwrap();
+        append(&mut l, Kind::Reflection, "later", json!({}));
+        assert!(
+            catch_up(&reader, &mut kept, None).unwrap(),
+            "projected anew"
+        );
+        assert!(
+            !format!("{kept:?}").contains("4111"),
+            "{:?}",
+            kept.mirror.open
+        );
+        assert_eq!(kept, project(&reader, None, false).unwrap().projections);
+        // With nothing erased since, the events are folded.
+        append(&mut l, Kind::Reflection, "and later", json!({}));
+        assert!(!catch_up(&reader, &mut kept, None).unwrap());
+        assert_eq!(kept, project(&reader, None, false).unwrap().projections);
     }
 }

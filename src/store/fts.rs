@@ -187,6 +187,23 @@ pub(crate) fn temp_index(conn: &Connection, after: i64, head: i64) -> rusqlite::
     Ok(())
 }
 
+/// Drops a reader's temporary index, if it built one: called when the ledger's own index
+/// covers every event again (after a writer caught it up, as an erasure's write does), so the
+/// text of events erased since does not stay in this process's memory.
+pub(crate) fn drop_temp_index(conn: &Connection) -> rusqlite::Result<()> {
+    let built: bool = conn
+        .prepare_cached(
+            "SELECT EXISTS(SELECT 1 FROM temp.sqlite_master WHERE name = 'pmm_fts_tmp_state')",
+        )?
+        .query_row([], |r| r.get(0))?;
+    if built {
+        conn.execute_batch(
+            "DROP TABLE IF EXISTS temp.pmm_fts_tmp; DROP TABLE IF EXISTS temp.pmm_fts_tmp_state;",
+        )?;
+    }
+    Ok(())
+}
+
 /// One term's postings, scored: `(event id, bm25 score)` for events before `before`, the
 /// newest `limit` of them (bounded work for very common terms: a rare term has all its
 /// postings scored; a term in more than `limit` events, whose weight is low anyway, only its

@@ -22,7 +22,7 @@ pub use merkle::Tree;
 pub use fts::{RECALLED_KINDS, TOKENIZER};
 
 pub use checkpoint::{
-    project, save_projection_checkpoint, save_reader_checkpoint, Projected, CHECKPOINT,
+    catch_up, project, save_projection_checkpoint, save_reader_checkpoint, Projected, CHECKPOINT,
     CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
 };
 
@@ -847,6 +847,18 @@ pub trait Reads {
             .map_err(|e| self.err(e))
     }
 
+    /// The id of the newest `erasure` event (0 when there is none): an index look-up. What a
+    /// process that keeps anything derived from the ledger's text between reads (projections,
+    /// events read by id, vector packs, a temporary full-text index) compares with the value
+    /// it saw last, to drop what it kept when an erasure came in between (an erasure blanks a
+    /// row without changing the chain's hashes, so nothing else tells).
+    fn last_erasure(&self) -> Result<i64> {
+        self.conn()
+            .prepare_cached("SELECT coalesce(max(id), 0) FROM events WHERE kind = ?1")
+            .and_then(|mut s| s.query_row([Kind::Erasure.as_str()], |r| r.get(0)))
+            .map_err(|e| self.err(e))
+    }
+
     /// How many events of `kind` have an id above `after` (an index range count).
     fn count_kind_after(&self, kind: Kind, after: i64) -> Result<u64> {
         self.conn()
@@ -888,6 +900,13 @@ pub trait Reads {
     ) -> Result<Vec<(i64, f64)>> {
         match self.vector_model(name)? {
             Some(m) => {
+                if let Some(packs) = self.vector_packs() {
+                    let mark = self.last_erasure()?;
+                    packs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .forget_if_erased(mark);
+                }
                 let mut helper = self.helper();
                 let reading = vectors::Reading {
                     conn: self.conn(),
@@ -1076,7 +1095,8 @@ pub trait Reads {
     /// as it is; one without an index, or whose index lags behind events another program
     /// appended, gets the missing events indexed in a temporary table of this connection
     /// (never in the file) when they are at most `max_unindexed`, and otherwise an error
-    /// saying how to build the index.
+    /// saying how to build the index. A temporary index no longer needed is dropped (its text
+    /// may be text erased since).
     fn text_index(&self, max_unindexed: u64) -> Result<TextIndex<'_>> {
         let conn = self.conn();
         let through = fts::through(conn).map_err(|e| self.err(e))?;
@@ -1089,6 +1109,8 @@ pub trait Reads {
         let temp = lag > 0;
         if temp {
             fts::temp_index(conn, after, head).map_err(|e| self.err(e))?;
+        } else {
+            fts::drop_temp_index(conn).map_err(|e| self.err(e))?;
         }
         Ok(TextIndex {
             conn,
@@ -1868,5 +1890,43 @@ mod tests {
                 assert_eq!(got, want, "id {id} forward {forward} window {window} n {n}");
             }
         }
+    }
+
+    /// Issue 34: a reader's temporary full-text index outlived the lag it was built for,
+    /// keeping the text of an event erased since in the process's memory.
+    #[test]
+    fn a_temporary_index_is_dropped_once_the_ledgers_index_covers_every_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let clock = crate::event::Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        let mut lagging = Ledger::open_writer(&path, 1000).unwrap();
+        lagging.defer_index();
+        let ev =
+            crate::event::NewEvent::new(Kind::UserMessage, "my card is 4111", Map::new()).unwrap();
+        lagging.append(&ev, &clock).unwrap();
+        let r = Ledger::open_reader(&path).unwrap();
+        let temp_tables = |r: &Ledger| -> i64 {
+            r.conn
+                .query_row("SELECT count(*) FROM temp.sqlite_master", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(
+            r.text_index(10)
+                .unwrap()
+                .term_hits("4111", 9, 9)
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(temp_tables(&r) > 0, "a temporary index was built");
+        let mut w = Ledger::open_writer(&path, 1000).unwrap();
+        w.erase(&[1], "a card number", "owner", &clock).unwrap();
+        assert!(r
+            .text_index(10)
+            .unwrap()
+            .term_hits("4111", 9, 9)
+            .unwrap()
+            .is_empty());
+        assert_eq!(temp_tables(&r), 0, "and dropped with its text");
     }
 }

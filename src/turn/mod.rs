@@ -284,22 +284,11 @@ pub(crate) fn append_summary(
     Ok(())
 }
 
-/// Folds events past the projections' last id into them (what other processes appended).
+/// Folds events past the projections' last id into them (what other processes appended), or
+/// projects them anew when one of those is an erasure ([`store::catch_up`]: the turn must not
+/// write what it derives from erased text).
 pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
-    // Ids are input (another writer's ledger): nothing follows i64::MAX.
-    let Some(since) = p.mirror.last_event_id.checked_add(1) else {
-        return Ok(());
-    };
-    r.scan(
-        &Filter {
-            since: Some(since),
-            ..Filter::default()
-        },
-        |e| {
-            p.apply(&e);
-            Ok(true)
-        },
-    )
+    store::catch_up(r, p, None).map(|_| ())
 }
 
 /// The claim checker's view of the ledger. A database error while looking an event up is

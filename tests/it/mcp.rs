@@ -6,7 +6,7 @@ use crate::harness::{present_or_skip, tool_or_skip, Pmm};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NOW: &str = "2025-11-24T05:55:41.194157Z";
@@ -413,24 +413,41 @@ fn mcp_a_ledger_locked_past_the_busy_timeout_is_a_tool_error_then_writes_resume(
     verify_clean(&pmm);
 }
 
+/// How long [`Raw::reply`] waits for a line.
+const REPLY_WAIT: Duration = Duration::from_secs(30);
+
 /// A pmm-mcp spoken to in raw JSON-RPC lines, for input no SDK client would send.
 struct Raw {
     child: Child,
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    /// The server's stdout lines, read by a thread (so a reply that never comes fails the
+    /// test after [`REPLY_WAIT`] instead of hanging it).
+    stdout: std::sync::mpsc::Receiver<String>,
 }
 
 impl Raw {
     fn start(pmm: &Pmm) -> Raw {
+        Raw::start_with(pmm, &[])
+    }
+
+    fn start_with(pmm: &Pmm, args: &[&str]) -> Raw {
         let mut child = cmd_std(pmm, "pmm-mcp")
             .args(["--quiet"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, stdout) = std::sync::mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
+                return;
+            }
+        });
         let mut raw = Raw {
             child,
             stdin,
@@ -452,14 +469,32 @@ impl Raw {
     }
 
     fn reply(&mut self) -> Value {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
+        let line = self
+            .stdout
+            .recv_timeout(REPLY_WAIT)
+            .expect("pmm-mcp did not answer within 30 s");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
     }
 
     fn remember(&mut self, id: u64, text: &str) -> Value {
         let req = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                          "params": {"name": "remember", "arguments": {"text": text}}});
+        self.send(req.to_string().as_bytes());
+        self.reply()
+    }
+
+    /// Calls tool `name` with `args` as request `id`; the reply.
+    fn call(&mut self, id: u64, name: &str, args: Value) -> Value {
+        let req = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                         "params": {"name": name, "arguments": args}});
+        self.send(req.to_string().as_bytes());
+        self.reply()
+    }
+
+    /// Reads resource `uri` as request `id`; the reply.
+    fn read(&mut self, id: u64, uri: &str) -> Value {
+        let req = json!({"jsonrpc": "2.0", "id": id, "method": "resources/read",
+                         "params": {"uri": uri}});
         self.send(req.to_string().as_bytes());
         self.reply()
     }
@@ -503,14 +538,21 @@ fn mcp_invalid_utf8_and_garbage_lines_do_not_stop_the_server() {
     let pmm = Pmm::new();
     let mut raw = Raw::start(&pmm);
     // Invalid UTF-8 inside a request's string, a bare invalid byte line, and not JSON at all:
-    // unparsable input carries no id to answer, so it is skipped (as the SDKs do) ...
+    // each is answered with a parse error, carrying the request's id when it can be read
+    // (issue 34: a client waiting on that id would otherwise hang), else null ...
     raw.send(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"remember\",\"arguments\":{\"text\":\"bad \xff\xfe bytes\"}}}");
     raw.send(b"\xc3\x28\xa0\xa1");
     raw.send(b"this is not json");
+    for id in [json!(7), Value::Null, Value::Null] {
+        let err = raw.reply();
+        assert_eq!(err["error"]["code"], -32700, "{err}");
+        assert_eq!(err.get("id"), Some(&id), "{err}");
+    }
     // ... JSON that is not a request is answered with an error ...
     raw.send(br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":"nope"}"#);
     let err = raw.reply();
     assert!(err.get("error").is_some(), "{err}");
+    assert_eq!(err["id"], 8, "{err}");
     // ... and the server goes on serving.
     let ok = raw.remember(9, "after the garbage");
     assert_eq!(ok["id"], 9, "{ok}");
@@ -521,6 +563,132 @@ fn mcp_invalid_utf8_and_garbage_lines_do_not_stop_the_server() {
     assert_eq!(all.len(), 1, "only the good request wrote: {all:?}");
     assert_eq!(all[0]["content"], "after the garbage");
     verify_clean(&pmm);
+}
+
+/// Issue 34: a request holding a lone surrogate escape (what a JavaScript client sends for a
+/// text cut in the middle of an emoji) got no response at all, so the client hung; it is read
+/// with U+FFFD in the surrogate's place (as JavaScript's TextEncoder writes it).
+#[test]
+fn mcp_a_lone_surrogate_in_a_request_is_read_as_a_replacement_character() {
+    let pmm = Pmm::new();
+    let mut raw = Raw::start(&pmm);
+    raw.send(br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"remember","arguments":{"text":"cut \ud83d"}}}"#);
+    let ok = raw.reply();
+    assert_eq!(ok["id"], 5, "{ok}");
+    assert_eq!(ok["result"]["isError"], false, "{ok}");
+    // A pair is one character, as ever; a lone low surrogate is replaced too.
+    raw.send(br#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"remember","arguments":{"text":"\ud83d\ude00 and \ude00"}}}"#);
+    let ok = raw.reply();
+    assert_eq!(ok["id"], 6, "{ok}");
+    let (code, stderr) = raw.close();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("U+FFFD"), "{stderr}");
+    let all = events(&pmm);
+    let texts: Vec<&str> = all.iter().map(|e| e["content"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["cut \u{fffd}", "\u{1f600} and \u{fffd}"]);
+    verify_clean(&pmm);
+}
+
+/// Issue 34: an error response to a request the server could not read carried no `id`;
+/// JSON-RPC 2.0 asks for the request's id, or null when it cannot be read. A line over
+/// --max-line is answered too, with the id from its first bytes.
+#[test]
+fn mcp_error_responses_to_unreadable_requests_carry_the_id_or_null() {
+    let pmm = Pmm::new();
+    let mut raw = Raw::start_with(&pmm, &["--max-line", "2K"]);
+    raw.send(br#"{"jsonrpc":"2.0","id":"req-1","method":"tools/call","params":{"name":"rem"#);
+    let err = raw.reply();
+    assert_eq!(err["id"], "req-1", "{err}");
+    assert_eq!(err["error"]["code"], -32700, "{err}");
+    raw.send(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
+    let err = raw.reply();
+    assert!(err.get("id").is_some_and(Value::is_null), "{err}");
+    assert_eq!(err["error"]["code"], -32600, "{err}");
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{{"name":"remember","arguments":{{"text":"{}"}}}}}}"#,
+        "x".repeat(4000)
+    );
+    raw.send(long.as_bytes());
+    let err = raw.reply();
+    assert_eq!(err["id"], 31, "{err}");
+    assert_eq!(err["error"]["code"], -32600, "{err}");
+    let message = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-line"), "{err}");
+    let ok = raw.remember(32, "still serving");
+    assert_eq!(ok["id"], 32, "{ok}");
+    let (code, stderr) = raw.close();
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(events(&pmm).len(), 1);
+}
+
+/// Issue 34: a running server did not notice that `pmm-append --erase` blanked a commitment
+/// it had projected, and kept serving the erased text from the projections it keeps between
+/// calls until it restarted.
+#[test]
+fn mcp_a_running_server_never_serves_text_erased_since_its_last_call() {
+    let pmm = Pmm::new();
+    let mut raw = Raw::start(&pmm);
+    let card = "4111-1111-1111-1111";
+    let c = raw.call(
+        1,
+        "commit",
+        json!({"text": format!("pay rent with card {card}")}),
+    );
+    assert_eq!(c["result"]["isError"], false, "{c}");
+    let s = raw.call(2, "state", json!({}));
+    assert!(
+        s.to_string().contains(card),
+        "the state shows it first: {s}"
+    );
+    let r = raw.read(3, "pmm://state");
+    assert!(r.to_string().contains(card), "{r}");
+    let id = events(&pmm)
+        .iter()
+        .find(|e| e["kind"] == "commitment_open")
+        .and_then(|e| e["id"].as_i64())
+        .expect("the commitment_open event");
+    let e = pmm.run(
+        "pmm-append",
+        &[
+            "--erase",
+            &id.to_string(),
+            "--source",
+            "owner",
+            "--reason",
+            "a card number",
+        ],
+        "",
+    );
+    assert_eq!(e.code, 0, "{e:?}");
+    for (n, text) in ["groceries on friday", "call the bank", "water the plants"]
+        .iter()
+        .enumerate()
+    {
+        let ok = raw.remember(10 + n as u64, text);
+        assert_eq!(ok["result"]["isError"], false, "{ok}");
+    }
+    let t = pmm.run("pmm-tick", &["--quiet"], "");
+    assert_eq!(t.code, 0, "{t:?}");
+    let s = raw.call(20, "state", json!({}));
+    assert_eq!(s["result"]["isError"], false, "{s}");
+    assert!(
+        !s.to_string().contains(card),
+        "state serves the erased text: {s}"
+    );
+    let r = raw.read(21, "pmm://state");
+    assert!(r["result"].is_object(), "{r}");
+    assert!(!r.to_string().contains(card), "pmm://state serves it: {r}");
+    let found = raw.call(22, "recall", json!({"query": "pay rent with card 4111"}));
+    assert!(
+        !found.to_string().contains(card),
+        "recall finds it: {found}"
+    );
+    let (code, stderr) = raw.close();
+    assert_eq!(code, 0, "{stderr}");
+    // The chain (not --deep: a tick's stability_metrics after an erasure is recomputed
+    // differently by the deep check, with or without the server).
+    let v = pmm.run("pmm-verify", &["--quiet"], "");
+    assert_eq!(v.code, 0, "{v:?}");
 }
 
 #[test]

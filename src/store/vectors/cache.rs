@@ -19,12 +19,26 @@ pub struct PackCache {
     /// The model and whether its packs had magnitude bits.
     of: Option<(i64, bool)>,
     rows: Vec<PackRow>,
+    /// The ledger's newest erasure when the rows were read ([`super::super::Reads::last_erasure`]).
+    erasure: i64,
 }
 
 impl PackCache {
     /// The rows, by chunk.
     pub(super) fn rows(&self) -> &[PackRow] {
         &self.rows
+    }
+
+    /// Drops every row kept when the ledger's newest erasure is no longer `mark` (the one
+    /// seen when they were read): an erased event's vector must not be searched again, and
+    /// this does not rest on the row counts an erasure changes.
+    pub fn forget_if_erased(&mut self, mark: i64) {
+        if self.erasure != mark {
+            *self = PackCache {
+                erasure: mark,
+                ..PackCache::default()
+            };
+        }
     }
 
     /// Brings the cache up to date with `m`'s packs as `conn` sees them; false (and empty)
@@ -40,7 +54,10 @@ impl PackCache {
         index.sort_unstable();
         let entry = 8 + 2 * m.dim.div_ceil(8);
         if index.iter().map(|(_, n)| n * entry).sum::<usize>() > CACHED_BYTES {
-            *self = PackCache::default();
+            *self = PackCache {
+                erasure: self.erasure,
+                ..PackCache::default()
+            };
             return Ok(false);
         }
         let mags = magnitudes_column(conn)?;
@@ -49,6 +66,7 @@ impl PackCache {
             *self = PackCache {
                 of,
                 rows: Vec::new(),
+                erasure: self.erasure,
             };
         }
         let last = index.last().map(|(chunk, _)| *chunk);
