@@ -1322,7 +1322,7 @@ fn companions_forbidden(path: &Path) -> Option<String> {
     let me = unsafe { libc::geteuid() };
     if owner != me {
         return Some(format!(
-            "the ledger belongs to user {owner}, and the -wal and -shm files a reader of user {me} made beside it would lock that user's writers out"
+            "the ledger belongs to user {owner}, whose writers could not use -wal and -shm files that user {me} made"
         ));
     }
     let dir = path
@@ -1331,7 +1331,7 @@ fn companions_forbidden(path: &Path) -> Option<String> {
         .unwrap_or(Path::new("."));
     if !dir_writable(dir) {
         return Some(format!(
-            "this user cannot write its directory {}, where SQLite makes the -wal and -shm files",
+            "user {me} cannot write its directory {}, where SQLite makes the -wal and -shm files",
             dir.display()
         ));
     }

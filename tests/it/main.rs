@@ -7,6 +7,7 @@ mod stub;
 mod adapt;
 mod architecture;
 mod bad_input;
+mod caches;
 mod canon;
 mod chat;
 mod concepts;

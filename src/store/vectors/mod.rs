@@ -524,14 +524,16 @@ pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
     for mid in mids {
         let m = Model { mid, dim: 0 };
         conn.execute("DELETE FROM pmm_vector_pack WHERE mid = ?1", [mid])?;
-        let mut after = -1;
+        // The key before the model's first (`key(mid, -1)` is -1 whatever the model: a second
+        // model's packs took in the first's vectors).
+        let mut after = key(mid, 0) - 1;
         loop {
             let batch: Vec<(i64, Vec<f32>)> = conn
                 .prepare_cached(
                     "SELECT key - (?1 << 40), q FROM pmm_vectors
                      WHERE key > ?2 AND key < ((?1 + 1) << 40) ORDER BY key LIMIT ?3",
                 )?
-                .query_map(params![mid, key(mid, after), CHUNK as i64], |r| {
+                .query_map(params![mid, after, CHUNK as i64], |r| {
                     Ok((r.get(0)?, dequantize(r.get_ref(1)?.as_blob()?)))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
@@ -539,7 +541,7 @@ pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
                 break;
             };
             pack(conn, m, &batch)?;
-            after = last;
+            after = key(mid, last);
         }
     }
     Ok(())
