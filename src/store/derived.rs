@@ -248,7 +248,8 @@ impl Derived {
         match self.have(conn)? {
             Have::Never => {
                 if self == Derived::Text {
-                    findings.push("the ledger has no full-text index (any writer builds it)".into());
+                    findings
+                        .push("the ledger has no full-text index (any writer builds it)".into());
                 }
                 return Ok(findings);
             }

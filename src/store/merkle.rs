@@ -200,7 +200,7 @@ fn set_state(conn: &Connection, size: u64, through: i64) -> rusqlite::Result<()>
     conn.prepare_cached(
         "INSERT OR REPLACE INTO pmm_merkle_state (id, size, through) VALUES (0, ?1, ?2)",
     )?
-        .execute(params![size as i64, through])?;
+    .execute(params![size as i64, through])?;
     Ok(())
 }
 

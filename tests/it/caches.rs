@@ -18,7 +18,10 @@ fn sql(pmm: &Pmm, sql: &str) {
 fn recalled(pmm: &Pmm, text: &str) -> Vec<i64> {
     let r = pmm.run("pmm-recall", &[text], "");
     assert_eq!(r.code, 0, "{r:?}");
-    r.records().iter().map(|v| v["id"].as_i64().unwrap()).collect()
+    r.records()
+        .iter()
+        .map(|v| v["id"].as_i64().unwrap())
+        .collect()
 }
 
 /// `pmm-recall --check`'s exit code, with its output.
@@ -51,7 +54,9 @@ fn small(pmm: &Pmm) {
 fn a_dropped_text_index_on_a_big_ledger_is_rebuilt_by_reindex_and_by_any_writer() {
     let pmm = Pmm::new();
     let mut lines = String::with_capacity(100_001 * 80);
-    lines.push_str("{\"kind\":\"user_message\",\"content\":\"My grandmother's necklace came from Sweden.\"}\n");
+    lines.push_str(
+        "{\"kind\":\"user_message\",\"content\":\"My grandmother's necklace came from Sweden.\"}\n",
+    );
     for i in 0..100_000 {
         let kind = ["user_message", "assistant_message"][i % 2];
         lines.push_str(&format!(
@@ -99,7 +104,10 @@ fn a_lost_index_state_row_is_rebuilt_not_reported_done() {
     sql(&pmm, "DELETE FROM pmm_fts_state;");
     append(&pmm, "Bob: the kayak club meets on Sunday");
     let (code, out) = check(&pmm);
-    assert_eq!(code, 0, "a writer indexed over an index it had lost track of: {out}");
+    assert_eq!(
+        code, 0,
+        "a writer indexed over an index it had lost track of: {out}"
+    );
     assert!(recalled(&pmm, "kayak").contains(&4));
 }
 
@@ -180,7 +188,12 @@ fn a_dropped_vector_table_is_made_again_empty_and_the_others_kept() {
     put("m", &two);
     sql(&pmm, "DROP TABLE pmm_embed_models;");
     append(&pmm, "Bob: another writer");
-    assert_eq!(models(), [("unnamed-1".to_string(), 2, 2)], "{:?}", models());
+    assert_eq!(
+        models(),
+        [("unnamed-1".to_string(), 2, 2)],
+        "{:?}",
+        models()
+    );
     put("n", &[(1, vec![1.0, 0.0])]);
     assert_eq!(
         models(),
@@ -195,7 +208,9 @@ fn a_dropped_vector_table_is_made_again_empty_and_the_others_kept() {
         [("n".to_string(), 2, 1), ("unnamed-1".to_string(), 2, 2)]
     );
     let l = Ledger::open_reader(&pmm.db).unwrap();
-    let hits = l.vector_search("unnamed-1", &[0.0, 1.0], i64::MAX, 5).unwrap();
+    let hits = l
+        .vector_search("unnamed-1", &[0.0, 1.0], i64::MAX, 5)
+        .unwrap();
     assert_eq!(hits[0].0, 2);
     drop(l);
     assert_eq!(check(&pmm).0, 0);
