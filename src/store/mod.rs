@@ -1313,14 +1313,16 @@ fn dir_writable(dir: &Path) -> bool {
 
 /// Why this process must not make the `-wal` and `-shm` files of the ledger at `path`, if it
 /// must not: they would be its own, and the ledger's owner's writers could not write a `-shm`
-/// that another user (root included) made, nor, in a sticky directory such as `/tmp`, remove
-/// it; and in a directory this process cannot write they cannot be made at all.
+/// that another user made, nor, in a sticky directory such as `/tmp`, remove it (SQLite gives
+/// the files root makes the ledger's owner); and in a directory this process cannot write
+/// they cannot be made at all.
 fn companions_forbidden(path: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(path).ok()?.uid();
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    if owner != me {
+    // SQLite gives the files root makes the ledger's owner.
+    if owner != me && me != 0 {
         return Some(format!(
             "the ledger belongs to user {owner}, whose writers could not use -wal and -shm files that user {me} made"
         ));
