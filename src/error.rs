@@ -60,6 +60,15 @@ pub enum Error {
     /// A writer was pointed at a file it may not write.
     #[error("{}: ledger is read-only", .0.display())]
     ReadOnlyLedger(PathBuf),
+    /// A reader that cannot read a ledger where it is without leaving files beside it that
+    /// would lock its owner's writers out (or without being able to make them at all).
+    #[error("{}: cannot read the ledger here: {why}", path.display())]
+    CannotRead {
+        /// The ledger.
+        path: PathBuf,
+        /// Why, and what to do.
+        why: String,
+    },
     /// Another process held the write lock longer than the busy timeout.
     #[error("database is locked: another process held it longer than the busy timeout ({0} ms)")]
     Busy(u64),

@@ -434,7 +434,7 @@ pub fn open_writer(
     quiet: bool,
 ) -> crate::Result<crate::store::Ledger> {
     let mut ledger = crate::store::Ledger::open_writer(path, busy_ms)?;
-    if let Some(lag) = ledger.index_lag()? {
+    if let Some(lag) = ledger.lag(crate::store::Derived::Text)? {
         if lag >= INDEX_BAR_AFTER {
             let bar = progress(lag, quiet, "indexing for recall");
             ledger.catch_up_index(&mut |done, _| bar.set_position(done))?;

@@ -223,7 +223,7 @@ fn retrieval_status(ledger: &Ledger) -> anyhow::Result<String> {
         cfg.model,
         cfg.dims
     );
-    s.push_str(&match ledger.index_lag()? {
+    s.push_str(&match ledger.lag(crate::store::Derived::Text)? {
         Some(lag) => format!(" full-text index: {lag} events behind"),
         None => " full-text index: none yet".into(),
     });

@@ -220,7 +220,7 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
     let clock = args.clock.clock();
     let mut ledger = if args.no_index {
         let mut l = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
-        l.defer_index();
+        l.defer(crate::store::Derived::Text);
         l
     } else {
         crate::cli::open_writer(
@@ -509,7 +509,7 @@ fn import_into(
     input: &Input,
 ) -> crate::Result<interchange::ImportSummary> {
     if args.no_index {
-        ledger.defer_index();
+        ledger.defer(crate::store::Derived::Text);
     }
     let size = input
         .path

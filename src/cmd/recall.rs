@@ -23,7 +23,8 @@ EXAMPLES:
     pmm-recall --budget 16000 --explain 'adoption agencies' | jq -c 'select(.type==\"explain\")'
   Many questions in one process (the state and the model are loaded once):
     pmm-recall --lines < questions.txt | jq -c '{line, id, via}'
-  Rebuild the full-text index, then check it against the ledger:
+  Rebuild every derived table (the full-text index first), then check them against the
+  ledger:
     pmm-recall --reindex
     pmm-recall --check && echo index ok
   Recall by meaning too, with all-MiniLM-L6-v2 run in this process (docs/recall.md says
@@ -78,13 +79,14 @@ SEMANTIC RECALL:
   Recalled kinds: user_message, assistant_message, reflection, summary_update,
   lifetime_memory, claim, commitment_open, commitment_close. The index lives in the ledger
   file (pmm_ tables, never part of the chain or of exports); every writer keeps it up to date
-  in the same transaction as its events. A read-only ledger without an index, or whose index
-  lags (another program appended), is indexed in memory for this run when at most 100000
-  events are missing.
+  in the same transaction as its events, and builds it again from the ledger when a table of
+  it is missing. A read-only ledger without a whole index, or whose index lags (another
+  program appended), is indexed in memory for this run when at most 100000 events are
+  missing.
 
 EXIT STATUS:
-  0  answered (no match prints nothing); --check: the index matches the ledger
-  1  --check: the index does not match the ledger (findings on stdout)
+  0  answered (no match prints nothing); --check: the derived tables match the ledger
+  1  --check: a derived table does not match the ledger (findings on stdout)
   2  missing ledger, not a ledger, bad arguments, no text to recall, a missing or corrupt
      model directory, a model whose dimensions differ from its stored vectors
   3  --embed, --check: the embedding server failed (what was finished is kept)
@@ -153,11 +155,13 @@ pub struct Args {
     #[arg(long)]
     timings: bool,
 
-    /// Rebuild the full-text index from the ledger (a write) and print its counts
+    /// Rebuild every derived table from the ledger (a write: the full-text index, the Merkle
+    /// tree, the vector packs, the projection checkpoints; a missing table is made again) and
+    /// print the counts
     #[arg(long, conflicts_with_all = ["text", "check"])]
     reindex: bool,
 
-    /// Check that the index matches the ledger (exit 1 with findings when it does not)
+    /// Check that the derived tables match the ledger (exit 1 with findings when they do not)
     #[arg(long, conflicts_with = "text")]
     check: bool,
 
@@ -382,7 +386,7 @@ fn ask(
             "type": "explain",
             "terms": terms::query_terms(text),
             "budget": q.budget,
-            "index": {"lag": ledger.index_lag()?, "head": ledger.max_id()?},
+            "index": {"lag": ledger.lag(store::Derived::Text)?, "head": ledger.max_id()?},
         });
         if embedder.is_some() {
             x["asked"] = json!(asked.as_deref().unwrap_or(text));
@@ -534,7 +538,7 @@ fn backfill_error(e: recall::vectors::BackfillError) -> anyhow::Error {
 /// `--check`: the index against the ledger, and the embedding model's vectors against a
 /// recomputation when a model is configured.
 fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
-    let mut findings = ledger.check_index()?;
+    let mut findings = ledger.check_derived()?;
     let mut out = Out::new();
     for f in &findings {
         out.record(&json!({"type": "finding", "message": f}))?;
@@ -565,7 +569,7 @@ fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
     out.record(&json!({
         "type": "check",
         "ok": findings.is_empty(),
-        "through": ledger.max_id()? - ledger.index_lag()?.unwrap_or(0) as i64,
+        "through": ledger.max_id()? - ledger.lag(store::Derived::Text)?.unwrap_or(0) as i64,
     }))?;
     out.flush()?;
     Ok(if findings.is_empty() {

@@ -544,8 +544,9 @@ fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result
 /// `--rebuild-tree`: the stored tree rebuilt from the ledger; prints its root.
 fn rebuild_tree(a: &ProofArgs, out: &mut Out) -> anyhow::Result<Outcome> {
     let mut ledger = Ledger::open_writer(&a.db, crate::store::DEFAULT_BUSY_TIMEOUT_MS)?;
-    let size = ledger.rebuild_tree()?;
+    ledger.rebuild(&[crate::store::Derived::Tree])?;
     let mut tree = ledger.tree()?;
+    let size = tree.stored_size();
     let root = merkle::root(&mut tree, size).map_err(|e| ledger.err(e))?;
     out.record(&Proof::Root {
         size,

@@ -271,8 +271,8 @@ mod tests {
         let summary = import_stepped(&mut into, &input, false, &|_| {}, 3).unwrap();
         assert_eq!(summary.events, 10);
         assert_eq!(all(&into), source);
-        assert_eq!(into.check_index().unwrap(), Vec::<String>::new());
-        assert_eq!(into.tree_lag().unwrap(), Some(0));
+        assert_eq!(into.check_derived().unwrap(), Vec::<String>::new());
+        assert_eq!(into.lag(crate::store::Derived::Tree).unwrap(), Some(0));
         let tree = into.tree().unwrap();
         assert_eq!(
             (tree.size(), tree.stored_size(), tree.through()),

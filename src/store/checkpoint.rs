@@ -15,6 +15,18 @@ pub const CHECKPOINT_FORMAT: i64 = 10;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 pub const CHECKPOINT_EVERY: u64 = 1000;
 
+/// Drops the checkpoints that no longer match the ledger (their event's hash differs, or
+/// ours are of another format), inside the caller's write transaction: the rebuild of a
+/// cache that turns and ticks fill again.
+pub(crate) fn drop_stale(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.execute(
+        "DELETE FROM pmm_checkpoints WHERE (name = ?1 AND format <> ?2)
+         OR NOT EXISTS (SELECT 1 FROM events e WHERE e.id = event_id AND e.hash = event_hash)",
+        rusqlite::params![CHECKPOINT, CHECKPOINT_FORMAT],
+    )?;
+    Ok(())
+}
+
 /// Projections as of an event, and how they were obtained.
 pub struct Projected {
     /// The state.
@@ -104,10 +116,12 @@ pub fn catch_up<R: Reads>(r: &R, p: &mut Projections, until: Option<i64>) -> cra
 /// Saves a checkpoint for a *reader* (`pmm-replay --state`), which must leave the ledger as it
 /// found it: only into a ledger that already has our checkpoint table (a pmm writer made it),
 /// through a connection that neither migrates nor changes the journal mode. A reference-format
-/// file, or one no pmm writer has opened, is never touched. Best effort, like any cache.
+/// file, or one no pmm writer has opened, is never touched, nor one whose `-wal` and `-shm`
+/// this user must not make (another user's ledger, a directory it cannot write). Best effort,
+/// like any cache.
 pub fn save_reader_checkpoint(path: &std::path::Path, p: &Projections) {
     let writable = std::fs::metadata(path).is_ok_and(|m| !m.permissions().readonly());
-    if !writable {
+    if !writable || super::companions_forbidden(path).is_some() {
         return;
     }
     let Ok(mut ledger) = Ledger::open_for_check(path) else {

@@ -125,12 +125,7 @@ pub(crate) fn scrub(
     if vectors::has_tables(conn)? {
         vectors::forget(conn, id)?;
     }
-    let has_checkpoints: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
-        [],
-        |r| r.get(0),
-    )?;
-    if has_checkpoints {
+    if super::Derived::Checkpoints.whole(conn)? {
         // A projection state folded at or after the event may hold its text.
         conn.execute("DELETE FROM pmm_checkpoints WHERE event_id >= ?1", [id])?;
     }

@@ -54,17 +54,14 @@ CREATE TABLE IF NOT EXISTS pmm_fts_state (
 );
 INSERT OR IGNORE INTO pmm_fts_state (id, through) VALUES (0, 0);";
 
-/// Whether the ledger has an index at all (a reference ledger, or one only readers opened, has
-/// none).
+/// Whether the ledger has the whole index (a reference ledger, or one only readers opened, has
+/// none; one with a table or its state row gone has a broken one, which readers do without
+/// and the next writer restores: [`super::Derived`]).
 pub(crate) fn has_index(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'pmm_fts_state')",
-        [],
-        |r| r.get(0),
-    )
+    super::Derived::Text.whole(conn)
 }
 
-/// The highest event id the index covers (`None` without an index).
+/// The highest event id the index covers (`None` without a whole index).
 pub(crate) fn through(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     if !has_index(conn)? {
         return Ok(None);
@@ -73,7 +70,26 @@ pub(crate) fn through(conn: &Connection) -> rusqlite::Result<Option<i64>> {
         r.get(0)
     })
     .optional()
-    .map(|t| Some(t.unwrap_or(0)))
+}
+
+/// Makes a broken index whole again, empty, inside the caller's write transaction: whatever
+/// is left of it is dropped and it is made as the migration makes it (the catch-up then
+/// fills it from the ledger). A whole index is left as it is.
+pub(crate) fn restore(conn: &Connection) -> rusqlite::Result<()> {
+    if has_index(conn)? {
+        return Ok(());
+    }
+    // Dropping the FTS5 table drops its shadow tables; those left without it go one by one.
+    conn.execute_batch(
+        "DROP TABLE IF EXISTS pmm_fts;
+         DROP TABLE IF EXISTS pmm_fts_data;
+         DROP TABLE IF EXISTS pmm_fts_idx;
+         DROP TABLE IF EXISTS pmm_fts_docsize;
+         DROP TABLE IF EXISTS pmm_fts_config;
+         DROP TABLE IF EXISTS pmm_fts_state;
+         DROP VIEW IF EXISTS pmm_recallable;",
+    )?;
+    conn.execute_batch(MIGRATION)
 }
 
 /// Indexes the recallable events with `from < id <= to` and records `to` as covered. The
@@ -130,7 +146,10 @@ pub(crate) fn catch_up(
 /// Rebuilds the whole index from the ledger (`--reindex`).
 pub(crate) fn rebuild(conn: &Connection, head: i64) -> rusqlite::Result<()> {
     conn.execute("INSERT INTO pmm_fts (pmm_fts) VALUES ('rebuild')", [])?;
-    conn.execute("UPDATE pmm_fts_state SET through = ?1 WHERE id = 0", [head])?;
+    conn.execute(
+        "INSERT OR REPLACE INTO pmm_fts_state (id, through) VALUES (0, ?1)",
+        [head],
+    )?;
     Ok(())
 }
 

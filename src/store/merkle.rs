@@ -34,13 +34,37 @@ CREATE TABLE IF NOT EXISTS pmm_merkle_state (
 );
 INSERT OR IGNORE INTO pmm_merkle_state (id, size, through) VALUES (0, 0, 0);";
 
-/// Whether the ledger has a stored tree at all.
+/// Whether the ledger has the whole stored tree (both tables and the state row:
+/// [`super::Derived`]).
 pub(crate) fn has_tree(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'pmm_merkle_state')",
-        [],
-        |r| r.get(0),
-    )
+    super::Derived::Tree.whole(conn)
+}
+
+/// Makes a broken stored tree whole again, empty, inside the caller's write transaction
+/// (the catch-up then fills it from the ledger). A whole one is left as it is.
+pub(crate) fn restore(conn: &Connection) -> rusqlite::Result<()> {
+    if has_tree(conn)? {
+        return Ok(());
+    }
+    conn.execute_batch(
+        "DROP TABLE IF EXISTS pmm_merkle;
+         DROP TABLE IF EXISTS pmm_merkle_state;",
+    )?;
+    conn.execute_batch(MIGRATION)
+}
+
+/// Why the stored tree no longer describes the ledger up to `head`, if it does not (`None`
+/// also without a whole tree).
+pub(crate) fn mismatch(conn: &Connection, head: i64) -> rusqlite::Result<Option<String>> {
+    let Some((size, through)) = state(conn)? else {
+        return Ok(None);
+    };
+    if matches(conn, size, through, head)? {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "it claims {size} leaves through event {through}, which the ledger up to {head} does not bear out"
+    )))
 }
 
 /// `(size, through)` of the stored tree; `None` without one.
@@ -173,8 +197,10 @@ pub(crate) fn catch_up(conn: &Connection, head: i64) -> rusqlite::Result<()> {
 }
 
 fn set_state(conn: &Connection, size: u64, through: i64) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE pmm_merkle_state SET size = ?1, through = ?2 WHERE id = 0")?
-        .execute(params![size as i64, through])?;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO pmm_merkle_state (id, size, through) VALUES (0, ?1, ?2)",
+    )?
+    .execute(params![size as i64, through])?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@
 
 mod cached;
 mod checkpoint;
+mod derived;
 mod erase;
 mod fresh;
 mod fts;
@@ -16,6 +17,7 @@ mod policy;
 pub mod vectors;
 
 pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
+pub use derived::{Derived, Have, DERIVED};
 pub use fresh::Fresh;
 pub use merkle::Tree;
 
@@ -131,15 +133,13 @@ pub struct Ledger {
     conn: Connection,
     path: PathBuf,
     busy_ms: u64,
-    /// Whether write transactions keep the full-text index up to date (see
-    /// [`Ledger::defer_index`]).
-    index_writes: bool,
-    /// Whether write transactions keep the Merkle tree up to date (see
-    /// [`Ledger::defer_tree`]).
-    tree_writes: bool,
+    /// The derived parts this connection's writes leave behind ([`Ledger::defer`]).
+    deferred: Vec<Derived>,
     /// Inside [`Ledger::in_snapshot`]'s read transaction (a vector search may still use a
     /// helper connection: there is no write of this one's that it would not see).
     reading: std::sync::atomic::AtomicBool,
+    /// Opened `immutable`, at rest ([`read_mode`]): no helper connection beside it.
+    at_rest: bool,
     /// Vector packs kept in memory between searches ([`Ledger::keep_vector_packs`]).
     packs: Option<std::sync::Arc<std::sync::Mutex<vectors::PackCache>>>,
     /// The helper connection of the last vector search, kept for the next when the packs are
@@ -184,6 +184,20 @@ fn row_to_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
 }
 
 impl Ledger {
+    /// A ledger on `conn`, as every constructor makes it.
+    fn with_conn(conn: Connection, path: &Path, busy_ms: u64) -> Ledger {
+        Ledger {
+            conn,
+            path: path.into(),
+            busy_ms,
+            deferred: Vec::new(),
+            at_rest: false,
+            reading: Default::default(),
+            packs: None,
+            spare: Default::default(),
+        }
+    }
+
     /// Opens (creating file and folders if needed) a ledger for writing: WAL, busy timeout,
     /// schema, migrations.
     pub fn open_writer(path: &Path, busy_ms: u64) -> Result<Ledger> {
@@ -214,16 +228,7 @@ impl Ledger {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| map_err(e, path, busy_ms))?;
-        let mut ledger = Ledger {
-            conn,
-            path: path.into(),
-            busy_ms,
-            index_writes: true,
-            tree_writes: true,
-            reading: Default::default(),
-            packs: None,
-            spare: Default::default(),
-        };
+        let mut ledger = Ledger::with_conn(conn, path, busy_ms);
         ledger.init_writer().map_err(|e| ledger.err(e))?;
         Ok(ledger)
     }
@@ -297,16 +302,7 @@ impl Ledger {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| map_err(e, path, busy_ms))?;
-        let mut ledger = Ledger {
-            conn,
-            path: path.into(),
-            busy_ms,
-            index_writes: true,
-            tree_writes: true,
-            reading: Default::default(),
-            packs: None,
-            spare: Default::default(),
-        };
+        let mut ledger = Ledger::with_conn(conn, path, busy_ms);
         ledger
             .conn
             .execute_batch(
@@ -368,9 +364,16 @@ impl Ledger {
         if Path::new(&wal).exists() || !path.is_file() {
             return Ledger::open_reader(path);
         }
+        Ledger::open_at_rest(path)
+    }
+
+    /// Opens `path` read-only and `immutable`: the file as it is at rest, nothing made or
+    /// locked beside it ([`read_mode`]).
+    fn open_at_rest(path: &Path) -> Result<Ledger> {
+        use std::os::unix::ffi::OsStrExt;
         let abs = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
         let mut uri = String::from("file:");
-        for b in abs.to_string_lossy().bytes() {
+        for &b in abs.as_os_str().as_bytes() {
             if b.is_ascii_alphanumeric() || b"/._-~".contains(&b) {
                 uri.push(b as char);
             } else {
@@ -385,16 +388,8 @@ impl Ledger {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
-        let ledger = Ledger {
-            conn,
-            path: path.into(),
-            busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
-            index_writes: true,
-            tree_writes: true,
-            reading: Default::default(),
-            packs: None,
-            spare: Default::default(),
-        };
+        let mut ledger = Ledger::with_conn(conn, path, DEFAULT_BUSY_TIMEOUT_MS);
+        ledger.at_rest = true;
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
                 path: path.into(),
@@ -452,7 +447,11 @@ impl Ledger {
             Ok(md) if !md.is_file() => return Err(not_regular(path, &md)),
             Ok(_) => {}
         }
-        let ledger = Ledger::open_plain(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let ledger = match read_mode(path)? {
+            ReadMode::Plain => Ledger::open_plain(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .map_err(|e| unreadable_companions(e, path))?,
+            ReadMode::AtRest => Ledger::open_at_rest(path)?,
+        };
         if !ledger.has_events_table().map_err(|e| ledger.err(e))? {
             return Err(Error::NotALedger {
                 path: path.into(),
@@ -546,32 +545,42 @@ impl Ledger {
         {
             return Err(Error::Damaged { path, why });
         }
-        let indexed =
-            self.index_writes && fts::has_index(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
-        let treed =
-            self.tree_writes && merkle::has_tree(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+        // The derived parts, walked as one list: a part that lost a table (or its state) is
+        // made whole again here, and every part writes keep is caught up at the commit.
+        let schema = derived::Schema::read(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+        let mut keep = Vec::new();
+        for d in DERIVED {
+            if self.deferred.contains(&d) {
+                continue;
+            }
+            let have = d
+                .have_in(&tx, &schema)
+                .map_err(|e| map_err(e, &path, busy_ms))?;
+            if have != Have::Whole {
+                d.restore(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
+            }
+            if d.kept_by_writes() {
+                keep.push(d);
+            }
+        }
         Ok(Batch {
             tx,
             head,
-            indexed,
-            treed,
+            keep,
             path,
             busy_ms,
             scratch: Vec::with_capacity(1024),
         })
     }
 
-    /// Leaves the full-text index behind for this connection's writes (`pmm-append
-    /// --no-index`, for a bulk import): the next writer that keeps it brings it up to date, in
-    /// its own transaction. Never wrong, only later.
-    pub fn defer_index(&mut self) {
-        self.index_writes = false;
-    }
-
-    /// Leaves the Merkle tree behind for this connection's writes (for the benchmark that
-    /// prices keeping it): the next writer that keeps it brings it up to date.
-    pub fn defer_tree(&mut self) {
-        self.tree_writes = false;
+    /// Leaves derived part `d` behind for this connection's writes (`pmm-append --no-index`
+    /// for a bulk import defers the full-text index; the benchmark that prices the Merkle
+    /// tree defers it): the next writer that keeps it restores it if need be and brings it up
+    /// to date, in its own transaction. Never wrong, only later.
+    pub fn defer(&mut self, d: Derived) {
+        if !self.deferred.contains(&d) {
+            self.deferred.push(d);
+        }
     }
 
     /// The Merkle tree over the ledger as it is now: the stored nodes, and in memory whatever
@@ -580,40 +589,35 @@ impl Ledger {
         Tree::open(&self.conn).map_err(|e| self.err(e))
     }
 
-    /// How many events the stored Merkle tree is behind the head (`None`: no stored tree).
-    pub fn tree_lag(&self) -> Result<Option<u64>> {
-        let state = merkle::state(&self.conn).map_err(|e| self.err(e))?;
+    /// How many events derived part `d` is behind the head: `None` for a part writes do not
+    /// keep up to date or that the ledger never had, every event for a broken one.
+    pub fn lag(&self, d: Derived) -> Result<Option<u64>> {
         let head = self.max_id()?;
-        Ok(state.map(|(_, t)| head.saturating_sub(t).max(0) as u64))
+        d.lag(&self.conn, head).map_err(|e| self.err(e))
     }
 
-    /// Rebuilds the stored Merkle tree from the ledger (`pmm-verify --rebuild-tree`): its size.
-    pub fn rebuild_tree(&mut self) -> Result<u64> {
+    /// What the ledger holds of derived part `d`.
+    pub fn have(&self, d: Derived) -> Result<Have> {
+        d.have(&self.conn).map_err(|e| self.err(e))
+    }
+
+    /// Rebuilds derived parts `parts` from the ledger in one write transaction (`pmm-recall
+    /// --reindex` rebuilds them all, `pmm-verify --rebuild-tree` the tree), making again
+    /// whatever of them is missing ([`Derived::rebuild`]).
+    pub fn rebuild(&mut self, parts: &[Derived]) -> Result<()> {
         let batch = self.begin()?;
         let head = batch.head.as_ref().map_or(0, |h| h.id);
-        merkle::rebuild(&batch.tx, head).map_err(|e| batch.err(e))?;
-        batch.commit()?;
-        Ok(merkle::state(&self.conn)
-            .map_err(|e| self.err(e))?
-            .map_or(0, |(s, _)| s))
+        for d in parts {
+            d.rebuild(&batch.tx, head).map_err(|e| batch.err(e))?;
+        }
+        batch.commit()
     }
 
     /// Whether the ledger has our projection-checkpoint table.
     pub fn has_checkpoint_table(&self) -> Result<bool> {
-        self.conn
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
-                [],
-                |r| r.get(0),
-            )
+        Derived::Checkpoints
+            .whole(&self.conn)
             .map_err(|e| self.err(e))
-    }
-
-    /// How many events the full-text index is behind the head (`None`: no index).
-    pub fn index_lag(&self) -> Result<Option<u64>> {
-        let through = fts::through(&self.conn).map_err(|e| self.err(e))?;
-        let head = self.max_id()?;
-        Ok(through.map(|t| head.saturating_sub(t).max(0) as u64))
     }
 
     /// Brings the full-text index up to the head in one write transaction, `step` events at
@@ -627,14 +631,11 @@ impl Ledger {
         batch.commit()
     }
 
-    /// Rebuilds the full-text index from the ledger (`pmm-recall --reindex`): how many
-    /// events it now holds.
+    /// Rebuilds every derived part from the ledger (`pmm-recall --reindex`): how many
+    /// events of the recalled kinds the full-text index now holds.
     pub fn reindex(&mut self) -> Result<u64> {
-        let batch = self.begin()?;
-        let head = batch.head.as_ref().map_or(0, |h| h.id);
-        fts::rebuild(&batch.tx, head).map_err(|e| batch.err(e))?;
-        batch.commit()?;
-        self.recallable_count()
+        self.rebuild(&DERIVED)?;
+        self.recallable_count_any()
     }
 
     /// Stores vectors of model `name` (`dim` dimensions) in one write transaction of their
@@ -648,21 +649,21 @@ impl Ledger {
         Ok(n)
     }
 
-    /// How many events of the recalled kinds the ledger holds.
-    pub fn recallable_count(&self) -> Result<u64> {
-        self.conn
-            .query_row("SELECT COUNT(*) FROM pmm_recallable", [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .map(|n| n.max(0) as u64)
-            .map_err(|e| self.err(e))
-    }
-
     /// Opens a ledger to check its full-text index: read-write (FTS5's integrity check is
     /// issued as an `INSERT` command, though it writes nothing), without migrations or a
     /// journal-mode change, so the file is left as it was.
+    /// Refused (saying why) where this user's opening could leave files beside the ledger
+    /// that would lock its owner's writers out ([`read_mode`]).
     pub fn open_for_check(path: &Path) -> Result<Ledger> {
         drop(Ledger::open_reader(path)?);
+        if let Some(why) = companions_forbidden(path) {
+            return Err(Error::CannotRead {
+                path: path.into(),
+                why: format!(
+                    "FTS5's check of the index is a write command, and {why}: run it as the ledger's owner"
+                ),
+            });
+        }
         Ledger::open_plain(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
     }
 
@@ -672,16 +673,7 @@ impl Ledger {
         let conn =
             Connection::open_with_flags(sqlite_path(path), flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .map_err(|e| map_err(e, path, DEFAULT_BUSY_TIMEOUT_MS))?;
-        let ledger = Ledger {
-            conn,
-            path: path.into(),
-            busy_ms: DEFAULT_BUSY_TIMEOUT_MS,
-            index_writes: true,
-            tree_writes: true,
-            reading: Default::default(),
-            packs: None,
-            spare: Default::default(),
-        };
+        let ledger = Ledger::with_conn(conn, path, DEFAULT_BUSY_TIMEOUT_MS);
         ledger
             .conn
             .busy_timeout(std::time::Duration::from_millis(ledger.busy_ms))
@@ -689,25 +681,17 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// Checks the full-text index against the ledger (`pmm-recall --check`, on a ledger from
-    /// [`Ledger::open_for_check`]): the findings, empty when the index matches (it covers
-    /// exactly up to the head, and FTS5's own integrity check finds every event's tokens in it
-    /// and nothing else).
-    pub fn check_index(&self) -> Result<Vec<String>> {
-        let Some(through) = fts::through(&self.conn).map_err(|e| self.err(e))? else {
-            return Ok(vec![
-                "the ledger has no full-text index (any writer builds it)".into(),
-            ]);
-        };
+    /// Checks every derived part against the ledger (`pmm-recall --check`, on a ledger from
+    /// [`Ledger::open_for_check`]): the findings, empty when they all match (the full-text
+    /// index covers exactly up to the head, and FTS5's own integrity check finds every event's
+    /// tokens in it and nothing else; the Merkle tree covers the head and its last leaf is that
+    /// event's; each vector model's packs hold as many vectors as it has; no table of any part
+    /// is missing).
+    pub fn check_derived(&self) -> Result<Vec<String>> {
         let head = self.max_id()?;
         let mut findings = Vec::new();
-        if through != head {
-            findings.push(format!(
-                "the index covers events up to {through}, the ledger's head is {head}"
-            ));
-        }
-        if let Some(why) = fts::integrity(&self.conn).map_err(|e| self.err(e))? {
-            findings.push(format!("the index does not match the ledger's text: {why}"));
+        for d in DERIVED {
+            findings.extend(d.check(&self.conn, head).map_err(|e| self.err(e))?);
         }
         Ok(findings)
     }
@@ -1133,13 +1117,8 @@ pub trait Reads {
         max_id: i64,
         read: impl FnOnce(i64, &[u8]) -> Option<T>,
     ) -> Result<Option<(i64, T)>> {
-        let has_table: bool = self
-            .conn()
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='pmm_checkpoints')",
-                [],
-                |r| r.get(0),
-            )
+        let has_table = Derived::Checkpoints
+            .whole(self.conn())
             .map_err(|e| self.err(e))?;
         if !has_table {
             return Ok(None);
@@ -1182,7 +1161,7 @@ impl Reads for Ledger {
         let mut wal = self.path.as_os_str().to_owned();
         wal.push("-wal");
         let writing = !self.conn.is_autocommit() && !self.reading.load(Ordering::Relaxed);
-        if cores < 2 || writing || !Path::new(&wal).is_file() {
+        if cores < 2 || writing || self.at_rest || !Path::new(&wal).is_file() {
             return None;
         }
         if let Some(c) = self.spare.lock().ok().and_then(|mut s| s.take()) {
@@ -1341,6 +1320,111 @@ pub fn sqlite_check(ledger: &Ledger, full: bool, limit: u32) -> Result<Vec<Strin
     Ok(out)
 }
 
+/// How a reader opens a ledger ([`read_mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadMode {
+    /// As SQLite does: with the `-wal` and `-shm` files, made if they are not there.
+    Plain,
+    /// `immutable`: the file as it is at rest, nothing made or locked beside it.
+    AtRest,
+}
+
+/// `path` with `suffix` appended to its file name.
+fn companion(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// Whether this process may write `path` (`access(2)`: root may, unless the file system is
+/// read-only).
+fn file_writable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Whether this process may write in `dir`.
+fn dir_writable(dir: &Path) -> bool {
+    file_writable(dir)
+}
+
+/// Why this process must not make the `-wal` and `-shm` files of the ledger at `path`, if it
+/// must not: they would be its own, and the ledger's owner's writers could not write a `-shm`
+/// that another user made, nor, in a sticky directory such as `/tmp`, remove it (SQLite gives
+/// the files root makes the ledger's owner); and in a directory this process cannot write
+/// they cannot be made at all.
+fn companions_forbidden(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(path).ok()?.uid();
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    // SQLite gives the files root makes the ledger's owner.
+    if owner != me && me != 0 {
+        return Some(format!(
+            "the ledger belongs to user {owner}, whose writers could not use -wal and -shm files that user {me} made"
+        ));
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir_writable(dir) {
+        return Some(format!(
+            "user {me} cannot write its directory {}, where SQLite makes the -wal and -shm files",
+            dir.display()
+        ));
+    }
+    None
+}
+
+/// How a reader opens the WAL ledger at `path` (SQLite's "WAL mode with read-only
+/// databases"). A read-only connection needs the `-wal` and `-shm` files and makes them when
+/// they are not there, which a reader does only where [`companions_forbidden`] allows it.
+/// Elsewhere:
+/// - no `-wal`: no writer has the ledger open and all of it is in the file, which is read
+///   `immutable` (nothing made, nothing locked; a writer that starts during the read can make
+///   it fail, and it is then run again);
+/// - a `-wal` and a `-shm`: a writer has it open; SQLite reads through them (the `-shm`
+///   read-only if this user cannot write it) and makes nothing;
+/// - a `-wal` without a `-shm`: refused, saying why and what to do.
+fn read_mode(path: &Path) -> Result<ReadMode> {
+    let Some(why) = companions_forbidden(path) else {
+        return Ok(ReadMode::Plain);
+    };
+    if !companion(path, "-wal").exists() {
+        return Ok(ReadMode::AtRest);
+    }
+    if companion(path, "-shm").exists() {
+        return Ok(ReadMode::Plain);
+    }
+    Err(Error::CannotRead {
+        path: path.into(),
+        why: format!(
+            "its -wal holds writes not yet in the ledger and there is no -shm beside it, which a reader must make, but {why}: run any pmm writer on it as its owner (the writer folds the -wal into the ledger when it ends), then read again"
+        ),
+    })
+}
+
+/// A reader's failed open beside `-wal` and `-shm` files it may not change, said as such.
+fn unreadable_companions(e: Error, path: &Path) -> Error {
+    let Some(why) = companions_forbidden(path) else {
+        return e;
+    };
+    match e {
+        Error::ReadOnlyLedger(_) | Error::Io { .. } => Error::CannotRead {
+            path: path.into(),
+            why: format!(
+                "SQLite could not read it through the -wal and -shm files beside it ({e}), and {why}: run any pmm writer on it as its owner, then read again"
+            ),
+        },
+        e => e,
+    }
+}
+
 /// Maps SQLite's errors to ours, so that users read "database is locked ..." and not a code.
 /// Why a ledger's name is not a file path, or `None` when it is one: a URL (`postgres://…`,
 /// which a later store will take), an SQLite URI (`file:…`, which SQLite would open as a URI
@@ -1445,7 +1529,7 @@ pub fn not_regular(path: &Path, md: &std::fs::Metadata) -> Error {
 /// programs have the files open); when that is not allowed (another user's files), the error
 /// says what to do.
 fn recover_companions(path: &Path, ledger: &std::fs::Metadata) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     for suffix in ["-wal", "-shm"] {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
@@ -1453,6 +1537,18 @@ fn recover_companions(path: &Path, ledger: &std::fs::Metadata) -> Result<()> {
         let Ok(md) = std::fs::metadata(&p) else {
             continue;
         };
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if md.is_file() && md.uid() != me && !file_writable(&p) {
+            return Err(Error::io(
+                &p,
+                std::io::Error::other(format!(
+                    "belongs to user {}, who read the ledger with a program that made it (an older pmm, or sqlite3), and this user cannot write it; when no program has the ledger open, remove it (as user {} or root: in a sticky directory such as /tmp only they can)",
+                    md.uid(),
+                    md.uid()
+                )),
+            ));
+        }
         if !md.is_file() || !md.permissions().readonly() {
             continue;
         }
@@ -1534,10 +1630,8 @@ struct EraseTarget {
 pub struct Batch<'a> {
     tx: rusqlite::Transaction<'a>,
     head: Option<Head>,
-    /// Whether the ledger has a full-text index to keep up to date.
-    indexed: bool,
-    /// Whether the ledger has a Merkle tree to keep up to date.
-    treed: bool,
+    /// The derived parts this transaction brings up to its head.
+    keep: Vec<Derived>,
     path: PathBuf,
     busy_ms: u64,
     scratch: Vec<u8>,
@@ -1802,11 +1896,8 @@ impl Batch<'_> {
     /// WAL for each page (an import grew faster than the ledger).
     pub fn catch_up(&self) -> Result<()> {
         let head = self.head.as_ref().map_or(0, |h| h.id);
-        if self.indexed {
-            fts::catch_up(&self.tx, head, i64::MAX, &mut |_, _| {}).map_err(|e| self.err(e))?;
-        }
-        if self.treed {
-            merkle::catch_up(&self.tx, head).map_err(|e| self.err(e))?;
+        for d in &self.keep {
+            d.catch_up(&self.tx, head).map_err(|e| self.err(e))?;
         }
         Ok(())
     }

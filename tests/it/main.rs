@@ -8,6 +8,7 @@ mod adapt;
 mod architecture;
 mod bad_input;
 mod bounds;
+mod caches;
 mod canon;
 mod chat;
 mod concepts;

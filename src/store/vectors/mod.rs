@@ -121,13 +121,89 @@ pub struct Model {
     pub dim: usize,
 }
 
-/// Whether the ledger has the tables (a reference ledger, or one only readers opened, has not).
+/// Whether the ledger has the tables, all three (a reference ledger, or one only readers
+/// opened, has none; one with a table dropped is searched without vectors until a writer
+/// restores it: [`super::Derived`]).
 pub(crate) fn has_tables(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'pmm_embed_models')",
+    super::Derived::Vectors.whole(conn)
+}
+
+/// The tables as the migrations leave them, for [`restore`].
+const TABLES: &str = "
+CREATE TABLE IF NOT EXISTS pmm_embed_models (
+    mid INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    dim INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pmm_vectors (
+    key INTEGER PRIMARY KEY,
+    q BLOB NOT NULL,
+    mid INTEGER AS (key >> 40) VIRTUAL,
+    id INTEGER AS (key & 1099511627775) VIRTUAL
+);
+CREATE TABLE IF NOT EXISTS pmm_vector_pack (
+    mid INTEGER NOT NULL,
+    chunk INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    ids BLOB NOT NULL,
+    bits BLOB NOT NULL,
+    mags BLOB NOT NULL DEFAULT x'',
+    PRIMARY KEY (mid, chunk)
+) WITHOUT ROWID;";
+
+/// Makes the missing vector tables again, inside the caller's write transaction, keeping the
+/// ones still there: vectors cost a model call each, so a lost table is made again empty and
+/// `pmm-recall --embed` refills it. Stored vectors whose model's row was lost keep a model of
+/// their own (`unnamed-MID`, never the number of a model registered later); packs are rebuilt
+/// from the stored vectors when either was lost.
+pub(crate) fn restore(conn: &Connection) -> rusqlite::Result<()> {
+    if has_tables(conn)? {
+        return Ok(());
+    }
+    let exists = |name: &str| -> rusqlite::Result<bool> {
+        conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM main.sqlite_master WHERE name = ?1)",
+            [name],
+            |r| r.get(0),
+        )
+    };
+    let whole_stores = exists("pmm_vectors")? && exists("pmm_vector_pack")?;
+    conn.execute_batch(TABLES)?;
+    conn.execute(
+        "INSERT OR IGNORE INTO pmm_embed_models (mid, name, dim)
+         SELECT key >> 40, 'unnamed-' || (key >> 40), max(length(q)) / 2 FROM pmm_vectors
+         WHERE (key >> 40) NOT IN (SELECT mid FROM pmm_embed_models) GROUP BY key >> 40",
         [],
-        |r| r.get(0),
-    )
+    )?;
+    conn.execute(
+        "DELETE FROM pmm_vector_pack WHERE mid NOT IN (SELECT mid FROM pmm_embed_models)",
+        [],
+    )?;
+    if !whole_stores {
+        repack(conn)?;
+    }
+    Ok(())
+}
+
+/// Per model: `(name, vectors in its packs, vectors stored)`, by name (`pmm-recall --check`).
+pub(crate) fn pack_counts(conn: &Connection) -> rusqlite::Result<Vec<(String, u64, u64)>> {
+    if !has_tables(conn)? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(
+        "SELECT name,
+           (SELECT coalesce(sum(n), 0) FROM pmm_vector_pack p WHERE p.mid = m.mid),
+           (SELECT count(*) FROM pmm_vectors v WHERE v.key >= (m.mid << 40) AND v.key < ((m.mid + 1) << 40))
+         FROM pmm_embed_models m ORDER BY name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get(0)?,
+            r.get::<_, i64>(1)?.max(0) as u64,
+            r.get::<_, i64>(2)?.max(0) as u64,
+        ))
+    })?;
+    rows.collect()
 }
 
 /// The model called `name`, if it has been registered.
@@ -448,14 +524,16 @@ pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
     for mid in mids {
         let m = Model { mid, dim: 0 };
         conn.execute("DELETE FROM pmm_vector_pack WHERE mid = ?1", [mid])?;
-        let mut after = -1;
+        // The key before the model's first (`key(mid, -1)` is -1 whatever the model: a second
+        // model's packs took in the first's vectors).
+        let mut after = key(mid, 0) - 1;
         loop {
             let batch: Vec<(i64, Vec<f32>)> = conn
                 .prepare_cached(
                     "SELECT key - (?1 << 40), q FROM pmm_vectors
                      WHERE key > ?2 AND key < ((?1 + 1) << 40) ORDER BY key LIMIT ?3",
                 )?
-                .query_map(params![mid, key(mid, after), CHUNK as i64], |r| {
+                .query_map(params![mid, after, CHUNK as i64], |r| {
                     Ok((r.get(0)?, dequantize(r.get_ref(1)?.as_blob()?)))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
@@ -463,7 +541,7 @@ pub(crate) fn repack(conn: &Connection) -> rusqlite::Result<()> {
                 break;
             };
             pack(conn, m, &batch)?;
-            after = last;
+            after = key(mid, last);
         }
     }
     Ok(())
