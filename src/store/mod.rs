@@ -1991,7 +1991,7 @@ mod tests {
         let path = dir.path().join("l.db");
         let clock = crate::event::Clock::pinned("2025-11-24T05:55:41Z").unwrap();
         let mut lagging = Ledger::open_writer(&path, 1000).unwrap();
-        lagging.defer_index();
+        lagging.defer(Derived::Text);
         let ev =
             crate::event::NewEvent::new(Kind::UserMessage, "my card is 4111", Map::new()).unwrap();
         lagging.append(&ev, &clock).unwrap();
