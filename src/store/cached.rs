@@ -22,12 +22,17 @@ pub const CACHED_BYTES: usize = 16 << 20;
 /// that keeps one snapshot ([`super::Ledger::in_snapshot`]), but an erasure by another process
 /// blanks rows between snapshots: a read that finds the ledger changed by another connection
 /// (SQLite's `data_version`) and a newer erasure than the last it saw empties the cache first,
-/// so an erased text is never answered from memory.
+/// so an erased text is never answered from memory. Inside a transaction the check is made at
+/// its first read only (a cache kept across two snapshots must make a read outside them in
+/// between, or start anew).
 pub struct Cached<'a, R: Reads> {
     inner: &'a R,
     cache: RefCell<Cache>,
     /// The connection's `data_version` and the newest erasure as of the last read.
     seen: std::cell::Cell<Option<(i64, i64)>>,
+    /// Whether the last check was made inside a transaction (reads after it, until one
+    /// outside a transaction, see the same snapshot).
+    checked_inside: std::cell::Cell<bool>,
 }
 
 /// Hashes an id with one multiplication (ids are the cache's only keys: SipHash's defence
@@ -96,14 +101,21 @@ impl<'a, R: Reads> Cached<'a, R> {
             inner,
             cache: RefCell::default(),
             seen: Default::default(),
+            checked_inside: Default::default(),
         }
     }
 
     /// Empties the cache when another connection committed an erasure since the last read.
-    /// Costs a `PRAGMA data_version` per read; the erasure look-up only when the ledger
-    /// changed.
+    /// Inside a transaction (a snapshot: [`super::Ledger::in_snapshot`], a write) once, at the
+    /// first read, as nothing another connection commits is seen there; outside one at every
+    /// read, a `PRAGMA data_version`, and the erasure look-up only when the ledger changed.
     fn forget_if_erased(&self) -> Result<()> {
         let conn = self.inner.conn();
+        let inside = !conn.is_autocommit();
+        if inside && self.checked_inside.get() {
+            return Ok(());
+        }
+        self.checked_inside.set(inside);
         let version: i64 = conn
             .prepare_cached("PRAGMA data_version")
             .and_then(|mut s| s.query_row([], |r| r.get(0)))

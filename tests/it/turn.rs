@@ -547,3 +547,72 @@ fn a_turn_the_policy_forbids_is_a_violation_and_exit_1() {
     assert_eq!(kinds, ["user_message", "embedding_add", "violation"]);
     verify_clean(&pmm);
 }
+
+/// Issue 34: turns read from stdin are one long-lived process; an erasure made between two
+/// of them (from another shell) must not reach the next turn's prompt. Each turn catches its
+/// projections up from a checkpoint the erasure left valid (`store::catch_up`), so the open
+/// commitment's text is gone from the second prompt.
+#[test]
+fn turns_read_from_stdin_never_prompt_with_text_erased_between_them() {
+    use std::io::{BufRead, BufReader, Write};
+    let pmm = Pmm::new();
+    let card = "4111-1111-1111-1111";
+    let line = json!({"kind": "commitment_open", "content": format!("Commitment opened: pay rent with card {card}"),
+                      "meta": {"cid": "0a2c8f1b", "text": format!("pay rent with card {card}"), "source": "mcp"}});
+    let r = pmm.run("pmm-append", &[], &format!("{line}\n"));
+    assert_eq!(r.code, 0, "{r:?}");
+    let prompt = pmm.path("prompt.json");
+    let command = format!("cat > '{}'; echo ok", prompt.display());
+    let mut child = pmm
+        .std_cmd("pmm-turn")
+        .args([
+            "--adapter",
+            "cmd",
+            "--command",
+            &command,
+            "--quiet",
+            "--plain",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut turn = |msg: &str| {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let mut l = String::new();
+            assert!(out.read_line(&mut l).unwrap() > 0, "pmm-turn ended early");
+            if l.contains("\"type\":\"turn\"") {
+                return std::fs::read_to_string(&prompt).unwrap();
+            }
+        }
+    };
+    assert!(
+        turn("what do I owe?").contains(card),
+        "the first prompt shows it"
+    );
+    let e = pmm.run(
+        "pmm-append",
+        &[
+            "--erase",
+            "1",
+            "--source",
+            "owner",
+            "--reason",
+            "a card number",
+        ],
+        "",
+    );
+    assert_eq!(e.code, 0, "{e:?}");
+    let second = turn("and now?");
+    assert!(
+        !second.contains(card),
+        "the erased text reached the prompt: {second}"
+    );
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
