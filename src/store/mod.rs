@@ -1044,7 +1044,10 @@ pub trait Reads {
     /// saying how to build the index.
     fn text_index(&self, max_unindexed: u64) -> Result<TextIndex<'_>> {
         let conn = self.conn();
-        let through = fts::through(conn).map_err(|e| self.err(e))?;
+        let through = match fts::usable(conn).map_err(|e| self.err(e))? {
+            true => fts::through(conn).map_err(|e| self.err(e))?,
+            false => None,
+        };
         let head = self.max_id()?;
         let after = through.unwrap_or(0);
         let lag = head.saturating_sub(after).max(0) as u64;
