@@ -631,11 +631,10 @@ impl Ledger {
         Ok(n)
     }
 
-    /// Opens a ledger to check its full-text index: read-write (FTS5's integrity check is
+    /// Opens a ledger to check its derived tables: read-write (FTS5's integrity check is
     /// issued as an `INSERT` command, though it writes nothing), without migrations or a
-    /// journal-mode change, so the file is left as it was.
-    /// Refused (saying why) where this user's opening could leave files beside the ledger
-    /// that would lock its owner's writers out ([`read_mode`]).
+    /// journal-mode change, so the file is left as it was. Refused (saying why) where this
+    /// user may not make the `-wal` and `-shm` files ([`companions_forbidden`]).
     pub fn open_for_check(path: &Path) -> Result<Ledger> {
         drop(Ledger::open_reader(path)?);
         if let Some(why) = companions_forbidden(path) {
