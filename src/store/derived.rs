@@ -1,4 +1,5 @@
-//! The derived parts of a ledger, in one list: everything in the file besides the `events`
+//! The derived parts of a ledger, in one list (projection checkpoints, the view of the
+//! recallable events, the full-text index over it, the Merkle tree, vectors): everything in the file besides the `events`
 //! table is computed from it, and each part says the same things through one protocol —
 //! whether the ledger has it whole ([`Derived::have`]), how far it lags ([`Derived::lag`]),
 //! how a writer brings it up to the head ([`Derived::catch_up`]), how a writer puts back
@@ -20,8 +21,10 @@ use rusqlite::{Connection, OptionalExtension};
 /// One derived part of a ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Derived {
-    /// The full-text index (`pmm_fts`, its shadow tables, `pmm_fts_state`, and the view
-    /// `pmm_recallable` that is its content).
+    /// The view `pmm_recallable` (the recallable events' id and text): the full-text
+    /// index's content, so the index is used only with it.
+    Views,
+    /// The full-text index (`pmm_fts`, its shadow tables, `pmm_fts_state`).
     Text,
     /// The Merkle tree's perfect subtrees (`pmm_merkle`, `pmm_merkle_state`).
     Tree,
@@ -33,8 +36,9 @@ pub enum Derived {
 }
 
 /// Every derived part, in the order they are restored and rebuilt.
-pub const DERIVED: [Derived; 4] = [
+pub const DERIVED: [Derived; 5] = [
     Derived::Checkpoints,
+    Derived::Views,
     Derived::Text,
     Derived::Tree,
     Derived::Vectors,
@@ -77,6 +81,7 @@ impl Derived {
     /// Its name in messages.
     pub fn name(self) -> &'static str {
         match self {
+            Derived::Views => "recallable-events view",
             Derived::Text => "full-text index",
             Derived::Tree => "Merkle tree",
             Derived::Vectors => "vector tables",
@@ -92,6 +97,7 @@ impl Derived {
     /// Its name in JSON records.
     pub fn key(self) -> &'static str {
         match self {
+            Derived::Views => "views",
             Derived::Text => "text",
             Derived::Tree => "tree",
             Derived::Vectors => "vectors",
@@ -102,8 +108,8 @@ impl Derived {
     /// The schema objects it consists of.
     fn objects(self) -> &'static [&'static str] {
         match self {
+            Derived::Views => &["pmm_recallable"],
             Derived::Text => &[
-                "pmm_recallable",
                 "pmm_fts",
                 "pmm_fts_data",
                 "pmm_fts_idx",
@@ -121,7 +127,7 @@ impl Derived {
     fn migration(self) -> i64 {
         match self {
             Derived::Checkpoints => 1,
-            Derived::Text => 2,
+            Derived::Views | Derived::Text => 2,
             Derived::Tree => 3,
             Derived::Vectors => 4,
         }
@@ -221,6 +227,7 @@ impl Derived {
     /// refill from the ledger; vector tables that are still there are kept.
     pub(crate) fn restore(self, conn: &Connection) -> rusqlite::Result<()> {
         match self {
+            Derived::Views => fts::restore_view(conn),
             Derived::Text => fts::restore(conn),
             Derived::Tree => merkle::restore(conn),
             Derived::Vectors => vectors::restore(conn),
@@ -234,6 +241,7 @@ impl Derived {
     pub(crate) fn rebuild(self, conn: &Connection, head: i64) -> rusqlite::Result<()> {
         self.restore(conn)?;
         match self {
+            Derived::Views => fts::rebuild_view(conn),
             Derived::Text => fts::rebuild(conn, head),
             Derived::Tree => merkle::rebuild(conn, head),
             Derived::Vectors => vectors::repack(conn),
@@ -262,6 +270,7 @@ impl Derived {
                         Derived::Vectors =>
                             "makes the missing tables again, empty (pmm-recall --embed refills them)",
                         Derived::Checkpoints => "makes the table again (turns and ticks refill it)",
+                        Derived::Views => "makes it again",
                         _ => "rebuilds it from the ledger",
                     }
                 ));
@@ -282,7 +291,8 @@ impl Derived {
             }
         }
         match self {
-            Derived::Text => {
+            // FTS5's check reads the text through the view (a missing one is a finding of its own).
+            Derived::Text if Derived::Views.whole(conn)? => {
                 if let Some(why) = fts::integrity(conn)? {
                     findings.push(format!("the index does not match the ledger's text: {why}"));
                 }
@@ -301,8 +311,32 @@ impl Derived {
                     }
                 }
             }
-            Derived::Checkpoints => {}
+            _ => {}
         }
         Ok(findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The list covers every `pmm_` object the migrations make, and a new ledger has every
+    /// part whole: a derived table added later without its part here would be one that no
+    /// writer restores and no check sees.
+    #[test]
+    fn the_list_covers_every_table_the_migrations_make() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = super::super::Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let conn = &l.conn;
+        let schema = Schema::read(conn).unwrap();
+        let mut listed: Vec<&str> = DERIVED.iter().flat_map(|d| d.objects()).copied().collect();
+        listed.sort_unstable();
+        let mut names: Vec<&str> = schema.names.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, listed);
+        for d in DERIVED {
+            assert_eq!(d.have_in(conn, &schema).unwrap(), Have::Whole, "{d:?}");
+        }
     }
 }

@@ -61,6 +61,31 @@ pub(crate) fn has_index(conn: &Connection) -> rusqlite::Result<bool> {
     super::Derived::Text.whole(conn)
 }
 
+/// Whether a reader can search the index: it is whole, and so is the view that is its
+/// content.
+pub(crate) fn usable(conn: &Connection) -> rusqlite::Result<bool> {
+    Ok(super::Derived::Views.whole(conn)? && has_index(conn)?)
+}
+
+/// The view `pmm_recallable`, the index's content, as the migration makes it.
+fn view_sql() -> String {
+    format!(
+        "CREATE VIEW IF NOT EXISTS pmm_recallable AS SELECT id, content AS body FROM events WHERE kind IN ({})",
+        kinds_sql()
+    )
+}
+
+/// Makes the view again if it is missing (the index over it is left as it is).
+pub(crate) fn restore_view(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&view_sql())
+}
+
+/// Makes the view again as the migration made it, whatever stands under its name.
+pub(crate) fn rebuild_view(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("DROP VIEW IF EXISTS pmm_recallable;")?;
+    restore_view(conn)
+}
+
 /// The highest event id the index covers (`None` without a whole index).
 pub(crate) fn through(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     if !has_index(conn)? {
@@ -86,8 +111,7 @@ pub(crate) fn restore(conn: &Connection) -> rusqlite::Result<()> {
          DROP TABLE IF EXISTS pmm_fts_idx;
          DROP TABLE IF EXISTS pmm_fts_docsize;
          DROP TABLE IF EXISTS pmm_fts_config;
-         DROP TABLE IF EXISTS pmm_fts_state;
-         DROP VIEW IF EXISTS pmm_recallable;",
+         DROP TABLE IF EXISTS pmm_fts_state;",
     )?;
     conn.execute_batch(MIGRATION)
 }
@@ -285,5 +309,10 @@ mod tests {
         assert!(MIGRATION.contains(&format!("'{TOKENIZER}'")));
         let flat: String = MIGRATION.split_whitespace().collect();
         assert!(flat.contains(&format!("kindIN({})", kinds_sql())), "{flat}");
+        let view: String = view_sql().split_whitespace().collect();
+        assert!(
+            flat.contains(&view),
+            "the view made again is the migration's: {view}"
+        );
     }
 }

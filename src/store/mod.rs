@@ -649,11 +649,10 @@ impl Ledger {
         Ok(n)
     }
 
-    /// Opens a ledger to check its full-text index: read-write (FTS5's integrity check is
+    /// Opens a ledger to check its derived tables: read-write (FTS5's integrity check is
     /// issued as an `INSERT` command, though it writes nothing), without migrations or a
-    /// journal-mode change, so the file is left as it was.
-    /// Refused (saying why) where this user's opening could leave files beside the ledger
-    /// that would lock its owner's writers out ([`read_mode`]).
+    /// journal-mode change, so the file is left as it was. Refused (saying why) where this
+    /// user may not make the `-wal` and `-shm` files ([`companions_forbidden`]).
     pub fn open_for_check(path: &Path) -> Result<Ledger> {
         drop(Ledger::open_reader(path)?);
         if let Some(why) = companions_forbidden(path) {
@@ -1083,7 +1082,10 @@ pub trait Reads {
     /// may be text erased since).
     fn text_index(&self, max_unindexed: u64) -> Result<TextIndex<'_>> {
         let conn = self.conn();
-        let through = fts::through(conn).map_err(|e| self.err(e))?;
+        let through = match fts::usable(conn).map_err(|e| self.err(e))? {
+            true => fts::through(conn).map_err(|e| self.err(e))?,
+            false => None,
+        };
         let head = self.max_id()?;
         let after = through.unwrap_or(0);
         let lag = head.saturating_sub(after).max(0) as u64;

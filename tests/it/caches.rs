@@ -117,8 +117,11 @@ fn a_dropped_recallable_view_is_made_again() {
     small(&pmm);
     let before = recalled(&pmm, "kayak");
     sql(&pmm, "DROP VIEW pmm_recallable;");
-    // A reader does without the broken index (it indexes in memory).
+    // A reader does without the index whose content it is (it indexes in memory).
     assert_eq!(recalled(&pmm, "kayak"), before);
+    let (code, out) = check(&pmm);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("pmm_recallable is missing"), "{out}");
     let r = pmm.run("pmm-recall", &["--reindex"], "");
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.records()[0]["events"], 3);
