@@ -287,6 +287,9 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
 
     let signer = checkpoint_signer(&args, &path)?;
+    // A bad adapter setup (no --script, a URL that is not one) is refused before the ledger
+    // is opened or created.
+    let mut thinker = Thinker::new(&args)?;
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() || !args.unset.is_empty() {
         let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
@@ -312,7 +315,6 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
 
     let embedder = args.embed.open(&ledger)?;
-    let mut thinker = Thinker::new(&args)?;
     let Some(every) = args.every else {
         let t = thinker.tick(&mut ledger, &slot_now(), &mut out, true)?;
         print_tick(&mut out, &t)?;
@@ -336,7 +338,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             }
             // The first tick failing means a bad setup: stop. Later failures (a ledger
             // locked for longer than --busy-timeout) are reported and the loop goes on.
-            Err(e) if !ticked_once => return Err(e.into()),
+            Err(e) if !ticked_once => return Err(e),
             Err(e) => eprintln!("pmm-tick: warning: tick skipped: {e}"),
         }
         while !stop.load(Ordering::SeqCst) && started.elapsed() < every {

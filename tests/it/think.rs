@@ -166,6 +166,12 @@ fn a_thinking_tick_opens_what_the_model_commits_to_and_closes_what_it_closes() {
     let reply = &of_kind(&r, "assistant_message")[0];
     assert_eq!(reply["meta"]["in_tokens"], stub::OPENAI_TOKENS.0);
     verify_deep(&pmm);
+    // The deep check says what it does not check of the thinking replies.
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    let deep = &r.summary()["deep"];
+    let why = deep["kinds_not_checked"]["assistant_message"].as_str();
+    assert!(why.unwrap_or_default().contains("thinking tick"), "{deep}");
+    assert_eq!(deep["prompts"]["other_format"], 2, "{deep}");
 }
 
 #[test]
@@ -379,4 +385,13 @@ fn two_copies_given_the_same_slots_and_replies_stay_hash_identical() {
     assert_eq!(one.len(), two.len());
     assert_eq!(one.last().unwrap()["hash"], two.last().unwrap()["hash"]);
     assert_eq!(one, two);
+}
+
+#[test]
+fn a_bad_adapter_setup_is_refused_before_the_ledger_is_created() {
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-tick", &["--adapter", "scripted"], "");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("--script"), "{r:?}");
+    assert!(!pmm.db.exists(), "no ledger is created for a bad setup");
 }
