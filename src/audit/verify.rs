@@ -16,8 +16,8 @@ use serde_json::{Map, Value};
 /// `kinds_not_checked`): the reply answers no user message (no `reply_to`), so the prompt
 /// check counts it under `prompts.other_format`.
 const THINKING_REPLY: &str = "a thinking tick's reply (meta.source autonomy_kernel, \
-prompt_format think.1): its prompt_sha256 is recorded, the prompt is not rebuilt (counted in \
-prompts.other_format)";
+prompt_format think.1): its prompt is not rebuilt here (counted in prompts.other_format); \
+pmm-replay --prompt ID rebuilds it and checks its prompt_sha256";
 
 /// What a verification checks besides the chain.
 #[derive(Debug, Clone, Default)]

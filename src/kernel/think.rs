@@ -113,6 +113,81 @@ pub fn budget<R: Reads>(r: &R) -> crate::Result<Budget> {
     Ok(b)
 }
 
+/// Thinking replies before event `before` (the scripted adapter's line is this + 1).
+fn replies_before<R: Reads>(r: &R, before: i64) -> crate::Result<u64> {
+    let mut n = 0;
+    r.scan(
+        &Filter {
+            until: Some(before - 1),
+            kinds: vec![Kind::AssistantMessage.to_string()],
+            ..Filter::default()
+        },
+        |e| {
+            n += u64::from(is_thinking(&e));
+            Ok(true)
+        },
+    )?;
+    Ok(n)
+}
+
+/// A thinking tick's prompt rebuilt from the ledger alone, for the reply `reply` (`None`
+/// when it is not a thinking tick's reply): the decision taken again from the events before
+/// its slot's stimulus, the prompt from those up to the stimulus. With its recorded
+/// `prompt_sha256`.
+pub fn rebuild<R: Reads>(
+    r: &R,
+    reply: &Event,
+) -> crate::Result<Option<(crate::context::prompt::Prompt, String)>> {
+    let m = reply.meta_map().unwrap_or_default();
+    let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+    let (Some(THINK_FORMAT), Some(slot_id), Some(recorded)) = (
+        s("prompt_format").as_deref(),
+        s("slot_id"),
+        s("prompt_sha256"),
+    ) else {
+        return Ok(None);
+    };
+    if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE) {
+        return Ok(None);
+    }
+    let n = |k: &str| m.get(k).and_then(Value::as_i64);
+    let slot = Slot::new(
+        n("slot").unwrap_or_default(),
+        n("interval").unwrap_or(super::slot::INTERVAL_SECS),
+    );
+    let mut stimulus = None;
+    r.scan(
+        &Filter {
+            until: Some(reply.id - 1),
+            kinds: vec![Kind::AutonomyStimulus.to_string()],
+            ..Filter::default()
+        },
+        |e| {
+            if e.content.contains(&slot_id) {
+                stimulus = Some(e);
+            }
+            Ok(true)
+        },
+    )?;
+    let Some(stimulus) = stimulus else {
+        return Ok(None);
+    };
+    let mut p = store::project(r, Some(stimulus.id - 1), true)?.projections;
+    let decision = decide(&View::of(&p), &p.mirror.thresholds);
+    p.apply(&stimulus);
+    let replies = replies_before(r, stimulus.id)?;
+    let asked = prompt(r, &p, &slot, &decision, &Options::default(), replies)?;
+    let q = asked.request;
+    Ok(Some((
+        crate::context::prompt::Prompt {
+            system: q.system,
+            history: q.history,
+            user: q.user,
+        },
+        recorded,
+    )))
+}
+
 /// What thinking spent on the UTC day of `clock` (`YYYY-MM-DD`, from the events' `ts`).
 pub fn spent<R: Reads>(r: &R, clock: &Clock) -> crate::Result<Spent> {
     let day = clock.now().format("%Y-%m-%d").to_string();
@@ -236,7 +311,7 @@ fn run_inner(
     adapter.preflight().map_err(crate::Error::from)?;
 
     // 2. The claim: the slot's stimulus, committed before the call.
-    let (mut p, claim) = match claim(ledger, slot, clock)? {
+    let (mut p, claim, decision) = match claim(ledger, slot, clock)? {
         Claimed::Already(stimulus) => {
             let t = Ticked::AlreadyTicked {
                 slot: slot.clone(),
@@ -244,12 +319,19 @@ fn run_inner(
             };
             return Ok(plain(t, "the slot already has a stimulus"));
         }
-        Claimed::Mine(p, events) => (*p, events),
+        Claimed::NotActing => {
+            let t = tick::run(ledger, slot, clock)?;
+            return Ok(plain(t, "the decision does not act"));
+        }
+        Claimed::Mine(p, events, decision) => (*p, events, decision),
     };
     let stimulus = claim.last().map_or(0, |e| e.id);
 
     // 3. The prompt and the call, outside any transaction.
-    let request = ledger.in_snapshot(|l| prompt(l, &p, slot, &decision, opts, spent.replies))?;
+    let request = ledger.in_snapshot(|l| {
+        let replies = replies_before(l, stimulus)?;
+        prompt(l, &p, slot, &decision, opts, replies)
+    })?;
     let reply = match adapter.generate_with(&request.request, None, opts.cancel.as_ref()) {
         Ok(r) => r,
         Err(error) => {
@@ -320,8 +402,13 @@ fn run_inner(
 enum Claimed {
     /// Another tick stimulated the slot first: its stimulus.
     Already(i64),
-    /// This one did: the projections after it, and what it wrote.
-    Mine(Box<Projections>, Vec<Event>),
+    /// The decision taken against the true head does not act (a turn came in): nothing was
+    /// written.
+    NotActing,
+    /// This one did: the projections after it, what it wrote, and the decision the prompt is
+    /// about (taken against the head just before the stimulus, so that [`rebuild`] takes it
+    /// again from the ledger).
+    Mine(Box<Projections>, Vec<Event>, super::Decision),
 }
 
 /// Step 2: the default configs of a new ledger and the slot's stimulus, in one transaction,
@@ -335,6 +422,10 @@ fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claim
         return Ok(Claimed::Already(stimulus));
     }
     ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
+    let decision = decide(&View::of(&p), &p.mirror.thresholds);
+    if decision.decision != Action::Reflect {
+        return Ok(Claimed::NotActing);
+    }
     tick::append_stimulus(
         &mut Sink {
             batch: &mut batch,
@@ -345,7 +436,7 @@ fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claim
         slot,
     )?;
     batch.commit()?;
-    Ok(Claimed::Mine(Box::new(p), events))
+    Ok(Claimed::Mine(Box::new(p), events, decision))
 }
 
 /// What the model is asked, and the prompt's digest.
@@ -389,10 +480,18 @@ fn prompt<R: Reads>(
             ));
         }
     }
-    let reflections = r.last_of_kind(Kind::Reflection, REFLECTIONS)?;
+    // Bounded by the head, so that the prompt is rebuilt from the ledger as it was.
+    let reflections = r.tail(
+        &Filter {
+            until: Some(head),
+            kinds: vec![Kind::Reflection.to_string()],
+            ..Filter::default()
+        },
+        REFLECTIONS,
+    )?;
     if !reflections.is_empty() {
         msg.push_str("Latest reflections (newest first):\n");
-        for e in &reflections {
+        for e in reflections.iter().rev() {
             let text: String = e.content.chars().take(REFLECTION_CHARS).collect();
             msg.push_str(&format!("- event {}: {}\n", e.id, text));
         }

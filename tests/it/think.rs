@@ -375,6 +375,28 @@ fn two_copies_given_the_same_slots_and_replies_stay_hash_identical() {
         }
         verify_deep(&pmm);
         let events = all_events(&pmm);
+        // Each thinking reply's prompt is rebuilt from the ledger and matches its digest.
+        let thinking: Vec<i64> = events
+            .iter()
+            .filter(|e| {
+                e["kind"] == "assistant_message" && e["meta"]["source"] == "autonomy_kernel"
+            })
+            .map(|e| e["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(thinking.len(), 2, "two thinking replies");
+        for id in thinking {
+            let r = pmm.run("pmm-replay", &["--prompt", &id.to_string()], "");
+            assert_eq!(r.code, 0, "{r:?}");
+            let rec = r.of_type("prompt").pop().expect("a prompt record");
+            assert_eq!(rec["matches"], true, "{rec}");
+            assert!(
+                rec["user"]
+                    .as_str()
+                    .unwrap()
+                    .contains("[autonomy tick, slot"),
+                "{rec}"
+            );
+        }
         (pmm, events)
     };
     let (_a, one) = run();
