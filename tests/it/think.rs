@@ -177,12 +177,12 @@ fn a_thinking_tick_opens_what_the_model_commits_to_and_closes_what_it_closes() {
 #[test]
 fn two_ticks_racing_on_each_slot_make_at_most_one_model_call() {
     let pmm = Pmm::new();
-    let replies: Vec<String> = (0..12).map(|i| format!("Reply {i}.")).collect();
+    let replies: Vec<String> = (0..42).map(|i| format!("Reply {i}.")).collect();
     let replies: Vec<&str> = replies.iter().map(String::as_str).collect();
     write_script(&pmm, "turns.jsonl", &replies);
     let stub = Stub::start(vec![StubResponse::Ollama("Nothing to do.".into())]);
     let host = stub.url();
-    let slots = 10;
+    let slots = 40;
     for slot in 1..=slots {
         // A turn before each slot: each slot's decision is a reflection (rule 2).
         turn(&pmm, &format!("message {slot}"), &[]);
