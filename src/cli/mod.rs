@@ -1,6 +1,7 @@
 //! What every program shares: flags, the stdout writer, the error line, exit codes, progress
 //! bars (SPEC §3). The only module besides `cmd` that touches stdio or the exit status.
 
+pub mod adapter;
 pub mod embed;
 pub mod refenv;
 

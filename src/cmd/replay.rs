@@ -107,7 +107,8 @@ pub struct Args {
     check_fast: bool,
     /// Rebuild the exact prompt of the turn whose assistant or user message is event ID, from
     /// the state as of that turn and its recorded retrieval_selection, and check it against the
-    /// reply's prompt_sha256 (exit 1 when they differ)
+    /// reply's prompt_sha256 (exit 1 when they differ); or of a thinking tick's reply (pmm-tick
+    /// --adapter), from the ledger up to its slot's stimulus
     #[arg(long, value_name = "ID", allow_negative_numbers = true, conflicts_with_all = ["state", "narrate", "follow", "check_fast", "diff"])]
     prompt: Option<i64>,
 }
@@ -255,6 +256,11 @@ fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Outcome> {
 fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     use crate::context::prompt as cp;
     let bad = |e: cp::RebuildError| Error::bad_input(Some("--prompt".into()), e.to_string());
+    if let Some(reply) = ledger.get(id)? {
+        if let Some((rebuilt, recorded)) = crate::kernel::think::rebuild(ledger, &reply)? {
+            return thought_prompt(id, &rebuilt, &recorded, out);
+        }
+    }
     let turn = cp::turn_of(ledger, id)?.map_err(bad)?;
     let rebuilt = cp::rebuild(ledger, &turn)?.map_err(bad)?;
     let sha = rebuilt.sha256();
@@ -275,6 +281,34 @@ fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     eprintln!(
         "pmm-replay: the prompt of turn {} rebuilt from the ledger hashes to {sha}, but the reply records prompt_sha256 {}: the ledger no longer gives the prompt that was sent",
         turn.reply, turn.recorded
+    );
+    Ok(Outcome::Negative)
+}
+
+/// `--prompt ID` of a thinking tick's reply (`kernel::think`): its prompt rebuilt from the
+/// ledger, as for a turn, without `reply_to` (it answers no user message).
+fn thought_prompt(
+    id: i64,
+    rebuilt: &crate::context::prompt::Prompt,
+    recorded: &str,
+    out: &mut Out,
+) -> anyhow::Result<Outcome> {
+    let sha = rebuilt.sha256();
+    let matches = sha == recorded;
+    let mut record = rebuilt.to_json();
+    record["type"] = "prompt".into();
+    record["reply"] = id.into();
+    record["prompt_format"] = crate::kernel::think::THINK_FORMAT.into();
+    record["prompt_sha256"] = sha.clone().into();
+    record["recorded_sha256"] = recorded.into();
+    record["matches"] = matches.into();
+    out.record(&record)?;
+    out.flush()?;
+    if matches {
+        return Ok(Outcome::Success);
+    }
+    eprintln!(
+        "pmm-replay: the prompt of thinking tick reply {id} rebuilt from the ledger hashes to {sha}, but the reply records prompt_sha256 {recorded}: the ledger no longer gives the prompt that was sent"
     );
     Ok(Outcome::Negative)
 }

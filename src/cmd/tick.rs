@@ -1,9 +1,13 @@
 //! `pmm-tick`: one autonomy tick per run, or a supervisor loop (`--every`).
 
+use crate::cli::adapter::AdapterArgs;
 use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::kernel::think::{self, Thought};
 use crate::kernel::tick::{self, Ticked};
 use crate::kernel::Slot;
+use crate::llm::{Adapter, Cancel};
 use crate::store::Ledger;
+use crate::turn::{Options, TurnError};
 use crate::Error;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -23,6 +27,12 @@ EXAMPLES:
     for s in 1 2 3; do pmm-tick --db agent.db --now 2025-11-24T06:00:00Z --slot $s; done
   Watch the kernel's reasoning:
     pmm-tick --every 10s | jq -c 'select(.kind==\"autonomy_tick\") | .content | fromjson'
+  Thinking ticks: a tick that reflects or reviews a commitment asks the model what to do
+  (its COMMIT/CLOSE/CLAIM/REFLECT lines are applied as a turn's are), once per slot:
+    pmm-tick --db agent.db --adapter ollama --model llama3.2
+  The same from cron, every 10 minutes, at most 12 model calls and 50000 tokens a UTC day:
+    pmm-tick --db agent.db --set think_calls_per_day=12 --set think_tokens_per_day=50000
+    */10 * * * * PMM_ADAPTER=ollama pmm-tick --db agent.db --interval 600
 
 RULES (in order; see docs/autonomy.md):
   1. no metrics_turn yet                                     -> idle
@@ -33,12 +43,20 @@ RULES (in order; see docs/autonomy.md):
   5. an open commitment with >= commitment_staleness (20) events since it -> reflect (review)
   6. otherwise                                                -> idle
   A reflect with nothing new to say (nothing changed, same stalled commitments) is an idle.
+  With --adapter (or PMM_ADAPTER), a reflect asks the model (a thinking tick; see
+  docs/autonomy.md): the slot's stimulus is written first (the claim: a second tick of the
+  slot writes nothing and asks nothing), the model is called with no lock held, then the
+  tick is written with the reply (meta.source autonomy_kernel) and what its markers did.
+  Past the day's budget (think_calls_per_day 48, think_tokens_per_day 200000 unless set)
+  the tick is today's, and its autonomy_tick says why in meta.think.
   When more than one commitment is open, those older than commitment_auto_close (27) events
   are closed, stalest first; the newest open commitment always stays.
 
 OUTPUT:
   The events the tick appended as JSON Lines, then
   {\"type\":\"tick\",\"slot\",\"slot_id\",\"decision\",\"reasoning\",\"evidence\",\"auto_closed\",\"events\",\"first_id\",\"last_id\",\"rows_read\"}
+  and, with an adapter, \"think\": {\"asked\":true,\"provider\",\"model\",\"reply\",\"opened\",\"closed\",
+  \"claims\",\"prompt_sha256\"} or {\"asked\":false,\"why\"}
   (a slot that was already ticked: \"decision\":null and \"skipped\"). --dry-run prints one
   {\"type\":\"decision\",…} object; --set prints the config and
   autonomy_rule_table events it appended, then {\"type\":\"thresholds\",…}.
@@ -49,11 +67,21 @@ EXIT STATUS:
      stderr, and the next tick tries again
   1  the ledger's write policy forbade one of the tick's (or --set's) events: nothing of it
      was written, a violation event records the refusal
-  2  bad input (a bad --set, --slot or duration), a locked or unreadable ledger
+  2  bad input (a bad --set, --slot or duration, a bad adapter setup), a locked or
+     unreadable ledger
+  3  a thinking tick's model cannot be asked (found before anything is written), or it
+     failed (an error status, a dropped connection, no answer within --timeout): the slot's
+     stimulus and a generation_failure naming the slot are in the ledger, nothing else of
+     the tick; the slot is spent and the next slot decides afresh
+  130, 143  SIGINT or SIGTERM during a thinking tick's model call (a generation_failure
+     with reason interrupted, as for 3)
 
 ENVIRONMENT:
   PMM_DB   the ledger when --db is not given (default .data/pmmdb/pmm.db)
-  PMM_NOW  pin the clock (RFC 3339): the slot and every timestamp come from it
+  PMM_NOW  pin the clock (RFC 3339): the slot, every timestamp and the budget's UTC day
+           come from it
+  PMM_ADAPTER, PMM_MODEL, OLLAMA_HOST, OPENAI_BASE_URL, OPENAI_API_KEY
+           the model of thinking ticks, as for pmm-turn (no adapter: no model is asked)
   PMM_EMBED_PROVIDER, PMM_EMBED_MODEL, PMM_EMBED_URL, PMM_EMBED_API_KEY
            an embedding model: after each tick, up to 64 events without a vector are
            embedded (semantic recall; see pmm-recall --help)
@@ -79,6 +107,8 @@ pub struct Args {
     common: CommonArgs,
     #[command(flatten)]
     embed: crate::cli::embed::EmbedArgs,
+    #[command(flatten)]
+    llm: AdapterArgs,
 
     /// Tick this slot instead of the clock's
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(0..))]
@@ -96,7 +126,9 @@ pub struct Args {
     dry_run: bool,
     /// Set a threshold (reflection_interval, summary_interval, commitment_staleness,
     /// commitment_auto_close, index_threshold) to a positive integer; repeatable; no tick is run. A value set
-    /// this way wins over learning (policy_update, meta_policy_update) until --unset
+    /// this way wins over learning (policy_update, meta_policy_update) until --unset. The
+    /// thinking ticks' daily budget is set the same way (think_calls_per_day,
+    /// think_tokens_per_day)
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_set, conflicts_with_all = ["slot", "dry_run"])]
     set: Vec<(String, i64)>,
     /// After every tick, sign a checkpoint of the ledger's Merkle tree with this private key
@@ -113,13 +145,15 @@ pub struct Args {
     unset: Vec<String>,
 }
 
-/// The threshold keys `--set` takes.
-pub const KEYS: [&str; 5] = [
+/// The threshold keys `--set` takes (the last two are the thinking ticks' daily budget).
+pub const KEYS: [&str; 7] = [
     "reflection_interval",
     "summary_interval",
     "commitment_staleness",
     "commitment_auto_close",
     "index_threshold",
+    think::BUDGET_KEYS[0],
+    think::BUDGET_KEYS[1],
 ];
 
 /// Why a `--set` or `--every` value is refused.
@@ -266,9 +300,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     }
 
     let signer = checkpoint_signer(&args, &path)?;
+    // A bad adapter setup (no --script, a URL that is not one) is refused before the ledger
+    // is opened or created.
+    let mut thinker = Thinker::new(&args)?;
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() || !args.unset.is_empty() {
         let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
+        let budget = think::budget(&ledger)?;
         for e in &events {
             out.event(e)?;
         }
@@ -280,6 +318,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             "commitment_staleness": th.commitment_staleness,
             "commitment_auto_close": th.commitment_auto_close,
             "index_threshold": th.index_threshold,
+            "think_calls_per_day": budget.calls_per_day,
+            "think_tokens_per_day": budget.tokens_per_day,
             "set_by": th.set_by,
             "pinned": th.pinned,
         }))?;
@@ -289,8 +329,8 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
 
     let embedder = args.embed.open(&ledger)?;
     let Some(every) = args.every else {
-        let t = tick::run(&mut ledger, &slot_now(), &clock)?;
-        print(&mut out, &t)?;
+        let t = thinker.tick(&mut ledger, &slot_now(), &mut out, true)?;
+        print_tick(&mut out, &t)?;
         embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
         sign_step(&ledger, signer.as_ref(), &mut out)?;
         return Ok(Outcome::Success);
@@ -302,16 +342,16 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut ticked_once = false;
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
-        match tick::run(&mut ledger, &slot_now(), &clock) {
+        match thinker.tick(&mut ledger, &slot_now(), &mut out, false) {
             Ok(t) => {
-                print(&mut out, &t)?;
+                print_tick(&mut out, &t)?;
                 embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
                 sign_step(&ledger, signer.as_ref(), &mut out)?;
                 ticked_once = true;
             }
             // The first tick failing means a bad setup: stop. Later failures (a ledger
             // locked for longer than --busy-timeout) are reported and the loop goes on.
-            Err(e) if !ticked_once => return Err(e.into()),
+            Err(e) if !ticked_once => return Err(e),
             Err(e) => eprintln!("pmm-tick: warning: tick skipped: {e}"),
         }
         while !stop.load(Ordering::SeqCst) && started.elapsed() < every {
@@ -323,6 +363,102 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     }
     Ok(Outcome::Success)
+}
+
+/// A tick's result: today's tick, or a thinking tick's.
+enum AnyTick {
+    Plain(Ticked),
+    Thought(Thought),
+}
+
+fn print_tick(out: &mut Out, t: &AnyTick) -> std::io::Result<()> {
+    match t {
+        AnyTick::Plain(t) => print(out, t),
+        AnyTick::Thought(t) => {
+            if let Ticked::Done(o) = &t.ticked {
+                for e in &o.events {
+                    out.event(e)?;
+                }
+            }
+            out.record(&t.record())?;
+            out.flush()
+        }
+    }
+}
+
+/// The model a tick may ask (`--adapter`, `PMM_ADAPTER`): none, and ticks are what they
+/// always were.
+struct Thinker {
+    adapter: Option<Box<dyn Adapter>>,
+    opts: Options,
+}
+
+impl Thinker {
+    fn new(args: &Args) -> anyhow::Result<Thinker> {
+        let adapter = match args.llm.adapter {
+            None => None,
+            Some(_) => Some(AdapterArgs::build(&args.llm.config("")?)?),
+        };
+        let l = &args.llm;
+        Ok(Thinker {
+            adapter,
+            opts: Options {
+                temperature: l.temperature,
+                top_p: l.top_p,
+                seed: l.seed,
+                max_tokens: l.max_tokens,
+                clock: args.clock.clock(),
+                ..Options::default()
+            },
+        })
+    }
+
+    /// One tick of `slot`. `signals`: SIGINT and SIGTERM cancel the model call (a
+    /// generation_failure, exit 130 or 143); the supervisor handles them itself. A failed
+    /// call prints the events it left before its error is returned.
+    fn tick(
+        &mut self,
+        ledger: &mut Ledger,
+        slot: &Slot,
+        out: &mut Out,
+        signals: bool,
+    ) -> anyhow::Result<AnyTick> {
+        let Some(adapter) = self.adapter.as_mut() else {
+            return Ok(AnyTick::Plain(tick::run(ledger, slot, &self.opts.clock)?));
+        };
+        let cancel = Cancel::new();
+        if signals {
+            cancel.on_signals()?;
+        }
+        let opts = Options {
+            cancel: Some(cancel.clone()),
+            ..self.opts.clone()
+        };
+        let result = {
+            let _armed = signals.then(|| cancel.arm());
+            think::run(ledger, adapter.as_mut(), slot, &opts)
+        };
+        match result {
+            Ok(t) => Ok(AnyTick::Thought(t)),
+            Err(TurnError::Generation {
+                error,
+                events,
+                failure,
+            }) => {
+                for e in &events {
+                    out.event(e)?;
+                }
+                out.flush()?;
+                Err(Error::from(TurnError::Generation {
+                    error,
+                    events,
+                    failure,
+                })
+                .into())
+            }
+            Err(e) => Err(Error::from(e).into()),
+        }
+    }
 }
 
 /// `--checkpoint-key K --checkpoint-out F`: the key, read before anything is written, and
@@ -448,7 +584,7 @@ mod tests {
         assert_eq!(set("x"), "'x' is not KEY=VALUE");
         assert_eq!(
             set("x=1"),
-            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close, index_threshold)"
+            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close, index_threshold, think_calls_per_day, think_tokens_per_day)"
         );
         assert_eq!(
             set("summary_interval= ten"),

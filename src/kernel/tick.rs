@@ -94,7 +94,11 @@ impl Ticked {
 /// this slot's (cron fired twice), or the slot is past every slot of its interval stimulated
 /// so far (cron and `--every` move forwards). Otherwise (an explicit older `--slot`, a clock
 /// set back), a look-up among the stimuli.
-fn stimulus_for<R: Reads>(r: &R, p: &Projections, slot: &Slot) -> crate::Result<Option<i64>> {
+pub(super) fn stimulus_for<R: Reads>(
+    r: &R,
+    p: &Projections,
+    slot: &Slot,
+) -> crate::Result<Option<i64>> {
     let a = &p.autonomy;
     if let Some((id, _, sid)) = &a.last_stimulus {
         if *sid == slot.slot_id {
@@ -108,7 +112,7 @@ fn stimulus_for<R: Reads>(r: &R, p: &Projections, slot: &Slot) -> crate::Result<
     }
 }
 
-fn slot_meta(slot: &Slot, pairs: &[(&str, Value)]) -> Map<String, Value> {
+pub(super) fn slot_meta(slot: &Slot, pairs: &[(&str, Value)]) -> Map<String, Value> {
     let mut m = meta(pairs);
     if slot.interval != super::slot::INTERVAL_SECS {
         m.insert("interval".into(), slot.interval.into());
@@ -142,12 +146,28 @@ fn delta_hash<R: Reads>(r: &R, ids: &[i64]) -> crate::Result<String> {
 /// Runs the tick for `slot`. A write the policy forbids rolls the tick back and is recorded
 /// as a `violation` ([`crate::Error::PolicyViolation`], exit 1).
 pub fn run(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
-    run_inner(ledger, slot, clock).map_err(|e| record_refusal(ledger, e, clock))
+    run_noted(ledger, slot, clock, None)
+}
+
+/// [`run`], with `note` recorded as the `autonomy_tick`'s `meta.think` (why a tick that
+/// could have asked the model did not: [`super::think`]).
+pub fn run_noted(
+    ledger: &mut Ledger,
+    slot: &Slot,
+    clock: &Clock,
+    note: Option<&str>,
+) -> crate::Result<Ticked> {
+    run_inner(ledger, slot, clock, note).map_err(|e| record_refusal(ledger, e, clock))
 }
 
 /// The tick, step by step: look for the slot's stimulus, decide, then write the slot's
 /// events, the auto-closes, the action and the bookkeeping in one transaction.
-fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
+fn run_inner(
+    ledger: &mut Ledger,
+    slot: &Slot,
+    clock: &Clock,
+    note: Option<&str>,
+) -> crate::Result<Ticked> {
     let rows_at_start = store::rows_read();
     let projected = store::project(&*ledger, None, true)?;
     let mut p = projected.projections;
@@ -169,20 +189,10 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
         events: &mut events,
         clock,
     };
-    append_slot_events(&mut s, slot, &th, &decision)?;
-    let acted = s.events.len();
-    append_auto_closes(&mut s, &th, &decision)?;
-    append_action(&mut s, slot, &th, &decision)?;
-    append_adaptive(&mut s, slot, &decision, acted)?;
-    super::index::maintain(&mut s, acted)?;
-    super::goals::append_goals(&mut s)?;
-    append_bookkeeping(&mut s)?;
-    if let Some(ms) = std::env::var(PAUSE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
+    append_stimulus(&mut s, slot)?;
+    let note = note.map(|n| Value::String(n.to_string()));
+    append_tick(&mut s, slot, &th, &decision, note.as_ref(), &mut |_| Ok(()))?;
+    test_pause();
     batch.commit()?;
     if projected.folded >= store::CHECKPOINT_EVERY / 4 {
         store::save_projection_checkpoint(ledger.path(), &p);
@@ -195,13 +205,41 @@ fn run_inner(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<T
     }))
 }
 
-/// The stimulus, the rule table when the thresholds changed, and the decision.
-fn append_slot_events(
+/// [`PAUSE_ENV`]: the testing aid's wait, inside the transaction, before its commit.
+pub(super) fn test_pause() {
+    if let Some(ms) = std::env::var(PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+/// Everything a tick writes after its stimulus, in order: the rule table when the thresholds
+/// changed, the decision (with `note` as `meta.think`), the auto-closes, what `before_action`
+/// writes (a thinking tick's reply and what its markers do), the action, the adaptive loop,
+/// CTL maintenance, internal goals and the bookkeeping.
+pub(super) fn append_tick(
     s: &mut Sink<'_, '_>,
     slot: &Slot,
     th: &Thresholds,
     decision: &Decision,
+    note: Option<&Value>,
+    before_action: &mut dyn FnMut(&mut Sink<'_, '_>) -> crate::Result<()>,
 ) -> crate::Result<()> {
+    append_decision(s, slot, th, decision, note)?;
+    let acted = s.events.len();
+    append_auto_closes(s, th, decision)?;
+    before_action(s)?;
+    append_action(s, slot, th, decision)?;
+    append_adaptive(s, slot, decision, acted)?;
+    super::index::maintain(s, acted)?;
+    super::goals::append_goals(s)?;
+    append_bookkeeping(s)
+}
+
+/// The slot's `autonomy_stimulus`.
+pub(super) fn append_stimulus(s: &mut Sink<'_, '_>, slot: &Slot) -> crate::Result<Event> {
     let stimulus = format!(
         "{{\"slot\": {}, \"slot_id\": \"{}\"}}",
         slot.slot, slot.slot_id
@@ -213,7 +251,17 @@ fn append_slot_events(
             ("source", "autonomy_supervisor".into()),
         ],
     );
-    s.put(Kind::AutonomyStimulus, stimulus, m)?;
+    s.put(Kind::AutonomyStimulus, stimulus, m)
+}
+
+/// The rule table when the thresholds changed, and the decision.
+fn append_decision(
+    s: &mut Sink<'_, '_>,
+    slot: &Slot,
+    th: &Thresholds,
+    decision: &Decision,
+    note: Option<&Value>,
+) -> crate::Result<()> {
     let rule_table = th.rule_table_text();
     if s.p.autonomy.last_rule_table.as_deref() != Some(rule_table.as_str()) {
         s.put(
@@ -222,7 +270,7 @@ fn append_slot_events(
             meta(&[("source", "autonomy_kernel".into())]),
         )?;
     }
-    let m = slot_meta(
+    let mut m = slot_meta(
         slot,
         &[
             ("slot", slot.slot.into()),
@@ -230,6 +278,9 @@ fn append_slot_events(
             ("source", "autonomy_kernel".into()),
         ],
     );
+    if let Some(n) = note {
+        m.insert("think".into(), n.clone());
+    }
     let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
     s.put(Kind::AutonomyTick, content, m)?;
     Ok(())

@@ -576,8 +576,8 @@ fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Co
         marker::parse_unechoed(&said.reply.text, &said.prompt.request.system);
     let (valid_claims, failed_claims) = append_claims(s, &markers)?;
     append_identity_adoptions(s)?;
-    let opened = append_opens(s, &markers, &about)?;
-    let closed = append_closes(s, &markers)?;
+    let opened = append_opens(s, &markers, &about, "assistant")?;
+    let closed = append_closes(s, &markers, "assistant")?;
     for r in &markers.refs {
         append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
     }
@@ -634,7 +634,7 @@ fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Even
 
 /// Claims, each on its own (a bad one fails only itself): the valid ones as `claim` events
 /// bound to their type; the records of valid and failed claims.
-fn append_claims(
+pub(crate) fn append_claims(
     s: &mut Sink<'_, '_>,
     markers: &marker::Markers,
 ) -> crate::Result<(Vec<Value>, Vec<claim::FailedClaim>)> {
@@ -706,11 +706,14 @@ fn append_active_indexing(
 }
 
 /// A `commitment_open` per `COMMIT:` line, each followed by the binding of the turn's
-/// concepts to its thread; the cids opened.
-fn append_opens(
+/// concepts to its thread; the cids opened. `source` is the writer's `meta.source`
+/// (`assistant` for a turn's reply, `autonomy_kernel` for a thinking tick's); the origin is
+/// the model's either way.
+pub(crate) fn append_opens(
     s: &mut Sink<'_, '_>,
     markers: &marker::Markers,
     about: &[String],
+    source: &str,
 ) -> crate::Result<Vec<String>> {
     let mut opened = Vec::new();
     for c in &markers.commits {
@@ -720,7 +723,7 @@ fn append_opens(
             ("cid", cid.clone().into()),
             ("impact_score", json!(score)),
             ("origin", "assistant".into()),
-            ("source", "assistant".into()),
+            ("source", source.into()),
             ("text", c.value.clone().into()),
         ]);
         let open = s.put(
@@ -735,7 +738,12 @@ fn append_opens(
 }
 
 /// A `commitment_close` per `CLOSE:` line naming an open commitment; the cids closed.
-fn append_closes(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Result<Vec<String>> {
+/// `source` as for [`append_opens`].
+pub(crate) fn append_closes(
+    s: &mut Sink<'_, '_>,
+    markers: &marker::Markers,
+    source: &str,
+) -> crate::Result<Vec<String>> {
     let mut closed = Vec::new();
     for c in &markers.closes {
         if !s.p.mirror.open.contains_key(&c.value) {
@@ -744,7 +752,7 @@ fn append_closes(s: &mut Sink<'_, '_>, markers: &marker::Markers) -> crate::Resu
         let m = meta(&[
             ("cid", c.value.clone().into()),
             ("origin", "assistant".into()),
-            ("source", "assistant".into()),
+            ("source", source.into()),
         ]);
         s.put(
             Kind::CommitmentClose,
@@ -837,6 +845,19 @@ fn append_reflections(
         ]);
         s.put(Kind::MetaSummary, content, m)?;
     }
+    append_delta_reflection(s, markers, failed, opened, closed, assistant_id)
+}
+
+/// The correction/delta reflection about the reply `assistant_id` (what its markers did,
+/// its `REFLECT:`), and the `REF:`s it carries.
+pub(crate) fn append_delta_reflection(
+    s: &mut Sink<'_, '_>,
+    markers: &marker::Markers,
+    failed: &[claim::FailedClaim],
+    opened: &[String],
+    closed: &[String],
+    assistant_id: i64,
+) -> crate::Result<()> {
     let reflect = markers.reflect.as_ref().and_then(|r| r.value.as_ref().ok());
     if let Some(text) = claim::delta_text(failed, opened, closed, reflect) {
         s.put(

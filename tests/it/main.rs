@@ -47,6 +47,7 @@ mod rsm;
 mod skips;
 mod stream;
 mod tamper;
+mod think;
 mod tick;
 mod tour;
 mod turn;

@@ -1,0 +1,664 @@
+//! Thinking ticks (docs/autonomy.md, "Thinking ticks"): a tick whose decision acts (a
+//! reflection, a commitment review) asks the model what to do, and the reply's markers
+//! (`COMMIT`, `CLOSE`, `CLAIM`, `REFLECT`) are applied by the turn's own rules.
+//!
+//! The kernel alone decides *when*; the model decides *what*. The model is never called with
+//! the write lock held:
+//!
+//! 1. A read of the head: the slot's stimulus (already ticked: nothing, no call), the
+//!    decision (not acting: today's tick), the day's budget (spent: today's tick, with why in
+//!    the `autonomy_tick`'s `meta.think`).
+//! 2. **The claim**, a write transaction of its own: the slot's `autonomy_stimulus` (and a new
+//!    ledger's default configs). A second tick for the slot (cron overlap, another host) sees
+//!    it and writes nothing, without calling the model: at most one call per slot.
+//! 3. The prompt (read snapshot) and the model call, outside any transaction.
+//! 4. A write transaction against the true head: the slot is still this claim's, the decision
+//!    is taken again (a turn may have come in), then the tick's events with the reply, what its
+//!    markers do, and the kernel's reflection, as [`super::tick`] writes them.
+//!
+//! A model that fails (an error status, a dropped connection, a stall past the timeout, an
+//! interrupt) leaves the claim's stimulus and a `generation_failure` naming the slot (exit 3):
+//! the slot is spent, and the next slot decides afresh (the same decision, when nothing
+//! changed). A process that dies between the claim and its last write leaves the stimulus
+//! alone: that slot is never ticked again (as a slot nobody ticked), and the next one decides
+//! afresh. Nothing else of the tick is ever half-written.
+
+use super::tick::{self, Ticked};
+use super::{decide, Action, Slot, View};
+use crate::context::embed::py_split;
+use crate::context::select::{self, RetrievalConfig};
+use crate::event::{Clock, Event, Kind};
+use crate::llm::{Adapter, LlmError, Reply, Request};
+use crate::marker;
+use crate::projection::state::Projections;
+use crate::store::{self, Filter, Ledger, Reads};
+use crate::turn::{self, catch_up, ensure_defaults, Options, Sink, TurnError};
+use serde_json::{json, Value};
+
+/// `meta.source` of everything a thinking tick writes on the model's behalf.
+pub const SOURCE: &str = "autonomy_kernel";
+
+/// `meta.prompt_format` of a thinking tick's reply (a turn's is [`turn::PROMPT_FORMAT`]).
+pub const THINK_FORMAT: &str = "think.1";
+
+/// The budget keys `pmm-tick --set` takes beside the thresholds.
+pub const BUDGET_KEYS: [&str; 2] = ["think_calls_per_day", "think_tokens_per_day"];
+
+/// Model calls a day when no budget was set.
+pub const DEFAULT_CALLS_PER_DAY: i64 = 48;
+
+/// Tokens (prompt and reply) a day when no budget was set.
+pub const DEFAULT_TOKENS_PER_DAY: i64 = 200_000;
+
+/// The most characters of a reflection the prompt quotes.
+const REFLECTION_CHARS: usize = 400;
+
+/// How many of the newest reflections the prompt quotes.
+const REFLECTIONS: usize = 3;
+
+/// Characters of recalled evidence when the retrieval config says nothing else.
+const RECALL_BUDGET: usize = 4_000;
+
+/// The daily budget in force: the newest `autonomy_thresholds` config that names each key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Model calls a UTC day.
+    pub calls_per_day: i64,
+    /// Tokens a UTC day.
+    pub tokens_per_day: i64,
+}
+
+/// What thinking spent on one UTC day, and the kernel's replies so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// Model calls (replies and failures).
+    pub calls: i64,
+    /// Tokens of the replies.
+    pub tokens: i64,
+    /// Thinking replies in the whole ledger (the scripted adapter's line is this + 1).
+    pub replies: u64,
+}
+
+fn is_thinking(e: &Event) -> bool {
+    let m = e.meta_map().unwrap_or_default();
+    m.get("source").and_then(Value::as_str) == Some(SOURCE) && m.contains_key("slot_id")
+}
+
+/// The budget in force on `r`.
+pub fn budget<R: Reads>(r: &R) -> crate::Result<Budget> {
+    let mut b = Budget {
+        calls_per_day: DEFAULT_CALLS_PER_DAY,
+        tokens_per_day: DEFAULT_TOKENS_PER_DAY,
+    };
+    r.scan(
+        &Filter {
+            kinds: vec![Kind::Config.to_string()],
+            ..Filter::default()
+        },
+        |e| {
+            if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&e.content) {
+                if c.get("type").and_then(Value::as_str) == Some("autonomy_thresholds") {
+                    let get = |k: &str| c.get(k).and_then(Value::as_i64).filter(|n| *n >= 1);
+                    if let Some(n) = get(BUDGET_KEYS[0]) {
+                        b.calls_per_day = n;
+                    }
+                    if let Some(n) = get(BUDGET_KEYS[1]) {
+                        b.tokens_per_day = n;
+                    }
+                }
+            }
+            Ok(true)
+        },
+    )?;
+    Ok(b)
+}
+
+/// Thinking replies before event `before` (the scripted adapter's line is this + 1).
+fn replies_before<R: Reads>(r: &R, before: i64) -> crate::Result<u64> {
+    let mut n = 0;
+    r.scan(
+        &Filter {
+            until: Some(before - 1),
+            kinds: vec![Kind::AssistantMessage.to_string()],
+            ..Filter::default()
+        },
+        |e| {
+            n += u64::from(is_thinking(&e));
+            Ok(true)
+        },
+    )?;
+    Ok(n)
+}
+
+/// A thinking tick's prompt rebuilt from the ledger alone, for the reply `reply` (`None`
+/// when it is not a thinking tick's reply): the decision taken again from the events before
+/// its slot's stimulus, the prompt from those up to the stimulus. With its recorded
+/// `prompt_sha256`.
+pub fn rebuild<R: Reads>(
+    r: &R,
+    reply: &Event,
+) -> crate::Result<Option<(crate::context::prompt::Prompt, String)>> {
+    let m = reply.meta_map().unwrap_or_default();
+    let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+    let (Some(THINK_FORMAT), Some(slot_id), Some(recorded)) = (
+        s("prompt_format").as_deref(),
+        s("slot_id"),
+        s("prompt_sha256"),
+    ) else {
+        return Ok(None);
+    };
+    if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE) {
+        return Ok(None);
+    }
+    let n = |k: &str| m.get(k).and_then(Value::as_i64);
+    let slot = Slot::new(
+        n("slot").unwrap_or_default(),
+        n("interval").unwrap_or(super::slot::INTERVAL_SECS),
+    );
+    let mut stimulus = None;
+    r.scan(
+        &Filter {
+            until: Some(reply.id - 1),
+            kinds: vec![Kind::AutonomyStimulus.to_string()],
+            ..Filter::default()
+        },
+        |e| {
+            if e.content.contains(&slot_id) {
+                stimulus = Some(e);
+            }
+            Ok(true)
+        },
+    )?;
+    let Some(stimulus) = stimulus else {
+        return Ok(None);
+    };
+    let mut p = store::project(r, Some(stimulus.id - 1), true)?.projections;
+    let decision = decide(&View::of(&p), &p.mirror.thresholds);
+    p.apply(&stimulus);
+    let replies = replies_before(r, stimulus.id)?;
+    let asked = prompt(r, &p, &slot, &decision, &Options::default(), replies)?;
+    let q = asked.request;
+    Ok(Some((
+        crate::context::prompt::Prompt {
+            system: q.system,
+            history: q.history,
+            user: q.user,
+        },
+        recorded,
+    )))
+}
+
+/// What thinking spent on the UTC day of `clock` (`YYYY-MM-DD`, from the events' `ts`).
+pub fn spent<R: Reads>(r: &R, clock: &Clock) -> crate::Result<Spent> {
+    let day = clock.now().format("%Y-%m-%d").to_string();
+    let mut s = Spent::default();
+    r.scan(
+        &Filter {
+            kinds: vec![
+                Kind::AssistantMessage.to_string(),
+                Kind::GenerationFailure.to_string(),
+            ],
+            ..Filter::default()
+        },
+        |e| {
+            if !is_thinking(&e) {
+                return Ok(true);
+            }
+            if e.kind == Kind::AssistantMessage {
+                s.replies += 1;
+            }
+            if e.ts.starts_with(&day) {
+                s.calls += 1;
+                let m = e.meta_map().unwrap_or_default();
+                let n = |k: &str| m.get(k).and_then(Value::as_i64).unwrap_or(0);
+                s.tokens += n("in_tokens") + n("out_tokens");
+            }
+            Ok(true)
+        },
+    )?;
+    Ok(s)
+}
+
+/// Why the budget stops thinking today, if it does.
+fn over_budget(b: &Budget, s: &Spent) -> Option<String> {
+    if s.calls >= b.calls_per_day {
+        return Some(format!(
+            "think budget spent: {} model calls today (think_calls_per_day {})",
+            s.calls, b.calls_per_day
+        ));
+    }
+    if s.tokens >= b.tokens_per_day {
+        return Some(format!(
+            "think budget spent: {} tokens today (think_tokens_per_day {})",
+            s.tokens, b.tokens_per_day
+        ));
+    }
+    None
+}
+
+/// What a thinking tick did.
+#[derive(Debug, Clone)]
+pub struct Thought {
+    /// The tick (its events include the reply's).
+    pub ticked: Ticked,
+    /// `{"asked":bool, …}`: whether the model was asked, and what came of it or why not.
+    pub think: Value,
+}
+
+impl Thought {
+    /// The `{"type":"tick",…}` record, with `"think"`.
+    pub fn record(&self) -> Value {
+        let mut r = self.ticked.record();
+        r["think"] = self.think.clone();
+        r
+    }
+}
+
+/// A tick of `slot` that asks `adapter` when its decision acts. Without acting, or with the
+/// day's budget spent, it is [`tick::run`] (the budget's reason in the tick's meta).
+pub fn run(
+    ledger: &mut Ledger,
+    adapter: &mut dyn Adapter,
+    slot: &Slot,
+    opts: &Options,
+) -> Result<Thought, TurnError> {
+    match run_inner(ledger, adapter, slot, opts) {
+        Err(TurnError::Store(e)) => Err(TurnError::Store(turn::record_refusal(
+            ledger,
+            e,
+            &opts.clock,
+        ))),
+        other => other,
+    }
+}
+
+fn plain(ticked: Ticked, why: &str) -> Thought {
+    Thought {
+        ticked,
+        think: json!({"asked": false, "why": why}),
+    }
+}
+
+fn run_inner(
+    ledger: &mut Ledger,
+    adapter: &mut dyn Adapter,
+    slot: &Slot,
+    opts: &Options,
+) -> Result<Thought, TurnError> {
+    let clock = &opts.clock;
+    let rows_at_start = store::rows_read();
+    // 1. Decide under a read of the head.
+    let p = store::project(&*ledger, None, true)?.projections;
+    if let Some(stimulus) = tick::stimulus_for(&*ledger, &p, slot)? {
+        let t = Ticked::AlreadyTicked {
+            slot: slot.clone(),
+            stimulus,
+        };
+        return Ok(plain(t, "the slot already has a stimulus"));
+    }
+    let decision = decide(&View::of(&p), &p.mirror.thresholds);
+    if decision.decision != Action::Reflect {
+        let t = tick::run(ledger, slot, clock)?;
+        return Ok(plain(t, "the decision does not act"));
+    }
+    let spent = spent(&*ledger, clock)?;
+    if let Some(why) = over_budget(&budget(&*ledger)?, &spent) {
+        let t = tick::run_noted(ledger, slot, clock, Some(&why))?;
+        return Ok(plain(t, &why));
+    }
+    // A model that cannot be asked at all (refused connection, unknown model): exit 3 before
+    // anything is written.
+    adapter.preflight().map_err(crate::Error::from)?;
+
+    // 2. The claim: the slot's stimulus, committed before the call.
+    let (mut p, claim, decision) = match claim(ledger, slot, clock)? {
+        Claimed::Already(stimulus) => {
+            let t = Ticked::AlreadyTicked {
+                slot: slot.clone(),
+                stimulus,
+            };
+            return Ok(plain(t, "the slot already has a stimulus"));
+        }
+        Claimed::NotActing => {
+            let t = tick::run(ledger, slot, clock)?;
+            return Ok(plain(t, "the decision does not act"));
+        }
+        Claimed::Mine(p, events, decision) => (*p, events, decision),
+    };
+    let stimulus = claim.last().map_or(0, |e| e.id);
+
+    // 3. The prompt and the call, outside any transaction.
+    let request = ledger.in_snapshot(|l| {
+        let replies = replies_before(l, stimulus)?;
+        prompt(l, &p, slot, &decision, opts, replies)
+    })?;
+    let reply = match adapter.generate_with(&request.request, None, opts.cancel.as_ref()) {
+        Ok(r) => r,
+        Err(error) => {
+            let failure = record_failure(ledger, &*adapter, &mut p, slot, stimulus, &error, clock)?;
+            let mut events = claim;
+            events.push(failure.clone());
+            return Err(TurnError::Generation {
+                error,
+                events,
+                failure: Box::new(failure),
+            });
+        }
+    };
+
+    // 4. The write, against the true head.
+    let mut events = Vec::new();
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, &mut p)?;
+    if tick::stimulus_for(&batch, &p, slot)? != Some(stimulus) {
+        // Never seen: the claim is this process's and the ledger only grows.
+        return Err(crate::Error::bad_input(
+            None,
+            format!("slot {}: its stimulus is not event {stimulus}", slot.slot),
+        )
+        .into());
+    }
+    let th = p.mirror.thresholds.clone();
+    let decision = decide(&View::of(&p), &th);
+    let provider = adapter.provider().to_string();
+    let mut done = Done::default();
+    let mut s = Sink {
+        batch: &mut batch,
+        p: &mut p,
+        events: &mut events,
+        clock,
+    };
+    let note = json!(format!("asked {provider} ({})", reply.model));
+    tick::append_tick(&mut s, slot, &th, &decision, Some(&note), &mut |s| {
+        done = append_reply(s, slot, &provider, &request, &reply, opts)?;
+        Ok(())
+    })?;
+    tick::test_pause();
+    batch.commit()?;
+    let mut all = claim;
+    all.extend(events);
+    let think = json!({
+        "asked": true,
+        "provider": provider,
+        "model": reply.model,
+        "reply": reply.text,
+        "opened": done.opened,
+        "closed": done.closed,
+        "claims": done.claims,
+        "prompt_sha256": request.sha256,
+    });
+    Ok(Thought {
+        ticked: Ticked::Done(tick::Outcome {
+            slot: slot.clone(),
+            decision,
+            events: all,
+            rows_read: store::rows_read() - rows_at_start,
+        }),
+        think,
+    })
+}
+
+/// The claim's result.
+enum Claimed {
+    /// Another tick stimulated the slot first: its stimulus.
+    Already(i64),
+    /// The decision taken against the true head does not act (a turn came in): nothing was
+    /// written.
+    NotActing,
+    /// This one did: the projections after it, what it wrote, and the decision the prompt is
+    /// about (taken against the head just before the stimulus, so that [`rebuild`] takes it
+    /// again from the ledger).
+    Mine(Box<Projections>, Vec<Event>, super::Decision),
+}
+
+/// Step 2: the default configs of a new ledger and the slot's stimulus, in one transaction,
+/// unless the slot has its stimulus already.
+fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claimed> {
+    let mut p = store::project(&*ledger, None, true)?.projections;
+    let mut events = Vec::new();
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, &mut p)?;
+    if let Some(stimulus) = tick::stimulus_for(&batch, &p, slot)? {
+        return Ok(Claimed::Already(stimulus));
+    }
+    ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
+    let decision = decide(&View::of(&p), &p.mirror.thresholds);
+    if decision.decision != Action::Reflect {
+        return Ok(Claimed::NotActing);
+    }
+    tick::append_stimulus(
+        &mut Sink {
+            batch: &mut batch,
+            p: &mut p,
+            events: &mut events,
+            clock,
+        },
+        slot,
+    )?;
+    batch.commit()?;
+    Ok(Claimed::Mine(Box::new(p), events, decision))
+}
+
+/// What the model is asked, and the prompt's digest.
+struct Asked {
+    request: Request,
+    sha256: String,
+}
+
+/// Step 3's prompt: the turn's system prompt (identity, self-model, open commitments,
+/// internal goals, recalled evidence for the open commitments within the retrieval budget)
+/// and the recent conversation, with a message that says what the tick is for: the
+/// commitments with their age, the newest reflections, and what the reply may do.
+fn prompt<R: Reads>(
+    r: &R,
+    p: &Projections,
+    slot: &Slot,
+    decision: &super::Decision,
+    opts: &Options,
+    replies: u64,
+) -> crate::Result<Asked> {
+    let head = p.mirror.last_event_id;
+    let open = p.mirror.open_in_order();
+    let mut msg = format!(
+        "[autonomy tick, slot {}] No user is present: this is a scheduled moment to work on \
+         your own commitments and goals.\nThe kernel decided: {} ({}).\n",
+        slot.slot,
+        decision.decision.as_str(),
+        decision.reasoning
+    );
+    if open.is_empty() {
+        msg.push_str("Open commitments: none.\n");
+    } else {
+        msg.push_str("Open commitments (oldest first):\n");
+        for c in &open {
+            msg.push_str(&format!(
+                "- {}: {} (opened at event {}, {} events ago)\n",
+                c.cid,
+                c.text,
+                c.opened_at,
+                head - c.opened_at
+            ));
+        }
+    }
+    // Bounded by the head, so that the prompt is rebuilt from the ledger as it was.
+    let reflections = r.tail(
+        &Filter {
+            until: Some(head),
+            kinds: vec![Kind::Reflection.to_string()],
+            ..Filter::default()
+        },
+        REFLECTIONS,
+    )?;
+    if !reflections.is_empty() {
+        msg.push_str("Latest reflections (newest first):\n");
+        for e in reflections.iter().rev() {
+            let text: String = e.content.chars().take(REFLECTION_CHARS).collect();
+            msg.push_str(&format!("- event {}: {}\n", e.id, text));
+        }
+    }
+    msg.push_str(
+        "Reply in a few lines. One marker per line: COMMIT: <text> to take on something \
+         new, CLOSE: <cid> for a commitment that is done, CLAIM:<type>=<json> for a fact, \
+         REFLECT:<json> for what you learned. Say nothing else if there is nothing to do.",
+    );
+    let query: Vec<&str> = open.iter().map(|c| c.text.as_str()).collect();
+    let query = if query.is_empty() {
+        msg.clone()
+    } else {
+        query.join("\n")
+    };
+    let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
+    let next = head + 1;
+    let history = select::history(
+        r,
+        next,
+        turn::HISTORY_MESSAGES,
+        crate::context::prompt::HISTORY_CHARS,
+    )?;
+    let exclude = history.iter().map(|e| e.id).collect();
+    let budget = opts.budget.unwrap_or_else(|| cfg.budget.min(RECALL_BUDGET));
+    let sel = select::select_hybrid(r, p, &query, next, budget, exclude, &mut || None)?;
+    let sent = crate::context::prompt::render(p, &sel, &msg, &history);
+    let sha256 = sent.sha256();
+    Ok(Asked {
+        request: Request {
+            system: sent.system,
+            user: sent.user,
+            history: sent.history,
+            temperature: opts.temperature,
+            top_p: opts.top_p,
+            seed: opts.seed,
+            max_tokens: opts.max_tokens,
+            turn: replies + 1,
+        },
+        sha256,
+    })
+}
+
+/// What the reply's markers did.
+#[derive(Debug, Default)]
+struct Done {
+    opened: Vec<String>,
+    closed: Vec<String>,
+    claims: Vec<Value>,
+}
+
+/// The reply as a turn records one (provider, model, token counts, `prompt_sha256`; source
+/// [`SOURCE`], the slot instead of `reply_to`), then its markers by the turn's rules: claims,
+/// commitments opened and closed, the delta reflection with its `REFLECT:`.
+fn append_reply(
+    s: &mut Sink<'_, '_>,
+    slot: &Slot,
+    provider: &str,
+    asked: &Asked,
+    reply: &Reply,
+    opts: &Options,
+) -> crate::Result<Done> {
+    let words = |t: &str| py_split(t).count() as u64;
+    let req = &asked.request;
+    let in_tokens = reply
+        .in_tokens
+        .unwrap_or_else(|| words(&req.system) + words(&req.user));
+    let out_tokens = reply.out_tokens.unwrap_or_else(|| words(&reply.text));
+    let mut m = tick::slot_meta(
+        slot,
+        &[
+            ("role", "assistant".into()),
+            ("provider", provider.into()),
+            ("model", reply.model.clone().into()),
+            ("temperature", json!(opts.temperature)),
+            ("top_p", json!(opts.top_p)),
+            ("seed", opts.seed.map_or(Value::Null, Value::from)),
+            ("prompt_sha256", asked.sha256.clone().into()),
+            ("prompt_format", THINK_FORMAT.into()),
+            ("in_tokens", in_tokens.into()),
+            ("out_tokens", out_tokens.into()),
+            ("lat_ms", reply.latency_ms.into()),
+            ("slot", slot.slot.into()),
+            ("slot_id", slot.slot_id.clone().into()),
+            ("source", SOURCE.into()),
+        ],
+    );
+    if let Some(n) = opts.max_tokens {
+        m.insert("max_tokens".into(), n.into());
+    }
+    if let Some(why) = &reply.finish_reason {
+        m.insert("finish_reason".into(), why.as_str().into());
+    }
+    let assistant = s.put(Kind::AssistantMessage, reply.text.as_str(), m)?;
+    let (markers, _echoed) = marker::parse_unechoed(&reply.text, &req.system);
+    let (claims, failed) = turn::append_claims(s, &markers)?;
+    let opened = turn::append_opens(s, &markers, &[], SOURCE)?;
+    let closed = turn::append_closes(s, &markers, SOURCE)?;
+    turn::append_delta_reflection(s, &markers, &failed, &opened, &closed, assistant.id)?;
+    Ok(Done {
+        opened,
+        closed,
+        claims,
+    })
+}
+
+/// A failed call: a `generation_failure` naming the slot and its stimulus, in a transaction of
+/// its own.
+fn record_failure(
+    ledger: &mut Ledger,
+    adapter: &dyn Adapter,
+    p: &mut Projections,
+    slot: &Slot,
+    stimulus: i64,
+    error: &LlmError,
+    clock: &Clock,
+) -> crate::Result<Event> {
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, p)?;
+    let mut m = tick::slot_meta(
+        slot,
+        &[
+            ("about_event", stimulus.into()),
+            ("error", error.to_string().into()),
+            ("model", adapter.model().into()),
+            ("provider", adapter.provider().into()),
+            ("slot", slot.slot.into()),
+            ("slot_id", slot.slot_id.clone().into()),
+            ("source", SOURCE.into()),
+        ],
+    );
+    if let Some(reason) = error.reason() {
+        m.insert("reason".into(), reason.into());
+    }
+    let mut events = Vec::new();
+    let failure = Sink {
+        batch: &mut batch,
+        p,
+        events: &mut events,
+        clock,
+    }
+    .put(
+        Kind::GenerationFailure,
+        format!("generation failed for slot {}: {error}", slot.slot),
+        m,
+    )?;
+    batch.commit()?;
+    Ok(failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_stops_at_either_limit() {
+        let b = Budget {
+            calls_per_day: 2,
+            tokens_per_day: 100,
+        };
+        let s = |calls, tokens| Spent {
+            calls,
+            tokens,
+            replies: 0,
+        };
+        assert_eq!(over_budget(&b, &s(1, 99)), None);
+        assert!(over_budget(&b, &s(2, 0)).unwrap().contains("2 model calls"));
+        assert!(over_budget(&b, &s(0, 100)).unwrap().contains("100 tokens"));
+    }
+}

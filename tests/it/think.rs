@@ -1,0 +1,419 @@
+//! Thinking ticks end to end (docs/autonomy.md, "Thinking ticks"): pmm-tick with a model
+//! adapter asks the model when its decision acts, applies the reply's markers by the turn's
+//! rules, calls at most once per slot, within a daily budget, and leaves a failed call as a
+//! generation_failure naming the slot.
+
+use crate::harness::{Pmm, Run};
+use crate::stub::{self, Stub, StubResponse};
+use serde_json::Value;
+
+/// Runs `name args…` with extra environment variables.
+fn run_env(pmm: &Pmm, name: &str, args: &[&str], envs: &[(&str, &str)]) -> Run {
+    let mut c = pmm.std_cmd(name);
+    c.args(args).stdin(std::process::Stdio::null());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn write_script(pmm: &Pmm, name: &str, replies: &[&str]) -> String {
+    let path = pmm.path(name);
+    let text: String = replies
+        .iter()
+        .map(|r| format!("{}\n", Value::String(r.to_string())))
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// A scripted turn (its reply is line N of `turns.jsonl` for the ledger's Nth turn).
+fn turn(pmm: &Pmm, msg: &str, envs: &[(&str, &str)]) {
+    let script = pmm.path("turns.jsonl").to_string_lossy().into_owned();
+    let r = run_env(
+        pmm,
+        "pmm-turn",
+        &["--adapter", "scripted", "--script", &script, msg],
+        envs,
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+fn of_kind(r: &Run, kind: &str) -> Vec<Value> {
+    r.records()
+        .into_iter()
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+fn all_events(pmm: &Pmm) -> Vec<Value> {
+    let r = pmm.run("pmm-replay", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    r.records()
+}
+
+fn verify_deep(pmm: &Pmm) {
+    let r = pmm.run("pmm-verify", &["--deep", "--quiet"], "");
+    assert_eq!(r.code, 0, "the ledger must verify deeply: {r:?}");
+}
+
+fn tick_record(r: &Run) -> Value {
+    r.of_type("tick").pop().expect("a tick record")
+}
+
+#[test]
+fn ticks_without_an_adapter_make_no_request_at_all() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["Noted.", "Okay."]);
+    let stub = Stub::start(vec![StubResponse::Ollama("COMMIT: never".into())]);
+    let host = stub.url();
+    let env = [
+        ("OLLAMA_HOST", host.as_str()),
+        ("OPENAI_BASE_URL", host.as_str()),
+    ];
+    turn(&pmm, "hello", &[]);
+    for slot in ["1", "2", "3"] {
+        let r = run_env(&pmm, "pmm-tick", &["--slot", slot], &env);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(tick_record(&r).get("think").is_none(), "{r:?}");
+    }
+    assert!(stub.requests().is_empty(), "{:?}", stub.requests());
+    assert!(stub.preflights().is_empty(), "{:?}", stub.preflights());
+}
+
+#[test]
+fn a_thinking_tick_opens_what_the_model_commits_to_and_closes_what_it_closes() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["Noted.", "Okay."]);
+    turn(&pmm, "I have an idea about gardens", &[]);
+
+    // Ollama: the reply opens a commitment, source autonomy_kernel.
+    let ollama = Stub::start(vec![StubResponse::Ollama(
+        "Worth a look.\nCOMMIT: explore the garden idea".into(),
+    )]);
+    let host = ollama.url();
+    let r = run_env(
+        &pmm,
+        "pmm-tick",
+        &["--slot", "1", "--adapter", "ollama"],
+        &[("OLLAMA_HOST", host.as_str())],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(ollama.requests().len(), 1);
+    let t = tick_record(&r);
+    assert_eq!(t["decision"], "reflect", "{t}");
+    assert_eq!(t["think"]["asked"], true, "{t}");
+    let [reply] = &of_kind(&r, "assistant_message")[..] else {
+        panic!("one reply: {r:?}")
+    };
+    let m = &reply["meta"];
+    assert_eq!(m["source"], "autonomy_kernel", "{m}");
+    assert_eq!(m["provider"], "ollama", "{m}");
+    assert_eq!(m["model"], stub::OLLAMA_MODEL, "{m}");
+    assert_eq!(m["in_tokens"], stub::OLLAMA_TOKENS.0, "{m}");
+    assert_eq!(m["out_tokens"], stub::OLLAMA_TOKENS.1, "{m}");
+    assert_eq!(m["prompt_sha256"].as_str().map(str::len), Some(64), "{m}");
+    assert_eq!(m["slot"], 1, "{m}");
+    let [open] = &of_kind(&r, "commitment_open")[..] else {
+        panic!("one commitment opened: {r:?}")
+    };
+    assert_eq!(open["meta"]["source"], "autonomy_kernel", "{open}");
+    assert_eq!(open["meta"]["text"], "explore the garden idea", "{open}");
+    let cid = open["meta"]["cid"].as_str().unwrap().to_string();
+    // The prompt held the agent's commitments and what the reply may do.
+    let body = &ollama.requests()[0].body;
+    let sent = body["messages"].to_string();
+    assert!(sent.contains("autonomy tick, slot 1"), "{sent}");
+    assert!(sent.contains("COMMIT: <text>"), "{sent}");
+    // The kernel's own reflection still follows, and the outcome is a success.
+    let kernel = of_kind(&r, "reflection")
+        .into_iter()
+        .filter(|e| e["meta"]["source"] == "autonomy_kernel")
+        .count();
+    assert_eq!(kernel, 1, "{r:?}");
+    let [outcome] = &of_kind(&r, "outcome_observation")[..] else {
+        panic!("{r:?}")
+    };
+    assert!(outcome["content"].as_str().unwrap().contains("success"));
+
+    // A turn, then OpenAI: the reply closes it.
+    turn(&pmm, "how is it going?", &[]);
+    let openai = Stub::start(vec![StubResponse::OpenAi(format!("Done.\nCLOSE: {cid}"))]);
+    let base = format!("{}/v1", openai.url());
+    let r = run_env(
+        &pmm,
+        "pmm-tick",
+        &["--slot", "2", "--adapter", "openai", "--model", "m"],
+        &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "k")],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(openai.requests().len(), 1);
+    let sent = openai.requests()[0].body["messages"].to_string();
+    assert!(
+        sent.contains(&cid),
+        "the prompt lists the open commitment: {sent}"
+    );
+    let [close] = &of_kind(&r, "commitment_close")[..] else {
+        panic!("one close: {r:?}")
+    };
+    assert_eq!(close["meta"]["cid"], cid.as_str(), "{close}");
+    assert_eq!(close["meta"]["source"], "autonomy_kernel", "{close}");
+    let reply = &of_kind(&r, "assistant_message")[0];
+    assert_eq!(reply["meta"]["in_tokens"], stub::OPENAI_TOKENS.0);
+    verify_deep(&pmm);
+    // The deep check says what it does not check of the thinking replies.
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    let deep = &r.summary()["deep"];
+    let why = deep["kinds_not_checked"]["assistant_message"].as_str();
+    assert!(why.unwrap_or_default().contains("thinking tick"), "{deep}");
+    assert_eq!(deep["prompts"]["other_format"], 2, "{deep}");
+}
+
+#[test]
+fn two_ticks_racing_on_each_slot_make_at_most_one_model_call() {
+    let pmm = Pmm::new();
+    let replies: Vec<String> = (0..42).map(|i| format!("Reply {i}.")).collect();
+    let replies: Vec<&str> = replies.iter().map(String::as_str).collect();
+    write_script(&pmm, "turns.jsonl", &replies);
+    let stub = Stub::start(vec![StubResponse::Ollama("Nothing to do.".into())]);
+    let host = stub.url();
+    let slots = 40;
+    for slot in 1..=slots {
+        // A turn before each slot: each slot's decision is a reflection (rule 2).
+        turn(&pmm, &format!("message {slot}"), &[]);
+        let s = slot.to_string();
+        let spawn = || {
+            let mut c = pmm.std_cmd("pmm-tick");
+            c.args(["--slot", &s, "--adapter", "ollama"])
+                .env("OLLAMA_HOST", &host)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c.spawn().expect("spawn pmm-tick")
+        };
+        let (a, b) = (spawn(), spawn());
+        for child in [a, b] {
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(
+            stub.requests().len(),
+            slot as usize,
+            "one model call per acting slot (slot {slot})"
+        );
+    }
+    let events = all_events(&pmm);
+    let count = |kind: &str| events.iter().filter(|e| e["kind"] == kind).count();
+    assert_eq!(count("autonomy_stimulus"), slots as usize);
+    assert_eq!(count("autonomy_tick"), slots as usize);
+    verify_deep(&pmm);
+}
+
+#[test]
+fn the_budget_stops_thinking_for_the_day_and_it_resumes_the_next() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["One.", "Two.", "Three."]);
+    let stub = Stub::start(vec![StubResponse::Ollama("Fine.".into())]);
+    let host = stub.url();
+    let day1 = [
+        ("OLLAMA_HOST", host.as_str()),
+        ("PMM_NOW", "2025-11-24T10:00:00Z"),
+    ];
+    let day2 = [
+        ("OLLAMA_HOST", host.as_str()),
+        ("PMM_NOW", "2025-11-25T00:00:01Z"),
+    ];
+    let r = run_env(&pmm, "pmm-tick", &["--set", "think_calls_per_day=1"], &day1);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        r.of_type("thresholds")[0]["think_calls_per_day"],
+        1,
+        "{r:?}"
+    );
+    let think = |slot: &str, env: &[(&str, &str)]| {
+        let r = run_env(
+            &pmm,
+            "pmm-tick",
+            &["--slot", slot, "--adapter", "ollama"],
+            env,
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        r
+    };
+    turn(&pmm, "first", &day1);
+    let r = think("1", &day1);
+    assert_eq!(tick_record(&r)["think"]["asked"], true, "{r:?}");
+    assert_eq!(stub.requests().len(), 1);
+
+    turn(&pmm, "second", &day1);
+    let r = think("2", &day1);
+    let t = tick_record(&r);
+    assert_eq!(t["think"]["asked"], false, "{t}");
+    assert_eq!(
+        t["decision"], "reflect",
+        "today's deterministic action: {t}"
+    );
+    let tick = &of_kind(&r, "autonomy_tick")[0];
+    let why = tick["meta"]["think"].as_str().unwrap_or_default();
+    assert!(why.contains("think_calls_per_day 1"), "{tick}");
+    assert_eq!(
+        stub.requests().len(),
+        1,
+        "no call once the day's budget is spent"
+    );
+
+    turn(&pmm, "third", &day2);
+    let r = think("3", &day2);
+    assert_eq!(tick_record(&r)["think"]["asked"], true, "{r:?}");
+    assert_eq!(stub.requests().len(), 2, "the next UTC day thinks again");
+    verify_deep(&pmm);
+}
+
+#[test]
+fn a_failing_model_leaves_a_generation_failure_naming_the_slot_and_exit_3() {
+    for (what, answer, timeout) in [
+        (
+            "a 500",
+            StubResponse::Status(500, r#"{"error":"boom"}"#.into()),
+            "30",
+        ),
+        ("a dropped connection", StubResponse::Close, "30"),
+        ("a stall past --timeout", StubResponse::Hang, "1"),
+    ] {
+        let pmm = Pmm::new();
+        write_script(&pmm, "turns.jsonl", &["Noted."]);
+        turn(&pmm, "hello", &[]);
+        let before = all_events(&pmm).len();
+        let stub = Stub::start(vec![answer]);
+        let host = stub.url();
+        let r = run_env(
+            &pmm,
+            "pmm-tick",
+            &[
+                "--slot",
+                "7",
+                "--adapter",
+                "ollama",
+                "--retries",
+                "0",
+                "--timeout",
+                timeout,
+            ],
+            &[("OLLAMA_HOST", host.as_str())],
+        );
+        assert_eq!(r.code, 3, "{what}: {r:?}");
+        let events = all_events(&pmm);
+        let new: Vec<&str> = events[before..]
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            new,
+            ["autonomy_stimulus", "generation_failure"],
+            "{what}: the claim and the failure, nothing else"
+        );
+        let failure = events.last().unwrap();
+        assert_eq!(failure["meta"]["slot"], 7, "{what}: {failure}");
+        assert_eq!(failure["meta"]["source"], "autonomy_kernel", "{what}");
+        verify_deep(&pmm);
+        // The slot is spent: ticking it again writes nothing and asks nothing.
+        let calls = stub.requests().len();
+        let r = run_env(
+            &pmm,
+            "pmm-tick",
+            &["--slot", "7", "--adapter", "ollama"],
+            &[("OLLAMA_HOST", host.as_str())],
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(tick_record(&r)["decision"], Value::Null);
+        assert_eq!(stub.requests().len(), calls, "{what}");
+    }
+}
+
+#[test]
+fn two_copies_given_the_same_slots_and_replies_stay_hash_identical() {
+    let run = || {
+        let pmm = Pmm::new();
+        write_script(&pmm, "turns.jsonl", &["Noted.", "Sure."]);
+        let think = write_script(
+            &pmm,
+            "think.jsonl",
+            &[
+                "Let me plan.\nCOMMIT: sketch the plan\nREFLECT:{\"note\":\"planning\"}",
+                "CLAIM:preference={\"domain\":\"mode\",\"value\":\"calm\"}",
+            ],
+        );
+        turn(&pmm, "we should plan", &[]);
+        for slot in 1..=3 {
+            if slot == 3 {
+                turn(&pmm, "and now?", &[]);
+            }
+            let r = run_env(
+                &pmm,
+                "pmm-tick",
+                &[
+                    "--slot",
+                    &slot.to_string(),
+                    "--adapter",
+                    "scripted",
+                    "--script",
+                    &think,
+                ],
+                &[],
+            );
+            assert_eq!(r.code, 0, "{r:?}");
+        }
+        verify_deep(&pmm);
+        let events = all_events(&pmm);
+        // Each thinking reply's prompt is rebuilt from the ledger and matches its digest.
+        let thinking: Vec<i64> = events
+            .iter()
+            .filter(|e| {
+                e["kind"] == "assistant_message" && e["meta"]["source"] == "autonomy_kernel"
+            })
+            .map(|e| e["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(thinking.len(), 2, "two thinking replies");
+        for id in thinking {
+            let r = pmm.run("pmm-replay", &["--prompt", &id.to_string()], "");
+            assert_eq!(r.code, 0, "{r:?}");
+            let rec = r.of_type("prompt").pop().expect("a prompt record");
+            assert_eq!(rec["matches"], true, "{rec}");
+            assert!(
+                rec["user"]
+                    .as_str()
+                    .unwrap()
+                    .contains("[autonomy tick, slot"),
+                "{rec}"
+            );
+        }
+        (pmm, events)
+    };
+    let (_a, one) = run();
+    let (_b, two) = run();
+    assert!(one
+        .iter()
+        .any(|e| e["kind"] == "commitment_open" && e["meta"]["source"] == "autonomy_kernel"));
+    assert_eq!(one.len(), two.len());
+    assert_eq!(one.last().unwrap()["hash"], two.last().unwrap()["hash"]);
+    assert_eq!(one, two);
+}
+
+#[test]
+fn a_bad_adapter_setup_is_refused_before_the_ledger_is_created() {
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-tick", &["--adapter", "scripted"], "");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("--script"), "{r:?}");
+    assert!(!pmm.db.exists(), "no ledger is created for a bad setup");
+}
