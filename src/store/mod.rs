@@ -11,9 +11,14 @@ mod checkpoint;
 mod erase;
 mod fresh;
 mod fts;
+pub mod log;
 mod merkle;
 mod policy;
+pub mod postgres;
 pub mod vectors;
+
+#[cfg(test)]
+mod contract;
 
 pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
 pub use fresh::Fresh;
@@ -30,9 +35,8 @@ pub use policy::{Policy, Verdict};
 
 pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
-use crate::chain::event_digest;
 use crate::event::{Clock, Event, Kind, NewEvent};
-use crate::{canon, Error, Result};
+use crate::{Error, Result};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde_json::{Map, Value};
@@ -1482,48 +1486,35 @@ impl Batch<'_> {
         meta: &Map<String, Value>,
         ts: &str,
     ) -> Result<Event> {
-        let prev_hash = self.head.as_ref().and_then(|h| h.hash.clone());
-        let id = match self.head.as_ref() {
-            None => 1,
-            Some(h) => h.id.checked_add(1).ok_or_else(|| {
-                Error::bad_input(
-                    None,
-                    format!("the head's id is {}: no event can follow it", h.id),
-                )
-            })?,
-        };
-        let digest = event_digest(
-            &mut self.scratch,
-            kind.as_str(),
+        let ev = log::link(
+            self.head.as_ref(),
+            kind,
             content,
             meta,
-            prev_hash.as_deref(),
-        )
-        .map_err(|e| Error::bad_input(None, e.to_string()))?;
-        let meta_text = canon::to_string(&Value::Object(meta.clone()))
-            .map_err(|e| Error::bad_input(None, e.to_string()))?;
-        let hash = digest.to_string();
+            ts,
+            &mut self.scratch,
+        )?;
         self.tx
             .prepare_cached(
                 "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .and_then(|mut s| {
-                s.execute(params![id, ts, kind.as_str(), content, meta_text, prev_hash, hash])
+                s.execute(params![
+                    ev.id,
+                    ev.ts,
+                    ev.kind.as_str(),
+                    ev.content,
+                    ev.meta,
+                    ev.prev_hash,
+                    ev.hash
+                ])
             })
             .map_err(|e| self.err(e))?;
         self.head = Some(Head {
-            id,
-            hash: Some(hash.clone()),
+            id: ev.id,
+            hash: ev.hash.clone(),
         });
-        Ok(Event {
-            id,
-            ts: ts.into(),
-            kind: kind.clone(),
-            content: content.into(),
-            meta: meta_text,
-            prev_hash,
-            hash: Some(hash),
-        })
+        Ok(ev)
     }
 
     /// Event `id` as an erasure target, or why it cannot be one (exit 2).
