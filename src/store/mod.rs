@@ -17,9 +17,6 @@ mod policy;
 pub mod postgres;
 pub mod vectors;
 
-#[cfg(test)]
-mod contract;
-
 pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
 pub use fresh::Fresh;
 pub use merkle::Tree;
@@ -191,6 +188,7 @@ impl Ledger {
     /// Opens (creating file and folders if needed) a ledger for writing: WAL, busy timeout,
     /// schema, migrations.
     pub fn open_writer(path: &Path, busy_ms: u64) -> Result<Ledger> {
+        postgres::refuse_url(path)?;
         if let Ok(md) = std::fs::metadata(path) {
             if md.is_dir() {
                 return Err(Error::NotALedger {
@@ -356,6 +354,7 @@ impl Ledger {
     /// would otherwise create its `-wal` and `-shm` files next to it. For `REF:` targets,
     /// which a model names.
     pub fn open_untouched(path: &Path) -> Result<Ledger> {
+        postgres::refuse_url(path)?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         if Path::new(&wal).exists() || !path.is_file() {
@@ -433,6 +432,7 @@ impl Ledger {
 
     /// Opens an existing ledger read-only. Never creates a file.
     pub fn open_reader(path: &Path) -> Result<Ledger> {
+        postgres::refuse_url(path)?;
         match std::fs::metadata(path) {
             Err(_) => return Err(Error::MissingLedger(path.into())),
             Ok(md) if md.is_dir() => {
@@ -1682,6 +1682,9 @@ impl Batch<'_> {
         self.tx.commit().map_err(|e| map_err(e, &path, busy))
     }
 }
+
+#[cfg(test)]
+mod contract;
 
 #[cfg(test)]
 mod tests {

@@ -53,9 +53,6 @@
 pub mod tls;
 pub mod url;
 
-#[cfg(test)]
-mod tests;
-
 use super::log::{fork_error, link, verbatim_refusal, EventLog, Links, Txn, Writer};
 use super::{Filter, Head};
 use crate::error::ExitStatus;
@@ -804,3 +801,6 @@ macro_rules! pg_event_log {
 
 pg_event_log!(PgLog, client);
 pg_event_log!(PgTxn<'_>, tx);
+
+#[cfg(test)]
+mod tests;
