@@ -28,7 +28,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, Args)]
 pub struct LedgerArgs {
     /// The ledger (SQLite file) [default: .data/pmmdb/pmm.db]
-    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true)]
+    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true, value_parser = db_path())]
     pub db: Option<PathBuf>,
 }
 
@@ -37,6 +37,19 @@ impl LedgerArgs {
     pub fn path(&self) -> PathBuf {
         self.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
     }
+}
+
+/// `--db`'s parser: any path, but never a PostgreSQL URL taken for one (it would create a
+/// folder named `postgres:`); until the programs speak PostgreSQL, such a URL is refused.
+fn db_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
+    clap::builder::OsStringValueParser::new().try_map(|s| {
+        crate::store::postgres::refuse_url(std::path::Path::new(&s))
+            .map(|()| PathBuf::from(s))
+            .map_err(|e| match e {
+                crate::Error::BadInput { msg, .. } => msg,
+                e => e.to_string(),
+            })
+    })
 }
 
 /// `--now`: the pinned clock.
