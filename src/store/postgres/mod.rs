@@ -208,6 +208,17 @@ pub struct PgLog {
     scratch: Vec<u8>,
     /// Transactions retried so far (serialization failures, deadlocks).
     retries: u64,
+    /// The write path's statements, prepared once per connection (a statement given as text
+    /// costs a round trip of its own to prepare each time).
+    stmts: Option<Stmts>,
+}
+
+/// See [`PgLog::stmts`].
+struct Stmts {
+    lock: postgres::Statement,
+    ahead: postgres::Statement,
+    insert: postgres::Statement,
+    move_head: postgres::Statement,
 }
 
 impl PgLog {
@@ -265,6 +276,7 @@ impl PgLog {
             isolation: IsolationLevel::ReadCommitted,
             scratch: Vec::with_capacity(1024),
             retries: 0,
+            stmts: None,
         };
         let mut session = format!(
             "SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {};",
@@ -383,6 +395,7 @@ impl PgLog {
             ctx,
             isolation,
             scratch,
+            stmts,
             ..
         } = self;
         let retry_or = |e: postgres::Error| -> Attempt {
@@ -393,22 +406,28 @@ impl PgLog {
             }
         };
         let client = client.get_mut();
+        if stmts.is_none() {
+            let mut prepare =
+                |sql: &str| client.prepare(sql).map_err(|e| Attempt::Fail(ctx.err(e)));
+            *stmts = Some(Stmts {
+                lock: prepare("SELECT id, hash FROM pmm_head FOR UPDATE")?,
+                ahead: prepare("SELECT id FROM events WHERE id > $1 ORDER BY id LIMIT 1")?,
+                insert: prepare(
+                    "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )?,
+                move_head: prepare("UPDATE pmm_head SET id = $1, hash = $2 WHERE one")?,
+            });
+        }
+        let stmts = stmts.as_ref().expect("prepared above");
         let mut tx = client
             .build_transaction()
             .isolation_level(*isolation)
             .start()
             .map_err(retry_or)?;
-        let row = tx
-            .query_one("SELECT id, hash FROM pmm_head FOR UPDATE", &[])
-            .map_err(retry_or)?;
+        let row = tx.query_one(&stmts.lock, &[]).map_err(retry_or)?;
         let (id, hash): (i64, Option<String>) = (row.get(0), row.get(1));
         let head = (id > 0).then_some(Head { id, hash });
-        let ahead = tx
-            .query_opt(
-                "SELECT id FROM events WHERE id > $1 ORDER BY id LIMIT 1",
-                &[&id],
-            )
-            .map_err(retry_or)?;
+        let ahead = tx.query_opt(&stmts.ahead, &[&id]).map_err(retry_or)?;
         if let Some(r) = ahead {
             let other: i64 = r.get(0);
             return Err(Attempt::Fail(ctx.fail(format!(
@@ -422,6 +441,7 @@ impl PgLog {
             scratch,
             retry: Cell::new(None),
             ctx,
+            insert: &stmts.insert,
         };
         let out = f(&mut txn);
         let PgTxn {
@@ -439,11 +459,8 @@ impl PgLog {
         };
         if head != start {
             let h = head.as_ref().expect("a transaction only adds events");
-            tx.execute(
-                "UPDATE pmm_head SET id = $1, hash = $2 WHERE one",
-                &[&h.id, &h.hash],
-            )
-            .map_err(retry_or)?;
+            tx.execute(&stmts.move_head, &[&h.id, &h.hash])
+                .map_err(retry_or)?;
         }
         tx.commit().map_err(retry_or)?;
         Ok(out)
@@ -540,6 +557,7 @@ pub struct PgTxn<'a> {
     /// The error that asks for the whole transaction to be run again, if one happened.
     retry: Cell<Option<postgres::Error>>,
     ctx: &'a Ctx,
+    insert: &'a postgres::Statement,
 }
 
 impl PgTxn<'_> {
@@ -554,7 +572,7 @@ impl PgTxn<'_> {
 
     fn insert(&mut self, ev: &Event) -> std::result::Result<(), postgres::Error> {
         self.tx.get_mut().execute(
-            "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            self.insert,
             &[
                 &ev.id,
                 &ev.ts,
