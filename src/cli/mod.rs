@@ -30,7 +30,7 @@ pub enum Outcome {
 pub struct LedgerArgs {
     /// The ledger (SQLite file), a path: a URL or a `file:` URI is refused [default:
     /// .data/pmmdb/pmm.db]
-    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true, value_parser = crate::store::parse_db)]
+    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true, value_parser = db_path())]
     pub db: Option<PathBuf>,
 }
 
@@ -39,6 +39,20 @@ impl LedgerArgs {
     pub fn path(&self) -> PathBuf {
         self.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
     }
+}
+
+/// `--db`'s parser: a file path, never a URL or an SQLite URI taken for one (it would create a
+/// folder named `postgres:` or `file:`); until the programs speak PostgreSQL, a PostgreSQL URL
+/// is refused saying so, any other URL or URI as not a path ([`crate::store::parse_db`]).
+fn db_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
+    clap::builder::OsStringValueParser::new().try_map(|s| {
+        crate::store::postgres::refuse_url(std::path::Path::new(&s))
+            .map_err(|e| match e {
+                crate::Error::BadInput { msg, .. } => msg,
+                e => e.to_string(),
+            })
+            .and_then(|()| crate::store::parse_db(&s.to_string_lossy()))
+    })
 }
 
 /// `--now`: the pinned clock.

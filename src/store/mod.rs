@@ -12,8 +12,10 @@ mod derived;
 mod erase;
 mod fresh;
 mod fts;
+pub mod log;
 mod merkle;
 mod policy;
+pub mod postgres;
 pub mod vectors;
 
 pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
@@ -32,9 +34,8 @@ pub use policy::{Policy, Verdict};
 
 pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
-use crate::chain::event_digest;
 use crate::event::{Clock, Event, Kind, NewEvent};
-use crate::{canon, Error, Result};
+use crate::{Error, Result};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde_json::{Map, Value};
@@ -201,6 +202,7 @@ impl Ledger {
     /// Opens (creating file and folders if needed) a ledger for writing: WAL, busy timeout,
     /// schema, migrations.
     pub fn open_writer(path: &Path, busy_ms: u64) -> Result<Ledger> {
+        postgres::refuse_url(path)?;
         check_path(path)?;
         if let Ok(md) = std::fs::metadata(path) {
             if md.is_dir() {
@@ -359,6 +361,7 @@ impl Ledger {
     /// would otherwise create its `-wal` and `-shm` files next to it. For `REF:` targets,
     /// which a model names.
     pub fn open_untouched(path: &Path) -> Result<Ledger> {
+        postgres::refuse_url(path)?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         if Path::new(&wal).exists() || !path.is_file() {
@@ -435,6 +438,7 @@ impl Ledger {
 
     /// Opens an existing ledger read-only. Never creates a file.
     pub fn open_reader(path: &Path) -> Result<Ledger> {
+        postgres::refuse_url(path)?;
         check_path(path)?;
         match std::fs::metadata(path) {
             Err(_) => return Err(Error::MissingLedger(path.into())),
@@ -1696,48 +1700,35 @@ impl Batch<'_> {
         meta: &Map<String, Value>,
         ts: &str,
     ) -> Result<Event> {
-        let prev_hash = self.head.as_ref().and_then(|h| h.hash.clone());
-        let id = match self.head.as_ref() {
-            None => 1,
-            Some(h) => h.id.checked_add(1).ok_or_else(|| {
-                Error::bad_input(
-                    None,
-                    format!("the head's id is {}: no event can follow it", h.id),
-                )
-            })?,
-        };
-        let digest = event_digest(
-            &mut self.scratch,
-            kind.as_str(),
+        let ev = log::link(
+            self.head.as_ref(),
+            kind,
             content,
             meta,
-            prev_hash.as_deref(),
-        )
-        .map_err(|e| Error::bad_input(None, e.to_string()))?;
-        let meta_text = canon::to_string(&Value::Object(meta.clone()))
-            .map_err(|e| Error::bad_input(None, e.to_string()))?;
-        let hash = digest.to_string();
+            ts,
+            &mut self.scratch,
+        )?;
         self.tx
             .prepare_cached(
                 "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .and_then(|mut s| {
-                s.execute(params![id, ts, kind.as_str(), content, meta_text, prev_hash, hash])
+                s.execute(params![
+                    ev.id,
+                    ev.ts,
+                    ev.kind.as_str(),
+                    ev.content,
+                    ev.meta,
+                    ev.prev_hash,
+                    ev.hash
+                ])
             })
             .map_err(|e| self.err(e))?;
         self.head = Some(Head {
-            id,
-            hash: Some(hash.clone()),
+            id: ev.id,
+            hash: ev.hash.clone(),
         });
-        Ok(Event {
-            id,
-            ts: ts.into(),
-            kind: kind.clone(),
-            content: content.into(),
-            meta: meta_text,
-            prev_hash,
-            hash: Some(hash),
-        })
+        Ok(ev)
     }
 
     /// Event `id` as an erasure target, or why it cannot be one (exit 2).
@@ -1912,6 +1903,9 @@ impl Batch<'_> {
         self.tx.commit().map_err(|e| map_err(e, &path, busy))
     }
 }
+
+#[cfg(test)]
+mod contract;
 
 #[cfg(test)]
 mod tests {

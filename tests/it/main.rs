@@ -33,6 +33,8 @@ mod llm;
 mod man;
 mod mcp;
 mod merkle;
+mod pg;
+mod pgserver;
 mod policy;
 mod programs;
 mod prompts;

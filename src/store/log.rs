@@ -1,0 +1,195 @@
+//! The ledger as an event log behind two small traits, the first step of the store split
+//! (issue 35): [`EventLog`] reads (head, one event, a scan in id order, the tail, counts) and
+//! [`Txn`] writes, which only links and inserts — no write policy, no range checks, no derived
+//! index (those stay above the log, in [`super::Batch`] for now, and move to a write session).
+//!
+//! Every backend implements both, and one contract suite (`store/contract.rs`) runs the same
+//! cases on each: today's SQLite store ([`Ledger`], [`Batch`], wrapped, not copied) and
+//! PostgreSQL (`store/postgres/`). The hash rule lives in one place, [`link`], so that every
+//! backend writes the bytes `pmm-append` writes.
+
+use super::{Batch, Filter, Head, Ledger, Reads};
+use crate::chain::event_digest;
+use crate::event::{Event, Kind, NewEvent};
+use crate::{canon, Error, Result};
+use serde_json::{Map, Value};
+
+/// Reading the log: the same on a connection and inside a write transaction (which sees its
+/// own inserts).
+pub trait EventLog {
+    /// The newest event's id and hash, if any.
+    fn head(&self) -> Result<Option<Head>>;
+    /// One event by id.
+    fn get(&self, id: i64) -> Result<Option<Event>>;
+    /// Calls `each` for every event that passes `filter`, in id order, until it returns
+    /// `false`.
+    fn scan(&self, filter: &Filter, each: &mut dyn FnMut(Event) -> Result<bool>) -> Result<()>;
+    /// The last `n` events that pass `filter`, oldest first.
+    fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>>;
+    /// How many events of `kind` have an id above `after`.
+    fn count_kind_after(&self, kind: &Kind, after: i64) -> Result<u64>;
+    /// The id of the event whose hash is `hash`.
+    fn id_of_hash(&self, hash: &str) -> Result<Option<i64>>;
+}
+
+/// Whether [`Txn::insert_verbatim`] keeps an event whose `prev_hash` is not the head's hash
+/// (an import's `--accept-forks`, for a source whose chain is already broken). Ids must
+/// continue the head either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Refuse it (the default): a fork is an error, never a state.
+    Continue,
+    /// Keep it verbatim, where the backend can (PostgreSQL's `UNIQUE(prev_hash)` still refuses
+    /// a second event after the same hash).
+    AcceptBroken,
+}
+
+/// One write transaction on the log: links and inserts, nothing else. Dropped without
+/// [`Writer::transact`] returning `Ok`, nothing of it exists.
+pub trait Txn: EventLog {
+    /// Appends `ev` after the head as this transaction sees it: the next id, the head's hash
+    /// as `prev_hash`, the canonical meta text and the chain's hash ([`link`]).
+    fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event>;
+    /// Inserts `ev` as given (an import: id, ts, meta text, prev_hash and hash verbatim; the
+    /// caller verified its hash). Its id must be the head's plus one, and unless `links` says
+    /// otherwise its `prev_hash` the head's hash.
+    fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()>;
+}
+
+/// A connection that can write: runs `f` in one write transaction and commits it, or rolls it
+/// back when `f` fails. A backend may run `f` again when the database asks for a retry (a
+/// serialization failure or a deadlock on PostgreSQL), so `f` must only read and write
+/// through the [`Txn`] it is handed — never call a model or print.
+pub trait Writer: EventLog {
+    /// One write transaction around `f`.
+    fn transact<T>(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>) -> Result<T>;
+
+    /// [`Txn::append_linked`] in a transaction of its own.
+    fn append_one(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
+        self.transact(&mut |tx| tx.append_linked(ev, ts))
+    }
+}
+
+/// The chain's rule, for every backend: the event `ev` becomes when appended after `head` at
+/// `ts` — id `head + 1` (1 on an empty log), `prev_hash` the head's hash, `meta` its canonical
+/// JSON text, `hash` the sha256 of the canonical payload ([`event_digest`]). `scratch` is a
+/// buffer kept between calls.
+pub fn link(
+    head: Option<&Head>,
+    kind: &Kind,
+    content: &str,
+    meta: &Map<String, Value>,
+    ts: &str,
+    scratch: &mut Vec<u8>,
+) -> Result<Event> {
+    let prev_hash = head.and_then(|h| h.hash.clone());
+    let id = match head {
+        None => 1,
+        Some(h) => h.id.checked_add(1).ok_or_else(|| {
+            Error::bad_input(
+                None,
+                format!("the head's id is {}: no event can follow it", h.id),
+            )
+        })?,
+    };
+    let digest = event_digest(scratch, kind.as_str(), content, meta, prev_hash.as_deref())
+        .map_err(|e| Error::bad_input(None, e.to_string()))?;
+    let meta_text = canon::to_string(&Value::Object(meta.clone()))
+        .map_err(|e| Error::bad_input(None, e.to_string()))?;
+    Ok(Event {
+        id,
+        ts: ts.into(),
+        kind: kind.clone(),
+        content: content.into(),
+        meta: meta_text,
+        prev_hash,
+        hash: Some(digest.to_string()),
+    })
+}
+
+/// Why `ev` cannot be inserted verbatim after `head`, if it cannot: ids continue the head,
+/// and (with [`Links::Continue`]) so does the link.
+pub fn verbatim_refusal(head: Option<&Head>, ev: &Event, links: Links) -> Option<String> {
+    let want = head.map_or(Some(1), |h| h.id.checked_add(1));
+    if want != Some(ev.id) {
+        return Some(match want {
+            Some(w) => format!(
+                "event {} does not continue the ledger: the next id is {w}",
+                ev.id
+            ),
+            None => format!("event {}: no event can follow the head", ev.id),
+        });
+    }
+    let head_hash = head.and_then(|h| h.hash.as_deref());
+    if links == Links::Continue && ev.prev_hash.as_deref() != head_hash {
+        return Some(format!(
+            "event {}: its prev_hash {} is not the head's hash {}: that would fork the chain",
+            ev.id,
+            ev.prev_hash.as_deref().unwrap_or("null"),
+            head_hash.unwrap_or("null"),
+        ));
+    }
+    None
+}
+
+/// The refusal of a fork, as an error (exit 2, nothing written).
+pub fn fork_error(why: String) -> Error {
+    Error::ImportRefused(why)
+}
+
+/// Today's SQLite reads, through [`Reads`].
+macro_rules! sqlite_event_log {
+    ($t:ty) => {
+        impl EventLog for $t {
+            fn head(&self) -> Result<Option<Head>> {
+                Reads::head(self)
+            }
+            fn get(&self, id: i64) -> Result<Option<Event>> {
+                Reads::get(self, id)
+            }
+            fn scan(
+                &self,
+                filter: &Filter,
+                each: &mut dyn FnMut(Event) -> Result<bool>,
+            ) -> Result<()> {
+                Reads::scan(self, filter, each)
+            }
+            fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
+                Reads::tail(self, filter, n)
+            }
+            fn count_kind_after(&self, kind: &Kind, after: i64) -> Result<u64> {
+                Reads::count_kind_after(self, kind.clone(), after)
+            }
+            fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+                Reads::id_of_hash(self, hash)
+            }
+        }
+    };
+}
+
+sqlite_event_log!(Ledger);
+sqlite_event_log!(Batch<'_>);
+
+impl Txn for Batch<'_> {
+    fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
+        self.insert(&ev.kind, &ev.content, &ev.meta, ts)
+    }
+
+    fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()> {
+        if let Some(why) = verbatim_refusal(self.head(), ev, links) {
+            return Err(fork_error(why));
+        }
+        Batch::insert_verbatim(self, ev)
+    }
+}
+
+/// SQLite: `BEGIN IMMEDIATE` ([`Ledger::begin`]) serializes writers on the file's lock, so
+/// there is nothing to retry; the commit keeps the derived indexes as today.
+impl Writer for Ledger {
+    fn transact<T>(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>) -> Result<T> {
+        let mut batch = self.begin()?;
+        let out = f(&mut batch)?;
+        batch.commit()?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,824 @@
+//! The ledger in PostgreSQL (issue 35): the event log of [`super::log`] on a shared server, so
+//! that writers on several hosts append to one chain.
+//!
+//! # What is here
+//! - [`PgLog`]: a connection ([`PgLog::open_writer`], [`PgLog::open_reader`]) implementing
+//!   [`EventLog`] and [`Writer`], and its write transaction [`PgTxn`] implementing [`Txn`]. The
+//!   contract suite (`store/contract.rs`) runs on it against a throwaway server started from
+//!   Debian's binaries (`tests/it/pgserver.rs`), as on SQLite.
+//! - URLs ([`url`]): `postgres://` and `postgresql://` with `sslmode` (disable, prefer,
+//!   require, verify-ca, verify-full), `sslrootcert`, `connect_timeout`, `application_name`,
+//!   `host`, `port`, `user`, `password`, `dbname`; a password from the URL, `PGPASSWORD` or the
+//!   password file (`PGPASSFILE`, `~/.pgpass`). Anything else is refused, never ignored.
+//! - TLS through rustls ([`tls`]).
+//! - The schema, a versioned append-only migration list ([`MIGRATIONS`], the version in
+//!   `pmm_schema`), applied by the first writer under an advisory lock (two first writers do not
+//!   both create it); a reader never creates anything and opens its session read-only. The
+//!   `events` table has SQLite's columns (`id, ts, kind, content, meta, prev_hash, hash`; the
+//!   content is `bytea`, so that any text an event holds, NUL included, round-trips), with
+//!   `UNIQUE(hash)` and `UNIQUE(prev_hash)`: a fork is an error, never a state.
+//! - An append ([`Writer::transact`]) is one short READ COMMITTED transaction: `SELECT … FROM
+//!   pmm_head FOR UPDATE` (a waiter re-reads the row its predecessor updated, so it links to the
+//!   new head), link and insert ([`super::log::link`], the bytes `pmm-append` writes), move the
+//!   head row, commit. Serialization failures (40001, when a session is forced to REPEATABLE
+//!   READ or SERIALIZABLE), deadlocks (40P01) and a unique violation of an append are retried
+//!   with jittered back-off until the busy timeout; a lock wait past it is
+//!   [`crate::Error::Busy`], as on SQLite. Sessions set `idle_in_transaction_session_timeout`
+//!   and `lock_timeout`, and TCP keepalives, so that a writer whose host died or was cut off
+//!   frees the head lock.
+//! - `events` refuses UPDATE, DELETE and TRUNCATE (a trigger), except the erasure of an
+//!   event's text through `pmm_erase_text(id)`, which keeps id, ts, kind and hashes and records
+//!   who erased what in `pmm_erasures`.
+//!
+//! # Roles
+//! The owner of the schema (whoever ran the first writer) can do anything, triggers included.
+//! The roles for everyone else:
+//! - a writer: `GRANT SELECT, INSERT ON events TO w; GRANT SELECT, UPDATE ON pmm_head TO w;
+//!   GRANT SELECT ON pmm_schema, pmm_erasures TO w; GRANT EXECUTE ON FUNCTION pmm_erase_text(bigint) TO w;`
+//! - a reader: `GRANT SELECT ON events, pmm_head, pmm_schema TO r;`
+//!
+//! # Next steps (docs: /work/shared/DESIGN-store.md's steps, issue 35)
+//! 1. Narrow the ~30 users of [`super::Reads`] to [`EventLog`] (with `Reads: EventLog` for the
+//!    transition), then move policy and range checks out of `Batch::append` into a write
+//!    session over any [`Txn`] (it replaces `turn::Sink`).
+//! 2. `DerivedIndex` (full text, Merkle tree, vectors, checkpoints) behind one protocol; for a
+//!    PostgreSQL ledger they live in a per-host cache file (`PMM_CACHE_DIR`), caught up by id
+//!    with each link checked, rebuilt when its recorded head no longer matches. Vectors are
+//!    shared in the server (`bytea` per model).
+//! 3. Open by URL in every program (today they refuse a URL: `cli` says what is supported),
+//!    `pmm-replay --follow` woken by LISTEN/NOTIFY, erasure through `pmm_erase_text`.
+//! 4. `docs/scale-out.md`, the several-hosts tests (network namespaces, a writer killed or cut
+//!    off while it holds the lock) and `scripts/pg-bench.sh`'s figures against their floors.
+
+pub mod tls;
+pub mod url;
+
+use super::log::{fork_error, link, verbatim_refusal, EventLog, Links, Txn, Writer};
+use super::{Filter, Head};
+use crate::error::ExitStatus;
+use crate::event::{Event, Kind, NewEvent};
+use crate::{Error, Result};
+use postgres::error::SqlState;
+use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row};
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
+
+pub use url::is_postgres_url;
+
+/// Refuses a PostgreSQL URL where a program takes a SQLite file's path (exit 2): until every
+/// program opens a ledger by URL, `--db postgres://h/db` must not become a folder `postgres:`.
+pub fn refuse_url(path: &std::path::Path) -> Result<()> {
+    match path.to_str() {
+        Some(p) if is_postgres_url(p) => Err(Error::bad_input(
+            Some("--db".into()),
+            format!(
+                "{}: PostgreSQL ledgers are not supported by pmm's programs yet; --db and PMM_DB take the path of a SQLite ledger file",
+                url::shown(p)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The schema, one migration per entry, applied in order; `pmm_schema.version` counts how many
+/// have been applied. Append only: never edit an entry that has shipped.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the events (SQLite's columns), the head row every append locks, the append-only
+    // guard, and erasure.
+    r#"
+CREATE TABLE events (
+    id BIGINT PRIMARY KEY CHECK (id >= 1),
+    ts TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    content BYTEA NOT NULL,
+    meta TEXT NOT NULL,
+    prev_hash TEXT,
+    hash TEXT,
+    CONSTRAINT events_hash_key UNIQUE (hash),
+    CONSTRAINT events_prev_hash_key UNIQUE (prev_hash)
+);
+CREATE INDEX events_kind_id ON events (kind, id);
+CREATE TABLE pmm_head (
+    one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+    id BIGINT NOT NULL,
+    hash TEXT
+);
+INSERT INTO pmm_head (one, id, hash) VALUES (TRUE, 0, NULL);
+CREATE TABLE pmm_erasures (
+    event_id BIGINT PRIMARY KEY REFERENCES events (id),
+    erased_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    erased_by TEXT NOT NULL DEFAULT session_user
+);
+CREATE FUNCTION pmm_events_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF current_setting('pmm.erasing', true) = 'on'
+           AND NEW.id = OLD.id AND NEW.ts = OLD.ts AND NEW.kind = OLD.kind
+           AND NEW.prev_hash IS NOT DISTINCT FROM OLD.prev_hash
+           AND NEW.hash IS NOT DISTINCT FROM OLD.hash THEN
+            RETURN NEW;
+        END IF;
+    END IF;
+    RAISE EXCEPTION 'the events table is append-only: % refused (erase an event''s text with pmm_erase_text)', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END
+$$;
+CREATE TRIGGER pmm_events_append_only BEFORE UPDATE OR DELETE ON events
+    FOR EACH ROW EXECUTE FUNCTION pmm_events_guard();
+CREATE TRIGGER pmm_events_no_truncate BEFORE TRUNCATE ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION pmm_events_guard();
+CREATE FUNCTION pmm_erase_text(target BIGINT) RETURNS BOOLEAN
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM set_config('pmm.erasing', 'on', true);
+    UPDATE events SET content = ''::bytea, meta = '{}' WHERE id = target;
+    IF NOT FOUND THEN
+        PERFORM set_config('pmm.erasing', 'off', true);
+        RETURN false;
+    END IF;
+    INSERT INTO pmm_erasures (event_id) VALUES (target);
+    PERFORM set_config('pmm.erasing', 'off', true);
+    RETURN true;
+END
+$$;
+REVOKE ALL ON FUNCTION pmm_erase_text(BIGINT) FROM PUBLIC;
+"#,
+];
+
+/// The advisory lock the first writers take while they create or migrate the schema.
+const SCHEMA_LOCK: i64 = 0x706d_6d5f_7363_6865; // "pmm_sche"
+
+/// How long a session may sit idle inside a transaction before the server ends it (and frees
+/// the head lock): pmm never waits on anything but the database inside one.
+pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(30);
+
+/// TCP keepalives: a host that vanished is noticed after about idle + interval × retries.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// See [`KEEPALIVE_IDLE`].
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// See [`KEEPALIVE_IDLE`].
+pub const KEEPALIVE_RETRIES: u32 = 3;
+
+const COLUMNS: &str = "id, ts, kind, content, meta, prev_hash, hash";
+
+/// A PostgreSQL error, with the ledger's URL (password left out). Exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{url}: {what}")]
+pub struct PgError {
+    url: String,
+    what: String,
+}
+
+impl ExitStatus for PgError {
+    fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
+/// What a server error says, with its detail and hint.
+fn explain(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut s = format!("{} ({})", db.message(), db.code().code());
+            if let Some(d) = db.detail() {
+                s.push_str(&format!(": {d}"));
+            }
+            if let Some(h) = db.hint() {
+                s.push_str(&format!(" (hint: {h})"));
+            }
+            s
+        }
+        None => {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(inner) = src {
+                s.push_str(&format!(": {inner}"));
+                src = inner.source();
+            }
+            s
+        }
+    }
+}
+
+/// A connection to a ledger in PostgreSQL.
+pub struct PgLog {
+    client: RefCell<Client>,
+    ctx: Ctx,
+    isolation: IsolationLevel,
+    scratch: Vec<u8>,
+    /// Transactions retried so far (serialization failures, deadlocks).
+    retries: u64,
+    /// The write path's statements, prepared once per connection (a statement given as text
+    /// costs a round trip of its own to prepare each time).
+    stmts: Option<Stmts>,
+}
+
+/// See [`PgLog::stmts`].
+struct Stmts {
+    lock: postgres::Statement,
+    ahead: postgres::Statement,
+    insert: postgres::Statement,
+    move_head: postgres::Statement,
+}
+
+impl PgLog {
+    /// Connects to the ledger at `url` for writing, creating or migrating its schema when it
+    /// is missing or older (the first writer does; concurrent first writers wait for each
+    /// other). `busy_ms` bounds how long an append waits for the head lock, retries included.
+    pub fn open_writer(url: &str, busy_ms: u64) -> Result<PgLog> {
+        let log = PgLog::connect(url, busy_ms, false)?;
+        log.migrate()?;
+        Ok(log)
+    }
+
+    /// Connects to an existing ledger read-only (the session's transactions are read-only;
+    /// nothing is ever created).
+    pub fn open_reader(url: &str) -> Result<PgLog> {
+        let log = PgLog::connect(url, super::DEFAULT_BUSY_TIMEOUT_MS, true)?;
+        let version = log.schema_version()?;
+        match version {
+            None => Err(log.fail(
+                "no pmm ledger in this database (readers never create one; a writer such as pmm-append does)",
+            )),
+            Some(v) if v as usize > MIGRATIONS.len() => Err(log.newer(v)),
+            Some(_) => Ok(log),
+        }
+    }
+
+    fn connect(url: &str, busy_ms: u64, read_only: bool) -> Result<PgLog> {
+        let target = url::parse(url, &url::Env::process())
+            .map_err(|m| Error::bad_input(Some("--db".into()), m))?;
+        let shown = target.shown.clone();
+        let mut config = target.config.clone();
+        config
+            .keepalives(true)
+            .keepalives_idle(KEEPALIVE_IDLE)
+            .keepalives_interval(KEEPALIVE_INTERVAL)
+            .keepalives_retries(KEEPALIVE_RETRIES);
+        if config.get_application_name().is_none() {
+            config.application_name("pmm");
+        }
+        let fail = |what: String| {
+            Error::with_exit_status(PgError {
+                url: shown.clone(),
+                what,
+            })
+        };
+        let connector = tls::connector(&target).map_err(&fail)?;
+        let client = match connector {
+            None => config.connect(NoTls),
+            Some(c) => config.connect(c),
+        }
+        .map_err(|e| fail(format!("cannot connect: {}", explain(&e))))?;
+        let log = PgLog {
+            client: RefCell::new(client),
+            ctx: Ctx { shown, busy_ms },
+            isolation: IsolationLevel::ReadCommitted,
+            scratch: Vec::with_capacity(1024),
+            retries: 0,
+            stmts: None,
+        };
+        let mut session = format!(
+            "SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {};",
+            IDLE_IN_TRANSACTION.as_millis(),
+            busy_ms.clamp(1, i32::MAX as u64)
+        );
+        if read_only {
+            session.push_str(" SET default_transaction_read_only = on;");
+        }
+        log.client
+            .borrow_mut()
+            .batch_execute(&session)
+            .map_err(|e| log.err(e))?;
+        Ok(log)
+    }
+
+    /// The ledger's URL, its password left out.
+    pub fn url(&self) -> &str {
+        &self.ctx.shown
+    }
+
+    /// How many write transactions were run again after a serialization failure or deadlock.
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// Runs this connection's write transactions at `level` instead of READ COMMITTED: what a
+    /// pooler or a server policy that forces a stricter level does. Appends stay correct
+    /// (retried on serialization failures); for tests and the benchmark.
+    pub fn force_isolation(&mut self, level: IsolationLevel) {
+        self.isolation = level;
+    }
+
+    /// Runs `sql` on this connection as it is (tests and tools: a role, a grant).
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        self.client
+            .borrow_mut()
+            .batch_execute(sql)
+            .map_err(|e| self.err(e))
+    }
+
+    fn fail(&self, what: impl Into<String>) -> Error {
+        self.ctx.fail(what)
+    }
+
+    fn newer(&self, v: i32) -> Error {
+        self.fail(format!(
+            "the ledger's schema is version {v}, newer than this pmm knows ({}): upgrade pmm",
+            MIGRATIONS.len()
+        ))
+    }
+
+    fn err(&self, e: postgres::Error) -> Error {
+        self.ctx.err(e)
+    }
+
+    fn schema_version(&self) -> Result<Option<i32>> {
+        let mut c = self.client.borrow_mut();
+        let exists: bool = c
+            .query_one("SELECT to_regclass('pmm_schema') IS NOT NULL", &[])
+            .map_err(|e| self.err(e))?
+            .get(0);
+        if !exists {
+            return Ok(None);
+        }
+        let row = c
+            .query_opt("SELECT version FROM pmm_schema", &[])
+            .map_err(|e| self.err(e))?;
+        Ok(Some(row.map_or(0, |r| r.get(0))))
+    }
+
+    fn migrate(&self) -> Result<()> {
+        match self.schema_version()? {
+            Some(v) if v as usize == MIGRATIONS.len() => return Ok(()),
+            Some(v) if v as usize > MIGRATIONS.len() => return Err(self.newer(v)),
+            _ => {}
+        }
+        let mut c = self.client.borrow_mut();
+        let mut tx = c.transaction().map_err(|e| self.err(e))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+            .map_err(|e| self.err(e))?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS pmm_schema (
+                one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+                version INTEGER NOT NULL
+            );",
+        )
+        .map_err(|e| self.err(e))?;
+        let from: i32 = tx
+            .query_opt("SELECT version FROM pmm_schema", &[])
+            .map_err(|e| self.err(e))?
+            .map_or(0, |r| r.get(0));
+        if from as usize > MIGRATIONS.len() {
+            return Err(self.newer(from));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+            tx.batch_execute(sql)
+                .map_err(|e| self.fail(format!("migration {}: {}", i + 1, explain(&e))))?;
+        }
+        tx.execute(
+            "INSERT INTO pmm_schema (one, version) VALUES (TRUE, $1)
+             ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version",
+            &[&(MIGRATIONS.len() as i32)],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// One attempt at a write transaction.
+    fn attempt<T>(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>,
+    ) -> std::result::Result<T, Attempt> {
+        let PgLog {
+            client,
+            ctx,
+            isolation,
+            scratch,
+            stmts,
+            ..
+        } = self;
+        let retry_or = |e: postgres::Error| -> Attempt {
+            if retryable(&e) {
+                Attempt::Retry(e)
+            } else {
+                Attempt::Fail(ctx.err(e))
+            }
+        };
+        let client = client.get_mut();
+        if stmts.is_none() {
+            let mut prepare =
+                |sql: &str| client.prepare(sql).map_err(|e| Attempt::Fail(ctx.err(e)));
+            *stmts = Some(Stmts {
+                lock: prepare("SELECT id, hash FROM pmm_head FOR UPDATE")?,
+                ahead: prepare("SELECT id FROM events WHERE id > $1 ORDER BY id LIMIT 1")?,
+                insert: prepare(
+                    "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )?,
+                move_head: prepare("UPDATE pmm_head SET id = $1, hash = $2 WHERE one")?,
+            });
+        }
+        let stmts = stmts.as_ref().expect("prepared above");
+        let mut tx = client
+            .build_transaction()
+            .isolation_level(*isolation)
+            .start()
+            .map_err(retry_or)?;
+        let row = tx.query_one(&stmts.lock, &[]).map_err(retry_or)?;
+        let (id, hash): (i64, Option<String>) = (row.get(0), row.get(1));
+        let head = (id > 0).then_some(Head { id, hash });
+        let ahead = tx.query_opt(&stmts.ahead, &[&id]).map_err(retry_or)?;
+        if let Some(r) = ahead {
+            let other: i64 = r.get(0);
+            return Err(Attempt::Fail(ctx.fail(format!(
+                "ledger is damaged: its head row says {id} but event {other} exists, so appending would reuse ids; nothing was written"
+            ))));
+        }
+        let start = head.clone();
+        let mut txn = PgTxn {
+            tx: RefCell::new(tx),
+            head,
+            scratch,
+            retry: Cell::new(None),
+            ctx,
+            insert: &stmts.insert,
+        };
+        let out = f(&mut txn);
+        let PgTxn {
+            tx, head, retry, ..
+        } = txn;
+        let mut tx = tx.into_inner();
+        let out = match out {
+            Ok(v) => v,
+            Err(e) => {
+                return Err(match retry.into_inner() {
+                    Some(pe) => Attempt::Retry(pe),
+                    None => Attempt::Fail(e),
+                })
+            }
+        };
+        if head != start {
+            let h = head.as_ref().expect("a transaction only adds events");
+            tx.execute(&stmts.move_head, &[&h.id, &h.hash])
+                .map_err(retry_or)?;
+        }
+        tx.commit().map_err(retry_or)?;
+        Ok(out)
+    }
+}
+
+/// The ledger's URL and busy timeout, for errors.
+struct Ctx {
+    shown: String,
+    busy_ms: u64,
+}
+
+impl Ctx {
+    fn fail(&self, what: impl Into<String>) -> Error {
+        Error::with_exit_status(PgError {
+            url: self.shown.clone(),
+            what: what.into(),
+        })
+    }
+
+    /// Maps a server error: a lock wait past the busy timeout is [`Error::Busy`].
+    fn err(&self, e: postgres::Error) -> Error {
+        if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+            return Error::Busy(self.busy_ms);
+        }
+        self.fail(explain(&e))
+    }
+}
+
+enum Attempt {
+    /// The server asked for the transaction to be run again.
+    Retry(postgres::Error),
+    /// Anything else.
+    Fail(Error),
+}
+
+/// Whether a failed transaction should be run again: serialization failures, deadlocks, and
+/// a unique violation of an append (another writer got there first under a forced isolation
+/// level that let it read a stale head).
+fn retryable(e: &postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE
+            || *c == SqlState::T_R_DEADLOCK_DETECTED
+    )
+}
+
+/// A little jitter without a random-number crate: the clock's nanoseconds, mixed.
+fn jitter(max_ms: u64) -> Duration {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    let mut x = n ^ (std::process::id() as u64) << 32 ^ 0x9e37_79b9_7f4a_7c15;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    Duration::from_millis(x % max_ms.max(1))
+}
+
+impl Writer for PgLog {
+    /// One short transaction: the head row locked `FOR UPDATE`, `f`'s links and inserts, the
+    /// head row moved, commit; run again on a serialization failure, a deadlock or an
+    /// append's unique violation, until the busy timeout.
+    fn transact<T>(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        let budget = Duration::from_millis(self.ctx.busy_ms);
+        let mut attempt: u32 = 0;
+        loop {
+            match self.attempt(f) {
+                Ok(v) => return Ok(v),
+                Err(Attempt::Fail(e)) => return Err(e),
+                Err(Attempt::Retry(e)) => {
+                    attempt += 1;
+                    if started.elapsed() >= budget {
+                        return Err(self.fail(format!(
+                            "gave up after {attempt} attempts in {} ms: {}",
+                            self.ctx.busy_ms,
+                            explain(&e)
+                        )));
+                    }
+                    self.retries += 1;
+                    std::thread::sleep(jitter(2u64 << attempt.min(5)));
+                }
+            }
+        }
+    }
+}
+
+/// A write transaction on a [`PgLog`] (see [`Writer::transact`]).
+pub struct PgTxn<'a> {
+    tx: RefCell<postgres::Transaction<'a>>,
+    head: Option<Head>,
+    scratch: &'a mut Vec<u8>,
+    /// The error that asks for the whole transaction to be run again, if one happened.
+    retry: Cell<Option<postgres::Error>>,
+    ctx: &'a Ctx,
+    insert: &'a postgres::Statement,
+}
+
+impl PgTxn<'_> {
+    fn err(&self, e: postgres::Error) -> Error {
+        if retryable(&e) {
+            let out = self.ctx.fail(explain(&e));
+            self.retry.set(Some(e));
+            return out;
+        }
+        self.ctx.err(e)
+    }
+
+    fn insert(&mut self, ev: &Event) -> std::result::Result<(), postgres::Error> {
+        self.tx.get_mut().execute(
+            self.insert,
+            &[
+                &ev.id,
+                &ev.ts,
+                &ev.kind.as_str(),
+                &ev.content.as_bytes(),
+                &ev.meta,
+                &ev.prev_hash,
+                &ev.hash,
+            ],
+        )?;
+        self.head = Some(Head {
+            id: ev.id,
+            hash: ev.hash.clone(),
+        });
+        Ok(())
+    }
+}
+
+impl Txn for PgTxn<'_> {
+    fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
+        let e = link(
+            self.head.as_ref(),
+            &ev.kind,
+            &ev.content,
+            &ev.meta,
+            ts,
+            self.scratch,
+        )?;
+        match self.insert(&e) {
+            Ok(()) => Ok(e),
+            Err(pe) => {
+                // Under the head lock a unique violation cannot happen; without it (a forced
+                // isolation level that read a stale head) it is a race lost: run it again.
+                if pe.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                    let what = explain(&pe);
+                    self.retry.set(Some(pe));
+                    return Err(fork_error(format!("event {}: {what}", e.id)));
+                }
+                Err(self.err(pe))
+            }
+        }
+    }
+
+    fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()> {
+        if let Some(why) = verbatim_refusal(self.head.as_ref(), ev, links) {
+            return Err(fork_error(why));
+        }
+        match self.insert(ev) {
+            Ok(()) => Ok(()),
+            Err(pe) if pe.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                let why = match pe.as_db_error().and_then(|d| d.constraint()) {
+                    Some("events_hash_key") => "its hash is already in the ledger",
+                    Some("events_prev_hash_key") => {
+                        "another event already follows its prev_hash (that would fork the chain)"
+                    }
+                    _ => "its id is already in the ledger",
+                };
+                Err(fork_error(format!("event {}: {why}", ev.id)))
+            }
+            Err(pe) => Err(self.err(pe)),
+        }
+    }
+}
+
+fn row_to_event(r: &Row) -> Event {
+    let content: Vec<u8> = r.get(3);
+    let content = String::from_utf8(content)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    let kind: String = r.get(2);
+    Event {
+        id: r.get(0),
+        ts: r.get(1),
+        kind: kind.into(),
+        content,
+        meta: r.get(4),
+        prev_hash: r.get(5),
+        hash: r.get(6),
+    }
+}
+
+/// The rows a scan reads per query (keyset pages: memory stays flat, and no cursor is held
+/// open across the caller's work).
+const PAGE: i64 = 512;
+
+fn q_head<C: GenericClient>(c: &mut C) -> std::result::Result<Option<Head>, postgres::Error> {
+    Ok(
+        c.query_opt("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1", &[])?
+            .map(|r| Head {
+                id: r.get(0),
+                hash: r.get(1),
+            }),
+    )
+}
+
+fn q_get<C: GenericClient>(
+    c: &mut C,
+    id: i64,
+) -> std::result::Result<Option<Event>, postgres::Error> {
+    Ok(c.query_opt(
+        &format!("SELECT {COLUMNS} FROM events WHERE id = $1"),
+        &[&id],
+    )?
+    .map(|r| row_to_event(&r)))
+}
+
+/// `filter`'s condition on ids `$1..=$2` and kinds `$3`.
+fn where_clause(filter: &Filter) -> &'static str {
+    if filter.kinds.is_empty() {
+        "id >= $1 AND id <= $2"
+    } else {
+        "id >= $1 AND id <= $2 AND kind = ANY($3)"
+    }
+}
+
+fn q_page<C: GenericClient>(
+    c: &mut C,
+    filter: &Filter,
+    from: i64,
+    until: i64,
+    limit: i64,
+    desc: bool,
+) -> std::result::Result<Vec<Event>, postgres::Error> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM events WHERE {} ORDER BY id {} LIMIT {limit}",
+        where_clause(filter),
+        if desc { "DESC" } else { "ASC" }
+    );
+    let rows = if filter.kinds.is_empty() {
+        c.query(&sql, &[&from, &until])?
+    } else {
+        c.query(&sql, &[&from, &until, &filter.kinds])?
+    };
+    Ok(rows.iter().map(row_to_event).collect())
+}
+
+/// A scan in pages fetched by `fetch(from, until)`: the connection is not borrowed while
+/// `each` runs, so that `each` may read the log too.
+fn scan_pages(
+    filter: &Filter,
+    each: &mut dyn FnMut(Event) -> Result<bool>,
+    fetch: &mut dyn FnMut(i64, i64) -> Result<Vec<Event>>,
+) -> Result<()> {
+    let until = filter.until.unwrap_or(i64::MAX);
+    let mut from = filter.since.unwrap_or(i64::MIN);
+    loop {
+        let page = fetch(from, until)?;
+        let full = page.len() as i64 == PAGE;
+        for ev in page {
+            let next = ev.id.checked_add(1);
+            if !each(ev)? {
+                return Ok(());
+            }
+            match next {
+                Some(n) => from = n,
+                None => return Ok(()),
+            }
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+fn q_tail<C: GenericClient>(
+    c: &mut C,
+    filter: &Filter,
+    n: usize,
+) -> std::result::Result<Vec<Event>, postgres::Error> {
+    let mut out = q_page(
+        c,
+        filter,
+        filter.since.unwrap_or(i64::MIN),
+        filter.until.unwrap_or(i64::MAX),
+        n.min(i64::MAX as usize) as i64,
+        true,
+    )?;
+    out.reverse();
+    Ok(out)
+}
+
+fn q_count<C: GenericClient>(
+    c: &mut C,
+    kind: &Kind,
+    after: i64,
+) -> std::result::Result<u64, postgres::Error> {
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM events WHERE kind = $1 AND id > $2",
+            &[&kind.as_str(), &after],
+        )?
+        .get(0);
+    Ok(n.max(0) as u64)
+}
+
+fn q_id_of_hash<C: GenericClient>(
+    c: &mut C,
+    hash: &str,
+) -> std::result::Result<Option<i64>, postgres::Error> {
+    Ok(
+        c.query_opt("SELECT id FROM events WHERE hash = $1", &[&hash])?
+            .map(|r| r.get(0)),
+    )
+}
+
+/// The reads, through whichever client or transaction `$conn` borrows.
+macro_rules! pg_event_log {
+    ($t:ty, $conn:ident) => {
+        impl EventLog for $t {
+            fn head(&self) -> Result<Option<Head>> {
+                q_head(&mut *self.$conn.borrow_mut()).map_err(|e| self.err(e))
+            }
+            fn get(&self, id: i64) -> Result<Option<Event>> {
+                q_get(&mut *self.$conn.borrow_mut(), id).map_err(|e| self.err(e))
+            }
+            fn scan(
+                &self,
+                filter: &Filter,
+                each: &mut dyn FnMut(Event) -> Result<bool>,
+            ) -> Result<()> {
+                scan_pages(filter, each, &mut |from, until| {
+                    let page = q_page(
+                        &mut *self.$conn.borrow_mut(),
+                        filter,
+                        from,
+                        until,
+                        PAGE,
+                        false,
+                    );
+                    page.map_err(|e| self.err(e))
+                })
+            }
+            fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
+                q_tail(&mut *self.$conn.borrow_mut(), filter, n).map_err(|e| self.err(e))
+            }
+            fn count_kind_after(&self, kind: &Kind, after: i64) -> Result<u64> {
+                q_count(&mut *self.$conn.borrow_mut(), kind, after).map_err(|e| self.err(e))
+            }
+            fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+                q_id_of_hash(&mut *self.$conn.borrow_mut(), hash).map_err(|e| self.err(e))
+            }
+        }
+    };
+}
+
+pg_event_log!(PgLog, client);
+pg_event_log!(PgTxn<'_>, tx);
+
+#[cfg(test)]
+mod tests;
