@@ -5,6 +5,7 @@
 
 pub mod adaptive;
 pub mod deep;
+pub mod indexed;
 pub mod prompts;
 pub mod prove;
 pub mod verify;

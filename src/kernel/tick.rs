@@ -222,7 +222,7 @@ fn append_slot_events(
             meta(&[("source", "autonomy_kernel".into())]),
         )?;
     }
-    let m = slot_meta(
+    let mut m = slot_meta(
         slot,
         &[
             ("slot", slot.slot.into()),
@@ -230,6 +230,11 @@ fn append_slot_events(
             ("source", "autonomy_kernel".into()),
         ],
     );
+    if decision.decision == Action::Index {
+        // The indexer's rule, so that deep verification recomputes the tick with it.
+        let rule = crate::projection::indexing::RULE;
+        m.insert("index_rule".into(), rule.into());
+    }
     let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
     s.put(Kind::AutonomyTick, content, m)?;
     Ok(())
