@@ -20,6 +20,7 @@
 //! | `checkpoint_manifest` | `covers`, `up_to_id` | `["rsm_state","open_commitments"]`, an id before it | §8.9 |
 //! | `meta_summary` | `event_count`, `graph_stats.nodes`, `meta.about_event` | at most the events before it; the sum of `counts_by_kind`; an earlier reflection | §7.2 |
 //! | `reflection` (pmm's synthesized) | `intent`, `outcome` | the turn's user message and reply, stripped, 256 chars | §7.1 |
+//! | an `index` tick's `concept_*` and `claim_from_text` | kind, content, meta | the indexer's rule (`meta.index_rule`) over its evidence messages and the concept layer before it ([`super::indexed`]) | §14.5 |
 //!
 //! [`KINDS_NOT_CHECKED`] lists the derived kinds that are not recomputed, and why; `pmm-verify
 //! --deep` prints both lists in its summary.
@@ -155,6 +156,7 @@ pub const KINDS_CHECKED: &[(&str, &str)] = &[
     (Kind::OutcomeObservation.as_str(), "action_kind names the decision of the tick before it"),
     (Kind::MetaSummary.as_str(), "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
     (Kind::Reflection.as_str(), "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
+    ("concept_define, concept_bind_async, concept_bind_thread, concept_relate, claim_from_text (an index tick's)", "each event, kind, content and meta, from the indexer's rule the tick names (meta.index_rule, 1 when absent) over its evidence messages and the concept layer before it"),
     (Kind::AssistantMessage.as_str(), "meta.prompt_sha256 from the prompt rebuilt from the ledger (a ledger file, replies of the current prompt format; the summary's prompts)"),
 ];
 
@@ -166,8 +168,8 @@ pub const KINDS_NOT_CHECKED: &[(&str, &str)] = &[
     (Kind::AutonomyTick.as_str(), "whether the decision is the one the kernel would take is not refolded (the adaptive thresholds at that slot)"),
     (Kind::AutonomyRuleTable.as_str(), "the values are not refolded: the reference's adaptive loop changes them without a config event"),
     (Kind::LifetimeMemory.as_str(), "chunk text is not refolded"),
-    ("concept_define, concept_bind_event, concept_bind_thread", "pmm's turns and its indexer write them for the concepts a reply names, the user's text mentions or a message's topics give: which concepts a turn is about is the model's choice, not derived"),
-    ("concept_alias, concept_relate, autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
+    ("concept_define, concept_bind_event, concept_bind_thread (a turn's)", "pmm's turns write them for the concepts a reply names and the user's text mentions: which concepts a turn is about is the model's choice, not derived"),
+    ("concept_alias, concept_relate (other than an index tick's), autonomy_metrics", "written by the reference's engines, which pmm does not reimplement"),
     (Kind::OutcomeObservation.as_str(), "only action_kind is checked: observed_result and evidence depend on what the tick wrote, which the reference judged differently (an idle tick is success there)"),
 ];
 
@@ -200,6 +202,8 @@ pub struct DeepCounts {
     pub meta_summaries: u64,
     /// Synthesized reflections (`intent`/`outcome`) recomputed.
     pub synthesized_reflections: u64,
+    /// The events of `index` ticks recomputed with the indexer's rule ([`super::indexed`]).
+    pub index_events: u64,
     /// `outcome_observation`, `stability_metrics`, `coherence_check`, `policy_update` and
     /// `meta_policy_update` events recomputed ([`super::adaptive`]).
     pub adaptive_events: u64,
@@ -279,6 +283,8 @@ pub struct DeepChecker {
     skipped: Vec<SkippedForErasure>,
     /// The adaptive loop's events, recomputed.
     adaptive: super::adaptive::AdaptiveCheck,
+    /// The indexer's events, recomputed.
+    index: super::indexed::IndexCheck,
 }
 
 impl Default for DeepChecker {
@@ -408,6 +414,7 @@ impl DeepChecker {
             erased: Default::default(),
             skipped: Vec::new(),
             adaptive: Default::default(),
+            index: Default::default(),
         }
     }
 
@@ -424,6 +431,8 @@ impl DeepChecker {
             // It still counts in the adaptive windows by its id and kind, as it did for the
             // writer: only its text is gone.
             self.adaptive.fold_erased(ev);
+            let verdicts = self.index.erased(ev);
+            self.index_verdicts(verdicts, out);
             self.remember(ev, None);
             return;
         }
@@ -516,7 +525,35 @@ impl DeepChecker {
             self.check_covers(ev, out);
         }
         self.check_adaptive(ev, out);
+        self.check_index(ev, out);
         self.remember(ev, meta);
+    }
+
+    /// The indexer's events ([`super::indexed`]); every event is folded in.
+    fn check_index(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        let (texts, erased) = (&self.texts, &self.erased);
+        let text = |id: i64| {
+            let i = texts.binary_search_by_key(&id, |(k, _)| *k).ok()?;
+            texts.get(i).map(|(_, t)| t.clone())
+        };
+        let verdicts = self.index.check(ev, &text, &|id| erased.contains(&id));
+        self.index_verdicts(verdicts, out);
+    }
+
+    fn index_verdicts(&mut self, verdicts: Vec<super::indexed::Verdict>, out: &mut Vec<Finding>) {
+        use super::indexed::Verdict;
+        for v in verdicts {
+            match v {
+                Verdict::None => {}
+                Verdict::Same => self.counts.index_events += 1,
+                Verdict::Differs(id, what, expected, found) => {
+                    self.counts.index_events += 1;
+                    self.emit(out, id, mismatch(what, expected, found));
+                }
+                Verdict::Unresolved => self.counts.unresolved += 1,
+                Verdict::Erased(tick, input) => self.skip(tick, "autonomy_tick.index", input),
+            }
+        }
     }
 
     /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.

@@ -252,7 +252,7 @@ fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Outcome> {
 
 /// `--prompt ID`: the turn's prompt rebuilt from the ledger, as one `{"type":"prompt"}` record
 /// (exit 1 when its digest differs from the recorded one; exit 2 when event ID is not a turn
-/// of this prompt format).
+/// of a prompt format this build rebuilds).
 fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     use crate::context::prompt as cp;
     let bad = |e: cp::RebuildError| Error::bad_input(Some("--prompt".into()), e.to_string());
@@ -269,7 +269,7 @@ fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     record["type"] = "prompt".into();
     record["reply"] = turn.reply.into();
     record["reply_to"] = turn.user_id.into();
-    record["prompt_format"] = cp::PROMPT_FORMAT.into();
+    record["prompt_format"] = turn.format.into();
     record["prompt_sha256"] = sha.clone().into();
     record["recorded_sha256"] = turn.recorded.clone().into();
     record["matches"] = matches.into();

@@ -20,8 +20,12 @@ use crate::store::{Filter, Reads};
 use serde_json::{json, Value};
 
 /// The prompt format this build renders. Bump it whenever the context block, the rules, the
-/// history or the digest change, so that older turns are named rather than misreported.
-pub const PROMPT_FORMAT: i64 = 3;
+/// history or the digest change, so that older turns are named rather than misreported (or,
+/// when the change is one this build can undo, rebuilt: see [`REBUILT_FORMATS`]).
+pub const PROMPT_FORMAT: i64 = 4;
+/// The prompt formats this build rebuilds: 3 differs from 4 in the rules' first sentences only
+/// (`context::render::rules`).
+pub const REBUILT_FORMATS: [i64; 2] = [3, 4];
 /// How many of the newest messages every prompt carries as chat history (3 exchanges).
 pub const HISTORY_MESSAGES: usize = 6;
 /// The most characters of history a prompt carries.
@@ -107,9 +111,20 @@ pub fn history_pairs(history: &[Event]) -> Vec<(String, String)> {
 /// Renders the prompt for the user message `user` from the projections `p` (as of the turn's
 /// first write), what retrieval chose, and the history.
 pub fn render(p: &Projections, sel: &Selection, user: &str, history: &[Event]) -> Prompt {
+    render_of(p, sel, user, history, PROMPT_FORMAT)
+}
+
+/// [`render`] as prompt format `format` renders it (one of [`REBUILT_FORMATS`]).
+pub fn render_of(
+    p: &Projections,
+    sel: &Selection,
+    user: &str,
+    history: &[Event],
+    format: i64,
+) -> Prompt {
     let context = render::context_block(p, p.mirror.last_event_id, sel, user);
     Prompt {
-        system: render::system_prompt(&context),
+        system: render::system_prompt_of(&context, format),
         history: history_pairs(history),
         user: user.to_string(),
     }
@@ -122,7 +137,7 @@ pub enum RebuildError {
     #[error("event {0} is not a turn's user or assistant message")]
     NotATurn(i64),
     /// The reply was written by an older pmm (or another program): named, not checked.
-    #[error("event {id} was written with {format}, not prompt format {PROMPT_FORMAT}: its prompt cannot be rebuilt by this version")]
+    #[error("event {id} was written with {format}, not prompt format 3 or {PROMPT_FORMAT}: its prompt cannot be rebuilt by this version")]
     OtherFormat {
         /// The reply.
         id: i64,
@@ -148,10 +163,12 @@ pub struct Turn {
     pub user_id: i64,
     /// The `prompt_sha256` it records.
     pub recorded: String,
+    /// The prompt format it names (one of [`REBUILT_FORMATS`]).
+    pub format: i64,
 }
 
 /// The turn `id` names (its `assistant_message`, or the user message a reply answers), checked
-/// to be of this format.
+/// to be of a format this build rebuilds.
 pub fn turn_of<R: Reads>(r: &R, id: i64) -> crate::Result<Result<Turn, RebuildError>> {
     let Some(ev) = r.get(id)? else {
         return Ok(Err(RebuildError::NotATurn(id)));
@@ -191,7 +208,7 @@ fn reply_to<R: Reads>(r: &R, user_id: i64) -> crate::Result<Option<Event>> {
     Ok(found)
 }
 
-/// A reply's prompt record, if it is of this format.
+/// A reply's prompt record, if it is of a format this build rebuilds ([`REBUILT_FORMATS`]).
 pub fn turn_of_reply(reply: &Event) -> Result<Turn, RebuildError> {
     let m = reply.meta_map().unwrap_or_default();
     let id = reply.id;
@@ -205,17 +222,18 @@ pub fn turn_of_reply(reply: &Event) -> Result<Turn, RebuildError> {
             format: "no prompt format (a reply without reply_to and prompt_sha256)".into(),
         });
     };
-    if format != Some(PROMPT_FORMAT) {
+    let Some(format) = format.filter(|f| REBUILT_FORMATS.contains(f)) else {
         return Err(RebuildError::OtherFormat {
             id,
             format: format.map_or("no prompt format".into(), |f| format!("prompt format {f}")),
         });
-    }
+    };
     let recorded = recorded.to_string();
     Ok(Turn {
         reply: id,
         user_id,
         recorded,
+        format,
     })
 }
 
@@ -426,7 +444,7 @@ pub fn rebuild_with_history<R: Reads>(
         Some(recent) => select::within(recent, HISTORY_CHARS),
         None => select::history(r, user.id, HISTORY_MESSAGES, HISTORY_CHARS)?,
     };
-    Ok(Ok(render(p, &sel, &user.content, &history)))
+    Ok(Ok(render_of(p, &sel, &user.content, &history, turn.format)))
 }
 
 /// Rebuilds a turn's prompt from the ledger alone (the state as of the turn, from the newest

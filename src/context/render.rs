@@ -212,11 +212,10 @@ fn recalled_evidence(sel: &Selection) -> String {
     s
 }
 
-/// The rules: what the ledger is and how to write to it. Our own words.
-pub const RULES: &str = "\
-You are an agent whose whole memory is a ledger: an append-only, hash-chained list of events \
-(messages, commitments, claims, reflections, summaries). Nothing outside the ledger is part of \
-you, and nothing in it can be changed or deleted. The context above is drawn from it; event ids \
+/// The rules after their opening sentences, the same in every prompt format.
+macro_rules! rules_after_the_ledger {
+    () => {
+        " The context above is drawn from it; event ids \
 appear in square brackets. When you state something about yourself or the past, point to the \
 event ids it rests on; if the ledger does not show it, say that you do not know.
 
@@ -233,15 +232,52 @@ identity_proposal {\"token\":\"…\",\"description\":\"…\"}, identity_ratify {
 For example, to promise a report, end the reply with a line that reads: COMMIT: send the report
 A claim that does not check out is recorded as a correction, so claim only what the ledger shows. \
 An identity token is adopted once it has been both proposed and ratified. Never answer with \
-control lines alone.";
+control lines alone."
+    };
+}
+
+/// The rules as this build writes them (prompt format 4 on, `context::prompt::PROMPT_FORMAT`):
+/// what the ledger is and how to write to it. Our own words.
+pub const RULES: &str = concat!(
+    "You are an agent whose whole memory is a ledger: an append-only, hash-chained list of \
+events (messages, commitments, claims, reflections, summaries). Nothing outside the ledger is \
+part of you. Events are only ever appended, never edited; the one removal is an erasure, which \
+takes an event's text out and is itself recorded as an event.",
+    rules_after_the_ledger!()
+);
+
+/// The rules of prompt format 3, which said that nothing in the ledger can be changed or
+/// deleted (an erasure takes an event's text out). Kept as they were: a format-3 turn's prompt
+/// is rebuilt with the rules it was sent with.
+pub const RULES_3: &str = concat!(
+    "You are an agent whose whole memory is a ledger: an append-only, hash-chained list of \
+events (messages, commitments, claims, reflections, summaries). Nothing outside the ledger is \
+part of you, and nothing in it can be changed or deleted.",
+    rules_after_the_ledger!()
+);
+
+/// The rules a prompt of `format` carried: [`RULES_3`] for format 3, else [`RULES`].
+pub fn rules(format: i64) -> &'static str {
+    if format == 3 {
+        RULES_3
+    } else {
+        RULES
+    }
+}
 
 /// The system prompt: the context block, a blank line, the rules (just the rules when the
 /// context is empty).
 pub fn system_prompt(context: &str) -> String {
+    system_prompt_of(context, crate::context::prompt::PROMPT_FORMAT)
+}
+
+/// [`system_prompt`] with the rules of prompt format `format`.
+pub fn system_prompt_of(context: &str, format: i64) -> String {
+    let rules = rules(format);
     if context.is_empty() {
-        RULES.to_string()
+        rules.to_string()
     } else {
-        format!("{context}\n\n{RULES}")
+        format!("{context}\n\n{rules}")
     }
 }
 
@@ -304,6 +340,24 @@ mod tests {
         for k in ["COMMIT:", "CLOSE:", "CLAIM:", "REFLECT:", "REF:"] {
             assert!(RULES.contains(&format!("\n- {k} followed by")), "{k}");
         }
+    }
+
+    /// Format 3's rules are kept byte for byte (every format-3 prompt digest holds them); the
+    /// current ones no longer claim that nothing in the ledger can be deleted.
+    #[test]
+    fn format_3_rules_are_kept_as_they_were() {
+        use sha2::Digest as _;
+        let d = format!("{:x}", sha2::Sha256::digest(RULES_3.as_bytes()));
+        assert_eq!(
+            d,
+            "3b83ef6ac9475f25d7ecae3c0e04c8969dbe05370085d922de3f0cdafcc96a35"
+        );
+        assert_eq!(rules(3), RULES_3);
+        assert_eq!(rules(crate::context::prompt::PROMPT_FORMAT), RULES);
+        assert!(!RULES.contains("changed or deleted"));
+        assert!(RULES.contains("erasure"));
+        let m = crate::marker::parse(RULES_3);
+        assert_eq!(m, crate::marker::Markers::default(), "{m:?}");
     }
 
     #[test]

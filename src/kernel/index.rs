@@ -1,142 +1,44 @@
-//! The indexer behind an `index` tick (FORMATS.md §14.5, the reference's archivist): for each
-//! message of the tick's batch (its evidence, at most [`BATCH`], read by id — a bounded read
-//! whatever the ledger's size), the topics its words name become a `concept_bind_async`, and
-//! the safe claim patterns a `claim_from_text`, each naming its source message. A topic token
-//! the ledger has not defined is first defined (`concept_define`, a one-line definition naming
-//! the message it was first met in), so every binding points at a defined concept.
+//! The indexer behind an `index` tick (FORMATS.md §14.5, the reference's archivist): the
+//! messages of the tick's batch (its evidence, at most [`BATCH`], read by id — a bounded read
+//! whatever the ledger's size) go through the indexer's rule ([`crate::projection::indexing`]:
+//! the concepts a message names or mentions are defined when new and bound to it, a reply's
+//! concepts bound to the threads it opened, concepts that keep appearing together related,
+//! the safe claim patterns made `claim_from_text`), and the events the rule plans are appended
+//! as planned. The tick's meta records the rule (`index_rule`), so that `pmm-verify --deep`
+//! recomputes every index tick with the rule it was written with.
 
 use crate::canon;
 use crate::event::{Event, Kind};
+use crate::projection::indexing::{self, Message};
 use crate::store::Reads;
 use crate::turn::{meta, Sink};
 use serde_json::{json, Value};
 
 /// Messages one `index` tick takes.
-pub const BATCH: usize = 16;
+pub const BATCH: usize = indexing::BATCH;
 
-/// Keyword → topic token, with the token's one-line definition (the reference's fuzzy
-/// concepts).
-const TOPICS: [(&str, &str, &str); 14] = [
-    (
-        "python",
-        "topic.programming.python",
-        "The Python programming language",
-    ),
-    (
-        "code",
-        "topic.programming",
-        "Writing and reading program code",
-    ),
-    (
-        "coding",
-        "topic.programming",
-        "Writing and reading program code",
-    ),
-    (
-        "memory",
-        "topic.system.memory",
-        "Memory: what is kept and recalled",
-    ),
-    (
-        "bug",
-        "topic.system.issue",
-        "A defect, error or problem in a system",
-    ),
-    (
-        "error",
-        "topic.system.issue",
-        "A defect, error or problem in a system",
-    ),
-    ("slow", "metric.performance", "How fast something runs"),
-    ("fast", "metric.performance", "How fast something runs"),
-    ("linux", "topic.os.linux", "The Linux operating system"),
-    ("ubuntu", "topic.os.linux", "The Linux operating system"),
-    ("arch", "topic.os.linux", "The Linux operating system"),
-    ("goal", "topic.planning", "Goals, plans and what comes next"),
-    ("plan", "topic.planning", "Goals, plans and what comes next"),
-    (
-        "plans",
-        "topic.planning",
-        "Goals, plans and what comes next",
-    ),
-];
-
-/// Words that make a message too uncertain for a claim.
-const HEDGES: [&str; 10] = [
-    "might", "maybe", "could", "should", "would", "think", "guess", "wish", "probably", "possibly",
-];
-
-const SOURCE: &str = "autonomy_kernel.indexer";
-
-/// Lowercase words, with `.,!?;:()[]"'` as spaces (§14.5).
-fn words(text: &str) -> Vec<String> {
-    let cleaned: String = text
-        .to_lowercase()
-        .chars()
-        .map(|c| if ".,!?;:()[]\"'".contains(c) { ' ' } else { c })
-        .collect();
-    cleaned.split_whitespace().map(str::to_string).collect()
-}
-
-/// The topic tokens of a message, sorted and unique.
-pub fn topics(text: &str) -> Vec<&'static str> {
-    let w = words(text);
-    let mut t: Vec<&str> = TOPICS
-        .iter()
-        .filter(|(k, _, _)| w.iter().any(|x| x == k))
-        .map(|(_, tok, _)| *tok)
-        .collect();
-    t.sort_unstable();
-    t.dedup();
-    t
-}
-
-/// The safe claims of a message: `(claim_type, confidence, value)` for "my name is X",
-/// "i live in A \[B \[C\]\]" and "i use X"; none when the message hedges.
-pub fn claims(text: &str) -> Vec<(&'static str, f64, String)> {
-    let w = words(text);
-    if w.iter().any(|x| HEDGES.contains(&x.as_str())) {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    for i in 0..w.len() {
-        let at = |j: usize| w.get(i + j).map(String::as_str);
-        if (at(0), at(1), at(2)) == (Some("my"), Some("name"), Some("is")) {
-            if let Some(x) = at(3) {
-                out.push(("user.identity.name", 0.95, x.to_string()));
-            }
-        }
-        if (at(0), at(1), at(2)) == (Some("i"), Some("live"), Some("in")) && at(3).is_some() {
-            let place: Vec<&str> = (3..6).filter_map(at).collect();
-            out.push(("user.location", 0.9, place.join(" ")));
-        }
-        if (at(0), at(1)) == (Some("i"), Some("use")) {
-            if let Some(x) = at(2) {
-                out.push(("user.tool_usage", 0.9, x.to_string()));
-            }
-        }
-    }
-    out
-}
-
-fn definition_of(token: &str) -> &'static str {
-    TOPICS
-        .iter()
-        .find(|(_, t, _)| *t == token)
-        .map_or("", |(_, _, d)| *d)
-}
-
-/// Indexes the messages `ids` (the tick's evidence): definitions first, then one
-/// `concept_bind_async` per message with topics, then its claims.
+/// Indexes the messages `ids` (the tick's evidence) with the current rule
+/// ([`indexing::RULE`]): the events [`indexing::plan`] derives, appended in its order.
 pub(crate) fn append(s: &mut Sink<'_, '_>, ids: &[i64]) -> crate::Result<()> {
+    let mut read = Vec::new();
     for &id in ids.iter().take(BATCH) {
-        let Some(ev) = s.batch.get(id)? else {
-            continue;
-        };
-        if !matches!(ev.kind, Kind::UserMessage | Kind::AssistantMessage) {
-            continue;
+        if let Some(ev) = s.batch.get(id)? {
+            read.push(ev);
         }
-        index_message(s, &ev)?;
+    }
+    let batch: Vec<Message<'_>> = read
+        .iter()
+        .map(|e| Message {
+            id: e.id,
+            kind: &e.kind,
+            content: &e.content,
+        })
+        .collect();
+    let mirror = &s.p.mirror;
+    let known = |cid: &str| mirror.open.contains_key(cid) || mirror.closed.contains_key(cid);
+    let planned = indexing::plan(indexing::RULE, &s.p.concepts, &known, &batch).unwrap_or_default();
+    for e in planned {
+        s.put(e.kind, e.content, e.meta)?;
     }
     Ok(())
 }
@@ -151,73 +53,6 @@ fn put_c(
     s.put(kind, content, meta(pairs))?;
     Ok(())
 }
-
-fn index_message(s: &mut Sink<'_, '_>, ev: &Event) -> crate::Result<()> {
-    let tokens = topics(&ev.content);
-    for tok in &tokens {
-        if s.p.concepts.definition(tok).is_some() {
-            continue;
-        }
-        let def = json!({
-            "attributes": {}, "concept_kind": "topic", "definition": definition_of(tok),
-            "token": tok, "version": 1,
-        });
-        let id = crate::chain::Digest::of(canon::to_string(&def).unwrap_or_default().as_bytes());
-        let m = [
-            ("concept_id", id.to_string().into()),
-            ("source", SOURCE.into()),
-            ("source_event", ev.id.into()),
-        ];
-        put_c(s, Kind::ConceptDefine, &def, &m)?;
-    }
-    let m = || [("origin", Value::from("async")), ("source", SOURCE.into())];
-    if !tokens.is_empty() {
-        let v = json!({"confidence": 0.75, "event_id": ev.id, "relation": "inferred_topic", "tokens": tokens});
-        put_c(s, Kind::ConceptBindAsync, &v, &m())?;
-        bind_threads(s, ev, &tokens)?;
-    }
-    for (claim_type, confidence, value) in claims(&ev.content) {
-        let evidence: String = ev.content.chars().take(50).collect();
-        let v = json!({
-            "claim_type": claim_type, "confidence": confidence, "evidence_text": evidence,
-            "source_event_id": ev.id, "value": value,
-        });
-        put_c(s, Kind::ClaimFromText, &v, &m())?;
-    }
-    Ok(())
-}
-
-/// The thread backfill (the reference's `backfill_concept_thread_bindings`): a reply's topics
-/// are bound to the commitments its `COMMIT:` lines opened (the threads that hold the reply),
-/// one `concept_bind_thread` per token the thread does not have yet.
-fn bind_threads(s: &mut Sink<'_, '_>, ev: &Event, tokens: &[&str]) -> crate::Result<()> {
-    if ev.kind != Kind::AssistantMessage {
-        return Ok(());
-    }
-    for c in crate::marker::parse(&ev.content).commits {
-        let cid = crate::projection::mirror::commitment_cid(&c.value);
-        let known = s.p.mirror.open.contains_key(&cid) || s.p.mirror.closed.contains_key(&cid);
-        if !known {
-            continue;
-        }
-        for tok in tokens {
-            if s.p.concepts.is_bound_to_thread(tok, &cid) {
-                continue;
-            }
-            let v = json!({"cid": cid, "relation": "relevant_to", "tokens": [tok]});
-            put_c(
-                s,
-                Kind::ConceptBindThread,
-                &v,
-                &[("source", BACKFILL.into())],
-            )?;
-        }
-    }
-    Ok(())
-}
-
-/// The source of the thread backfill's bindings, as the reference names it.
-const BACKFILL: &str = "indexer.backfill";
 
 /// CTL maintenance (FORMATS.md §8.12): the concept tokens each kind of the loop's own events
 /// is evidence of, with the relation.
@@ -297,35 +132,4 @@ pub(crate) fn maintain(s: &mut Sink<'_, '_>, from: usize) -> crate::Result<()> {
         put_c(s, Kind::ConceptBindEvent, &v, &m)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topics_and_safe_claims() {
-        assert_eq!(
-            topics("My Python code is slow; a memory bug?"),
-            vec![
-                "metric.performance",
-                "topic.programming",
-                "topic.programming.python",
-                "topic.system.issue",
-                "topic.system.memory"
-            ]
-        );
-        assert_eq!(
-            claims("Hi! My name is Ada. I live in New York City now, and I use Arch."),
-            vec![
-                ("user.identity.name", 0.95, "ada".to_string()),
-                ("user.location", 0.9, "new york city".to_string()),
-                ("user.tool_usage", 0.9, "arch".to_string()),
-            ]
-        );
-        assert!(
-            claims("I think my name is Bob").is_empty(),
-            "a hedge: no claim"
-        );
-    }
 }

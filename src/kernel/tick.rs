@@ -281,6 +281,11 @@ fn append_decision(
     if let Some(n) = note {
         m.insert("think".into(), n.clone());
     }
+    if decision.decision == Action::Index {
+        // The indexer's rule, so that deep verification recomputes the tick with it.
+        let rule = crate::projection::indexing::RULE;
+        m.insert("index_rule".into(), rule.into());
+    }
     let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
     s.put(Kind::AutonomyTick, content, m)?;
     Ok(())

@@ -396,6 +396,28 @@ impl ConceptGraph {
             .is_some_and(|s| s.contains(self.canonical_token(token)))
     }
 
+    /// How many events `a` and `b` (alias-resolved) are both bound to.
+    pub fn co_bound(&self, a: &str, b: &str) -> usize {
+        let (Some(x), Some(y)) = (
+            self.concept_events.get(self.canonical_token(a)),
+            self.concept_events.get(self.canonical_token(b)),
+        ) else {
+            return 0;
+        };
+        let (small, large) = if x.len() <= y.len() { (x, y) } else { (y, x) };
+        small.iter().filter(|id| large.contains(id)).count()
+    }
+
+    /// Whether `a` and `b` (alias-resolved) are related by `relation`, either way.
+    pub fn related(&self, a: &str, b: &str, relation: &str) -> bool {
+        let (a, b) = (self.canonical_token(a), self.canonical_token(b));
+        let has = |x: &str, y: &str| {
+            self.edges
+                .contains(&(x.to_string(), y.to_string(), relation.to_string()))
+        };
+        has(a, b) || has(b, a)
+    }
+
     /// The commitment cids bound to `token` (alias-resolved), sorted.
     pub fn threads_for(&self, token: &str) -> Vec<String> {
         self.concept_cids

@@ -6,6 +6,7 @@ pub mod adapt;
 pub mod autonomy;
 pub mod concepts;
 pub mod graph;
+pub mod indexing;
 pub mod mirror;
 mod packed;
 pub mod rsm;

@@ -12,6 +12,9 @@ use std::collections::BTreeSet;
 pub const EVENTS_PER_CONCEPT: usize = 8;
 /// The newest threads per mentioned concept that are recalled.
 pub const THREADS_PER_CONCEPT: usize = 4;
+/// How far before a commitment's open the reply that opened it is looked for (ids): the turn
+/// writes the open a few events after the reply, other writers' events in between aside.
+pub const REPLY_REACH: i64 = 64;
 
 /// Segments too generic to match a concept on their own (FORMATS.md §9.6).
 const GENERIC_SEGMENTS: [&str; 7] = ["meta", "root", "core", "base", "type", "kind", "value"];
@@ -56,8 +59,17 @@ pub fn mentioned_concepts(defined: &[String], text: &str) -> Vec<String> {
     out.into_iter().collect()
 }
 
-/// The concept and thread ranking for `q`: per mentioned concept (sorted), its newest bound
-/// events, then its threads' story windows, newest first.
+/// How many of a concept's newest bound events are looked at.
+pub const CANDIDATES_PER_CONCEPT: usize = 64;
+
+/// The concept and thread ranking for `q`: when it mentions one concept, its newest bound
+/// events; when it mentions several, the events bound to two or more of them (among each one's
+/// newest [`CANDIDATES_PER_CONCEPT`]) — what a question about two things is about — those
+/// bound to more of them and to rarer ones first (each concept weighs `ln(events before the
+/// query / its bound events)`; ties newest first); at most [`EVENTS_PER_CONCEPT`]. Then, per
+/// mentioned concept (sorted), its threads' story windows, newest first. An event bound to one
+/// of several mentioned concepts is left to the other sources: on the LoCoMo conversations,
+/// each concept's newest events displaced better hits.
 pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     let mut items: Vec<(i64, Vec<String>)> = Vec::new();
     let mut seen = BTreeSet::new();
@@ -66,16 +78,39 @@ pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> R
             items.push((id, vec![why]));
         }
     };
-    for token in mentioned_concepts(&p.concepts.all_tokens(), &q.text) {
-        let bound = p.concepts.events_for_concept(&token, None);
-        for id in bound
-            .iter()
-            .rev()
-            .filter(|id| **id < q.before)
-            .take(EVENTS_PER_CONCEPT)
-        {
-            push(*id, format!("concept:{token}"), &mut items);
+    let mentioned = mentioned_concepts(&p.concepts.all_tokens(), &q.text);
+    let mut scores: std::collections::BTreeMap<i64, (f64, String, usize)> = Default::default();
+    let single = mentioned.len() == 1;
+    for token in &mentioned {
+        let bound: Vec<i64> = p
+            .concepts
+            .events_for_concept(token, None)
+            .into_iter()
+            .filter(|id| *id < q.before)
+            .collect();
+        if bound.is_empty() {
+            continue;
         }
+        let weight = ((q.before.max(2) as f64) / bound.len() as f64)
+            .ln()
+            .max(0.01);
+        for id in bound.iter().rev().take(CANDIDATES_PER_CONCEPT) {
+            let e = scores.entry(*id).or_insert((0.0, token.clone(), 0));
+            e.0 += weight;
+            e.2 += 1;
+        }
+    }
+    let mut ranked: Vec<(f64, i64, String)> = scores
+        .into_iter()
+        .filter(|(_, (_, _, n))| *n >= 2 || single)
+        .map(|(id, (score, token, _))| (score, id, token))
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    let keep = EVENTS_PER_CONCEPT;
+    for (_, id, token) in ranked.into_iter().take(keep) {
+        push(id, format!("concept:{token}"), &mut items);
+    }
+    for token in mentioned {
         let mut threads: Vec<(i64, String, Option<i64>)> = p
             .concepts
             .resolve_cids_for_concepts(&[token.as_str()])
@@ -92,7 +127,10 @@ pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> R
         threads.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         for (opened, cid, closed) in threads.into_iter().take(THREADS_PER_CONCEPT) {
             let why = format!("thread:{cid}");
-            if let Some(reply) = r.adjacent(opened, &MESSAGE_KINDS, 1, false, 64)?.pop() {
+            if let Some(reply) = r
+                .adjacent(opened, &MESSAGE_KINDS, 1, false, REPLY_REACH)?
+                .pop()
+            {
                 push(reply.id, why.clone(), &mut items);
                 cache.entry(reply.id).or_insert(reply);
             }

@@ -219,3 +219,260 @@ fn the_concepts_section_shows_relations() {
     let binds = events(&pmm, "concept_bind_event");
     assert_eq!(binds.len(), 2, "{binds:?}");
 }
+
+/// Twenty turns of an ordinary conversation — the garden, the quarterly report, learning Rust,
+/// a trip to Lisbon, the cat's vet visit — whose replies carry no JSON header, the clock
+/// pinned; the replies' COMMIT lines name what they promise.
+fn plain_conversation(pmm: &Pmm) {
+    let turns: [(&str, &str); 20] = [
+        ("The tomatoes in my garden are finally ripening.", "Lovely, ripe tomatoes are the best part of a garden."),
+        ("I need to finish the quarterly report for Dana by Friday.", "What is left in the quarterly report?\nCOMMIT: help draft the quarterly report for Dana"),
+        ("I started learning Rust this week, the borrow checker is hard.", "The borrow checker gets easier once ownership clicks."),
+        ("We are flying to Lisbon in June.", "Lisbon in June is warm; the Alfama is worth a walk."),
+        ("Our cat Miso has a vet appointment on Tuesday.", "I hope the vet visit goes smoothly for Miso.\nCOMMIT: remind you about the vet appointment for Miso"),
+        ("Slugs keep eating the lettuce in the garden.", "Copper tape around the garden beds keeps slugs away."),
+        ("The quarterly report needs the sales figures from Dana.", "Ask Dana for the sales figures first; the report can wait a day."),
+        ("Rust ownership rules finally make sense to me.", "Ownership is the heart of Rust; lifetimes come next."),
+        ("In Lisbon we want to see the Alfama and eat pastries.", "The Alfama at dusk, then pastries in Belem."),
+        ("Miso hates the carrier before every vet visit.", "A towel in the carrier helps cats like Miso stay calm at the vet."),
+        ("I watered the tomatoes and the lettuce this morning.", "Morning watering is kind to tomatoes."),
+        ("Dana liked the first draft of the quarterly report.", "Good news for the report; the figures section is next."),
+        ("I wrote my first Rust program with a borrow checker error.", "Every Rust learner meets the borrow checker early."),
+        ("The flight to Lisbon leaves at seven.", "An early flight gives you a full first day in Lisbon."),
+        ("The vet says Miso needs a lighter diet.", "A lighter diet for Miso; the vet can suggest portions."),
+        ("The garden needs compost before the autumn.", "Compost now feeds the garden through autumn."),
+        ("The report goes to the board after Dana signs it.", "Then the quarterly report is nearly done."),
+        ("Rust lifetimes are my next topic.", "Lifetimes build on ownership, so you are ready."),
+        ("We booked a hotel near the Alfama in Lisbon.", "A hotel near the Alfama puts Lisbon at your door."),
+        ("Miso is back home from the vet and sleeping.", "Glad Miso is home; rest is the best medicine after the vet."),
+    ];
+    let script = pmm.path("plain.jsonl");
+    let lines: String = turns
+        .iter()
+        .map(|(_, r)| serde_json::to_string(r).unwrap() + "\n")
+        .collect();
+    std::fs::write(&script, lines).unwrap();
+    for (user, _) in &turns {
+        let r = pmm.run(
+            "pmm-turn",
+            &[
+                "--adapter",
+                "scripted",
+                "--script",
+                script.to_str().unwrap(),
+                "--now",
+                "2026-03-02T09:00:00Z",
+                user,
+            ],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+}
+
+/// Issue 34 item 15: without a JSON header a turn names no concept, and the keyword indexer
+/// knew fourteen keywords, so such a conversation and 41 ticks gave no concept at all. The
+/// indexer's rule 2 takes what people talk about: the names (Lisbon, Rust, Dana, Miso) and
+/// the topics the conversation keeps returning to, defined and bound to their messages,
+/// bound to the commitments that mention them, and related when they keep appearing
+/// together; `pmm-verify --deep` recomputes every one of those events.
+#[test]
+fn an_ordinary_conversation_and_its_ticks_fill_the_concept_layer() {
+    let pmm = Pmm::new();
+    plain_conversation(&pmm);
+    assert!(
+        events(&pmm, "concept_define").is_empty(),
+        "no header, no concept yet"
+    );
+    let mut index_ticks = 0;
+    for slot in 1..=41 {
+        let r = pmm.run(
+            "pmm-tick",
+            &["--now", "2026-03-02T10:00:00Z", "--slot", &slot.to_string()],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        index_ticks += usize::from(r.of_type("tick")[0]["decision"] == "index");
+    }
+    assert_eq!(index_ticks, 2);
+    let tokens: Vec<String> = events(&pmm, "concept_define")
+        .iter()
+        .map(|d| content(d)["token"].as_str().unwrap().to_string())
+        .collect();
+    for t in [
+        "entity.lisbon",
+        "entity.rust",
+        "entity.dana",
+        "entity.miso",
+        "entity.alfama",
+        "topic.garden",
+        "topic.report",
+        "topic.vet",
+    ] {
+        assert!(tokens.contains(&t.to_string()), "{t} in {tokens:?}");
+    }
+    // The messages of both batches are bound: most of them to something.
+    let bound: std::collections::BTreeSet<i64> = events(&pmm, "concept_bind_async")
+        .iter()
+        .map(|b| content(b)["event_id"].as_i64().unwrap())
+        .collect();
+    assert!(bound.len() >= 24, "{} of 32 messages bound", bound.len());
+    // The commitments are bound to the concepts their text names.
+    let threads: Vec<(String, Value)> = events(&pmm, "concept_bind_thread")
+        .iter()
+        .map(|t| {
+            let c = content(t);
+            (
+                c["cid"].as_str().unwrap().to_string(),
+                c["tokens"][0].clone(),
+            )
+        })
+        .collect();
+    let vet =
+        pmm::projection::mirror::commitment_cid("remind you about the vet appointment for Miso");
+    let report =
+        pmm::projection::mirror::commitment_cid("help draft the quarterly report for Dana");
+    for (cid, token) in [
+        (&vet, "entity.miso"),
+        (&vet, "topic.vet"),
+        (&report, "entity.dana"),
+        (&report, "topic.report"),
+    ] {
+        assert!(
+            threads.contains(&(cid.clone(), Value::from(token))),
+            "{cid} {token} in {threads:?}"
+        );
+    }
+    // Concepts that keep appearing together are related.
+    let relations: Vec<Value> = events(&pmm, "concept_relate").iter().map(content).collect();
+    assert!(
+        relations
+            .iter()
+            .any(|r| r["from"] == "entity.miso" && r["to"] == "topic.vet"),
+        "{relations:?}"
+    );
+    // The concept source recalls through them.
+    let r = pmm.run("pmm-recall", &["how did the vet visit go for Miso"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let via: Vec<String> = r
+        .records()
+        .iter()
+        .flat_map(|e| e["via"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    assert!(via.iter().any(|v| v == "concept:entity.miso"), "{via:?}");
+    // Deep verification recomputes every event of both index ticks.
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let deep = &r.summary()["deep"];
+    let written = [
+        "concept_define",
+        "concept_bind_async",
+        "concept_bind_thread",
+        "concept_relate",
+        "claim_from_text",
+    ]
+    .iter()
+    .map(|k| events(&pmm, k).len())
+    .sum::<usize>();
+    assert_eq!(deep["index_events"], written as u64, "{deep}");
+}
+
+/// A ledger written before rule 2 (`tests/fixtures/index-rule-1`, by pmm at 0e4ba64): its index
+/// tick names no rule, and `pmm-verify --deep` recomputes its events with rule 1, the keyword
+/// indexer, finding every one as written; a tick that claims rule 2 for them does not verify.
+#[test]
+fn an_index_tick_of_rule_1_still_verifies() {
+    let pmm = Pmm::new();
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/index-rule-1/ledger.jsonl.gz"
+    );
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep", fixture], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let deep = &r.summary()["deep"];
+    assert_eq!(deep["index_events"], 6 + 12 + 7 + 6, "{deep}");
+    assert_eq!(deep["mismatches"], 0, "{deep}");
+    // The same ledger with the tick saying rule 2, re-hashed: rule 2 derives other events.
+    let r = pmm.run("pmm-append", &["--import", fixture], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let mut rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
+    for row in rows.iter_mut() {
+        let index_tick = row["kind"] == "autonomy_tick"
+            && row["content"]
+                .as_str()
+                .unwrap()
+                .contains("\"decision\":\"index\"");
+        if index_tick {
+            row["meta"]["index_rule"] = 2.into();
+        }
+    }
+    let forged = pmm.path("rule2.jsonl");
+    std::fs::write(&forged, crate::harness::rechain(&mut rows)).unwrap();
+    let r = pmm.run(
+        "pmm-verify",
+        &["--quiet", "--deep", forged.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    let whats: Vec<String> = r
+        .of_type("finding")
+        .iter()
+        .filter_map(|f| f["what"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        whats.iter().any(|w| w.starts_with("index tick")),
+        "{whats:?}"
+    );
+}
+
+/// An index tick's events are derived: one edited binding (the ledger re-hashed end to end,
+/// so the chain is consistent) is a `derived_mismatch` naming what the rule gives.
+#[test]
+fn a_forged_index_binding_is_caught() {
+    let pmm = Pmm::new();
+    plain_conversation(&pmm);
+    for slot in 1..=6 {
+        let r = pmm.run(
+            "pmm-tick",
+            &["--now", "2026-03-02T10:00:00Z", "--slot", &slot.to_string()],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let mut rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
+    let mut forged_id = None;
+    for row in rows.iter_mut() {
+        if row["kind"] == "concept_bind_async" && forged_id.is_none() {
+            let mut c = content(row);
+            c["tokens"] = serde_json::json!(["topic.something_else"]);
+            row["content"] = Value::String(pmm::canon::to_string(&c).unwrap());
+            forged_id = row["id"].as_i64();
+        }
+    }
+    let forged_id = forged_id.expect("an index tick among the first six");
+    let path = pmm.path("forged.jsonl");
+    std::fs::write(&path, crate::harness::rechain(&mut rows)).unwrap();
+    let r = pmm.run(
+        "pmm-verify",
+        &["--quiet", "--deep", path.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    let found: Vec<(i64, String)> = r
+        .of_type("finding")
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_i64().unwrap_or(0),
+                f["what"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        found
+            .iter()
+            .any(|(id, w)| *id == forged_id && w.ends_with("concept_bind_async")),
+        "{found:?}"
+    );
+}

@@ -78,6 +78,7 @@ fn reference_ledger_has_no_derived_mismatch() {
             manifest_covers: 6,
             meta_summaries: 17,
             synthesized_reflections: 0,
+            index_events: 0,
             // 78 stability_metrics, 6 coherence_check, 7 policy_update, 85 outcomes; 9 of
             // them re-emissions identical to their predecessor (§17 item 17).
             adaptive_events: 176,

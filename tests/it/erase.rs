@@ -255,6 +255,55 @@ fn content_blanked_without_an_erasure_is_a_mismatch() {
     assert_eq!(v.of_type("erased").len(), 1);
 }
 
+/// What erasure does to past state (docs/verification.md, "Erasure"): an erased
+/// `commitment_open` takes its commitment out of every state from the open on — never open,
+/// never closed, its close closing nothing — and an erased `commitment_close` leaves its
+/// commitment open from the close on; the states before the erased event are unchanged.
+#[test]
+fn an_erased_open_vanishes_from_past_states_and_an_erased_close_reopens() {
+    let pmm = Pmm::new();
+    for (kind, cid) in [
+        ("commitment_open", "aaaa0001"),
+        ("commitment_open", "bbbb0002"),
+        ("commitment_close", "aaaa0001"),
+        ("commitment_close", "bbbb0002"),
+    ] {
+        let meta =
+            serde_json::json!({"cid": cid, "text": format!("task {cid}"), "source": "assistant"});
+        append(&pmm, kind, &format!("{kind} {cid}"), &meta.to_string());
+    }
+    append(&pmm, "user_message", "and then?", r#"{"role":"user"}"#);
+    let at = |n: i64| -> (Vec<String>, i64) {
+        let r = pmm.run("pmm-replay", &["--state", "--at", &n.to_string()], "");
+        assert_eq!(r.code, 0, "{r:?}");
+        let s = &r.records()[0];
+        let open = s["open_commitments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["cid"].as_str().unwrap().to_string())
+            .collect();
+        (open, s["closed_commitments"].as_i64().unwrap())
+    };
+    let ab = || vec!["aaaa0001".to_string(), "bbbb0002".to_string()];
+    let b = || vec!["bbbb0002".to_string()];
+    assert_eq!(at(2), (ab(), 0));
+    assert_eq!(at(3), (b(), 1));
+    assert_eq!(at(5), (vec![], 2));
+    for id in ["1", "4"] {
+        let r = erase(&pmm, &[id, "--reason", "forget it", "--source", "owner"]);
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    assert_eq!(at(1), (vec![], 0), "the erased open is open nowhere");
+    assert_eq!(at(2), (b(), 0));
+    assert_eq!(at(3), (b(), 0), "its close closes nothing");
+    assert_eq!(at(4), (b(), 0), "the erased close leaves b open");
+    assert_eq!(at(5), (b(), 0));
+    let v = pmm.run("pmm-verify", &[], "");
+    assert_eq!(v.code, 0, "{v:?}");
+    assert_eq!(v.of_type("erased").len(), 2);
+}
+
 /// Turns after an erased message cannot have their prompts rebuilt (the history or the recall
 /// showed its text): `--deep` counts them as skipped for the erasure instead of reporting
 /// forgeries, and still checks the turns before it.

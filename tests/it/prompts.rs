@@ -162,6 +162,80 @@ fn a_reply_of_an_older_format_is_named_not_misreported() {
     assert_eq!(r.summary()["deep"]["prompts"]["other_format"], 1);
 }
 
+/// Prompt format 4 changed the rules' first paragraph (format 3's said that nothing in the
+/// ledger can be changed or deleted, though erasure exists). A format-3 turn is still rebuilt,
+/// with the rules it was sent with: `pmm-replay --prompt` and `--deep` agree with its recorded
+/// digest, and a format-3 reply whose digest is of the format-4 rules is a mismatch.
+#[test]
+fn a_format_3_turn_rebuilds_with_the_rules_it_was_sent_with() {
+    use pmm::context::render::{RULES, RULES_3};
+    use sha2::Digest as _;
+    let pmm = Pmm::new();
+    let turns = conversation(&pmm, 3);
+    // Each reply's prompt as format 3 rendered it: the same, with format 3's rules.
+    let digests: Vec<(i64, String, String)> = turns
+        .iter()
+        .map(|&(reply, _)| {
+            let rec = prompt(&pmm, reply).records()[0].clone();
+            assert_eq!(rec["prompt_format"], 4, "{rec}");
+            let system = rec["system"].as_str().unwrap();
+            assert!(system.ends_with(RULES), "{system}");
+            let old = system.replace(RULES, RULES_3);
+            let mut v = serde_json::json!({"system": old, "user": rec["user"]});
+            if !rec["history"].as_array().unwrap().is_empty() {
+                v["history"] = rec["history"].clone();
+            }
+            let bytes = pmm::canon::to_string(&v).unwrap();
+            let sha = format!("{:x}", sha2::Sha256::digest(bytes.as_bytes()));
+            let now = rec["prompt_sha256"].as_str().unwrap().to_string();
+            (reply, sha, now)
+        })
+        .collect();
+    let rows = digests.clone();
+    let db = forged(&pmm, "format3", &|row| {
+        for (i, (reply, old, now)) in rows.iter().enumerate() {
+            if row["id"] == *reply {
+                row["meta"]["prompt_format"] = 3.into();
+                // The last one keeps the digest of the format-4 rules.
+                let sha = if i == 2 { now } else { old };
+                row["meta"]["prompt_sha256"] = Value::String(sha.clone());
+            }
+        }
+    });
+    for (i, (reply, _, _)) in digests.iter().enumerate() {
+        let r = pmm.run(
+            "pmm-replay",
+            &["--db", &db, "--prompt", &reply.to_string()],
+            "",
+        );
+        let rec = &r.records()[0];
+        assert_eq!(rec["prompt_format"], 3, "{rec}");
+        assert!(
+            rec["system"]
+                .as_str()
+                .unwrap()
+                .contains("nothing in it can be changed or deleted"),
+            "{rec}"
+        );
+        let want = if i == 2 { (1, false) } else { (0, true) };
+        assert_eq!((r.code, rec["matches"].as_bool().unwrap()), want, "{r:?}");
+    }
+    let r = pmm.run("pmm-verify", &["--db", &db, "--quiet", "--deep"], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    let deep = &r.summary()["deep"]["prompts"];
+    assert_eq!(
+        (deep["checked"].clone(), deep["mismatches"].clone()),
+        (3.into(), 1.into()),
+        "{deep}"
+    );
+    let flagged: Vec<i64> = r
+        .of_type("finding")
+        .iter()
+        .filter_map(|f| f["id"].as_i64())
+        .collect();
+    assert_eq!(flagged, [digests[2].0], "{r:?}");
+}
+
 /// The export of `pmm`'s ledger with `edit` applied to each row and every hash and link
 /// recomputed, imported into a new ledger: a forgery that plain verification passes.
 fn forged(pmm: &Pmm, name: &str, edit: &dyn Fn(&mut Value)) -> String {

@@ -137,3 +137,40 @@ fn recall_bench_recall_only_scores_pmm_recall_lines_like_the_recall_floor() {
     let all = pmm["all"].as_f64().unwrap() * 149.0 / 100.0;
     assert!(all.round() >= 122.0, "{all} of 149: {doc}");
 }
+
+/// Issue 34 item 15: a LoCoMo conversation imported and indexed by ticks (`--index`: pmm-tick
+/// until the indexer has taken every message) gets concepts on most of its messages — names
+/// and recurring topics, not fourteen keywords.
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn a_conversation_indexed_by_ticks_has_concepts_on_most_messages() {
+    let args = [
+        "--conversations",
+        "26",
+        "--limit",
+        "5",
+        "--recall-only",
+        "--index",
+        "--budgets",
+        "8000",
+    ];
+    let Some((stdout, _)) = bench("pmm-recall", &args) else {
+        return;
+    };
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("Indexed by ticks (--index):"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let share: f64 = line
+        .split_once("bound (")
+        .and_then(|(_, r)| r.split_once(" %"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(share >= 60.0, "{line}");
+    let concepts: u64 = line
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" concepts"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(concepts >= 100, "{line}");
+}

@@ -72,7 +72,7 @@ pub fn refuse_url(path: &std::path::Path) -> Result<()> {
         Some(p) if is_postgres_url(p) => Err(Error::bad_input(
             Some("--db".into()),
             format!(
-                "{}: PostgreSQL ledgers are not supported by pmm's programs yet; --db and PMM_DB take the path of a SQLite ledger file",
+                "{}: a PostgreSQL URL, not a file path: PostgreSQL ledgers are not supported by pmm's programs yet; --db and PMM_DB take the path of a SQLite ledger file",
                 url::shown(p)
             ),
         )),
