@@ -8,7 +8,9 @@
 //! `pmm-append` does, one short `BEGIN IMMEDIATE` transaction per call, so `pmm-mcp`,
 //! `pmm-turn` and a cron `pmm-tick` can share one ledger.
 
+pub mod http;
 pub mod server;
+pub mod tokens;
 pub mod tools;
 pub mod verify;
 
