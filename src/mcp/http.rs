@@ -26,7 +26,7 @@ use super::Server;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -391,21 +391,23 @@ impl State {
         if declared.is_some_and(|n| n > max as u64) {
             return too_large();
         }
-        let bytes = match tokio::time::timeout(
-            self.door.limits.body_timeout,
-            Limited::new(body, max).collect(),
-        )
-        .await
-        {
-            Err(_) => {
+        let bytes = match read_body(body, max, self.door.limits.body_timeout).await {
+            Ok(b) => b,
+            Err(Refused::TooLarge) => {
+                let mut r = too_large();
+                r.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return r;
+            }
+            Err(Refused::TooSlow) => {
                 return text(
                     StatusCode::REQUEST_TIMEOUT,
                     "Request Timeout: the body came too slowly",
                 )
             }
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
-            Ok(Err(_)) => return text(StatusCode::BAD_REQUEST, "Bad Request: a broken body"),
-            Ok(Ok(c)) => c.to_bytes(),
+            Err(Refused::Broken) => {
+                return text(StatusCode::BAD_REQUEST, "Bad Request: a broken body")
+            }
         };
         parts.extensions.insert(caller.clone());
         let req = Request::from_parts(parts, Full::new(bytes));
@@ -442,6 +444,47 @@ impl State {
             .boxed()
         })
     }
+}
+
+enum Refused {
+    TooLarge,
+    TooSlow,
+    Broken,
+}
+
+/// How much of a refused body is read and dropped before the 413 (so a client still sending
+/// reads the answer instead of a reset connection), and for how long at most.
+const DRAIN_BYTES: u64 = 256 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// The whole body, if it is at most `max` bytes and comes within `time`.
+async fn read_body(mut body: Incoming, max: usize, time: Duration) -> Result<Bytes, Refused> {
+    let deadline = tokio::time::Instant::now() + time;
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(Refused::TooSlow),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(_))) => return Err(Refused::Broken),
+            Ok(Some(Ok(f))) => f,
+        };
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                break;
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    drop(buf);
+    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    let mut drained = 0u64;
+    while drained < DRAIN_BYTES {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(f))) => drained += f.data_ref().map_or(0, |d| d.len() as u64),
+            _ => break,
+        }
+    }
+    Err(Refused::TooLarge)
 }
 
 struct InFlight(Arc<AtomicUsize>);

@@ -30,6 +30,7 @@ mod keep_ts;
 mod llm;
 mod man;
 mod mcp;
+mod mcp_http;
 mod merkle;
 mod policy;
 mod programs;
