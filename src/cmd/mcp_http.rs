@@ -112,10 +112,7 @@ pub fn manage_tokens(a: &HttpArgs, clock: &crate::event::Clock) -> anyhow::Resul
         writeln!(out, "{line}").and_then(|_| out.flush())?;
     } else if let Some(name) = &a.revoke {
         if !tokens.revoke(name) {
-            return Err(bad(format!(
-                "{}: no token named '{name}'",
-                file.display()
-            )));
+            return Err(bad(format!("{}: no token named '{name}'", file.display())));
         }
         write_tokens(file, &tokens)?;
     }
@@ -157,7 +154,8 @@ struct FileTokens {
 
 impl TokenSource for FileTokens {
     fn tokens(&self) -> Result<Arc<Tokens>, String> {
-        let m = std::fs::metadata(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let m =
+            std::fs::metadata(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
         let stamp = (m.ino(), m.size(), m.mtime(), m.mtime_nsec());
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, t)) = cache.as_ref() {
@@ -165,9 +163,10 @@ impl TokenSource for FileTokens {
                 return Ok(t.clone());
             }
         }
-        let text =
-            std::fs::read_to_string(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
-        let t = Arc::new(Tokens::parse(&text).map_err(|e| format!("{}: {e}", self.path.display()))?);
+        let text = std::fs::read_to_string(&self.path)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let t =
+            Arc::new(Tokens::parse(&text).map_err(|e| format!("{}: {e}", self.path.display()))?);
         *cache = Some((stamp, t.clone()));
         Ok(t)
     }
@@ -179,7 +178,12 @@ fn tls(cert: &Path, key: &Path) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
     use tokio_rustls::rustls;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|i| i.collect::<Result<_, _>>())
-        .map_err(|e| bad(format!("{}: not a PEM certificate chain ({e})", cert.display())))?;
+        .map_err(|e| {
+            bad(format!(
+                "{}: not a PEM certificate chain ({e})",
+                cert.display()
+            ))
+        })?;
     if certs.is_empty() {
         return Err(bad(format!("{}: no certificate in it", cert.display())));
     }
@@ -198,7 +202,7 @@ fn tls(cert: &Path, key: &Path) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
 
 /// What `--http` will serve, checked before the ledger is opened.
 pub struct Plan {
-    addr: std::net::SocketAddr,
+    addr: http::Addr,
     auth: Auth,
     tls: Option<tokio_rustls::TlsAcceptor>,
 }

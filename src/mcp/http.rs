@@ -194,10 +194,7 @@ impl State {
             None => uri.authority().map(|a| a.to_string()),
         };
         let Some(host) = host else {
-            return Err(text(
-                StatusCode::BAD_REQUEST,
-                "Bad Request: no Host header",
-            ));
+            return Err(text(StatusCode::BAD_REQUEST, "Bad Request: no Host header"));
         };
         let Some(hp) = parse_authority(&host) else {
             return Err(text(
@@ -347,10 +344,7 @@ impl State {
             };
         }
         if path != ENDPOINT {
-            return text(
-                StatusCode::NOT_FOUND,
-                "Not Found: the MCP endpoint is /mcp",
-            );
+            return text(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is /mcp");
         }
         let caller = match self.authenticate(req.headers(), &host) {
             Ok(c) => c,
@@ -501,6 +495,9 @@ impl Drop for InFlight {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+/// An address to listen on.
+pub type Addr = std::net::SocketAddr;
 
 /// `ADDR` of `--http`: `PORT`, `:PORT` (both on 127.0.0.1), `HOST:PORT` or `[V6]:PORT`.
 pub fn resolve(addr: &str) -> Result<std::net::SocketAddr, String> {

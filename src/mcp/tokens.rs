@@ -217,6 +217,8 @@ mod tests {
         assert!(back.revoke("laptop"));
         assert!(back.check(&s).is_none());
         assert!(check_name("a b").is_err() && check_name("").is_err());
-        assert!(Tokens::parse(r#"{"tokens":[{"name":"x","scope":"read","sha256":"00"}]}"#).is_err());
+        assert!(
+            Tokens::parse(r#"{"tokens":[{"name":"x","scope":"read","sha256":"00"}]}"#).is_err()
+        );
     }
 }

@@ -7,11 +7,11 @@
 //! between calls and brought up to the ledger's head at each call (the events since, folded),
 //! so a call costs the events appended since the last one, not a replay.
 
+use super::tokens::{Caller, Scope};
 use super::{
     DEFAULT_LIMIT, MAX_BUDGET, MAX_K, MAX_LIMIT, MAX_REPLY_CONTENT, MAX_TEXT, REMEMBER_KINDS,
     SOURCE,
 };
-use super::tokens::{Caller, Scope};
 use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;

@@ -255,7 +255,10 @@ fn mcp_http_the_python_sdk_uses_the_tools_and_resources_and_writes_carry_the_tok
         assert_eq!(r["is_error"], false, "{r}");
     }
     let recall = calls(&recs, "recall")[0];
-    assert!(recall["text"].as_str().unwrap().contains("blue folder"), "{recall}");
+    assert!(
+        recall["text"].as_str().unwrap().contains("blue folder"),
+        "{recall}"
+    );
     let state = recs
         .iter()
         .find(|r| r["step"] == "read_resource" && r["uri"] == "pmm://state")
@@ -283,7 +286,10 @@ fn mcp_http_a_read_token_lists_no_write_tool_and_its_writes_are_tool_errors() {
     let s = start(&pmm, &[]);
     let recs = client(&s, &secret, "readonly", &[]);
     let tools = recs.iter().find(|r| r["step"] == "list_tools").unwrap()["tools"].clone();
-    assert!(!tools.as_array().unwrap().iter().any(|t| t == "remember"), "{tools}");
+    assert!(
+        !tools.as_array().unwrap().iter().any(|t| t == "remember"),
+        "{tools}"
+    );
     for t in ["remember", "commit", "close"] {
         let r = calls(&recs, t)[0];
         assert_eq!(r["is_error"], true, "{r}");
@@ -307,7 +313,11 @@ fn mcp_http_no_wrong_or_revoked_token_is_401_with_the_resource_metadata() {
         "www-authenticate: bearer resource_metadata=\"http://{}/.well-known/oauth-protected-resource\"",
         s.addr
     );
-    for headers in [vec![], vec![bearer("pmm_not-a-token")], vec!["Authorization: Basic eDp5".to_string()]] {
+    for headers in [
+        vec![],
+        vec![bearer("pmm_not-a-token")],
+        vec!["Authorization: Basic eDp5".to_string()],
+    ] {
         let r = post(&s, &headers, INIT);
         assert_eq!(r.status, 401, "{headers:?}: {r:?}");
         assert!(r.head.contains(&meta_url), "{r:?}");
@@ -317,11 +327,17 @@ fn mcp_http_no_wrong_or_revoked_token_is_401_with_the_resource_metadata() {
     assert!(ok.head.contains("mcp-session-id"), "{ok:?}");
 
     // The protected-resource metadata (RFC 9728) is served to anyone.
-    let m = curl(&[&format!("http://{}/.well-known/oauth-protected-resource", s.addr)]);
+    let m = curl(&[&format!(
+        "http://{}/.well-known/oauth-protected-resource",
+        s.addr
+    )]);
     assert_eq!(m.status, 200, "{m:?}");
     let doc: Value = serde_json::from_str(&m.body).unwrap();
     assert_eq!(doc["resource"], s.url());
-    assert_eq!(doc["bearer_methods_supported"], serde_json::json!(["header"]));
+    assert_eq!(
+        doc["bearer_methods_supported"],
+        serde_json::json!(["header"])
+    );
 
     // Revoked while the server runs: refused from the next request on.
     let file = tokens_file(&pmm);
@@ -345,13 +361,20 @@ fn mcp_http_the_tokens_file_keeps_only_hashes_and_is_private() {
     let secret = new_token(&pmm, "a", "read");
     let file = tokens_file(&pmm);
     let text = std::fs::read_to_string(&file).unwrap();
-    assert!(!text.contains(&secret) && text.contains("\"sha256\""), "{text}");
+    assert!(
+        !text.contains(&secret) && text.contains("\"sha256\""),
+        "{text}"
+    );
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     // A second token of the same name is refused, the file unchanged.
     let f = file.to_str().unwrap();
-    let r = pmm.run("pmm-mcp", &["--new-token", "a", "--scope", "write", "--tokens", f], "");
+    let r = pmm.run(
+        "pmm-mcp",
+        &["--new-token", "a", "--scope", "write", "--tokens", f],
+        "",
+    );
     assert_eq!(r.code, 2, "{r:?}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
     let r = pmm.run("pmm-mcp", &["--revoke", "nobody", "--tokens", f], "");
@@ -376,7 +399,11 @@ fn mcp_http_a_foreign_host_or_origin_is_403() {
     }
     // Refused before the token is even looked at: no token, foreign host → 403 too.
     assert_eq!(post(&s, &["Host: evil.example".into()], INIT).status, 403);
-    for h in ["Host: localhost", "Host: mind.example", "Origin: http://localhost:3000"] {
+    for h in [
+        "Host: localhost",
+        "Host: mind.example",
+        "Origin: http://localhost:3000",
+    ] {
         let r = post(&s, &[bearer(&secret), h.to_string()], INIT);
         assert_eq!(r.status, 200, "{h}: {r:?}");
     }
@@ -415,7 +442,11 @@ fn mcp_http_a_100_mb_body_is_413_and_the_server_keeps_serving() {
     let out = c.wait_with_output().unwrap();
     feeder.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains(" 413 "), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains(" 413 "),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Declared too large: refused before a byte of it is read.
     let big = Command::new("curl")
         .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"])
@@ -547,7 +578,10 @@ fn mcp_http_8_clients_remembering_beside_pmm_append_write_every_text_once() {
     }
     for i in 0..appended {
         let text = format!("append-{i}");
-        assert_eq!(all.iter().filter(|e| e["content"] == text.as_str()).count(), 1);
+        assert_eq!(
+            all.iter().filter(|e| e["content"] == text.as_str()).count(),
+            1
+        );
     }
 }
 
@@ -569,7 +603,10 @@ fn mcp_http_sigterm_finishes_and_exits_0() {
         if let Some(st) = s.child.try_wait().unwrap() {
             break st;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "no exit after SIGTERM");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no exit after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(0), "{}", s.stderr());
