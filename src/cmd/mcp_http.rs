@@ -146,10 +146,13 @@ fn write_tokens(file: &Path, tokens: &Tokens) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What identifies a version of the tokens file: inode, size, mtime (s, ns).
+type Stamp = (u64, u64, i64, i64);
+
 /// The tokens file, read again whenever it changes (inode, size or mtime).
 struct FileTokens {
     path: PathBuf,
-    cache: Mutex<Option<((u64, u64, i64, i64), Arc<Tokens>)>>,
+    cache: Mutex<Option<(Stamp, Arc<Tokens>)>>,
 }
 
 impl TokenSource for FileTokens {

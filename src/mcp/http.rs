@@ -188,6 +188,8 @@ impl State {
     }
 
     /// The `Host` of `req` when it is allowed (else the refusal), and the `Origin` checked too.
+    // A refusal is the cold path: the response is built whole, once.
+    #[allow(clippy::result_large_err)]
     fn check_host(&self, uri: &http::Uri, h: &HeaderMap) -> Result<String, Response<Body>> {
         let host = match h.get(header::HOST) {
             Some(v) => v.to_str().ok().map(str::to_string),
@@ -241,6 +243,8 @@ impl State {
         r
     }
 
+    // A refusal is the cold path: the response is built whole, once.
+    #[allow(clippy::result_large_err)]
     fn authenticate(&self, h: &HeaderMap, host: &str) -> Result<Caller, Response<Body>> {
         let src = match &self.door.auth {
             Auth::Nobody => return Ok(Caller::anonymous()),
