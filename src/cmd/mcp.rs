@@ -26,8 +26,17 @@ EXAMPLES:
     */1 * * * * pmm-tick --db ~/agent.db
     pmm-turn --db ~/agent.db 'what did we decide yesterday?'
     pmm-verify --db ~/agent.db
-  What a client remembered through the server:
-    pmm-replay --db ~/agent.db | jq -c 'select(.meta.source==\"mcp\") | {id, kind, content}'
+  What a client remembered through the server (over HTTP: mcp:TOKEN-NAME):
+    pmm-replay --db ~/agent.db | jq -c 'select(.meta.source|startswith(\"mcp\")) | {id, kind, content}'
+  Remote clients over HTTP (docs/mcp.md, \"Remote clients\"): a token each, then serve:
+    pmm-mcp --tokens ~/.config/pmm/tokens.json --new-token laptop --scope write
+    pmm-mcp --db ~/agent.db --http 8765 --tokens ~/.config/pmm/tokens.json
+    claude mcp add --transport http pmm https://mind.example.org/mcp \\
+      --header \"Authorization: Bearer pmm_...\"
+  HTTPS on every interface, and a token revoked while it runs:
+    pmm-mcp --db ~/agent.db --http 0.0.0.0:8443 --tokens t.json --tls-cert cert.pem \\
+      --tls-key key.pem --allowed-host mind.example.org
+    pmm-mcp --tokens t.json --revoke laptop
 
 TOOLS:
   recall(query, k?, budget?, kinds?)     the events recalled, best first, with score and via
@@ -56,10 +65,23 @@ PROTOCOL:
   BEGIN IMMEDIATE transaction through the write policy, as pmm-append's; none is held between
   calls, so pmm-turn, pmm-tick and pmm-append can write to the same ledger meanwhile.
 
+HTTP:
+  --http ADDR serves MCP's Streamable HTTP transport at http://ADDR/mcp (https with --tls-cert).
+  Every request needs Authorization: Bearer TOKEN of --tokens FILE (else 401 with
+  WWW-Authenticate: Bearer resource_metadata=.../.well-known/oauth-protected-resource); a
+  read token gets recall, state, events, verify, prove; writes record meta.source
+  \"mcp:NAME\". Host/Origin not loopback, the bound address or --allowed-host: 403. Bodies
+  over --max-body: 413; a body slower than 30 s: 408; over 100 headers or 64 KiB of head: 431;
+  a head slower than 10 s: the connection is closed; over 256 connections: 503. SIGTERM lets
+  the calls in flight finish, then exits 0.
+
 EXIT STATUS:
-  0  the client closed stdin (the session ended)
-  2  bad arguments, a ledger that cannot be opened (--read-only: a missing ledger), or the
-     protocol could not start (stdin is not an MCP client)
+  0  the client closed stdin (the session ended); --http: SIGTERM or SIGINT ended the server;
+     --new-token, --revoke: done
+  2  bad arguments (--http off loopback in plain HTTP without --insecure-http, without
+     --tokens; a token name taken or unknown; an address that cannot be bound), a ledger
+     that cannot be opened (--read-only: a missing ledger), or the protocol could not start
+     (stdin is not an MCP client)
 
 ENVIRONMENT:
   PMM_DB    the ledger when --db is not given (default .data/pmmdb/pmm.db)
@@ -71,7 +93,7 @@ ENVIRONMENT:
   RAYON_NUM_THREADS
             threads of the in-process embedding model (1 unless set)";
 
-/// Serve the ledger as memory to any Model Context Protocol client, over stdio.
+/// Serve the ledger as memory to any Model Context Protocol client, over stdio or HTTP.
 ///
 /// An MCP server (JSON-RPC on stdin/stdout) whose tools recall from the whole ledger, remember
 /// notes and messages, open and close commitments, and read the state, the events and the
@@ -96,6 +118,9 @@ pub struct Args {
     /// listed and are refused if called. The ledger must exist
     #[arg(long)]
     read_only: bool,
+
+    #[command(flatten)]
+    http: super::mcp_http::HttpArgs,
 }
 
 impl Program for Args {
@@ -109,6 +134,10 @@ impl Program for Args {
 
 /// Runs `pmm-mcp`.
 pub fn run(args: Args) -> anyhow::Result<Outcome> {
+    if super::mcp_http::manage_tokens(&args.http, &args.clock.clock())? {
+        return Ok(Outcome::Success);
+    }
+    let http = super::mcp_http::plan(&args.http)?;
     let path = args.ledger.path();
     // Opened once before serving: a ledger that cannot be used is a usage error now, not a
     // failure of every call later. A writer creates it and brings its index up to date.
@@ -128,6 +157,10 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         args.clock.clock(),
     );
     cfg.embedder = embedder;
+    if let Some(plan) = http {
+        super::mcp_http::serve(&args.http, plan, cfg, args.common.quiet)?;
+        return Ok(Outcome::Success);
+    }
     if !args.common.quiet {
         eprintln!(
             "pmm-mcp: serving {}{} on stdio",

@@ -7,6 +7,7 @@ pub mod export;
 pub mod front;
 pub mod graph;
 pub mod mcp;
+pub mod mcp_http;
 pub mod metrics;
 pub mod recall;
 pub mod replay;

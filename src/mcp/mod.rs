@@ -9,7 +9,9 @@
 //! `pmm-turn` and a cron `pmm-tick` can share one ledger.
 
 pub mod framing;
+pub mod http;
 pub mod server;
+pub mod tokens;
 pub mod tools;
 pub mod verify;
 

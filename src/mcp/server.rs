@@ -6,6 +6,7 @@
 //! answers with an `isError` result carrying the reason; only an unknown tool is a JSON-RPC
 //! error (as the protocol asks).
 
+use super::tokens::{Caller, Scope};
 use super::tools::{self, Config, ToolError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -44,9 +45,15 @@ impl Server {
 
     /// The tools as MCP lists them (without the writing ones under `--read-only`).
     pub fn tools(&self) -> Vec<Tool> {
+        self.tools_for(None)
+    }
+
+    /// The tools `caller` may call (a read-scoped token: only the reading ones).
+    fn tools_for(&self, caller: Option<&Caller>) -> Vec<Tool> {
+        let read_only = self.cfg.read_only || caller.is_some_and(|c| c.scope == Scope::Read);
         tools::specs()
             .into_iter()
-            .filter(|s| !(s.writes && self.cfg.read_only))
+            .filter(|s| !(s.writes && read_only))
             .map(|s| {
                 let schema = match s.schema {
                     Value::Object(m) => m,
@@ -79,6 +86,16 @@ impl Server {
     }
 }
 
+/// The token a request over HTTP came with (the door puts it in the request's extensions);
+/// `None` on stdio.
+fn caller(context: &RequestContext<RoleServer>) -> Option<Caller> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .cloned()
+}
+
 fn error_result(e: &ToolError) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(e.0.clone())])
 }
@@ -106,9 +123,11 @@ impl ServerHandler for Server {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        Ok(ListToolsResult::with_all_items(
+            self.tools_for(caller(&context).as_ref()),
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -118,8 +137,9 @@ impl ServerHandler for Server {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller(&context);
         let name = request.name.to_string();
         if !tools::specs().iter().any(|s| s.name == name) {
             return Err(ErrorData::invalid_params(
@@ -129,7 +149,7 @@ impl ServerHandler for Server {
         }
         let args = request.arguments.unwrap_or_default();
         let result = self
-            .blocking(move |cfg| tools::call(cfg, &name, args))
+            .blocking(move |cfg| tools::call_as(cfg, caller.as_ref(), &name, args))
             .await;
         Ok(match result {
             Ok(v) => CallToolResult::structured(v),

@@ -8,6 +8,7 @@
 //! so a call costs the events appended since the last one, not a replay; after an erasure
 //! they, and the vector packs kept, are built anew, so no call answers with erased text.
 
+use super::tokens::{Caller, Scope};
 use super::{
     DEFAULT_LIMIT, MAX_BUDGET, MAX_K, MAX_LIMIT, MAX_REPLY_CONTENT, MAX_TEXT, REMEMBER_KINDS,
     SOURCE,
@@ -293,6 +294,17 @@ fn audit_specs() -> Vec<Spec> {
 /// Calls tool `name` with `args`. An unknown name, bad arguments, a refused or failed write:
 /// all are [`ToolError`]s, and nothing of a failed write is committed.
 pub fn call(cfg: &Config, name: &str, args: Map<String, Value>) -> Result<Value, ToolError> {
+    call_as(cfg, None, name, args)
+}
+
+/// [`call`] on behalf of `caller` (a token of `pmm-mcp --http`): a read-scoped one may not
+/// write, and writes record its source instead of plain `mcp`.
+pub fn call_as(
+    cfg: &Config,
+    caller: Option<&Caller>,
+    name: &str,
+    args: Map<String, Value>,
+) -> Result<Value, ToolError> {
     let Some(spec) = specs().into_iter().find(|s| s.name == name) else {
         return fail(format!("unknown tool '{name}'"));
     };
@@ -301,11 +313,18 @@ pub fn call(cfg: &Config, name: &str, args: Map<String, Value>) -> Result<Value,
             "refused: pmm-mcp runs --read-only and '{name}' writes to the ledger (nothing was written)"
         ));
     }
+    if let Some(c) = caller.filter(|c| spec.writes && c.scope == Scope::Read) {
+        return fail(format!(
+            "refused: the token '{}' is read-scoped and '{name}' writes to the ledger (nothing was written)",
+            c.name
+        ));
+    }
+    let source = caller.map_or(SOURCE, |c| c.source.as_str());
     match name {
         "recall" => recall_tool(cfg, parse(name, args)?),
-        "remember" => remember(cfg, parse(name, args)?),
-        "commit" => commit(cfg, parse(name, args)?),
-        "close" => close(cfg, parse(name, args)?),
+        "remember" => remember(cfg, parse(name, args)?, source),
+        "commit" => commit(cfg, parse(name, args)?, source),
+        "close" => close(cfg, parse(name, args)?, source),
         "state" => state(cfg, parse(name, args)?),
         "events" => events(cfg, parse(name, args)?),
         "prove" => {
@@ -451,7 +470,7 @@ struct RememberArgs {
     kind: Option<String>,
 }
 
-fn remember(cfg: &Config, a: RememberArgs) -> Result<Value, ToolError> {
+fn remember(cfg: &Config, a: RememberArgs, source: &str) -> Result<Value, ToolError> {
     check_text("text", &a.text)?;
     let kind = a.kind.as_deref().unwrap_or(REMEMBER_KINDS[0]);
     if !REMEMBER_KINDS.contains(&kind) {
@@ -462,7 +481,7 @@ fn remember(cfg: &Config, a: RememberArgs) -> Result<Value, ToolError> {
     }
     let kind = Kind::from(kind);
     let mut meta = Map::new();
-    meta.insert("source".into(), SOURCE.into());
+    meta.insert("source".into(), source.into());
     match kind {
         Kind::UserMessage => meta.insert("role".into(), "user".into()),
         Kind::AssistantMessage => meta.insert("role".into(), "assistant".into()),
@@ -480,7 +499,7 @@ struct CommitArgs {
     text: String,
 }
 
-fn commit(cfg: &Config, a: CommitArgs) -> Result<Value, ToolError> {
+fn commit(cfg: &Config, a: CommitArgs, source: &str) -> Result<Value, ToolError> {
     // As a COMMIT: marker: the text stripped, its cid the sha1 prefix of that text.
     let text = check_text("text", &a.text)?;
     let cid = commitment_cid(text);
@@ -493,7 +512,7 @@ fn commit(cfg: &Config, a: CommitArgs) -> Result<Value, ToolError> {
         ("cid", cid.clone().into()),
         ("impact_score", json!(score)),
         ("origin", SOURCE.into()),
-        ("source", SOURCE.into()),
+        ("source", source.into()),
         ("text", text.into()),
     ]);
     let ev = NewEvent::new(
@@ -511,7 +530,7 @@ struct CloseArgs {
     cid: String,
 }
 
-fn close(cfg: &Config, a: CloseArgs) -> Result<Value, ToolError> {
+fn close(cfg: &Config, a: CloseArgs, source: &str) -> Result<Value, ToolError> {
     let cid = a.cid.trim();
     if cid.is_empty() || cid.len() > 256 {
         return fail("cid must be 1 to 256 characters");
@@ -537,7 +556,7 @@ fn close(cfg: &Config, a: CloseArgs) -> Result<Value, ToolError> {
     let meta = obj(&[
         ("cid", cid.into()),
         ("origin", SOURCE.into()),
-        ("source", SOURCE.into()),
+        ("source", source.into()),
     ]);
     let ev = NewEvent::new(
         Kind::CommitmentClose,

@@ -139,7 +139,8 @@ fn the_architecture_table_is_the_real_dependency_graph() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// docs/architecture.md: "Only `store` speaks SQL, only `llm` speaks to the network, only `cli`
+/// docs/architecture.md: "Only `store` speaks SQL, only `llm` speaks to the network as a client
+/// and only `mcp::http` serves it, only `cli`
 /// and `cmd` write to stdout and stderr or choose the exit code", and the few modules that
 /// touch files besides the ledger are named.
 #[test]
@@ -147,7 +148,12 @@ fn only_the_named_modules_speak_sql_network_stdio_and_files() {
     let rules: [(&str, &[&str], &[&str]); 5] = [
         // `error` only names SQLite's error type, in the variant that carries it.
         ("SQL", &["rusqlite::"], &["store", "error"]),
-        ("the network", &["ureq::", "std::net"], &["llm"]),
+        // `mcp` serves it (`mcp::http`, pmm-mcp --http); `llm` calls out.
+        (
+            "the network",
+            &["ureq::", "std::net", "tokio::net", "TcpListener"],
+            &["llm", "mcp"],
+        ),
         (
             "stdout, stderr or the exit code",
             &[

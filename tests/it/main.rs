@@ -32,6 +32,7 @@ mod keep_ts;
 mod llm;
 mod man;
 mod mcp;
+mod mcp_http;
 mod merkle;
 mod pg;
 mod pgserver;

@@ -1,0 +1,652 @@
+//! `pmm-mcp --http`: the same server over MCP's Streamable HTTP transport, behind a door.
+//!
+//! rmcp's [`StreamableHttpService`] speaks the transport (sessions, SSE); everything in front of
+//! it is here, on a plain hyper HTTP/1.1 server, checked in this order:
+//!
+//! 1. `Host` (and `Origin`, when a browser sends one) must name an allowed host: the loopback
+//!    names, the bound address, `--allowed-host` values (DNS rebinding) — else 403;
+//! 2. `/.well-known/oauth-protected-resource` (RFC 9728) is served to anyone who got past 1;
+//! 3. `/mcp` needs `Authorization: Bearer SECRET` of a token in the tokens file (re-read when
+//!    it changes, so a revocation takes effect on the next request) — else 401 with
+//!    `WWW-Authenticate: Bearer resource_metadata="…"`; the token ([`Caller`]) rides in the
+//!    request's extensions to the tools, which refuse a read-scoped one's writes and record
+//!    its name as the source of the others;
+//! 4. a session belongs to the token that opened it (another token gets 404 for it), a token
+//!    has at most [`Limits::sessions_per_token`] (opening one more closes its least recently
+//!    used), and a session idle for [`Limits::session_idle`] ends;
+//! 5. the body is read whole before anything else sees it, within [`Limits::max_body`] (413)
+//!    and [`Limits::body_timeout`] (408); headers within [`Limits::max_headers`] and
+//!    [`Limits::max_header_bytes`] (431) and [`Limits::header_timeout`] (the connection is
+//!    closed); at most [`Limits::max_connections`] at once (503).
+//!
+//! Nothing here logs a header's value: secrets never reach the log.
+
+use super::tokens::{Caller, Tokens};
+use super::Server;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{
+    SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+
+/// A response body.
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// The path of the MCP endpoint.
+pub const ENDPOINT: &str = "/mcp";
+/// The path of the protected-resource metadata (RFC 9728).
+pub const METADATA: &str = "/.well-known/oauth-protected-resource";
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Where the door finds the tokens (the program reads the file; see [`super::tokens`]).
+pub trait TokenSource: Send + Sync {
+    /// The tokens as of now, or why they cannot be read (then every request is refused).
+    fn tokens(&self) -> Result<Arc<Tokens>, String>;
+}
+
+/// Who gets in.
+pub enum Auth {
+    /// A bearer token of this set.
+    Tokens(Arc<dyn TokenSource>),
+    /// Anyone (`--no-auth`, loopback only): writes as plain `mcp`.
+    Nobody,
+}
+
+/// The bounds of the door.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The largest request body, in bytes (413 above it).
+    pub max_body: usize,
+    /// The most header lines in a request (431 above it).
+    pub max_headers: usize,
+    /// The most bytes of a request's head (431 above it).
+    pub max_header_bytes: usize,
+    /// How long a client may take to send a request's head (then the connection is closed).
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body (408).
+    pub body_timeout: Duration,
+    /// Sessions a token may hold at once (one more closes its least recently used).
+    pub sessions_per_token: usize,
+    /// A session unused this long ends.
+    pub session_idle: Duration,
+    /// Connections open at once (503 beyond).
+    pub max_connections: usize,
+    /// How long SIGTERM waits for the calls in flight.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body: 4 << 20,
+            max_headers: 100,
+            max_header_bytes: 64 << 10,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            sessions_per_token: 32,
+            session_idle: Duration::from_secs(600),
+            max_connections: 256,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How the door is set up.
+pub struct Door {
+    /// Hosts a `Host`/`Origin` may name: `name`, `name:port`, `[v6]:port`.
+    pub allowed_hosts: Vec<String>,
+    /// Who gets in.
+    pub auth: Auth,
+    /// TLS, if the server terminates it.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The bounds.
+    pub limits: Limits,
+    /// Where messages for the operator go (stderr); never given a secret.
+    pub log: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+struct Owner {
+    token: String,
+    last: Instant,
+}
+
+struct State {
+    mcp: StreamableHttpService<Server, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    door: Door,
+    owners: Mutex<HashMap<String, Owner>>,
+    inflight: Arc<AtomicUsize>,
+}
+
+fn text(status: StatusCode, msg: &str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("{msg}\n"))).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// A host and an optional port, as `Host`, `Origin` and the allowed list name them.
+#[derive(Debug, PartialEq)]
+struct HostPort {
+    host: String,
+    port: Option<u16>,
+}
+
+fn parse_authority(s: &str) -> Option<HostPort> {
+    let a = http::uri::Authority::try_from(s.trim()).ok()?;
+    if a.as_str().contains('@') {
+        return None;
+    }
+    let host = a.host().trim_start_matches('[').trim_end_matches(']');
+    Some(HostPort {
+        host: host.to_ascii_lowercase(),
+        port: a.port_u16(),
+    })
+}
+
+fn parse_origin(s: &str) -> Option<HostPort> {
+    let uri = http::Uri::try_from(s).ok()?;
+    let scheme = uri.scheme_str()?;
+    if !matches!(scheme, "http" | "https") {
+        return None;
+    }
+    let mut hp = parse_authority(uri.authority()?.as_str())?;
+    hp.port = hp.port.or(Some(if scheme == "https" { 443 } else { 80 }));
+    Some(hp)
+}
+
+impl State {
+    fn allowed(&self, hp: &HostPort) -> bool {
+        self.door
+            .allowed_hosts
+            .iter()
+            .filter_map(|a| parse_authority(a))
+            .any(|a| a.host == hp.host && (a.port.is_none() || a.port == hp.port))
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.door.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The `Host` of `req` when it is allowed (else the refusal), and the `Origin` checked too.
+    // A refusal is the cold path: the response is built whole, once.
+    #[allow(clippy::result_large_err)]
+    fn check_host(&self, uri: &http::Uri, h: &HeaderMap) -> Result<String, Response<Body>> {
+        let host = match h.get(header::HOST) {
+            Some(v) => v.to_str().ok().map(str::to_string),
+            None => uri.authority().map(|a| a.to_string()),
+        };
+        let Some(host) = host else {
+            return Err(text(StatusCode::BAD_REQUEST, "Bad Request: no Host header"));
+        };
+        let Some(hp) = parse_authority(&host) else {
+            return Err(text(
+                StatusCode::BAD_REQUEST,
+                "Bad Request: the Host header is not a host",
+            ));
+        };
+        if !self.allowed(&hp) {
+            return Err(text(
+                StatusCode::FORBIDDEN,
+                "Forbidden: the Host header names a host this server does not serve \
+                 (pmm-mcp --allowed-host NAME adds one)",
+            ));
+        }
+        if let Some(origin) = h.get(header::ORIGIN) {
+            let ok = origin
+                .to_str()
+                .ok()
+                .and_then(parse_origin)
+                .is_some_and(|o| self.allowed(&o));
+            if !ok {
+                return Err(text(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden: the Origin header names a site this server does not serve",
+                ));
+            }
+        }
+        Ok(host)
+    }
+
+    fn metadata_url(&self, host: &str) -> String {
+        format!("{}://{host}{METADATA}", self.scheme())
+    }
+
+    fn unauthorized(&self, host: &str, error: Option<&str>, msg: &str) -> Response<Body> {
+        let mut r = text(StatusCode::UNAUTHORIZED, msg);
+        let mut v = format!("Bearer resource_metadata=\"{}\"", self.metadata_url(host));
+        if let Some(e) = error {
+            v.push_str(&format!(", error=\"{e}\""));
+        }
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        r
+    }
+
+    // A refusal is the cold path: the response is built whole, once.
+    #[allow(clippy::result_large_err)]
+    fn authenticate(&self, h: &HeaderMap, host: &str) -> Result<Caller, Response<Body>> {
+        let src = match &self.door.auth {
+            Auth::Nobody => return Ok(Caller::anonymous()),
+            Auth::Tokens(src) => src,
+        };
+        let Some(v) = h.get(header::AUTHORIZATION) else {
+            return Err(self.unauthorized(
+                host,
+                None,
+                "Unauthorized: send Authorization: Bearer TOKEN (pmm-mcp --new-token makes one)",
+            ));
+        };
+        let secret = v.to_str().ok().and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        });
+        let Some(secret) = secret else {
+            return Err(self.unauthorized(
+                host,
+                Some("invalid_request"),
+                "Unauthorized: the Authorization header is not 'Bearer TOKEN'",
+            ));
+        };
+        let tokens = match src.tokens() {
+            Ok(t) => t,
+            Err(e) => {
+                (self.door.log)(&format!("refusing every request: {e}"));
+                return Err(text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service Unavailable: the server cannot read its tokens (see its log)",
+                ));
+            }
+        };
+        match tokens.check(secret) {
+            Some(e) => Ok(Caller::of(e)),
+            None => Err(self.unauthorized(
+                host,
+                Some("invalid_token"),
+                "Unauthorized: unknown or revoked token",
+            )),
+        }
+    }
+
+    fn metadata(&self, host: &str) -> Response<Body> {
+        let doc = serde_json::json!({
+            "resource": format!("{}://{host}{ENDPOINT}", self.scheme()),
+            "bearer_methods_supported": ["header"],
+            "scopes_supported": ["read", "write"],
+            "resource_name": "pmm ledger (pmm-mcp)",
+        });
+        let mut r = Response::new(Full::new(Bytes::from(doc.to_string())).boxed());
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    }
+
+    /// Before a new session of `caller`: forgets ended sessions, and closes the least recently
+    /// used ones of `caller` beyond its bound.
+    async fn make_room(&self, caller: &Caller) {
+        let live: HashSet<String> = self
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        let evict: Vec<String> = {
+            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.retain(|k, _| live.contains(k));
+            let mut mine: Vec<(Instant, String)> = owners
+                .iter()
+                .filter(|(_, o)| o.token == caller.name)
+                .map(|(k, o)| (o.last, k.clone()))
+                .collect();
+            mine.sort();
+            let extra = (mine.len() + 1).saturating_sub(self.door.limits.sessions_per_token);
+            let evict: Vec<String> = mine.into_iter().take(extra).map(|(_, k)| k).collect();
+            for k in &evict {
+                owners.remove(k);
+            }
+            evict
+        };
+        for k in evict {
+            let _ = self.sessions.close_session(&k.into()).await;
+        }
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let host = match self.check_host(req.uri(), req.headers()) {
+            Ok(h) => h,
+            Err(r) => return r,
+        };
+        let path = req.uri().path();
+        if path == METADATA || path == format!("{METADATA}{ENDPOINT}") {
+            return match *req.method() {
+                Method::GET | Method::HEAD => self.metadata(&host),
+                _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+            };
+        }
+        if path != ENDPOINT {
+            return text(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is /mcp");
+        }
+        let caller = match self.authenticate(req.headers(), &host) {
+            Ok(c) => c,
+            Err(r) => return r,
+        };
+        let session = req
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        match &session {
+            Some(sid) => {
+                let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(o) = owners.get_mut(sid) {
+                    if o.token != caller.name {
+                        return text(StatusCode::NOT_FOUND, "Not Found: no such session");
+                    }
+                    o.last = Instant::now();
+                }
+            }
+            None if req.method() == Method::POST => self.make_room(&caller).await,
+            None => {}
+        }
+        let (mut parts, body) = req.into_parts();
+        let post = parts.method == Method::POST;
+        let max = self.door.limits.max_body;
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let too_large = || {
+            text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("Payload Too Large: a request body is at most {max} bytes"),
+            )
+        };
+        if declared.is_some_and(|n| n > max as u64) {
+            return too_large();
+        }
+        let bytes = match read_body(body, max, self.door.limits.body_timeout).await {
+            Ok(b) => b,
+            Err(Refused::TooLarge) => {
+                let mut r = too_large();
+                r.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return r;
+            }
+            Err(Refused::TooSlow) => {
+                return text(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Request Timeout: the body came too slowly",
+                )
+            }
+            Err(Refused::Broken) => {
+                return text(StatusCode::BAD_REQUEST, "Bad Request: a broken body")
+            }
+        };
+        parts.extensions.insert(caller.clone());
+        let req = Request::from_parts(parts, Full::new(bytes));
+        // A POST is counted until its response's body is dropped: a call answered over SSE is
+        // in flight until its answer is sent (a GET's stream is not waited for).
+        let guard = post.then(|| InFlight::new(self.inflight.clone()));
+        let delete = req.method() == Method::DELETE;
+        let mut resp = self.mcp.handle(req).await;
+        // A session ended: 204, as clients expect (rmcp says 202; the Python SDK warns).
+        if delete && resp.status() == StatusCode::ACCEPTED {
+            *resp.status_mut() = StatusCode::NO_CONTENT;
+        }
+        if session.is_none() {
+            if let Some(sid) = resp
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+                owners.insert(
+                    sid.to_string(),
+                    Owner {
+                        token: caller.name.clone(),
+                        last: Instant::now(),
+                    },
+                );
+            }
+        }
+        resp.map(|b| {
+            b.map_frame(move |f| {
+                let _ = &guard;
+                f
+            })
+            .boxed()
+        })
+    }
+}
+
+enum Refused {
+    TooLarge,
+    TooSlow,
+    Broken,
+}
+
+/// How much of a refused body is read and dropped before the 413 (so a client still sending
+/// reads the answer instead of a reset connection), and for how long at most.
+const DRAIN_BYTES: u64 = 256 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// The whole body, if it is at most `max` bytes and comes within `time`.
+async fn read_body(mut body: Incoming, max: usize, time: Duration) -> Result<Bytes, Refused> {
+    let deadline = tokio::time::Instant::now() + time;
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(Refused::TooSlow),
+            Ok(None) => return Ok(buf.freeze()),
+            Ok(Some(Err(_))) => return Err(Refused::Broken),
+            Ok(Some(Ok(f))) => f,
+        };
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                break;
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    drop(buf);
+    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    let mut drained = 0u64;
+    while drained < DRAIN_BYTES {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(f))) => drained += f.data_ref().map_or(0, |d| d.len() as u64),
+            _ => break,
+        }
+    }
+    Err(Refused::TooLarge)
+}
+
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(n: Arc<AtomicUsize>) -> InFlight {
+        n.fetch_add(1, Ordering::SeqCst);
+        InFlight(n)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An address to listen on.
+pub type Addr = std::net::SocketAddr;
+
+/// `ADDR` of `--http`: `PORT`, `:PORT` (both on 127.0.0.1), `HOST:PORT` or `[V6]:PORT`.
+pub fn resolve(addr: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let a = addr.trim();
+    let port_only = a.strip_prefix(':').unwrap_or(a);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    a.to_socket_addrs()
+        .map_err(|e| format!("'{a}' is not HOST:PORT ({e})"))?
+        .next()
+        .ok_or_else(|| format!("'{a}' names no address"))
+}
+
+/// A listener on `addr`, and the address it got (port 0: the one the system chose).
+pub async fn bind(
+    addr: std::net::SocketAddr,
+) -> std::io::Result<(tokio::net::TcpListener, std::net::SocketAddr)> {
+    let l = tokio::net::TcpListener::bind(addr).await?;
+    let local = l.local_addr()?;
+    Ok((l, local))
+}
+
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n\
+content-length: 42\r\nconnection: close\r\n\r\nService Unavailable: too many connections\n";
+
+/// Serves `server` on `listener` until `shutdown` completes; then stops accepting, waits (up to
+/// [`Limits::shutdown_grace`]) for the requests in flight, and ends the sessions. A write
+/// already on the blocking pool finishes whatever happens (the runtime waits for it).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    server: Server,
+    door: Door,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let limits = door.limits.clone();
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(limits.session_idle);
+    let sessions = Arc::new(manager);
+    let config = StreamableHttpServerConfig::default()
+        // The door checks Host and Origin (with the bound address and --allowed-host).
+        .disable_allowed_hosts()
+        .with_max_request_body_bytes(limits.max_body);
+    let stop = config.cancellation_token.clone();
+    let mcp = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
+    let state = Arc::new(State {
+        mcp,
+        sessions,
+        door,
+        owners: Mutex::new(HashMap::new()),
+        inflight: Arc::new(AtomicUsize::new(0)),
+    });
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_headers(limits.max_headers)
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors and the like: wait a little rather than spin.
+                    (state.door.log)(&format!("cannot accept a connection: {e}"));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let _ = tokio::time::timeout(Duration::from_secs(2), stream.write_all(BUSY)).await;
+            });
+            continue;
+        };
+        let st = state.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let st = st.clone();
+            async move { Ok::<_, Infallible>(st.handle(req).await) }
+        });
+        let http = http.clone();
+        let watcher = graceful.watcher();
+        match state.door.tls.clone() {
+            None => {
+                let conn = http.serve_connection(TokioIo::new(stream), svc);
+                tokio::spawn(async move {
+                    let _ = watcher.watch(conn).await;
+                    drop(permit);
+                });
+            }
+            Some(acceptor) => {
+                let handshake = limits.header_timeout;
+                tokio::spawn(async move {
+                    let Ok(Ok(tls)) =
+                        tokio::time::timeout(handshake, acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    let conn = http.serve_connection(TokioIo::new(tls), svc);
+                    let _ = watcher.watch(conn).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+    drop(listener);
+    // The calls in flight finish and are answered; then the sessions (and their SSE streams)
+    // end, and the connections close.
+    let deadline = Instant::now() + limits.shutdown_grace;
+    while state.inflight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins_are_matched_by_name_and_port() {
+        assert_eq!(
+            parse_authority("[::1]:8080"),
+            Some(HostPort {
+                host: "::1".into(),
+                port: Some(8080)
+            })
+        );
+        assert_eq!(parse_authority("user@evil.com"), None);
+        assert_eq!(
+            parse_origin("https://Example.com").unwrap(),
+            HostPort {
+                host: "example.com".into(),
+                port: Some(443)
+            }
+        );
+        assert_eq!(parse_origin("null"), None);
+        assert_eq!(parse_origin("file://x"), None);
+    }
+}
