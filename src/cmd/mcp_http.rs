@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 #[command(next_help_heading = "HTTP (Streamable HTTP transport, for remote clients)")]
 pub struct HttpArgs {
     /// Serve MCP's Streamable HTTP transport at http://ADDR/mcp instead of stdio. ADDR is PORT
-    /// (on 127.0.0.1), HOST:PORT or [V6]:PORT; port 0 takes a free one (the address is printed
+    /// (on 127.0.0.1), HOST:PORT (an IPv6 HOST in brackets); port 0 takes a free one (the address is printed
     /// on stderr). Needs --tokens (or --no-auth on loopback)
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,

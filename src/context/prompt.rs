@@ -114,7 +114,7 @@ pub fn render(p: &Projections, sel: &Selection, user: &str, history: &[Event]) -
     render_of(p, sel, user, history, PROMPT_FORMAT)
 }
 
-/// [`render`] as prompt format `format` renders it (one of [`REBUILT_FORMATS`]).
+/// [`mod@render`] as prompt format `format` renders it (one of [`REBUILT_FORMATS`]).
 pub fn render_of(
     p: &Projections,
     sel: &Selection,

@@ -607,7 +607,7 @@ impl Ledger {
 
     /// Rebuilds derived parts `parts` from the ledger in one write transaction (`pmm-recall
     /// --reindex` rebuilds them all, `pmm-verify --rebuild-tree` the tree), making again
-    /// whatever of them is missing ([`Derived::rebuild`]).
+    /// whatever of them is missing (`Derived::rebuild`).
     pub fn rebuild(&mut self, parts: &[Derived]) -> Result<()> {
         let batch = self.begin()?;
         let head = batch.head.as_ref().map_or(0, |h| h.id);
@@ -656,7 +656,7 @@ impl Ledger {
     /// Opens a ledger to check its derived tables: read-write (FTS5's integrity check is
     /// issued as an `INSERT` command, though it writes nothing), without migrations or a
     /// journal-mode change, so the file is left as it was. Refused (saying why) where this
-    /// user may not make the `-wal` and `-shm` files ([`companions_forbidden`]).
+    /// user may not make the `-wal` and `-shm` files (`companions_forbidden`).
     pub fn open_for_check(path: &Path) -> Result<Ledger> {
         drop(Ledger::open_reader(path)?);
         if let Some(why) = companions_forbidden(path) {

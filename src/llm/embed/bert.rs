@@ -5,9 +5,9 @@
 //! pooled over the attention mask, the result L2-normalised. Nothing is downloaded.
 //!
 //! A model directory is untrusted input: every size its files declare that the model uses is
-//! checked when it loads ([`check_config`], [`max_seq_length`]), and one out of range is an
+//! checked when it loads (`check_config`, `max_seq_length`), and one out of range is an
 //! [`EmbedError::Model`] naming the file and the field (exit 2), never a panic further on.
-//! Its id's fingerprint covers everything that decides the vectors ([`fingerprint`]).
+//! Its id's fingerprint covers everything that decides the vectors (`fingerprint`).
 
 use super::{checked, EmbedError, Embedder, BATCH};
 use candle_core::safetensors::MmapedSafetensors;
