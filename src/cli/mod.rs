@@ -28,9 +28,10 @@ pub enum Outcome {
 /// `--db`: which ledger.
 #[derive(Debug, Clone, Args)]
 pub struct LedgerArgs {
-    /// The ledger (SQLite file), a path: a URL or a `file:` URI is refused [default:
-    /// .data/pmmdb/pmm.db]
-    #[arg(long, env = "PMM_DB", value_name = "PATH", global = true, value_parser = db_path())]
+    /// The ledger: a SQLite file's path, or a PostgreSQL URL (postgres://USER@HOST/DB, its
+    /// indexes cached on this host under PMM_CACHE_DIR); any other URL or a `file:` URI is
+    /// refused [default: .data/pmmdb/pmm.db]
+    #[arg(long, env = "PMM_DB", value_name = "PATH|URL", global = true, value_parser = db_path())]
     pub db: Option<PathBuf>,
 }
 
@@ -41,17 +42,17 @@ impl LedgerArgs {
     }
 }
 
-/// `--db`'s parser: a file path, never a URL or an SQLite URI taken for one (it would create a
-/// folder named `postgres:` or `file:`); until the programs speak PostgreSQL, a PostgreSQL URL
-/// is refused saying so, any other URL or URI as not a path ([`crate::store::parse_db`]).
+/// `--db`'s parser: a file path, or a PostgreSQL URL (`postgres://`, `postgresql://`) checked
+/// here, so that a bad one is exit 2 before anything opens; never any other URL or an SQLite
+/// URI taken for a path (it would create a folder named `file:`: [`crate::store::parse_db`]).
 fn db_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
     clap::builder::OsStringValueParser::new().try_map(|s| {
-        crate::store::postgres::refuse_url(std::path::Path::new(&s))
-            .map_err(|e| match e {
-                crate::Error::BadInput { msg, .. } => msg,
-                e => e.to_string(),
-            })
-            .and_then(|()| crate::store::parse_db(&s.to_string_lossy()))
+        let text = s.to_string_lossy();
+        if crate::store::postgres::is_postgres_url(&text) {
+            let env = crate::store::postgres::url::Env::process();
+            return crate::store::postgres::url::parse(&text, &env).map(|_| PathBuf::from(&s));
+        }
+        crate::store::parse_db(&text)
     })
 }
 

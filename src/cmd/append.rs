@@ -22,6 +22,8 @@ EXAMPLES:
   Import a dated conversation, keeping each line's time (all or nothing):
     printf '%s\\n' '{\"ts\":\"2023-05-08T13:56:00Z\",\"kind\":\"user_message\",\"content\":\"hi\"}' \\
       | pmm-append --db conv.db --keep-ts
+  Move a mind into PostgreSQL, shared by several hosts (same head hash and Merkle root):
+    pmm-export --db agent.db --format jsonl | pmm-append --db postgres://pmm@db.example/mind --import -
   Copy the user messages of one ledger into another (ids and hashes are new there):
     pmm-replay --db a.db --kind user_message | pmm-append --db b.db
   Keep a reference ledger, forks and all, and check it came through byte for byte:
@@ -164,7 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         return import(&args, source, &mut out);
     }
     let path = args.ledger.path();
-    let created = !path.exists();
+    let created = !crate::store::exists(&path);
     let result = append(&args, &mut out);
     if result.is_err() && created {
         remove_if_empty(&path);
@@ -487,7 +489,7 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
             summary
         }
         None => {
-            let created = !path.exists();
+            let created = !crate::store::exists(&path);
             let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
             let result = import_into(args, &mut ledger, &input);
             drop(ledger);
@@ -541,7 +543,7 @@ fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
         return Err(Error::bad_input(Some("--reason".into()), "the reason is empty").into());
     }
     let path = args.ledger.path();
-    if !path.exists() {
+    if !crate::store::exists(&path) {
         return Err(Error::MissingLedger(path).into());
     }
     let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;

@@ -145,7 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     for k in &args.kind {
         crate::event::check_kind(k).map_err(|e| Error::bad_input(Some("--kind".into()), e))?;
     }
-    let ledger = Ledger::open_reader(&args.ledger.path())?;
+    let mut ledger = Ledger::open_reader(&args.ledger.path())?;
     let mut out = Out::new();
     let last = ledger.max_id()?;
     if args.state {
@@ -177,7 +177,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if !args.follow {
         return Ok(Outcome::Success);
     }
-    follow(&args, &ledger, next, &mut out)
+    follow(&args, &mut ledger, next, &mut out)
 }
 
 /// `--at` or `--diff`'s ids must be events of the ledger.
@@ -353,7 +353,7 @@ fn stream(
 /// until SIGINT/SIGTERM or a closed stdout.
 fn follow(
     args: &Args,
-    ledger: &Ledger,
+    ledger: &mut Ledger,
     mut next: Option<i64>,
     out: &mut Out,
 ) -> anyhow::Result<Outcome> {
@@ -362,6 +362,8 @@ fn follow(
         if crate::cli::stdout_closed() {
             return Ok(Outcome::Success);
         }
+        // A PostgreSQL ledger's cache catches up with the server first (polled, as a file is).
+        ledger.refresh()?;
         let head = ledger.max_id()?;
         if let Some(from) = next.filter(|n| head >= *n) {
             let filter = Filter {

@@ -277,7 +277,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     };
 
     if args.dry_run {
-        if !path.is_file() {
+        if !crate::store::exists(&path) {
             return Err(Error::bad_input(
                 Some(path.display().to_string()),
                 "no such ledger (a dry run creates nothing)",

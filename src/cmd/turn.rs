@@ -262,7 +262,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let chat = args.chats(std::io::stdin().is_terminal());
     // A new ledger has no retrieval config: its model (flags, environment) is loaded before
     // the file is created, so a bad model directory leaves nothing behind.
-    let fresh = !path.exists();
+    let fresh = !crate::store::exists(&path);
     let early = if fresh { args.embed.open_new()? } else { None };
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if args.message.is_none() {

@@ -18,6 +18,8 @@ EXAMPLES:
   Verify an export in CI, against the anchors saved by the previous run:
     pmm-export -o ledger.json.gz && pmm-verify ledger.json.gz --anchors-from anchors.txt
     pmm-verify ledger.json.gz | tail -1 > anchors.txt      # save the summary as the next anchor
+  Verify a PostgreSQL ledger from the server's own rows (not this host's cache):
+    pmm-verify --db 'postgres://reader@db.example/mind?sslmode=verify-full&sslrootcert=ca.pem'
   Verify a stream:
     pmm-export --format jsonl | pmm-verify -
   Only the findings about links:

@@ -57,6 +57,12 @@ impl Input {
         (head == SQLITE_MAGIC).then_some(path)
     }
 
+    /// The input as a PostgreSQL URL, when it is one.
+    pub fn postgres_url(&self) -> Option<&str> {
+        let p = self.path.as_deref()?.to_str()?;
+        crate::store::postgres::is_postgres_url(p).then_some(p)
+    }
+
     /// True if the input can be read a second time (a file, not stdin).
     pub fn rereadable(&self) -> bool {
         self.path.is_some()
@@ -221,6 +227,10 @@ pub fn read_with<T: Send>(
     f: &mut dyn FnMut(Item, T) -> Result<bool>,
 ) -> Result<Format> {
     let name = input.name();
+    if let Some(url) = input.postgres_url() {
+        read_server(url, tick, work, f)?;
+        return Ok(Format::Sqlite);
+    }
     let raw: Box<dyn Read> = match &input.path {
         Some(p) => Box::new(File::open(p).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -303,6 +313,34 @@ pub fn read_with<T: Send>(
         })?,
     }
     Ok(format)
+}
+
+/// Reads a PostgreSQL ledger's events from its server, as stored there (not from this
+/// host's cache: a verification must see the rows themselves).
+fn read_server<T: Send>(
+    url: &str,
+    tick: &dyn Fn(u64),
+    work: &(dyn Fn(&mut Item) -> T + Sync),
+    f: &mut dyn FnMut(Item, T) -> Result<bool>,
+) -> Result<()> {
+    use crate::store::log::EventLog;
+    let log = crate::store::postgres::PgLog::open_reader(url)?;
+    let max = log.head()?.map_or(1, |h| h.id.max(1));
+    let to_item = |event: Event| {
+        Item::Event(Record {
+            event,
+            meta: None,
+            line: None,
+        })
+    };
+    pipeline(&to_item, work, f, |p| {
+        log.scan(&Filter::default(), &mut |event| {
+            if event.id % 1024 == 0 {
+                tick(per_million(event.id, max));
+            }
+            p.push(event)
+        })
+    })
 }
 
 /// How far `id` is through ids up to `max` (≥ 1), in millionths: never more than a million,

@@ -66,6 +66,9 @@ impl Fresh {
     /// `-wal`, `-shm` or `-journal` name) or its folder cannot hold hard links: then the
     /// caller writes the ledger in place, in a WAL, as any write.
     pub fn start(target: &Path, busy_ms: u64) -> Result<Option<Fresh>> {
+        if super::postgres::is_postgres_url(&target.to_string_lossy()) {
+            return Ok(None);
+        }
         if ["", "-wal", "-shm", "-journal"]
             .iter()
             .any(|s| occupied(&with_suffix(target, s)))

@@ -39,8 +39,8 @@ pub trait EventLog {
 pub enum Links {
     /// Refuse it (the default): a fork is an error, never a state.
     Continue,
-    /// Keep it verbatim, where the backend can (PostgreSQL's `UNIQUE(prev_hash)` still refuses
-    /// a second event after the same hash).
+    /// Keep it verbatim (a source's own fork: PostgreSQL marks such an event, and only marked
+    /// events are exempt from its one-successor rule).
     AcceptBroken,
 }
 

@@ -16,6 +16,7 @@ pub mod log;
 mod merkle;
 mod policy;
 pub mod postgres;
+pub mod replica;
 pub mod vectors;
 
 pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
@@ -146,6 +147,9 @@ pub struct Ledger {
     /// The helper connection of the last vector search, kept for the next when the packs are
     /// (its page cache keeps the vectors' index pages).
     spare: std::sync::Mutex<Option<Connection>>,
+    /// The PostgreSQL server whose events this file caches ([`replica`]), and its URL as
+    /// shown (password left out).
+    upstream: Option<(replica::Upstream, String)>,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -196,13 +200,37 @@ impl Ledger {
             reading: Default::default(),
             packs: None,
             spare: Default::default(),
+            upstream: None,
         }
+    }
+
+    /// Makes this (cache) file the local copy of the PostgreSQL ledger at `url`.
+    fn attach(&mut self, up: replica::Upstream, url: &str) {
+        self.upstream = Some((up, postgres::url::shown(url)));
+    }
+
+    /// The PostgreSQL ledger this file caches, as shown (no password), if it is one.
+    pub fn url(&self) -> Option<&str> {
+        self.upstream.as_ref().map(|(_, u)| u.as_str())
+    }
+
+    /// Catches a cached PostgreSQL ledger up with its server (a no-op on a SQLite ledger): a
+    /// long-lived reader calls it before it answers again. How many events were new.
+    pub fn refresh(&mut self) -> Result<u64> {
+        if self.upstream.is_none() {
+            return Ok(0);
+        }
+        let before = self.max_id()?;
+        self.begin()?.commit()?;
+        Ok((self.max_id()? - before).max(0) as u64)
     }
 
     /// Opens (creating file and folders if needed) a ledger for writing: WAL, busy timeout,
     /// schema, migrations.
     pub fn open_writer(path: &Path, busy_ms: u64) -> Result<Ledger> {
-        postgres::refuse_url(path)?;
+        if let Some(url) = postgres_url(path) {
+            return replica::open(url, true, busy_ms);
+        }
         check_path(path)?;
         if let Ok(md) = std::fs::metadata(path) {
             if md.is_dir() {
@@ -438,7 +466,9 @@ impl Ledger {
 
     /// Opens an existing ledger read-only. Never creates a file.
     pub fn open_reader(path: &Path) -> Result<Ledger> {
-        postgres::refuse_url(path)?;
+        if let Some(url) = postgres_url(path) {
+            return replica::open(url, false, DEFAULT_BUSY_TIMEOUT_MS);
+        }
         check_path(path)?;
         match std::fs::metadata(path) {
             Err(_) => return Err(Error::MissingLedger(path.into())),
@@ -539,6 +569,15 @@ impl Ledger {
     pub fn begin(&mut self) -> Result<Batch<'_>> {
         let busy_ms = self.busy_ms;
         let path = self.path.clone();
+        // A cached PostgreSQL ledger: the server's head row is locked first (always in this
+        // order, so two writers on one host cannot wait on each other).
+        let (lease, server_head) = match &mut self.upstream {
+            Some((up, _)) => {
+                let (lease, head) = replica::Lease::take(up)?;
+                (Some(lease), head)
+            }
+            None => (None, None),
+        };
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -567,14 +606,32 @@ impl Ledger {
                 keep.push(d);
             }
         }
-        Ok(Batch {
+        let mut batch = Batch {
             tx,
             head,
             keep,
             path,
             busy_ms,
             scratch: Vec::with_capacity(1024),
-        })
+            lease: None,
+            pulled: 0,
+        };
+        if let Some(lease) = lease {
+            replica::pull(&mut batch, lease.log())?;
+            let at = batch.head.as_ref().map_or(0, |h| h.id);
+            if lease.locks() && server_head.as_ref().map_or(0, |h| h.id) != at {
+                return Err(Error::Damaged {
+                    path: lease.log().url().into(),
+                    why: format!(
+                        "the head row says {} but the events end at {at}; nothing was written",
+                        server_head.map_or(0, |h| h.id)
+                    ),
+                });
+            }
+            batch.pulled = at;
+            batch.lease = Some(lease);
+        }
+        Ok(batch)
     }
 
     /// Leaves derived part `d` behind for this connection's writes (`pmm-append --no-index`
@@ -658,6 +715,10 @@ impl Ledger {
     /// journal-mode change, so the file is left as it was. Refused (saying why) where this
     /// user may not make the `-wal` and `-shm` files (`companions_forbidden`).
     pub fn open_for_check(path: &Path) -> Result<Ledger> {
+        if let Some(url) = postgres_url(path) {
+            // The cache is this host's own file: its indexes can be checked in place.
+            return replica::open(url, false, DEFAULT_BUSY_TIMEOUT_MS);
+        }
         drop(Ledger::open_reader(path)?);
         if let Some(why) = companions_forbidden(path) {
             return Err(Error::CannotRead {
@@ -1431,6 +1492,17 @@ fn unreadable_companions(e: Error, path: &Path) -> Error {
     }
 }
 
+/// Whether the ledger `--db` names exists: a file, or a PostgreSQL URL (whose server a writer
+/// connects to, creating the schema if need be).
+pub fn exists(db: &Path) -> bool {
+    postgres_url(db).is_some() || db.exists()
+}
+
+/// `path` as a PostgreSQL URL, when it is one.
+fn postgres_url(path: &Path) -> Option<&str> {
+    path.to_str().filter(|p| postgres::is_postgres_url(p))
+}
+
 /// Maps SQLite's errors to ours, so that users read "database is locked ..." and not a code.
 /// Why a ledger's name is not a file path, or `None` when it is one: a URL (`postgres://…`,
 /// which a later store will take), an SQLite URI (`file:…`, which SQLite would open as a URI
@@ -1641,9 +1713,31 @@ pub struct Batch<'a> {
     path: PathBuf,
     busy_ms: u64,
     scratch: Vec<u8>,
+    /// A cached PostgreSQL ledger's server, its head row locked by a writer ([`replica`]).
+    lease: Option<replica::Lease<'a>>,
+    /// The head the cache was caught up to: events after it are this transaction's own.
+    pulled: i64,
 }
 
 impl Batch<'_> {
+    /// Erases the text of event `id` from the cache and its indexes, as an erasure caught up
+    /// from the server says (the server's row is already erased): whether there was any.
+    pub(crate) fn scrub_pulled(&mut self, id: i64) -> Result<bool> {
+        let Some(ev) = self.get(id)? else {
+            return Ok(false);
+        };
+        if ev.content.is_empty() && ev.meta == "{}" {
+            return Ok(false);
+        }
+        erase::scrub(&self.tx, id, &ev.kind, &ev.content).map_err(|e| self.err(e))?;
+        Ok(true)
+    }
+
+    /// Rewrites the full-text index without deleted tokens ([`erase::compact_index`]).
+    pub(crate) fn compact_index(&self) -> Result<()> {
+        erase::compact_index(&self.tx).map_err(|e| self.err(e))
+    }
+
     /// The head as this transaction sees it.
     pub fn head(&self) -> Option<&Head> {
         self.head.as_ref()
@@ -1897,9 +1991,23 @@ impl Batch<'_> {
 
     /// Makes everything appended in this transaction durable at once, with the full-text
     /// index and the Merkle tree brought up to the new head in the same transaction.
-    pub fn commit(self) -> Result<()> {
+    pub fn commit(mut self) -> Result<()> {
         self.catch_up()?;
         let (path, busy) = (self.path.clone(), self.busy_ms);
+        if let Some(lease) = self.lease.take() {
+            // The server first: once it has committed, the events exist; a cache that then
+            // fails to commit only lags, and the next catch-up reads them back.
+            let mine = Filter {
+                since: self.pulled.checked_add(1),
+                ..Filter::default()
+            };
+            lease.commit(&mut |push| {
+                self.scan(&mine, |ev| {
+                    push(&ev)?;
+                    Ok(true)
+                })
+            })?;
+        }
         self.tx.commit().map_err(|e| map_err(e, &path, busy))
     }
 }

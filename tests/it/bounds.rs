@@ -345,7 +345,9 @@ fn a_url_or_sqlite_uri_as_the_db_is_refused_by_every_program_and_creates_nothing
         "file:x.db",
         "file:sub/x.db",
         "FILE:x.db?mode=memory",
-        "postgres://user@host/pmm",
+        // A PostgreSQL URL is a ledger on a server (tests/it/pg.rs checks it is never taken
+        // for a path either); every other scheme is refused.
+        "mysql://user@host/pmm",
         "sqlite:///tmp/x.db",
     ] {
         for program in [

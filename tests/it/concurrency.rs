@@ -14,7 +14,11 @@ fn fast_workspace() -> Pmm {
     match tempfile::tempdir_in(shm) {
         Ok(dir) => {
             let db = dir.path().join("ledger.db");
-            Pmm { dir, db }
+            Pmm {
+                dir,
+                db,
+                cache: None,
+            }
         }
         Err(_) => Pmm::new(),
     }

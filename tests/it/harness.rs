@@ -13,6 +13,8 @@ pub const GPT_LEDGER: &str = "reference-ledgers/GPT-5.1-ledger.json";
 pub struct Pmm {
     pub dir: tempfile::TempDir,
     pub db: PathBuf,
+    /// `PMM_CACHE_DIR` for a PostgreSQL ledger (this "host"'s cache directory).
+    pub cache: Option<PathBuf>,
 }
 
 /// What a program printed and how it ended.
@@ -85,7 +87,11 @@ impl Pmm {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("ledger.db");
-        Pmm { dir, db }
+        Pmm {
+            dir,
+            db,
+            cache: None,
+        }
     }
 
     /// A workspace whose ledger is the reference fixture, imported with its forks; `None`
@@ -129,6 +135,9 @@ impl Pmm {
             .env("PMM_NOW", "2025-11-24T05:55:41.194157Z")
             // The embedding model's weights digest cache, per workspace.
             .env("XDG_CACHE_HOME", self.dir.path().join(".cache"));
+        if let Some(cache) = &self.cache {
+            c.env("PMM_CACHE_DIR", cache);
+        }
         c
     }
 

@@ -1,18 +1,22 @@
-//! PostgreSQL ledgers (issue 35), as far as the programs go today: a `postgres://` or
-//! `postgresql://` URL in `--db` or `$PMM_DB` is never taken for a file path (it used to create
-//! a folder named `postgres:`); every program refuses it with exit 2 until it speaks
-//! PostgreSQL. And the throwaway server the library's contract tests run on starts here.
+//! PostgreSQL ledgers (issue 35): every program on a `postgres://` URL, against a throwaway
+//! server started from Debian's binaries (`pgserver.rs`), compared byte for byte with the same
+//! work on a SQLite file; several "hosts" (workspaces with their own cache directories) on one
+//! chain; rows changed behind pmm's back; caches that no longer match; a URL never taken for a
+//! file path.
 
 use crate::harness::Pmm;
 use crate::pgserver::PgServer;
+use std::path::PathBuf;
 
 #[test]
 fn a_postgres_url_is_never_taken_for_a_file_path() {
+    // Nothing listens on port 1: every program says it cannot connect (exit 2), and no
+    // folder named `postgres:` is ever made.
     let pmm = Pmm::new();
     let line = "{\"kind\":\"user_message\",\"content\":\"hi\"}\n";
     for url in [
-        "postgres://h/db",
-        "postgresql://u@h:5432/db?sslmode=require",
+        "postgres://nobody@127.0.0.1:1/db?connect_timeout=2",
+        "postgresql://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=2",
     ] {
         for (prog, args) in [
             ("pmm-append", vec![]),
@@ -21,25 +25,335 @@ fn a_postgres_url_is_never_taken_for_a_file_path() {
             ("pmm-export", vec!["--format", "jsonl"]),
         ] {
             let by_flag = pmm.run(prog, &[&["--db", url][..], &args[..]].concat(), line);
-            by_flag.assert_error(prog, &["PostgreSQL", "SQLite"]);
+            by_flag.assert_error(prog, &["127.0.0.1:1", "cannot connect"]);
             let by_env = pmm
                 .cmd(prog)
                 .env("PMM_DB", url)
+                .env("PMM_CACHE_DIR", pmm.path("cache"))
                 .args(&args)
                 .write_stdin(line)
                 .output()
                 .unwrap();
             assert_eq!(by_env.status.code(), Some(2), "{prog} with PMM_DB={url}");
             let stderr = String::from_utf8_lossy(&by_env.stderr);
-            assert!(stderr.contains("PostgreSQL"), "{stderr}");
+            assert!(stderr.contains("cannot connect"), "{stderr}");
         }
     }
+    // A URL of any other scheme is still not a path.
+    let r = pmm.run("pmm-append", &["--db", "mysql://h/db"], line);
+    assert_eq!(r.code, 2, "{r:?}");
     let left: Vec<_> = std::fs::read_dir(pmm.dir.path())
         .unwrap()
         .flatten()
         .map(|e| e.file_name())
+        .filter(|n| n != "cache" && n != ".cache")
         .collect();
     assert!(left.is_empty(), "nothing created: {left:?}");
+}
+
+/// A workspace whose ledger is a new database on `server`, with its own cache directory
+/// (one "host"); `cache` names the directory, so that two workspaces can share a ledger.
+fn on_server(server: &PgServer, url: Option<&str>, cache: &str) -> Pmm {
+    let mut pmm = Pmm::new();
+    pmm.db = PathBuf::from(url.map_or_else(|| server.database(), str::to_string));
+    std::fs::create_dir_all(pmm.path(cache)).unwrap();
+    let cache = pmm.path(cache);
+    pmm.cache = Some(cache);
+    pmm
+}
+
+/// Events as exported (JSON Lines), for comparing ledgers byte for byte.
+fn export(pmm: &Pmm) -> String {
+    let r = pmm.run("pmm-export", &["--format", "jsonl"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    r.stdout
+}
+
+#[test]
+fn every_program_works_on_a_postgres_ledger() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pg = on_server(&server, None, "cache");
+    let file = Pmm::new();
+    for pmm in [&pg, &file] {
+        let lines = "{\"kind\":\"user_message\",\"content\":\"I keep bees in Lisbon\"}\n{\"kind\":\"assistant_message\",\"content\":\"Noted: bees, Lisbon.\"}\n";
+        let r = pmm.run("pmm-append", &[], lines);
+        assert_eq!(r.code, 0, "{r:?}");
+        let r = pmm.run(
+            "pmm-turn",
+            &["--adapter", "dummy", "where are my bees?"],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        for slot in 1..=3 {
+            let r = pmm.run("pmm-tick", &["--slot", &slot.to_string()], "");
+            assert_eq!(r.code, 0, "{r:?}");
+        }
+        let r = pmm.run(
+            "pmm-append",
+            &["--kind", "user_message", "--content", "the bees swarmed"],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    assert_eq!(export(&pg), export(&file), "the same events, byte for byte");
+    let head = |pmm: &Pmm| pmm.run("pmm-verify", &["--root"], "").stdout;
+    assert_eq!(head(&pg), head(&file), "the same Merkle root");
+    for pmm in [&pg, &file] {
+        let r = pmm.run("pmm-verify", &["--deep"], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    for (prog, args) in [
+        ("pmm-recall", vec!["bees", "--k", "3"]),
+        ("pmm-replay", vec!["--state"]),
+        ("pmm-replay", vec!["--tail", "3"]),
+        ("pmm-metrics", vec![]),
+        ("pmm-graph", vec!["stats"]),
+        ("pmm-graph", vec!["export"]),
+        ("pmm-export", vec!["--format", "json"]),
+    ] {
+        let a = pg.run(prog, &args, "");
+        let b = file.run(prog, &args, "");
+        assert_eq!(a.code, 0, "{prog} {args:?}: {a:?}");
+        // Timings aside (pmm-metrics measures its replay), the same output.
+        let untimed = |out: &str| {
+            out.split(",\"replay_ms_per_event\"")
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(
+            untimed(&a.stdout),
+            untimed(&b.stdout),
+            "{prog} {args:?} reads the same on both"
+        );
+    }
+    let prove = |pmm: &Pmm| pmm.run("pmm-verify", &["--prove", "3"], "").stdout;
+    assert_eq!(prove(&pg), prove(&file));
+    // pmm-mcp over stdio: a recall and a remember.
+    let session = concat!(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"recall","arguments":{"query":"bees"}}}"#,
+        "\n",
+    );
+    let remember = session.replace(
+        r#""name":"recall","arguments":{"query":"bees"}"#,
+        r#""name":"remember","arguments":{"text":"queen bee marked blue"}"#,
+    );
+    // Requests are answered as they finish: compare the answers in id order.
+    let answers = |r: &crate::harness::Run| {
+        let mut lines: Vec<String> = r.stdout.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let a = pg.run("pmm-mcp", &[], session);
+    let b = file.run("pmm-mcp", &[], session);
+    assert_eq!(a.code, 0, "{a:?}");
+    assert_eq!(answers(&a).len(), 2, "{a:?}");
+    assert_eq!(answers(&a), answers(&b), "pmm-mcp answers the same on both");
+    let a = pg.run("pmm-mcp", &[], &remember);
+    let b = file.run("pmm-mcp", &[], &remember);
+    assert_eq!(
+        answers(&a),
+        answers(&b),
+        "pmm-mcp remembers the same on both"
+    );
+    assert!(export(&pg).contains("queen bee marked blue"));
+    assert_eq!(export(&pg), export(&file));
+    // Erasure reaches the server's row and the cache's indexes.
+    let r = pg.run(
+        "pmm-append",
+        &["--erase", "1", "--reason", "test", "--source", "owner"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let row = server
+        .psql(
+            db_name(&pg),
+            "SELECT length(content) FROM events WHERE id = 1",
+        )
+        .unwrap();
+    assert_eq!(row.trim(), "0", "the server's row holds no text");
+    let r = pg.run("pmm-recall", &["Lisbon"], "");
+    assert!(!r.stdout.contains("keep bees"), "{r:?}");
+    let r = pg.run("pmm-verify", &["--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// The database name of a workspace's URL.
+fn db_name(pmm: &Pmm) -> &str {
+    let url = pmm.db.to_str().unwrap();
+    let tail = url.rsplit('/').next().unwrap();
+    tail.split('?').next().unwrap()
+}
+
+#[test]
+fn hosts_with_their_own_caches_share_one_chain() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let url = server.database();
+    let hosts: Vec<Pmm> = (0..3)
+        .map(|h| on_server(&server, Some(&url), &format!("host{h}")))
+        .collect();
+    std::thread::scope(|s| {
+        for (h, host) in hosts.iter().enumerate() {
+            for w in 0..3 {
+                s.spawn(move || {
+                    for i in 0..15 {
+                        let text = format!("host {h} writer {w} line {i}");
+                        let r = host.run(
+                            "pmm-append",
+                            &["--kind", "user_message", "--content", &text],
+                            "",
+                        );
+                        assert_eq!(r.code, 0, "{r:?}");
+                    }
+                });
+            }
+        }
+    });
+    let exports: Vec<String> = hosts.iter().map(export).collect();
+    assert!(
+        exports.iter().all(|e| *e == exports[0]),
+        "every host sees one chain"
+    );
+    let ids: Vec<i64> = exports[0]
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ids, (1..=135).collect::<Vec<_>>(), "every id once, no gap");
+    for h in 0..3 {
+        for w in 0..3 {
+            for i in 0..15 {
+                let text = format!("host {h} writer {w} line {i}\"");
+                assert_eq!(exports[0].matches(&text).count(), 1, "{text} once");
+            }
+        }
+    }
+    let r = hosts[1].run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn a_row_changed_behind_pmms_back_is_a_hash_mismatch_and_the_writer_role_cannot_update() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pmm = on_server(&server, None, "cache");
+    pmm.seed(5);
+    let db = db_name(&pmm).to_string();
+    let refused = server.psql(&db, "UPDATE events SET kind = 'x' WHERE id = 2");
+    assert!(
+        refused.unwrap_err().contains("append-only"),
+        "the trigger refuses it"
+    );
+    server
+        .psql(
+            &db,
+            "ALTER TABLE events DISABLE TRIGGER USER; UPDATE events SET content = convert_to('edited', 'UTF8') WHERE id = 3; ALTER TABLE events ENABLE TRIGGER USER;",
+        )
+        .unwrap();
+    let r = pmm.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stdout.contains("hash_mismatch"), "{r:?}");
+    // A host whose cache never saw event 3 refuses to copy it.
+    let other = on_server(&server, pmm.db.to_str(), "fresh-cache");
+    let r = other.run("pmm-replay", &[], "");
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("hash_mismatch") || r.stderr.contains("hash is not"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_cache_that_no_longer_matches_its_server_is_rebuilt() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pmm = on_server(&server, None, "cache");
+    let r = pmm.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "first life"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let db = db_name(&pmm).to_string();
+    // The database is dropped and made again under the same name: another chain.
+    server
+        .psql("postgres", &format!("DROP DATABASE {db}"))
+        .unwrap();
+    server
+        .psql("postgres", &format!("CREATE DATABASE {db}"))
+        .unwrap();
+    let r = pmm.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "second life"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = export(&pmm);
+    assert!(
+        out.contains("second life") && !out.contains("first life"),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 1);
+}
+
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn the_reference_ledger_round_trips_through_postgres_byte_identical() {
+    let Some(src) = crate::harness::fixture_path(crate::harness::GPT_LEDGER) else {
+        return;
+    };
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let file = Pmm::new();
+    let r = file.run(
+        "pmm-append",
+        &["--import", src.to_str().unwrap(), "--accept-forks"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let pg = on_server(&server, None, "cache");
+    let exported = file.run("pmm-export", &["--format", "json"], "");
+    assert_eq!(exported.code, 0);
+    std::fs::write(pg.path("ref.json"), &exported.stdout).unwrap();
+    let r = pg.run(
+        "pmm-append",
+        &["--import", "ref.json", "--accept-forks"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        pg.run("pmm-export", &["--format", "json"], "").stdout,
+        exported.stdout
+    );
+    let root = |p: &Pmm| p.run("pmm-verify", &["--root"], "").stdout;
+    assert_eq!(root(&pg), root(&file));
+    // And back: PostgreSQL to a file.
+    let back = Pmm::new();
+    std::fs::write(
+        back.path("pg.json"),
+        pg.run("pmm-export", &["--format", "json"], "").stdout,
+    )
+    .unwrap();
+    let r = back.run("pmm-append", &["--import", "pg.json", "--accept-forks"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        back.run("pmm-export", &["--format", "json"], "").stdout,
+        exported.stdout
+    );
 }
 
 #[test]
@@ -53,4 +367,142 @@ fn the_throwaway_server_starts_and_stops() {
     assert!(url.starts_with("postgres://postgres@127.0.0.1:"), "{url}");
     drop(server);
     assert!(!dir.exists(), "its directory is gone with it");
+}
+
+#[test]
+fn a_writer_role_and_a_reader_role_get_only_what_docs_scale_out_grants() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let owner = on_server(&server, None, "cache");
+    owner.seed(3);
+    let db = db_name(&owner).to_string();
+    // The grants of docs/scale-out.md, verbatim in substance.
+    server
+        .psql(
+            &db,
+            "CREATE ROLE pmm_writer LOGIN; CREATE ROLE pmm_reader LOGIN;
+             GRANT SELECT, INSERT ON events TO pmm_writer;
+             GRANT SELECT, UPDATE ON pmm_head TO pmm_writer;
+             GRANT SELECT ON pmm_schema, pmm_erasures TO pmm_writer;
+             GRANT EXECUTE ON FUNCTION pmm_erase_text(bigint) TO pmm_writer;
+             GRANT SELECT ON events, pmm_head, pmm_schema TO pmm_reader;",
+        )
+        .unwrap();
+    let as_role = |role: &str, cache: &str| {
+        let url = owner
+            .db
+            .to_str()
+            .unwrap()
+            .replace("postgres@", &format!("{role}@"));
+        on_server(&server, Some(&url), cache)
+    };
+    let writer = as_role("pmm_writer", "w");
+    let r = writer.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "from the writer"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = writer.run("pmm-turn", &["--adapter", "dummy", "hello"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = writer.run(
+        "pmm-append",
+        &["--erase", "1", "--reason", "test", "--source", "owner"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let update = server.psql_as(
+        "pmm_writer",
+        &db,
+        "UPDATE events SET kind = 'x' WHERE id = 2",
+    );
+    assert!(
+        update.unwrap_err().contains("permission denied"),
+        "no UPDATE grant"
+    );
+    let delete = server.psql_as("pmm_writer", &db, "DELETE FROM events WHERE id = 2");
+    assert!(delete.is_err(), "no DELETE either");
+    let reader = as_role("pmm_reader", "r");
+    for (prog, args) in [
+        ("pmm-replay", vec!["--state"]),
+        ("pmm-recall", vec!["writer"]),
+        ("pmm-verify", vec![]),
+        ("pmm-export", vec!["--format", "jsonl"]),
+    ] {
+        let r = reader.run(prog, &args, "");
+        assert_eq!(r.code, 0, "{prog} as the reader: {r:?}");
+    }
+    let r = reader.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "no"],
+        "",
+    );
+    assert_eq!(r.code, 2, "the reader cannot append: {r:?}");
+    assert!(r.stderr.contains("permission denied"), "{r:?}");
+    assert_eq!(export(&owner), export(&reader), "one chain, seen alike");
+    let r = owner.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn a_writer_killed_while_it_holds_the_head_lock_leaves_nothing_and_the_others_go_on() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pmm = on_server(&server, None, "cache");
+    pmm.seed(3);
+    let before = export(&pmm);
+    // A tick that waits inside its write transaction (the testing aid), holding the lock.
+    let mut tick = pmm.std_cmd("pmm-tick");
+    tick.env("PMM_TEST_TICK_PAUSE_MS", "60000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = tick.spawn().unwrap();
+    let db = db_name(&pmm).to_string();
+    let held = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        server
+            .psql(&db, "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE c.relname = 'pmm_head' AND l.mode = 'RowShareLock' AND l.granted")
+            .is_ok_and(|n| n.trim() != "0")
+    });
+    assert!(held, "the tick holds the head row");
+    let appender = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let started = std::time::Instant::now();
+            let r = pmm.run(
+                "pmm-append",
+                &[
+                    "--busy-timeout",
+                    "20000",
+                    "--kind",
+                    "user_message",
+                    "--content",
+                    "after the kill",
+                ],
+                "",
+            );
+            (r, started.elapsed())
+        });
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+        waiting.join().unwrap()
+    });
+    let (r, waited) = appender;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        waited < std::time::Duration::from_secs(15),
+        "it went on once the writer died: {waited:?}"
+    );
+    let after = export(&pmm);
+    assert!(after.starts_with(&before), "{after}");
+    assert_eq!(
+        after.lines().count(),
+        before.lines().count() + 1,
+        "only the append: nothing of the tick"
+    );
+    assert!(!after.contains("autonomy_tick"));
+    let r = pmm.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
 }

@@ -226,6 +226,12 @@ impl PgServer {
 
     /// Runs `sql` with psql as the superuser in database `db`: its output.
     pub fn psql(&self, db: &str, sql: &str) -> Result<String, String> {
+        self.psql_as("postgres", db, sql)
+    }
+
+    /// Runs `sql` with psql as role `user` (the server trusts every local role) in database
+    /// `db`: its output.
+    pub fn psql_as(&self, user: &str, db: &str, sql: &str) -> Result<String, String> {
         let out = Command::new(self.bin.join("psql"))
             .args([
                 "-X",
@@ -236,7 +242,7 @@ impl PgServer {
                 "-h",
                 "127.0.0.1",
                 "-U",
-                "postgres",
+                user,
             ])
             .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
             .stdin(Stdio::null())

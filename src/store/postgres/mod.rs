@@ -37,18 +37,18 @@
 //!   GRANT SELECT ON pmm_schema, pmm_erasures TO w; GRANT EXECUTE ON FUNCTION pmm_erase_text(bigint) TO w;`
 //! - a reader: `GRANT SELECT ON events, pmm_head, pmm_schema TO r;`
 //!
-//! # Next steps (docs: /work/shared/DESIGN-store.md's steps, issue 35)
+//! # Programs
+//! Every program opens a PostgreSQL ledger by URL through [`crate::store::Ledger`]: the events
+//! and their derived indexes are cached on each host ([`crate::store::replica`]), and an
+//! append locks the head row around the local write session. `docs/scale-out.md` is the
+//! user's guide.
+//!
+//! # Next steps
 //! 1. Narrow the ~30 users of [`super::Reads`] to [`EventLog`] (with `Reads: EventLog` for the
 //!    transition), then move policy and range checks out of `Batch::append` into a write
 //!    session over any [`Txn`] (it replaces `turn::Sink`).
-//! 2. `DerivedIndex` (full text, Merkle tree, vectors, checkpoints) behind one protocol; for a
-//!    PostgreSQL ledger they live in a per-host cache file (`PMM_CACHE_DIR`), caught up by id
-//!    with each link checked, rebuilt when its recorded head no longer matches. Vectors are
-//!    shared in the server (`bytea` per model).
-//! 3. Open by URL in every program (today they refuse a URL: `cli` says what is supported),
-//!    `pmm-replay --follow` woken by LISTEN/NOTIFY, erasure through `pmm_erase_text`.
-//! 4. `docs/scale-out.md`, the several-hosts tests (network namespaces, a writer killed or cut
-//!    off while it holds the lock) and `scripts/pg-bench.sh`'s figures against their floors.
+//! 2. Vectors shared on the server (`bytea` per model) instead of per host cache.
+//! 3. `pmm-replay --follow` woken by LISTEN/NOTIFY instead of polling.
 
 pub mod tls;
 pub mod url;
@@ -65,14 +65,14 @@ use std::time::{Duration, Instant};
 
 pub use url::is_postgres_url;
 
-/// Refuses a PostgreSQL URL where a program takes a SQLite file's path (exit 2): until every
-/// program opens a ledger by URL, `--db postgres://h/db` must not become a folder `postgres:`.
+/// Refuses a PostgreSQL URL where only a SQLite file's path is taken (exit 2): a `REF:`
+/// target a model names is read at rest, never connected to.
 pub fn refuse_url(path: &std::path::Path) -> Result<()> {
     match path.to_str() {
         Some(p) if is_postgres_url(p) => Err(Error::bad_input(
             Some("--db".into()),
             format!(
-                "{}: a PostgreSQL URL, not a file path: PostgreSQL ledgers are not supported by pmm's programs yet; --db and PMM_DB take the path of a SQLite ledger file",
+                "{}: a PostgreSQL URL, not a file path: only the path of a SQLite ledger file is taken here",
                 url::shown(p)
             ),
         )),
@@ -142,6 +142,15 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION pmm_erase_text(BIGINT) FROM PUBLIC;
+"#,
+    // 2: an event imported with --accept-forks whose prev_hash is not its predecessor's hash
+    // (a source ledger's own fork, kept verbatim) is marked, and only marked events are
+    // exempt from the one-successor rule: every event that links still has at most one
+    // successor, and an append always links.
+    r#"
+ALTER TABLE events ADD COLUMN accepted_break BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE events DROP CONSTRAINT events_prev_hash_key;
+CREATE UNIQUE INDEX events_prev_hash_key ON events (prev_hash) WHERE NOT accepted_break;
 "#,
 ];
 
@@ -413,7 +422,7 @@ impl PgLog {
                 lock: prepare("SELECT id, hash FROM pmm_head FOR UPDATE")?,
                 ahead: prepare("SELECT id FROM events WHERE id > $1 ORDER BY id LIMIT 1")?,
                 insert: prepare(
-                    "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )?,
                 move_head: prepare("UPDATE pmm_head SET id = $1, hash = $2 WHERE one")?,
             });
@@ -468,6 +477,160 @@ impl PgLog {
 }
 
 /// The ledger's URL and busy timeout, for errors.
+/// The operations of a host's cache of this ledger ([`crate::store::replica`]): the head lock
+/// held across a local write transaction, the events it made pushed in, the lock released.
+/// The transaction is plain SQL on the connection (`BEGIN` … `COMMIT`), so that it can live
+/// as long as the local one beside it.
+impl PgLog {
+    /// Begins a transaction and locks the head row: the ledger's head as of the lock. Retried
+    /// like an append ([`Writer::transact`]) when the session's isolation level makes the lock
+    /// fail with a serialization failure.
+    pub(crate) fn lock_head(&mut self) -> Result<Option<Head>> {
+        let started = Instant::now();
+        let budget = Duration::from_millis(self.ctx.busy_ms);
+        let begin = match self.isolation {
+            IsolationLevel::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            IsolationLevel::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            _ => "BEGIN ISOLATION LEVEL READ COMMITTED",
+        };
+        let mut attempt: u32 = 0;
+        loop {
+            let c = self.client.get_mut();
+            let locked = c
+                .batch_execute(begin)
+                .and_then(|()| c.query_one("SELECT id, hash FROM pmm_head FOR UPDATE", &[]));
+            match locked {
+                Ok(row) => {
+                    let (id, hash): (i64, Option<String>) = (row.get(0), row.get(1));
+                    return Ok((id > 0).then_some(Head { id, hash }));
+                }
+                Err(e) => {
+                    let _ = c.batch_execute("ROLLBACK");
+                    if !retryable(&e) || started.elapsed() >= budget {
+                        return Err(self.err(e));
+                    }
+                    attempt += 1;
+                    self.retries += 1;
+                    std::thread::sleep(jitter(2u64 << attempt.min(5)));
+                }
+            }
+        }
+    }
+
+    /// Inserts the events `feed` hands over (made by a local write transaction after the
+    /// locked head `head`, in id order) inside the transaction [`PgLog::lock_head`] began, in
+    /// one binary `COPY`; erases the text an erasure among them names; moves the head row to
+    /// the last. A repeated hash or a second successor of one hash is a fork error.
+    pub(crate) fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<()> {
+        use postgres::binary_copy::BinaryCopyInWriter;
+        use postgres::types::Type;
+        let PgLog { client, ctx, .. } = self;
+        let c = client.get_mut();
+        let sink = c
+            .copy_in(
+                "COPY events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) FROM STDIN BINARY",
+            )
+            .map_err(|e| ctx.err(e))?;
+        let types = [
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::BYTEA,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::BOOL,
+        ];
+        let mut w = BinaryCopyInWriter::new(sink, &types);
+        let mut prev = head.and_then(|h| h.hash.clone());
+        let mut last: Option<Head> = None;
+        let mut erased = Vec::new();
+        feed(&mut |ev: &Event| {
+            w.write(&[
+                &ev.id,
+                &ev.ts,
+                &ev.kind.as_str(),
+                &ev.content.as_bytes(),
+                &ev.meta,
+                &ev.prev_hash,
+                &ev.hash,
+                &(ev.prev_hash != prev),
+            ])
+            .map_err(|e| ctx.err(e))?;
+            prev.clone_from(&ev.hash);
+            if ev.kind == Kind::Erasure {
+                erased.extend(super::erase::erased_id(&ev.meta));
+            }
+            last = Some(Head {
+                id: ev.id,
+                hash: ev.hash.clone(),
+            });
+            Ok(())
+        })?;
+        w.finish().map_err(|e| {
+            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                fork_error(explain(&e))
+            } else {
+                ctx.err(e)
+            }
+        })?;
+        let Some(last) = last else {
+            return Ok(());
+        };
+        for target in erased {
+            c.execute("SELECT pmm_erase_text($1)", &[&target])
+                .map_err(|e| ctx.err(e))?;
+        }
+        c.execute(
+            "UPDATE pmm_head SET id = $1, hash = $2 WHERE one",
+            &[&last.id, &last.hash],
+        )
+        .map_err(|e| ctx.err(e))?;
+        Ok(())
+    }
+
+    /// Commits the transaction [`PgLog::lock_head`] began.
+    pub(crate) fn commit_locked(&mut self) -> Result<()> {
+        let c = self.client.get_mut();
+        c.batch_execute("COMMIT").map_err(|e| self.ctx.err(e))
+    }
+
+    /// Rolls back the transaction [`PgLog::lock_head`] began (nothing of it exists).
+    pub(crate) fn rollback_locked(&mut self) {
+        let _ = self.client.get_mut().batch_execute("ROLLBACK");
+    }
+
+    /// Up to `limit` events after `after`, in id order (a cache catching up).
+    pub(crate) fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
+        let filter = Filter {
+            since: after.checked_add(1),
+            ..Filter::default()
+        };
+        q_page(
+            &mut *self.client.borrow_mut(),
+            &filter,
+            after.saturating_add(1),
+            i64::MAX,
+            limit,
+            false,
+        )
+        .map_err(|e| self.err(e))
+    }
+
+    /// The hash of event `id`, if it exists.
+    pub(crate) fn hash_at(&self, id: i64) -> Result<Option<Option<String>>> {
+        let row = self
+            .client
+            .borrow_mut()
+            .query_opt("SELECT hash FROM events WHERE id = $1", &[&id])
+            .map_err(|e| self.err(e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+}
+
+/// Hands a write transaction's events, in id order, to the function it is given ([`PgLog::push`]).
+pub(crate) type Feed<'a> = &'a mut dyn FnMut(&mut dyn FnMut(&Event) -> Result<()>) -> Result<()>;
+
 struct Ctx {
     shown: String,
     busy_ms: u64,
@@ -571,6 +734,7 @@ impl PgTxn<'_> {
     }
 
     fn insert(&mut self, ev: &Event) -> std::result::Result<(), postgres::Error> {
+        let broken = ev.prev_hash.as_deref() != self.head.as_ref().and_then(|h| h.hash.as_deref());
         self.tx.get_mut().execute(
             self.insert,
             &[
@@ -581,6 +745,7 @@ impl PgTxn<'_> {
                 &ev.meta,
                 &ev.prev_hash,
                 &ev.hash,
+                &broken,
             ],
         )?;
         self.head = Some(Head {

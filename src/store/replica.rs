@@ -1,0 +1,267 @@
+//! A PostgreSQL ledger as one host sees it: the server holds the chain, and a cache file on
+//! this host holds a copy of its events with every derived index beside them (the full-text
+//! index, the Merkle tree, projection checkpoints, vectors), so that recall, replay and the
+//! turn read locally at SQLite's speed while the server alone orders appends.
+//!
+//! # The protocol
+//! - **Catching up** ([`pull`]): the events the server has after the cache's head are read by
+//!   id and inserted into the cache, each one checked on the way: its id follows, its
+//!   `prev_hash` is the previous event's hash, and its hash is the sha256 of its payload (an
+//!   erased row, whose text is gone, is taken as it is: `pmm-verify` checks it against its
+//!   erasure). An erasure caught up erases the text it names from the cache and its indexes.
+//! - **A cache that no longer matches** the server (its head's hash is not the server's event
+//!   at that id: the database was restored, recreated or tampered with) is never trusted:
+//!   [`open`] deletes it and builds it again from the server.
+//! - **An append** ([`super::Ledger::begin`]): the server's head row is locked first (one short
+//!   transaction), the cache is caught up to that head inside its own write transaction, the
+//!   write session works on the cache exactly as on a SQLite ledger (policy, links, derived
+//!   indexes), and at the commit the new events are inserted on the server, the head row
+//!   moved, the server's transaction committed, then the cache's. Dropped without a commit,
+//!   both roll back. The lock is held only while the write runs: a model call or an embedding
+//!   happens before [`super::Ledger::begin`], as on SQLite.
+//! - **Readers** catch the cache up and read it; they never write to the server (their
+//!   session is read-only).
+//!
+//! The cache lives in `PMM_CACHE_DIR`, else `$XDG_CACHE_HOME/pmm`, else `~/.cache/pmm`, one
+//! file per ledger named after the server, port, user and database (never the password).
+
+use super::postgres::PgLog;
+use super::{erase, Batch, Head, Ledger};
+use crate::chain::event_digest;
+use crate::event::{Event, Kind};
+use crate::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// How many events one round trip of a catch-up reads.
+const PAGE: i64 = 5_000;
+
+/// The server behind a cached ledger.
+pub(crate) struct Upstream {
+    /// The connection.
+    pub(crate) log: PgLog,
+    /// Opened by a writer (a reader's session is read-only and never locks).
+    pub(crate) writer: bool,
+}
+
+/// The server's side of one write transaction: the head row locked until the commit. Dropped
+/// without [`Lease::commit`], the server's transaction is rolled back.
+pub(crate) struct Lease<'a> {
+    log: &'a mut PgLog,
+    locked: bool,
+    /// The server's head as of the lock.
+    head: Option<Head>,
+}
+
+impl<'a> Lease<'a> {
+    /// Locks the head row when `up` is a writer's: the server's head as of the lock.
+    pub(crate) fn take(up: &'a mut Upstream) -> Result<(Lease<'a>, Option<Head>)> {
+        if !up.writer {
+            return Ok((
+                Lease {
+                    log: &mut up.log,
+                    locked: false,
+                    head: None,
+                },
+                None,
+            ));
+        }
+        let head = up.log.lock_head()?;
+        Ok((
+            Lease {
+                log: &mut up.log,
+                locked: true,
+                head: head.clone(),
+            },
+            head,
+        ))
+    }
+
+    /// The server's connection.
+    pub(crate) fn log(&self) -> &PgLog {
+        self.log
+    }
+
+    /// Whether the head row is locked (a writer's).
+    pub(crate) fn locks(&self) -> bool {
+        self.locked
+    }
+
+    /// Inserts on the server the events `feed` hands over (this transaction's own, in id
+    /// order), moves its head row and commits. A reader's lease takes none.
+    pub(crate) fn commit(mut self, feed: super::postgres::Feed<'_>) -> Result<()> {
+        if !self.locked {
+            let mut any = false;
+            feed(&mut |_| {
+                any = true;
+                Ok(())
+            })?;
+            if !any {
+                return Ok(());
+            }
+            return Err(Error::bad_input(
+                None,
+                "this PostgreSQL ledger was opened for reading: nothing can be appended through it",
+            ));
+        }
+        self.log.push(self.head.as_ref(), feed)?;
+        self.log.commit_locked()?;
+        self.locked = false;
+        Ok(())
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.locked {
+            self.log.rollback_locked();
+        }
+    }
+}
+
+/// The cache file of the ledger at `url` on this host.
+pub fn cache_file(url: &str) -> Result<PathBuf> {
+    let target = super::postgres::url::parse(url, &super::postgres::url::Env::process())
+        .map_err(|m| Error::bad_input(Some("--db".into()), m))?;
+    let c = &target.config;
+    let who = format!(
+        "{:?}|{:?}|{:?}|{:?}",
+        c.get_hosts(),
+        c.get_ports(),
+        c.get_user(),
+        c.get_dbname()
+    );
+    let digest = Sha256::digest(who.as_bytes());
+    let name: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(cache_dir()?.join(format!("pg-{name}.db")))
+}
+
+/// `PMM_CACHE_DIR`, else `$XDG_CACHE_HOME/pmm`, else `~/.cache/pmm`.
+fn cache_dir() -> Result<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = var("PMM_CACHE_DIR") {
+        return Ok(d.into());
+    }
+    if let Some(d) = var("XDG_CACHE_HOME") {
+        return Ok(PathBuf::from(d).join("pmm"));
+    }
+    if let Some(h) = var("HOME") {
+        return Ok(PathBuf::from(h).join(".cache").join("pmm"));
+    }
+    Err(Error::bad_input(
+        Some("--db".into()),
+        "a PostgreSQL ledger keeps its indexes in a cache file on this host: set PMM_CACHE_DIR (or XDG_CACHE_HOME or HOME)",
+    ))
+}
+
+/// Opens the cached ledger at `url`: the server's connection (a writer's may create the
+/// schema, a reader's is read-only), the cache file (built again when it no longer matches
+/// the server), caught up.
+pub(crate) fn open(url: &str, writer: bool, busy_ms: u64) -> Result<Ledger> {
+    let log = if writer {
+        PgLog::open_writer(url, busy_ms)?
+    } else {
+        PgLog::open_reader(url)?
+    };
+    let file = cache_file(url)?;
+    let mut ledger = Ledger::open_writer(&file, busy_ms)?;
+    if !matches(&ledger, &log)? {
+        drop(ledger);
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = file.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+        ledger = Ledger::open_writer(&file, busy_ms)?;
+    }
+    ledger.attach(Upstream { log, writer }, url);
+    ledger.refresh()?;
+    Ok(ledger)
+}
+
+/// Whether the cache's head is the server's event at that id (an empty cache matches).
+fn matches(cache: &Ledger, log: &PgLog) -> Result<bool> {
+    use super::Reads;
+    let Some(head) = cache.head()? else {
+        return Ok(true);
+    };
+    Ok(log.hash_at(head.id)? == Some(head.hash))
+}
+
+/// Catches the cache up inside `batch`: every event the server has after the batch's head,
+/// each link and hash checked. How many were read.
+pub(crate) fn pull(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
+    let mut pulled = 0u64;
+    let mut scratch = Vec::with_capacity(1024);
+    let mut erased = false;
+    loop {
+        let after = batch.head().map_or(0, |h| h.id);
+        let page = log.events_after(after, PAGE)?;
+        if page.is_empty() {
+            break;
+        }
+        for ev in page {
+            check(batch.head(), &ev, &mut scratch, log.url())?;
+            batch.insert_verbatim(&ev)?;
+            if ev.kind == Kind::Erasure {
+                if let Some(target) = erase::erased_id(&ev.meta) {
+                    erased |= batch.scrub_pulled(target)?;
+                }
+            }
+            pulled += 1;
+        }
+    }
+    if erased {
+        batch.compact_index()?;
+    }
+    Ok(pulled)
+}
+
+/// Refuses an event that does not continue `head`, or whose hash is not its payload's.
+fn check(head: Option<&Head>, ev: &Event, scratch: &mut Vec<u8>, url: &str) -> Result<()> {
+    let damaged = |why: String| Error::Damaged {
+        path: Path::new(url).into(),
+        why: format!(
+            "{why}; the cache on this host was not changed (run pmm-verify on the ledger)"
+        ),
+    };
+    let (want_id, want_prev) = match head {
+        None => (1, None),
+        Some(h) => (h.id.saturating_add(1), h.hash.as_deref()),
+    };
+    if ev.id != want_id {
+        return Err(damaged(format!(
+            "the server's next event is {}, not {want_id}",
+            ev.id
+        )));
+    }
+    if ev.prev_hash.as_deref() != want_prev {
+        return Err(damaged(format!(
+            "event {} does not link to event {}",
+            ev.id,
+            want_id - 1
+        )));
+    }
+    let erased = ev.content.is_empty() && ev.meta == "{}";
+    let meta = serde_json::from_str::<serde_json::Value>(&ev.meta)
+        .ok()
+        .and_then(|v| v.as_object().cloned());
+    let ok = match meta {
+        Some(meta) => event_digest(
+            scratch,
+            ev.kind.as_str(),
+            &ev.content,
+            &meta,
+            ev.prev_hash.as_deref(),
+        )
+        .is_ok_and(|d| Some(d.to_string()) == ev.hash),
+        None => false,
+    };
+    if !ok && !erased {
+        return Err(damaged(format!(
+            "event {}'s hash is not the hash of its content (hash_mismatch)",
+            ev.id
+        )));
+    }
+    Ok(())
+}
