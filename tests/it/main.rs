@@ -34,6 +34,7 @@ mod man;
 mod mcp;
 mod mcp_http;
 mod merkle;
+mod netns;
 mod pg;
 mod pgserver;
 mod policy;

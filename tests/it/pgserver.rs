@@ -25,6 +25,8 @@ pub struct PgServer {
     port: u16,
     as_postgres: bool,
     watchdog: Mutex<Option<Child>>,
+    /// The network namespace it runs in (`ip netns exec`), if not this one.
+    netns: Option<String>,
 }
 
 static DATABASES: AtomicU32 = AtomicU32::new(0);
@@ -80,6 +82,18 @@ impl PgServer {
 
     /// [`PgServer::start`] with more `-c name=value` server settings.
     pub fn start_with(settings: &[&str]) -> Option<PgServer> {
+        Self::start_in(None, "127.0.0.1", &[], settings)
+    }
+
+    /// A server in network namespace `netns` (when given) listening on `listen` (PostgreSQL's
+    /// `listen_addresses`), trusting connections from the networks `trusted` (CIDR) as well
+    /// as the loopback.
+    pub fn start_in(
+        netns: Option<&str>,
+        listen: &str,
+        trusted: &[&str],
+        settings: &[&str],
+    ) -> Option<PgServer> {
         let Some(bin) = server_bin() else {
             assert!(
                 !required(),
@@ -105,6 +119,7 @@ impl PgServer {
             port: 0,
             as_postgres,
             watchdog: Mutex::new(None),
+            netns: netns.map(str::to_string),
         };
         let data = server.data();
         let init = server
@@ -128,11 +143,21 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&init.stderr)
         );
+        if !trusted.is_empty() {
+            use std::io::Write;
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("pg_hba.conf"))
+                .expect("pg_hba.conf");
+            for net in trusted {
+                writeln!(hba, "host all all {net} trust").unwrap();
+            }
+        }
         let mut last = String::new();
         for _ in 0..3 {
             server.port = free_port();
             let mut opts = format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60",
+                "-p {} -k {} -c listen_addresses={listen} -c fsync=off -c max_connections=60",
                 server.port,
                 server.dir.path().display()
             );
@@ -170,13 +195,17 @@ impl PgServer {
     /// A server program, run as the postgres user when the tests run as root.
     fn command(&self, program: &str) -> Command {
         let path = self.bin.join(program);
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(path);
-            c
-        } else {
-            Command::new(path)
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(ns) = &self.netns {
+            argv.extend(["ip", "netns", "exec", ns].map(Into::into));
         }
+        if self.as_postgres {
+            argv.extend(["runuser", "-u", "postgres", "--"].map(Into::into));
+        }
+        argv.push(path.into());
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        c
     }
 
     /// Stops the server when this process ends, if [`Drop`] did not (a server in a static).
@@ -232,7 +261,15 @@ impl PgServer {
     /// Runs `sql` with psql as role `user` (the server trusts every local role) in database
     /// `db`: its output.
     pub fn psql_as(&self, user: &str, db: &str, sql: &str) -> Result<String, String> {
-        let out = Command::new(self.bin.join("psql"))
+        let mut psql = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(self.bin.join("psql"));
+                c
+            }
+            None => Command::new(self.bin.join("psql")),
+        };
+        let out = psql
             .args([
                 "-X",
                 "-q",

@@ -287,10 +287,17 @@ impl PgLog {
             retries: 0,
             stmts: None,
         };
+        // The server's side of the keepalives too (per session, ignored on a Unix socket): a
+        // client host that vanished while holding the head lock is noticed after about
+        // idle + interval × count, its transaction rolled back and the lock freed.
         let mut session = format!(
-            "SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {};",
+            "SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {}; \
+             SET tcp_keepalives_idle = {}; SET tcp_keepalives_interval = {}; SET tcp_keepalives_count = {};",
             IDLE_IN_TRANSACTION.as_millis(),
-            busy_ms.clamp(1, i32::MAX as u64)
+            busy_ms.clamp(1, i32::MAX as u64),
+            KEEPALIVE_IDLE.as_secs(),
+            KEEPALIVE_INTERVAL.as_secs(),
+            KEEPALIVE_RETRIES
         );
         if read_only {
             session.push_str(" SET default_transaction_read_only = on;");
