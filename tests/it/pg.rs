@@ -506,3 +506,66 @@ fn a_writer_killed_while_it_holds_the_head_lock_leaves_nothing_and_the_others_go
     let r = pmm.run("pmm-verify", &[], "");
     assert_eq!(r.code, 0, "{r:?}");
 }
+
+#[test]
+#[cfg_attr(pmm_no_fixtures, ignore = "needs ../shared/fixtures")]
+fn recall_on_postgres_gives_the_same_ids_in_the_same_order_as_on_sqlite_for_the_locomo_questions() {
+    let Some(dir) = crate::harness::fixture_path("locomo-dev") else {
+        return;
+    };
+    if !crate::harness::tool_or_skip("python3", "scripts/recall-bench --emit") {
+        return;
+    }
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/recall-bench");
+    let mut conversations: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    conversations.sort();
+    assert!(!conversations.is_empty());
+    for conv in conversations {
+        let pg = on_server(&server, None, "cache");
+        let file = Pmm::new();
+        let questions = file.path("q.txt");
+        let lines = std::process::Command::new("python3")
+            .arg(&script)
+            .arg("--emit")
+            .arg(&conv)
+            .args(["--after", "2020-01-01T00:00:00Z", "--questions-to"])
+            .arg(&questions)
+            .output()
+            .unwrap();
+        assert!(lines.status.success(), "{lines:?}");
+        let lines = String::from_utf8(lines.stdout).unwrap();
+        let asked = std::fs::read_to_string(&questions).unwrap();
+        let mut answers = Vec::new();
+        for pmm in [&pg, &file] {
+            let r = pmm.run("pmm-append", &["--keep-ts", "--batch", "--quiet"], &lines);
+            assert_eq!(r.code, 0, "{r:?}");
+            let r = pmm.run("pmm-recall", &["--lines", "--budget", "8000"], &asked);
+            assert_eq!(r.code, 0, "{r:?}");
+            let ids: Vec<(i64, i64)> = r
+                .records()
+                .iter()
+                .filter_map(|v| Some((v["line"].as_i64()?, v["id"].as_i64()?)))
+                .collect();
+            answers.push(ids);
+        }
+        assert!(
+            !answers[0].is_empty(),
+            "{}: something recalled",
+            conv.display()
+        );
+        assert_eq!(
+            answers[0],
+            answers[1],
+            "{}: the same ids in the same order",
+            conv.display()
+        );
+    }
+}
