@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# pg-bench.sh -- appends per second with 1, 4 and 16 concurrent writers: pmm's event log on
-# SQLite, on PostgreSQL, and the floor of PostgreSQL itself (pgbench running the same
-# transaction shape), in one run (issue 35's benchmark; a skeleton: the turn, verify and
-# cache figures come when the programs speak PostgreSQL).
+# pg-bench.sh -- a PostgreSQL ledger against a SQLite one and against the database's own floor,
+# in one run (issue 35's benchmark): appends per second with 1, 4 and 16 concurrent writers, and
+# with --size N the programs on an N-event ledger (a turn with hybrid recall on a warm cache,
+# pmm-verify, catching up an empty cache).
 #
 # Usage:
-#   scripts/pg-bench.sh [--seconds N] [--release] [--keep]
+#   scripts/pg-bench.sh [--seconds N] [--release] [--size N] [--keep]
 #
-#   --seconds N  how long each measurement runs (default 5)
-#   --release    build pmm's benchmark optimised (slow to build; the appends are database-bound,
-#                so the default debug build with sha2 optimised measures nearly the same)
+#   --seconds N  how long each append measurement runs (default 5)
+#   --release    build pmm optimised (slow to build; the appends are database-bound, so the
+#                default debug build with sha2 optimised measures nearly the same; use it with
+#                --size, where pmm's own work counts)
+#   --size N     also the program figures on an N-event ledger (the issue's: 1000000)
 #   --keep       keep the server's directory and print its path
 #
 # What it does:
@@ -23,18 +25,29 @@
 #      (a file in /tmp) and on the same server.
 #   4. Prints one table: writers, SQLite, PostgreSQL, pgbench floor, PostgreSQL / floor
 #      (target at 16 writers: >= 0.7).
+#   5. With --size N: scripts/gen-ledger.py --chain writes N events; `pmm-append --import` loads
+#      them into a SQLite file (timed: the plain import) and into the server (timed; host A's
+#      cache fills as it goes); both get a hybrid retrieval config. Then, alternating SQLite
+#      and PostgreSQL runs so that noise hits both:
+#        - one `pmm-turn --adapter dummy` (process start included) after a warm-up turn, median
+#          of 5: PostgreSQL with host A's warm cache / SQLite                     ratio <= 1.5x
+#        - `pmm-verify --quiet`: PostgreSQL (the server's rows) / SQLite           ratio <= 2x
+#        - `pmm-replay --tail 1` with an empty cache directory (host B): the whole cache built
+#          from the server, in events per second, beside the plain import's    (no target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=5
+size=0
 profile=()
 keep=0
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --release) profile=(--release); shift ;;
+    --size) size="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pg-bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -103,3 +116,53 @@ for w in 1 4 16; do
   printf '%-8s %12s %12s %14s %10s\n' "$w" "$s" "$p" "${floor[$w]}" "$ratio"
 done
 echo "target: postgres >= 0.7 x the floor at 16 writers"
+
+((size > 0)) || exit 0
+
+# 5. The programs on an N-event ledger.
+cargo build "${profile[@]}" --quiet --bins
+bindir=target/$([ ${#profile[@]} -gt 0 ] && echo release || echo debug)
+[ -n "${CARGO_TARGET_DIR:-}" ] && bindir="$CARGO_TARGET_DIR/${bindir#target/}"
+url="postgres://postgres@127.0.0.1:$port/scale?sslmode=disable"
+"${psql[@]}" -d postgres -c "CREATE DATABASE scale"
+file="$work/scale.db"
+now() { date +%s.%N; }
+took() { python3 -c "print(f'{$2 - $1:.3f}')"; }
+export PMM_NOW=2026-01-01T00:00:00Z
+echo "generating $size events ..." >&2
+python3 scripts/gen-ledger.py "$size" --chain > "$work/gen.jsonl"
+t0=$(now); "$bindir/pmm-append" --db "$file" --import "$work/gen.jsonl" --quiet >/dev/null; t1=$(now)
+import_sqlite=$(took "$t0" "$t1")
+t0=$(now); PMM_CACHE_DIR="$work/hostA" "$bindir/pmm-append" --db "$url" --import "$work/gen.jsonl" --quiet >/dev/null; t1=$(now)
+import_pg=$(took "$t0" "$t1")
+hybrid='{"kind":"config","content":"{\"budget\":8000,\"dims\":64,\"limit\":7,\"model\":\"hash64\",\"quant\":\"none\",\"strategy\":\"hybrid\",\"type\":\"retrieval\"}","meta":{"source":"operator"}}'
+printf '%s\n' "$hybrid" | "$bindir/pmm-append" --db "$file" >/dev/null
+printf '%s\n' "$hybrid" | PMM_CACHE_DIR="$work/hostA" "$bindir/pmm-append" --db "$url" >/dev/null
+
+turn() { # $1 db, $2 cache dir: seconds of one turn
+  local a b; a=$(now)
+  PMM_CACHE_DIR="$2" "$bindir/pmm-turn" --db "$1" --adapter dummy "what did we decide about the garden and the quarterly report?" >/dev/null
+  b=$(now); took "$a" "$b"
+}
+turn "$file" "$work/hostA" >/dev/null; turn "$url" "$work/hostA" >/dev/null
+ts=(); tp=()
+for _ in 1 2 3 4 5; do ts+=("$(turn "$file" "$work/hostA")"); tp+=("$(turn "$url" "$work/hostA")"); done
+median() { printf '%s\n' "$@" | sort -g | sed -n 3p; }
+turn_s=$(median "${ts[@]}"); turn_p=$(median "${tp[@]}")
+
+verify() { local a b; a=$(now); PMM_CACHE_DIR="$work/hostA" "$bindir/pmm-verify" --db "$1" --quiet >/dev/null; b=$(now); took "$a" "$b"; }
+verify "$file" >/dev/null
+ver_s=$(verify "$file"); ver_p=$(verify "$url")
+
+t0=$(now); PMM_CACHE_DIR="$work/hostB" "$bindir/pmm-replay" --db "$url" --tail 1 >/dev/null; t1=$(now)
+catchup=$(took "$t0" "$t1")
+
+ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
+rate() { python3 -c "print(f'{$1/$2:,.0f}')"; }
+echo
+echo "programs on a $size-event ledger ($bindir)"
+printf '| %-58s | %10s | %10s | %6s | %s |\n' measurement sqlite postgres ratio target
+printf '| %-58s | %10s | %10s | %6s | %s |\n' "one pmm-turn --adapter dummy, hybrid recall, median of 5 (s)" "$turn_s" "$turn_p" "$(ratio "$turn_p" "$turn_s")" "<= 1.5"
+printf '| %-58s | %10s | %10s | %6s | %s |\n' "pmm-verify --quiet (s)" "$ver_s" "$ver_p" "$(ratio "$ver_p" "$ver_s")" "<= 2"
+printf '| %-58s | %10s | %10s | %6s | %s |\n' "pmm-append --import of the $size events (s)" "$import_sqlite" "$import_pg" "$(ratio "$import_pg" "$import_sqlite")" "-"
+printf '| %-58s | %10s | %10s | %6s | %s |\n' "an empty cache caught up (events/s; sqlite: the plain import)" "$(rate "$size" "$import_sqlite")" "$(rate "$size" "$catchup")" "-" "-"
