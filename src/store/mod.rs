@@ -615,6 +615,7 @@ impl Ledger {
             scratch: Vec::with_capacity(1024),
             lease: None,
             pulled: 0,
+            vectors_put: Default::default(),
         };
         if let Some(lease) = lease {
             replica::pull(&mut batch, lease.log())?;
@@ -1717,6 +1718,9 @@ pub struct Batch<'a> {
     lease: Option<replica::Lease<'a>>,
     /// The head the cache was caught up to: events after it are this transaction's own.
     pulled: i64,
+    /// The vectors this transaction stored, `(model, dim, event ids)`, for a cached PostgreSQL
+    /// ledger's server.
+    vectors_put: std::cell::RefCell<Vec<(String, usize, Vec<i64>)>>,
 }
 
 impl Batch<'_> {
@@ -1972,7 +1976,45 @@ impl Batch<'_> {
                 ),
             });
         }
+        if self.lease.is_some() {
+            let ids = v.iter().map(|(id, _)| *id).collect();
+            self.vectors_put
+                .borrow_mut()
+                .push((name.to_string(), dim, ids));
+        }
         vectors::put(&self.tx, m, v).map_err(|e| self.err(e))
+    }
+
+    /// The vectors this transaction stored, as kept, for the server: `(model, dim, id, bytes)`.
+    fn vectors_to_push(&self) -> Result<Vec<(String, usize, i64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for (name, dim, ids) in self.vectors_put.borrow().iter() {
+            let Some(m) = vectors::model(&self.tx, name).map_err(|e| self.err(e))? else {
+                continue;
+            };
+            for (id, q) in vectors::stored_of(&self.tx, m, ids).map_err(|e| self.err(e))? {
+                out.push((name.clone(), *dim, id, q));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stores vectors copied from the server (`(model, dim, id, bytes)`), as [`Batch::put_vectors`]
+    /// would have stored them here (half floats round-trip exactly).
+    pub(crate) fn put_pulled_vectors(&self, rows: &[(String, usize, i64, Vec<u8>)]) -> Result<()> {
+        for (name, dim, id, q) in rows {
+            let m = vectors::register(&self.tx, name, *dim).map_err(|e| self.err(e))?;
+            if m.dim == *dim {
+                vectors::put(&self.tx, m, &[(*id, vectors::dequantize(q))])
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The transaction's connection, for the replica's own bookkeeping table.
+    pub(crate) fn conn_for_replica(&self) -> &Connection {
+        &self.tx
     }
 
     /// Brings the full-text index and the Merkle tree up to the events appended so far, inside
@@ -2001,7 +2043,8 @@ impl Batch<'_> {
                 since: self.pulled.checked_add(1),
                 ..Filter::default()
             };
-            lease.commit(&mut |push| {
+            let vectors = self.vectors_to_push()?;
+            lease.commit(&vectors, &mut |push| {
                 self.scan(&mine, |ev| {
                     push(&ev)?;
                     Ok(true)

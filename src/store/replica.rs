@@ -89,14 +89,18 @@ impl<'a> Lease<'a> {
 
     /// Inserts on the server the events `feed` hands over (this transaction's own, in id
     /// order), moves its head row and commits. A reader's lease takes none.
-    pub(crate) fn commit(mut self, feed: super::postgres::Feed<'_>) -> Result<()> {
+    pub(crate) fn commit(
+        mut self,
+        vectors: &[(String, usize, i64, Vec<u8>)],
+        feed: super::postgres::Feed<'_>,
+    ) -> Result<()> {
         if !self.locked {
             let mut any = false;
             feed(&mut |_| {
                 any = true;
                 Ok(())
             })?;
-            if !any {
+            if !any && vectors.is_empty() {
                 return Ok(());
             }
             return Err(Error::bad_input(
@@ -105,6 +109,7 @@ impl<'a> Lease<'a> {
             ));
         }
         self.log.push(self.head.as_ref(), feed)?;
+        self.log.push_vectors(vectors)?;
         self.log.commit_locked()?;
         self.locked = false;
         Ok(())
@@ -214,7 +219,53 @@ pub(crate) fn pull(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     if erased {
         batch.compact_index()?;
     }
+    pull_vectors(batch, log)?;
     Ok(pulled)
+}
+
+/// The cache's own bookkeeping: the last shared vector (by the server's `seq`) it holds.
+const REPLICA_TABLE: &str = "CREATE TABLE IF NOT EXISTS pmm_replica (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    vectors_seq INTEGER NOT NULL
+)";
+
+/// Copies the vectors the server has after the cache's last one (another host embedded them).
+fn pull_vectors(batch: &Batch<'_>, log: &PgLog) -> Result<()> {
+    use rusqlite::OptionalExtension;
+    let conn = batch.conn_for_replica();
+    let sql = |e: rusqlite::Error| Error::bad_input(None, format!("the host's cache: {e}"));
+    conn.execute_batch(REPLICA_TABLE).map_err(sql)?;
+    let mut seq: i64 = conn
+        .query_row(
+            "SELECT vectors_seq FROM pmm_replica WHERE one = 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(sql)?
+        .unwrap_or(0);
+    let start = seq;
+    loop {
+        let page = log.vectors_after(seq, PAGE)?;
+        let Some(last) = page.last().map(|r| r.0) else {
+            break;
+        };
+        let rows: Vec<_> = page
+            .into_iter()
+            .map(|(_, model, dim, id, q)| (model, dim, id, q))
+            .collect();
+        batch.put_pulled_vectors(&rows)?;
+        seq = last;
+    }
+    if seq != start {
+        conn.execute(
+            "INSERT INTO pmm_replica (one, vectors_seq) VALUES (1, ?1)
+             ON CONFLICT (one) DO UPDATE SET vectors_seq = excluded.vectors_seq",
+            [seq],
+        )
+        .map_err(sql)?;
+    }
+    Ok(())
 }
 
 /// Refuses an event that does not continue `head`, or whose hash is not its payload's.

@@ -118,14 +118,14 @@ fn write_tokenizer(path: &Path, vocab: &[&str]) {
     std::fs::write(path, tok.to_string()).unwrap();
 }
 
-fn model(pmm: &Pmm, name: &str, seed: u64, hidden: usize) -> PathBuf {
+pub(crate) fn model(pmm: &Pmm, name: &str, seed: u64, hidden: usize) -> PathBuf {
     let dir = pmm.path(name);
     tiny_bert(&dir, seed, hidden);
     dir
 }
 
 /// A short conversation in which "painting" is only said as "canvas".
-fn conversation(pmm: &Pmm) {
+pub(crate) fn conversation(pmm: &Pmm) {
     let lines = [
         (
             "user",

@@ -100,10 +100,15 @@ fn every_program_works_on_a_postgres_ledger() {
     assert_eq!(export(&pg), export(&file), "the same events, byte for byte");
     let head = |pmm: &Pmm| pmm.run("pmm-verify", &["--root"], "").stdout;
     assert_eq!(head(&pg), head(&file), "the same Merkle root");
-    for pmm in [&pg, &file] {
+    // --deep rebuilds the turns' prompts on both (on PostgreSQL from this host's cache).
+    let deep = |pmm: &Pmm| {
         let r = pmm.run("pmm-verify", &["--deep"], "");
         assert_eq!(r.code, 0, "{r:?}");
-    }
+        r.summary()["deep"]["prompts"].clone()
+    };
+    let prompts = deep(&pg);
+    assert_eq!(prompts["checked"], 1, "{prompts}");
+    assert_eq!(prompts, deep(&file));
     for (prog, args) in [
         ("pmm-recall", vec!["bees", "--k", "3"]),
         ("pmm-replay", vec!["--state"]),
@@ -385,8 +390,10 @@ fn a_writer_role_and_a_reader_role_get_only_what_docs_scale_out_grants() {
              GRANT SELECT, INSERT ON events TO pmm_writer;
              GRANT SELECT, UPDATE ON pmm_head TO pmm_writer;
              GRANT SELECT ON pmm_schema, pmm_erasures TO pmm_writer;
+             GRANT SELECT, INSERT ON pmm_vectors, pmm_embed_models TO pmm_writer;
+             GRANT USAGE ON SEQUENCE pmm_vectors_seq_seq TO pmm_writer;
              GRANT EXECUTE ON FUNCTION pmm_erase_text(bigint) TO pmm_writer;
-             GRANT SELECT ON events, pmm_head, pmm_schema TO pmm_reader;",
+             GRANT SELECT ON events, pmm_head, pmm_schema, pmm_vectors, pmm_embed_models TO pmm_reader;",
         )
         .unwrap();
     let as_role = |role: &str, cache: &str| {
@@ -404,7 +411,18 @@ fn a_writer_role_and_a_reader_role_get_only_what_docs_scale_out_grants() {
         "",
     );
     assert_eq!(r.code, 0, "{r:?}");
-    let r = writer.run("pmm-turn", &["--adapter", "dummy", "hello"], "");
+    let m = crate::embed::model(&writer, "m", 1, 16);
+    let r = writer.run(
+        "pmm-turn",
+        &[
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            m.to_str().unwrap(),
+            "hello",
+        ],
+        "",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     let r = writer.run(
         "pmm-append",
@@ -568,4 +586,86 @@ fn recall_on_postgres_gives_the_same_ids_in_the_same_order_as_on_sqlite_for_the_
             conv.display()
         );
     }
+}
+
+/// How many vectors a host's cache file holds (`PMM_CACHE_DIR` has one per ledger).
+fn cached_vectors(host: &Pmm) -> i64 {
+    let dir = host.cache.as_ref().unwrap();
+    let file = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "db"))
+        .expect("a cache file");
+    let c = rusqlite::Connection::open(file).unwrap();
+    c.query_row("SELECT count(*) FROM pmm_vectors", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn embedding_vectors_are_stored_once_on_the_server_and_shared_by_every_host() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let a = on_server(&server, None, "host-a");
+    crate::embed::conversation(&a);
+    let m = crate::embed::model(&a, "m", 1, 16);
+    let m = m.to_str().unwrap();
+    let r = a.run("pmm-recall", &["--embed", "--embed-model", m], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = a.run(
+        "pmm-turn",
+        &[
+            "--adapter",
+            "dummy",
+            "--embed-model",
+            m,
+            "what did Caroline paint?",
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let db = db_name(&a).to_string();
+    let count = |sql: &str| -> i64 { server.psql(&db, sql).unwrap().trim().parse().unwrap() };
+    let shared = count("SELECT count(*) FROM pmm_vectors");
+    assert!(
+        shared >= 8,
+        "the backfill's and the turn's vectors reached the server: {shared}"
+    );
+    assert_eq!(cached_vectors(&a), shared);
+    // Another host, whose cache starts empty, gets them without embedding anything (it only
+    // reads).
+    let b = on_server_again(&server, &a, "host-b");
+    let r = b.run("pmm-replay", &["--tail", "1"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(cached_vectors(&b), shared, "host b copied every vector");
+    let recall = |p: &Pmm| {
+        p.run("pmm-recall", &["--embed-model", m, "canvas painting"], "")
+            .stdout
+    };
+    assert_eq!(
+        recall(&a),
+        recall(&b),
+        "both hosts recall alike, by text and by meaning"
+    );
+    // Erasure takes the vectors along, on the server and on the other host.
+    let r = a.run(
+        "pmm-append",
+        &["--erase", "3", "--reason", "test", "--source", "owner"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(count("SELECT count(*) FROM pmm_vectors WHERE id = 3"), 0);
+    let r = b.run("pmm-replay", &["--tail", "1"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        cached_vectors(&b),
+        count("SELECT count(*) FROM pmm_vectors")
+    );
+    assert_eq!(cached_vectors(&b), shared - 1);
+}
+
+/// Another host (its own cache directory `cache`) on `other`'s ledger.
+fn on_server_again(server: &PgServer, other: &Pmm, cache: &str) -> Pmm {
+    on_server(server, other.db.to_str(), cache)
 }

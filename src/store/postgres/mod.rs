@@ -33,9 +33,7 @@
 //! # Roles
 //! The owner of the schema (whoever ran the first writer) can do anything, triggers included.
 //! The roles for everyone else:
-//! - a writer: `GRANT SELECT, INSERT ON events TO w; GRANT SELECT, UPDATE ON pmm_head TO w;
-//!   GRANT SELECT ON pmm_schema, pmm_erasures TO w; GRANT EXECUTE ON FUNCTION pmm_erase_text(bigint) TO w;`
-//! - a reader: `GRANT SELECT ON events, pmm_head, pmm_schema TO r;`
+//! - docs/scale-out.md lists the grants of a writer role and a reader role (a test runs them).
 //!
 //! # Programs
 //! Every program opens a PostgreSQL ledger by URL through [`crate::store::Ledger`]: the events
@@ -151,6 +149,39 @@ REVOKE ALL ON FUNCTION pmm_erase_text(BIGINT) FROM PUBLIC;
 ALTER TABLE events ADD COLUMN accepted_break BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE events DROP CONSTRAINT events_prev_hash_key;
 CREATE UNIQUE INDEX events_prev_hash_key ON events (prev_hash) WHERE NOT accepted_break;
+"#,
+    // 3: embedding vectors, stored once and shared by every host (they are expensive to
+    // make): per model, as each host's cache keeps them (half floats), numbered by `seq` in
+    // the order they were committed (every insert holds the head lock), so that a cache
+    // catches up by seq. Erasure takes an event's vectors along.
+    r#"
+CREATE TABLE pmm_embed_models (
+    name TEXT PRIMARY KEY,
+    dim INTEGER NOT NULL CHECK (dim > 0)
+);
+CREATE TABLE pmm_vectors (
+    seq BIGSERIAL UNIQUE,
+    model TEXT NOT NULL REFERENCES pmm_embed_models (name),
+    id BIGINT NOT NULL REFERENCES events (id),
+    q BYTEA NOT NULL,
+    PRIMARY KEY (model, id)
+);
+CREATE OR REPLACE FUNCTION pmm_erase_text(target BIGINT) RETURNS BOOLEAN
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM set_config('pmm.erasing', 'on', true);
+    UPDATE events SET content = ''::bytea, meta = '{}' WHERE id = target;
+    IF NOT FOUND THEN
+        PERFORM set_config('pmm.erasing', 'off', true);
+        RETURN false;
+    END IF;
+    DELETE FROM pmm_vectors WHERE id = target;
+    INSERT INTO pmm_erasures (event_id) VALUES (target);
+    PERFORM set_config('pmm.erasing', 'off', true);
+    RETURN true;
+END
+$$;
+REVOKE ALL ON FUNCTION pmm_erase_text(BIGINT) FROM PUBLIC;
 "#,
 ];
 
@@ -594,6 +625,67 @@ impl PgLog {
         )
         .map_err(|e| ctx.err(e))?;
         Ok(())
+    }
+
+    /// Stores vectors inside the transaction [`PgLog::lock_head`] began: `(model, dim, event
+    /// id, stored bytes)`; a vector the server already has is kept. A model the server knows
+    /// with other dimensions is refused (two vector spaces never share a name).
+    pub(crate) fn push_vectors(&mut self, rows: &[(String, usize, i64, Vec<u8>)]) -> Result<()> {
+        let PgLog { client, ctx, .. } = self;
+        let c = client.get_mut();
+        let mut known: Vec<&str> = Vec::new();
+        for (model, dim, id, q) in rows {
+            if !known.contains(&model.as_str()) {
+                let dim_i = *dim as i32;
+                c.execute(
+                    "INSERT INTO pmm_embed_models (name, dim) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                    &[model, &dim_i],
+                )
+                .map_err(|e| ctx.err(e))?;
+                let have: i32 = c
+                    .query_one("SELECT dim FROM pmm_embed_models WHERE name = $1", &[model])
+                    .map_err(|e| ctx.err(e))?
+                    .get(0);
+                if have != dim_i {
+                    return Err(ctx.fail(format!(
+                        "embedding model {model} gives {dim} dimensions, but its stored vectors have {have}: a different model under the same name"
+                    )));
+                }
+                known.push(model);
+            }
+            c.execute(
+                "INSERT INTO pmm_vectors (model, id, q) VALUES ($1, $2, $3) ON CONFLICT (model, id) DO NOTHING",
+                &[model, id, q],
+            )
+            .map_err(|e| ctx.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` shared vectors numbered after `seq`, in order: `(seq, model, dim, event
+    /// id, stored bytes)`.
+    pub(crate) fn vectors_after(
+        &self,
+        seq: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String, usize, i64, Vec<u8>)>> {
+        let rows = self
+            .client
+            .borrow_mut()
+            .query(
+                "SELECT v.seq, v.model, m.dim, v.id, v.q FROM pmm_vectors v
+                 JOIN pmm_embed_models m ON m.name = v.model
+                 WHERE v.seq > $1 ORDER BY v.seq LIMIT $2",
+                &[&seq, &limit],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let dim: i32 = r.get(2);
+                (r.get(0), r.get(1), dim.max(0) as usize, r.get(3), r.get(4))
+            })
+            .collect())
     }
 
     /// Commits the transaction [`PgLog::lock_head`] began.

@@ -438,6 +438,26 @@ pub(crate) fn put(
     Ok(fresh.len())
 }
 
+/// Model `m`'s stored vectors (their bytes as kept, [`codes::quantize`]) of events `ids`, those
+/// it has, for a copy elsewhere.
+pub(crate) fn stored_of(
+    conn: &Connection,
+    m: Model,
+    ids: &[i64],
+) -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
+    let mut get = conn.prepare_cached("SELECT q FROM pmm_vectors WHERE key = ?1")?;
+    let mut out = Vec::with_capacity(ids.len());
+    for &id in ids.iter().filter(|id| (0..MAX_ID).contains(*id)) {
+        if let Some(q) = get
+            .query_row([key(m.mid, id)], |r| r.get::<_, Vec<u8>>(0))
+            .optional()?
+        {
+            out.push((id, q));
+        }
+    }
+    Ok(out)
+}
+
 /// One row of `pmm_vector_pack`: up to [`CHUNK`] event ids and their codes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct PackRow {
