@@ -1986,14 +1986,19 @@ impl Batch<'_> {
     }
 
     /// The vectors this transaction stored, as kept, for the server: `(model, dim, id, bytes)`.
-    fn vectors_to_push(&self) -> Result<Vec<(String, usize, i64, Vec<u8>)>> {
+    fn vectors_to_push(&self) -> Result<Vec<postgres::SharedVector>> {
         let mut out = Vec::new();
         for (name, dim, ids) in self.vectors_put.borrow().iter() {
             let Some(m) = vectors::model(&self.tx, name).map_err(|e| self.err(e))? else {
                 continue;
             };
             for (id, q) in vectors::stored_of(&self.tx, m, ids).map_err(|e| self.err(e))? {
-                out.push((name.clone(), *dim, id, q));
+                out.push(postgres::SharedVector {
+                    model: name.clone(),
+                    dim: *dim,
+                    id,
+                    q,
+                });
             }
         }
         Ok(out)
@@ -2001,8 +2006,14 @@ impl Batch<'_> {
 
     /// Stores vectors copied from the server (`(model, dim, id, bytes)`), as [`Batch::put_vectors`]
     /// would have stored them here (half floats round-trip exactly).
-    pub(crate) fn put_pulled_vectors(&self, rows: &[(String, usize, i64, Vec<u8>)]) -> Result<()> {
-        for (name, dim, id, q) in rows {
+    pub(crate) fn put_pulled_vectors(&self, rows: &[postgres::SharedVector]) -> Result<()> {
+        for postgres::SharedVector {
+            model: name,
+            dim,
+            id,
+            q,
+        } in rows
+        {
             let m = vectors::register(&self.tx, name, *dim).map_err(|e| self.err(e))?;
             if m.dim == *dim {
                 vectors::put(&self.tx, m, &[(*id, vectors::dequantize(q))])

@@ -91,7 +91,7 @@ impl<'a> Lease<'a> {
     /// order), moves its head row and commits. A reader's lease takes none.
     pub(crate) fn commit(
         mut self,
-        vectors: &[(String, usize, i64, Vec<u8>)],
+        vectors: &[super::postgres::SharedVector],
         feed: super::postgres::Feed<'_>,
     ) -> Result<()> {
         if !self.locked {
@@ -250,10 +250,7 @@ fn pull_vectors(batch: &Batch<'_>, log: &PgLog) -> Result<()> {
         let Some(last) = page.last().map(|r| r.0) else {
             break;
         };
-        let rows: Vec<_> = page
-            .into_iter()
-            .map(|(_, model, dim, id, q)| (model, dim, id, q))
-            .collect();
+        let rows: Vec<_> = page.into_iter().map(|(_, v)| v).collect();
         batch.put_pulled_vectors(&rows)?;
         seq = last;
     }

@@ -628,13 +628,13 @@ impl PgLog {
     }
 
     /// Stores vectors inside the transaction [`PgLog::lock_head`] began: `(model, dim, event
-    /// id, stored bytes)`; a vector the server already has is kept. A model the server knows
+    /// id, stored bytes)`: a vector the server already has is kept. A model the server knows
     /// with other dimensions is refused (two vector spaces never share a name).
-    pub(crate) fn push_vectors(&mut self, rows: &[(String, usize, i64, Vec<u8>)]) -> Result<()> {
+    pub(crate) fn push_vectors(&mut self, rows: &[SharedVector]) -> Result<()> {
         let PgLog { client, ctx, .. } = self;
         let c = client.get_mut();
         let mut known: Vec<&str> = Vec::new();
-        for (model, dim, id, q) in rows {
+        for SharedVector { model, dim, id, q } in rows {
             if !known.contains(&model.as_str()) {
                 let dim_i = *dim as i32;
                 c.execute(
@@ -664,11 +664,7 @@ impl PgLog {
 
     /// Up to `limit` shared vectors numbered after `seq`, in order: `(seq, model, dim, event
     /// id, stored bytes)`.
-    pub(crate) fn vectors_after(
-        &self,
-        seq: i64,
-        limit: i64,
-    ) -> Result<Vec<(i64, String, usize, i64, Vec<u8>)>> {
+    pub(crate) fn vectors_after(&self, seq: i64, limit: i64) -> Result<Vec<(i64, SharedVector)>> {
         let rows = self
             .client
             .borrow_mut()
@@ -683,7 +679,13 @@ impl PgLog {
             .iter()
             .map(|r| {
                 let dim: i32 = r.get(2);
-                (r.get(0), r.get(1), dim.max(0) as usize, r.get(3), r.get(4))
+                let v = SharedVector {
+                    model: r.get(1),
+                    dim: dim.max(0) as usize,
+                    id: r.get(3),
+                    q: r.get(4),
+                };
+                (r.get(0), v)
             })
             .collect())
     }
@@ -725,6 +727,16 @@ impl PgLog {
             .map_err(|e| self.err(e))?;
         Ok(row.map(|r| r.get(0)))
     }
+}
+
+/// An embedding vector as the server and every cache keep it: model `model` (`dim`
+/// dimensions), event `id`, the stored half floats `q`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SharedVector {
+    pub(crate) model: String,
+    pub(crate) dim: usize,
+    pub(crate) id: i64,
+    pub(crate) q: Vec<u8>,
 }
 
 /// Hands a write transaction's events, in id order, to the function it is given ([`PgLog::push`]).
