@@ -20,7 +20,8 @@ pub const WEIGHT: f64 = 0.5;
 /// A mentioned concept bound to more than this share of the events bound to any concept
 /// (before the query) is not evidence of anything and seeds nothing: like a word in more than
 /// half of the documents, whose BM25 weight is zero or less. A speaker's name, which the
-/// indexer binds to every message that speaker labels, is the usual one.
+/// indexer's rule 2 bound to every message that speaker labels, is the usual one; so is any
+/// concept a reply header puts on most replies.
 pub const MAX_SHARE: f64 = 0.5;
 /// A concept bound to at most this many events is never left out by [`MAX_SHARE`]: in a
 /// ledger with few bindings a share says little, and all its events fit the list anyway.

@@ -12,7 +12,7 @@
 //! 2. **Concepts and threads** ([`concepts`]): the defined concepts the text mentions (the
 //!    reference's CTL injector rule), the events bound to them, and the commitment threads
 //!    bound to them as story windows (the reply that opened the commitment, its open and its
-//!    close). A concept bound to most of the indexed events (a speaker's name) seeds nothing,
+//!    close). A concept bound to most of the indexed events seeds nothing,
 //!    and the list weighs [`concepts::WEIGHT`] in the fusion: it mostly votes again for what
 //!    full text found.
 //! 3. **Meaning** ([`dense`], when the query carries a vector: [`Query::dense`]): the events
