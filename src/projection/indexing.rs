@@ -804,7 +804,7 @@ fn excluded(lower: &str, rule: i64) -> bool {
 }
 
 /// The longest speaker label rule 3 cuts, in characters.
-const MAX_LABEL: usize = 40;
+pub const MAX_LABEL: usize = 40;
 
 /// The speaker label `text` begins with, as rule 3 reads it: one to three words, each a
 /// capital letter and then letters, digits, `.`, `-` or `'`, followed by `": "`, at most
