@@ -1,11 +1,11 @@
 //! English stop words, one list for the readers and the writers that need one: recall drops
-//! them from a question's terms (`recall::terms`), and the indexer's rule 2 leaves them out of
-//! the names and topics it extracts (`projection::indexing`).
+//! them from a question's terms (`recall::terms`), and the indexer's rules 2 and 3 leave them
+//! out of the names and topics they extract (`projection::indexing`).
 //!
-//! Rule 2 is recomputed by `pmm-verify --deep` on every ledger it wrote, so this list is part
-//! of a derivation format: changing it changes what rule 2 derives, and old index ticks would
-//! no longer verify. A test (`projection::indexing`) pins its digest; to change the list, keep
-//! this one for rule 2 and give the indexer a new rule.
+//! Rules 2 and 3 are recomputed by `pmm-verify --deep` on every ledger they wrote, so this list
+//! is part of a derivation format: changing it changes what they derive, and old index ticks
+//! would no longer verify. A test (`projection::indexing`) pins its digest; to change the list,
+//! keep this one for rules 2 and 3 and give the indexer a new rule.
 
 /// English stop words: function words, question words, and the auxiliaries a question is
 /// made of ("what did … do"). Lowercase, sorted for binary search.

@@ -364,6 +364,12 @@ impl ConceptGraph {
             .map_or(0, BTreeSet::len)
     }
 
+    /// How many events (ids 1 to `before - 1`) are bound to some concept: the indexed part of
+    /// the ledger before a query, against which a concept's share of the bindings is measured.
+    pub fn bound_events_before(&self, before: i64) -> usize {
+        self.event_concepts.range(1..before.max(1)).count()
+    }
+
     /// Concepts bound to an event, sorted — what a turn or a context block shows for it.
     pub fn concepts_for_event(&self, event_id: i64) -> Vec<String> {
         self.event_concepts

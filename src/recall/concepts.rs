@@ -12,6 +12,20 @@ use std::collections::BTreeSet;
 pub const EVENTS_PER_CONCEPT: usize = 8;
 /// The newest threads per mentioned concept that are recalled.
 pub const THREADS_PER_CONCEPT: usize = 4;
+/// The concept list's weight in the fusion (the other sources weigh 1): a concept the text
+/// mentions is mostly one of its words, which the full-text source already matches, so its
+/// list is a second, coarser vote on much the same events (docs/recall.md, "concepts from the
+/// indexer": at weight 1 it displaced better hits).
+pub const WEIGHT: f64 = 0.5;
+/// A mentioned concept bound to more than this share of the events bound to any concept
+/// (before the query) is not evidence of anything and seeds nothing: like a word in more than
+/// half of the documents, whose BM25 weight is zero or less. A speaker's name, which the
+/// indexer's rule 2 bound to every message that speaker labels, is the usual one; so is any
+/// concept a reply header puts on most replies.
+pub const MAX_SHARE: f64 = 0.5;
+/// A concept bound to at most this many events is never left out by [`MAX_SHARE`]: in a
+/// ledger with few bindings a share says little, and all its events fit the list anyway.
+pub const MIN_COMMON: usize = EVENTS_PER_CONCEPT;
 /// How far before a commitment's open the reply that opened it is looked for (ids): the turn
 /// writes the open a few events after the reply, other writers' events in between aside.
 pub const REPLY_REACH: i64 = 64;
@@ -62,7 +76,9 @@ pub fn mentioned_concepts(defined: &[String], text: &str) -> Vec<String> {
 /// How many of a concept's newest bound events are looked at.
 pub const CANDIDATES_PER_CONCEPT: usize = 64;
 
-/// The concept and thread ranking for `q`: when it mentions one concept, its newest bound
+/// The concept and thread ranking for `q`. The mentioned concepts bound to more than
+/// [`MAX_SHARE`] of the indexed events (and more than [`MIN_COMMON`]) are left out. Then, when
+/// the text mentions one concept, its newest bound
 /// events; when it mentions several, the events bound to two or more of them (among each one's
 /// newest [`CANDIDATES_PER_CONCEPT`]) — what a question about two things is about — those
 /// bound to more of them and to rarer ones first (each concept weighs `ln(events before the
@@ -78,16 +94,22 @@ pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> R
             items.push((id, vec![why]));
         }
     };
-    let mentioned = mentioned_concepts(&p.concepts.all_tokens(), &q.text);
-    let mut scores: std::collections::BTreeMap<i64, (f64, String, usize)> = Default::default();
-    let single = mentioned.len() == 1;
-    for token in &mentioned {
+    let indexed = p.concepts.bound_events_before(q.before);
+    let mut bindings: Vec<(String, Vec<i64>)> = Vec::new();
+    for token in mentioned_concepts(&p.concepts.all_tokens(), &q.text) {
         let bound: Vec<i64> = p
             .concepts
-            .events_for_concept(token, None)
+            .events_for_concept(&token, None)
             .into_iter()
             .filter(|id| *id < q.before)
             .collect();
+        if !too_common(bound.len(), indexed) {
+            bindings.push((token, bound));
+        }
+    }
+    let mut scores: std::collections::BTreeMap<i64, (f64, String, usize)> = Default::default();
+    let single = bindings.len() == 1;
+    for (token, bound) in &bindings {
         if bound.is_empty() {
             continue;
         }
@@ -110,7 +132,7 @@ pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> R
     for (_, id, token) in ranked.into_iter().take(keep) {
         push(id, format!("concept:{token}"), &mut items);
     }
-    for token in mentioned {
+    for (token, _) in bindings {
         let mut threads: Vec<(i64, String, Option<i64>)> = p
             .concepts
             .resolve_cids_for_concepts(&[token.as_str()])
@@ -141,4 +163,27 @@ pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> R
         }
     }
     Ok(Ranked { items })
+}
+
+/// Whether a concept bound to `bound` of the `indexed` events bound to any concept is too
+/// common to seed recall ([`MAX_SHARE`], [`MIN_COMMON`]).
+pub fn too_common(bound: usize, indexed: usize) -> bool {
+    bound > MIN_COMMON && bound as f64 > MAX_SHARE * indexed as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_concept_on_most_indexed_events_is_too_common() {
+        // A speaker's name on 331 of 419 messages; a topic on 33.
+        assert!(too_common(331, 419));
+        assert!(!too_common(33, 419));
+        // Exactly half is not more than half.
+        assert!(!too_common(200, 400));
+        // A handful of bindings is never too common, whatever the share.
+        assert!(!too_common(MIN_COMMON, MIN_COMMON));
+        assert!(too_common(MIN_COMMON + 1, MIN_COMMON + 1));
+    }
 }

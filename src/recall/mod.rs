@@ -12,7 +12,9 @@
 //! 2. **Concepts and threads** ([`concepts`]): the defined concepts the text mentions (the
 //!    reference's CTL injector rule), the events bound to them, and the commitment threads
 //!    bound to them as story windows (the reply that opened the commitment, its open and its
-//!    close).
+//!    close). A concept bound to most of the indexed events seeds nothing,
+//!    and the list weighs [`concepts::WEIGHT`] in the fusion: it mostly votes again for what
+//!    full text found.
 //! 3. **Meaning** ([`dense`], when the query carries a vector: [`Query::dense`]): the events
 //!    whose sentence-embedding vectors of the same model are nearest, ranked like full-text
 //!    hits (sessions, neighbours).
@@ -172,9 +174,11 @@ pub fn recall_with<R: Reads>(
         dense::rank(r, q, &mut cache)?,
         facts::rank(p, q),
     ];
-    let mut fused = fuse(&lists);
+    // The concept list is the second; the others weigh 1.
+    let weights = [1.0, concepts::WEIGHT, 1.0, 1.0];
+    let mut weighted: Vec<(&Ranked, f64)> = lists.iter().zip(weights).collect();
+    let mut fused = fuse_weighted(&weighted);
     if let Some(time) = when::rank(r, q, &fused, &mut cache)? {
-        let mut weighted: Vec<(&Ranked, f64)> = lists.iter().map(|l| (l, 1.0)).collect();
         weighted.push((&time, when::WEIGHT));
         fused = fuse_weighted(&weighted);
     }

@@ -426,6 +426,114 @@ fn an_index_tick_of_rule_1_still_verifies() {
     );
 }
 
+/// A ledger indexed by rule 2 (`tests/fixtures/index-rule-2`: a transcript whose messages are
+/// labelled "Ana: …", "Ben: …"): `pmm-verify --deep` recomputes its index ticks with rule 2,
+/// and the same ticks claiming rule 3 do not verify. The same messages indexed now (rule 3)
+/// bind a speaker's name only to the messages that name them in their text, not to every
+/// message the speaker wrote, and "I'm" is no name.
+#[test]
+fn an_index_tick_of_rule_2_still_verifies_and_rule_3_leaves_speaker_labels_out() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/index-rule-2/ledger.jsonl.gz"
+    );
+    let pmm = Pmm::new();
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep", fixture], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let deep = &r.summary()["deep"];
+    assert_eq!(deep["index_events"], 24 + 20 + 4, "{deep}");
+    assert_eq!(deep["mismatches"], 0, "{deep}");
+    let r = pmm.run("pmm-append", &["--import", fixture], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let rows = pmm.run("pmm-export", &["--format", "jsonl"], "").records();
+    let defined = |pmm: &Pmm| -> Vec<String> {
+        events(pmm, "concept_define")
+            .iter()
+            .map(|e| content(e)["token"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let ana_bound = |pmm: &Pmm| -> Vec<i64> {
+        events(pmm, "concept_bind_async")
+            .iter()
+            .map(content)
+            .filter(|c| {
+                c["tokens"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&"entity.ana".into())
+            })
+            .map(|c| c["event_id"].as_i64().unwrap())
+            .collect()
+    };
+    // Rule 2 bound Ana's name to her own messages (the odd ids) and made "I'm" a name.
+    assert!(defined(&pmm).contains(&"entity.i'm".to_string()));
+    assert!(
+        ana_bound(&pmm).iter().any(|id| id % 2 == 1),
+        "{:?}",
+        ana_bound(&pmm)
+    );
+    // The ticks claiming rule 3, re-hashed: rule 3 derives other events.
+    let mut forged_rows = rows.clone();
+    for row in forged_rows.iter_mut() {
+        if row["meta"]["index_rule"] == 2 {
+            row["meta"]["index_rule"] = 3.into();
+        }
+    }
+    let forged = pmm.path("rule3.jsonl");
+    std::fs::write(&forged, crate::harness::rechain(&mut forged_rows)).unwrap();
+    let r = pmm.run(
+        "pmm-verify",
+        &["--quiet", "--deep", forged.to_str().unwrap()],
+        "",
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    // The same messages indexed by this build (rule 3).
+    let now = pmm::projection::indexing::RULE;
+    assert_eq!(now, 3);
+    let fresh = Pmm::new();
+    let lines: String = rows
+        .iter()
+        .filter(|e| e["id"].as_i64().unwrap() <= 21)
+        .map(|e| {
+            let keep = serde_json::json!({"ts": e["ts"], "kind": e["kind"], "content": e["content"], "meta": e["meta"]});
+            keep.to_string() + "\n"
+        })
+        .collect();
+    let r = fresh.run("pmm-append", &["--keep-ts", "--batch", "--quiet"], &lines);
+    assert_eq!(r.code, 0, "{r:?}");
+    let at = "2026-03-01T11:01:00Z";
+    let set = [
+        "--set",
+        "reflection_interval=1000000000",
+        "--set",
+        "summary_interval=1000000000",
+        "--set",
+        "index_threshold=1",
+    ];
+    let r = fresh.run("pmm-tick", &[&["--now", at][..], &set[..]].concat(), "");
+    assert_eq!(r.code, 0, "{r:?}");
+    for slot in 1..=6 {
+        let r = fresh.run("pmm-tick", &["--now", at, "--slot", &slot.to_string()], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let ticks = events(&fresh, "autonomy_tick");
+    assert!(
+        ticks.iter().any(|t| t["meta"]["index_rule"] == 3),
+        "{ticks:?}"
+    );
+    assert_eq!(events(&fresh, "concept_bind_async").len(), 20);
+    assert!(
+        !defined(&fresh).iter().any(|t| t.contains('\'')),
+        "{:?}",
+        defined(&fresh)
+    );
+    // Ana is named in Ben's messages 2 and 6 ("Welcome back Ana", "Did Ana try the tram?").
+    assert_eq!(ana_bound(&fresh), [2, 6]);
+    let r = fresh.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.summary()["deep"]["mismatches"], 0, "{r:?}");
+}
+
 /// An index tick's events are derived: one edited binding (the ledger re-hashed end to end,
 /// so the chain is consistent) is a `derived_mismatch` naming what the rule gives.
 #[test]
