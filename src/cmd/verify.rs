@@ -618,7 +618,7 @@ fn check_against_checkpoint(
     };
     // What the checkpoint vouches for is recomputed from the events (crate::audit::checkpoint).
     let checked =
-        crate::audit::checkpoint::check(&Input::new(ledger.path()), &cp, previous.as_ref())?;
+        crate::audit::checkpoint::check(&Input::new(&ledger.source()), &cp, previous.as_ref())?;
     let mut record = serde_json::Value::Object(checked.record);
     record["type"] = "checkpoint_check".into();
     let mut problem = checked.problem;

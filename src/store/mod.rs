@@ -149,7 +149,7 @@ pub struct Ledger {
     spare: std::sync::Mutex<Option<Connection>>,
     /// The PostgreSQL server whose events this file caches ([`replica`]), and its URL as
     /// shown (password left out).
-    upstream: Option<(replica::Upstream, String)>,
+    upstream: Option<(replica::Upstream, String, String)>,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -206,12 +206,21 @@ impl Ledger {
 
     /// Makes this (cache) file the local copy of the PostgreSQL ledger at `url`.
     fn attach(&mut self, up: replica::Upstream, url: &str) {
-        self.upstream = Some((up, postgres::url::shown(url)));
+        self.upstream = Some((up, postgres::url::shown(url), url.to_string()));
     }
 
     /// The PostgreSQL ledger this file caches, as shown (no password), if it is one.
     pub fn url(&self) -> Option<&str> {
-        self.upstream.as_ref().map(|(_, u)| u.as_str())
+        self.upstream.as_ref().map(|(_, u, _)| u.as_str())
+    }
+
+    /// Where this ledger's events are read from as stored: the file, or the PostgreSQL URL as
+    /// given (for a check that must see the server's rows, not this host's cache of them).
+    pub fn source(&self) -> PathBuf {
+        match &self.upstream {
+            Some((_, _, url)) => PathBuf::from(url),
+            None => self.path.clone(),
+        }
     }
 
     /// Catches a cached PostgreSQL ledger up with its server (a no-op on a SQLite ledger): a
@@ -572,7 +581,7 @@ impl Ledger {
         // A cached PostgreSQL ledger: the server's head row is locked first (always in this
         // order, so two writers on one host cannot wait on each other).
         let (lease, server_head) = match &mut self.upstream {
-            Some((up, _)) => {
+            Some((up, _, _)) => {
                 let (lease, head) = replica::Lease::take(up)?;
                 (Some(lease), head)
             }

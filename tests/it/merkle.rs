@@ -205,7 +205,7 @@ proptest! {
 }
 
 /// The signing key and its verifier key, made by the real program.
-fn keygen(pmm: &Pmm) -> String {
+pub(crate) fn keygen(pmm: &Pmm) -> String {
     let key = pmm.path("log.key");
     let r = pmm.run(
         "pmm-export",
@@ -226,7 +226,7 @@ fn keygen(pmm: &Pmm) -> String {
     r.stdout.trim().to_string()
 }
 
-fn checkpoint(pmm: &Pmm, name: &str) -> String {
+pub(crate) fn checkpoint(pmm: &Pmm, name: &str) -> String {
     let r = pmm.run(
         "pmm-export",
         &[

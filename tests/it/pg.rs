@@ -669,3 +669,62 @@ fn embedding_vectors_are_stored_once_on_the_server_and_shared_by_every_host() {
 fn on_server_again(server: &PgServer, other: &Pmm, cache: &str) -> Pmm {
     on_server(server, other.db.to_str(), cache)
 }
+
+#[test]
+fn proofs_batches_and_signed_checkpoints_work_on_a_postgres_ledger() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pg = on_server(&server, None, "cache");
+    let file = Pmm::new();
+    let batch: String = (0..23)
+        .map(|i| format!("{{\"kind\":\"user_message\",\"content\":\"line {i}\"}}\n"))
+        .collect();
+    for pmm in [&pg, &file] {
+        let r = pmm.run("pmm-append", &["--batch"], &batch);
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let vkey = crate::merkle::keygen(&pg);
+    let cp = crate::merkle::checkpoint(&pg, "cp.txt");
+    let r = pg.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "after"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = file.run(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "after"],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pg.run("pmm-verify", &["--checkpoint", &cp, "--key", &vkey], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("\"ok\":true"), "{r:?}");
+    for args in [
+        vec!["--consistency", "10", "24"],
+        vec!["--prove", "17", "--size", "23"],
+        vec!["--root", "--size", "23"],
+    ] {
+        let a = pg.run("pmm-verify", &args, "");
+        assert_eq!(a.code, 0, "{args:?}: {a:?}");
+        assert_eq!(
+            a.stdout,
+            file.run("pmm-verify", &args, "").stdout,
+            "{args:?}"
+        );
+    }
+    // A tampered row fails the checkpoint check, as on a file.
+    let db = db_name(&pg).to_string();
+    server
+        .psql(
+            &db,
+            "ALTER TABLE events DISABLE TRIGGER USER; UPDATE events SET content = convert_to('edited', 'UTF8') WHERE id = 5; ALTER TABLE events ENABLE TRIGGER USER;",
+        )
+        .unwrap();
+    let r = pg.run("pmm-verify", &["--checkpoint", &cp, "--key", &vkey], "");
+    assert_eq!(
+        r.code, 1,
+        "the checkpoint check reads the server's rows: {r:?}"
+    );
+}
