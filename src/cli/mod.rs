@@ -322,11 +322,6 @@ impl Out {
         }
     }
 
-    /// True when a writer's stdout was closed and nothing more is printed.
-    pub fn is_closed(&self) -> bool {
-        self.closed
-    }
-
     fn guard(&mut self, r: io::Result<()>) -> io::Result<()> {
         match r {
             Err(e) if self.keep_going && e.kind() == io::ErrorKind::BrokenPipe => {

@@ -49,12 +49,6 @@ impl Projections {
         }
     }
 
-    /// The self-model snapshot, in the reference's structure (what `summary_update` events
-    /// embed as `meta.rsm_state`).
-    pub fn rsm_snapshot(&self) -> Value {
-        self.rsm.snapshot(&self.concepts)
-    }
-
     /// The kernel's internal goals worked (opened, then closed; docs/autonomy.md): how many,
     /// and the newest `{cid, goal, closed_at}`.
     fn internal_goals(&self) -> Value {

@@ -13,7 +13,7 @@
 //! they are few and coarse on purpose, so that they carry over to other conversations.
 
 use super::{epoch, terms, Cache, Query, Ranked, MAX_UNINDEXED};
-use crate::event::{Event, Kind};
+use crate::event::Kind;
 use crate::store::Reads;
 use crate::Result;
 use std::collections::BTreeMap;
@@ -190,9 +190,4 @@ fn lend_to_neighbours<R: Reads>(
         }
     }
     Ok(())
-}
-
-/// Whether an event is a message (neighbours are messages).
-pub fn is_message(e: &Event) -> bool {
-    MESSAGE_KINDS.contains(&e.kind.as_str())
 }

@@ -1,6 +1,6 @@
-//! Issue 15 items 4-8: mistakes that need not be permanent (preflight, no adapter, empty
-//! messages), honest replies (truncation, Markdown), echoed instructions, the key never
-//! stored, and hints in errors. Every server is a stub on 127.0.0.1.
+//! A turn's failures and mistakes: those that need not be permanent (preflight, no adapter,
+//! empty messages, refused connections, unknown models, rejected keys), honest replies
+//! (truncation, Markdown), echoed instructions, the key never stored, and hints in errors. Every server is a stub on 127.0.0.1.
 
 use crate::harness::Pmm;
 use crate::stub::{Preflight, Stub, StubResponse};
@@ -22,7 +22,7 @@ fn turn_record(records: &[Value]) -> Value {
 }
 
 #[test]
-fn issue15_item4_no_adapter_is_exit_2_with_how_to_pick_one_and_writes_nothing() {
+fn no_adapter_is_exit_2_with_how_to_pick_one_and_writes_nothing() {
     let pmm = Pmm::new();
     let r = pmm.run("pmm-turn", &["hello"], "");
     r.assert_error("pmm-turn", &["--adapter", "PMM_ADAPTER", "dummy", "ollama"]);
@@ -41,7 +41,7 @@ fn issue15_item4_no_adapter_is_exit_2_with_how_to_pick_one_and_writes_nothing() 
 }
 
 #[test]
-fn issue15_item4_an_empty_message_is_exit_2() {
+fn an_empty_message_is_exit_2() {
     let pmm = Pmm::new();
     for text in ["", "   ", " \t\n "] {
         let r = pmm.run("pmm-turn", &["--adapter", "dummy", text], "");
@@ -98,7 +98,7 @@ fn assert_preflight_failure(pmm: &Pmm, got: (i32, String, String), needles: &[&s
 }
 
 #[test]
-fn issue15_item4_a_refused_connection_writes_nothing_and_says_what_to_check() {
+fn a_refused_connection_writes_nothing_and_says_what_to_check() {
     let pmm = Pmm::new();
     let got = turn(
         &pmm,
@@ -123,7 +123,7 @@ fn issue15_item4_a_refused_connection_writes_nothing_and_says_what_to_check() {
 }
 
 #[test]
-fn issue15_item4_an_unknown_ollama_model_suggests_ollama_pull() {
+fn an_unknown_ollama_model_suggests_ollama_pull() {
     let pmm = Pmm::new();
     let stub = Stub::start_with(
         vec![StubResponse::Ollama("never asked".into())],
@@ -157,7 +157,7 @@ fn issue15_item4_an_unknown_ollama_model_suggests_ollama_pull() {
 }
 
 #[test]
-fn issue15_item4_an_unknown_openai_model_and_a_rejected_key_write_nothing() {
+fn an_unknown_openai_model_and_a_rejected_key_write_nothing() {
     let pmm = Pmm::new();
     let stub = Stub::start_with(
         vec![StubResponse::OpenAi("never asked".into())],
@@ -215,7 +215,7 @@ fn issue15_item4_an_unknown_openai_model_and_a_rejected_key_write_nothing() {
 }
 
 #[test]
-fn issue15_item4_failures_after_the_request_was_accepted_are_still_recorded() {
+fn failures_after_the_request_was_accepted_are_still_recorded() {
     let pmm = Pmm::new();
     let stub = Stub::start(vec![StubResponse::Status(
         503,
@@ -247,7 +247,7 @@ fn issue15_item4_failures_after_the_request_was_accepted_are_still_recorded() {
 }
 
 #[test]
-fn issue15_item5_a_truncated_reply_keeps_its_finish_reason_and_says_so() {
+fn a_truncated_reply_keeps_its_finish_reason_and_says_so() {
     let pmm = Pmm::new();
     let ollama = Stub::start(vec![
         StubResponse::OllamaReason(
@@ -330,7 +330,7 @@ fn issue15_item5_a_truncated_reply_keeps_its_finish_reason_and_says_so() {
 }
 
 #[test]
-fn issue15_item5_markdown_shows_failed_turns() {
+fn markdown_shows_failed_turns() {
     let pmm = Pmm::new();
     let stub = Stub::start(vec![StubResponse::Status(
         500,
@@ -355,7 +355,7 @@ fn issue15_item5_markdown_shows_failed_turns() {
 }
 
 #[test]
-fn issue15_item6_an_echoed_template_opens_nothing_and_is_counted() {
+fn an_echoed_template_opens_nothing_and_is_counted() {
     let pmm = Pmm::new();
     // An old message holding a marker line, recalled into the system prompt's evidence
     // (three exchanges later, it is no longer in the chat history).
@@ -459,7 +459,7 @@ fn issue15_item6_an_echoed_template_opens_nothing_and_is_counted() {
 }
 
 #[test]
-fn issue15_item7_an_echoed_key_is_scrubbed_from_the_ledger_and_the_output() {
+fn an_echoed_key_is_scrubbed_from_the_ledger_and_the_output() {
     const KEY: &str = "sk-live-echo-0123456789abcdef";
     let pmm = Pmm::new();
     let stub = Stub::start(vec![StubResponse::EchoAuth]);
@@ -506,7 +506,7 @@ fn issue15_item7_an_echoed_key_is_scrubbed_from_the_ledger_and_the_output() {
 }
 
 #[test]
-fn issue15_item8_a_bad_openai_base_url_is_blamed_on_the_variable() {
+fn a_bad_openai_base_url_is_blamed_on_the_variable() {
     let pmm = Pmm::new();
     let got = turn(
         &pmm,
@@ -531,7 +531,7 @@ fn issue15_item8_a_bad_openai_base_url_is_blamed_on_the_variable() {
 }
 
 #[test]
-fn issue15_item8_a_base_url_ending_in_chat_completions_is_not_doubled() {
+fn a_base_url_ending_in_chat_completions_is_not_doubled() {
     let pmm = Pmm::new();
     let stub = Stub::start(vec![StubResponse::OpenAi("ok".into())]);
     for base in [
@@ -557,7 +557,7 @@ fn issue15_item8_a_base_url_ending_in_chat_completions_is_not_doubled() {
 }
 
 #[test]
-fn issue15_item8_an_ollama_host_that_speaks_openai_suggests_the_openai_adapter() {
+fn an_ollama_host_that_speaks_openai_suggests_the_openai_adapter() {
     let pmm = Pmm::new();
     let stub = Stub::start_with(
         vec![StubResponse::OpenAi("never".into())],
@@ -585,7 +585,7 @@ fn issue15_item8_an_ollama_host_that_speaks_openai_suggests_the_openai_adapter()
 }
 
 #[test]
-fn issue15_item8_an_openai_base_url_without_v1_says_to_add_it() {
+fn an_openai_base_url_without_v1_says_to_add_it() {
     let pmm = Pmm::new();
     let stub = Stub::start_with(
         vec![StubResponse::OpenAi("never".into())],
