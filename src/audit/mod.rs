@@ -7,6 +7,7 @@ pub mod adaptive;
 pub mod checkpoint;
 pub mod deep;
 pub mod indexed;
+pub mod metrics;
 pub mod prompts;
 pub mod prove;
 pub mod verify;

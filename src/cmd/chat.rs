@@ -148,8 +148,7 @@ fn replay(ledger: &Ledger, arg: &str) -> anyhow::Result<String> {
 
 /// `/metrics`: the ledger's metrics, as `pmm-metrics` prints them.
 fn metrics(ledger: &Ledger) -> anyhow::Result<String> {
-    let max = ledger.max_id()?;
-    let m = super::metrics::compute(ledger.path(), max, true)?;
+    let m = crate::audit::metrics::compute(&ledger.source(), &|_| {})?;
     Ok(serde_json::to_string_pretty(&m)?)
 }
 

@@ -1,13 +1,9 @@
 //! `pmm-metrics`: deterministic ledger metrics.
 
-use crate::chain::Verifier;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::{Kind, NewEvent};
-use crate::interchange::{self, Input, Item};
-use crate::metrics::MetricsFold;
 use crate::store::Ledger;
 use crate::store::Reads;
-use std::time::Instant;
 
 const AFTER_HELP: &str = "\
 EXAMPLES:
@@ -74,46 +70,16 @@ impl Program for Args {
     }
 }
 
-/// Computes the metrics of the ledger at `path` (read through its own read-only connection,
-/// hashing on worker threads).
+/// Computes the metrics of the ledger at `path` ([`crate::audit::metrics::compute`]) with a
+/// progress bar on a large ledger.
 pub fn compute(
     path: &std::path::Path,
     max_id: i64,
     quiet: bool,
 ) -> anyhow::Result<crate::metrics::LedgerMetrics> {
     let bar = crate::cli::progress(1_000_000, quiet || max_id < 100_000, "metrics");
-    let started = Instant::now();
-    let mut fold = MetricsFold::default();
-    let mut adapt = crate::projection::adapt::AdaptLog::default();
-    let mut verifier = Verifier::new(vec![]).eager();
-    let mut findings = Vec::new();
-    let mut n = 0u64;
-    let tick = |x: u64| bar.set_position(x);
-    interchange::read_with(
-        &Input::new(path),
-        &tick,
-        &interchange::digest,
-        &mut |item, digest| {
-            if let (Item::Event(r), Some(d)) = (item, digest) {
-                n += 1;
-                verifier.check_computed(&r.event, d, &mut findings);
-                findings.clear();
-                fold.add(&r.event);
-                adapt.apply(&r.event);
-            }
-            Ok(true)
-        },
-    )?;
-    let elapsed = started.elapsed();
-    let s = verifier.finish(&mut findings);
+    let m = crate::audit::metrics::compute(path, &|x| bar.set_position(x))?;
     bar.finish_and_clear();
-    let mut m = fold.finish(s.broken_links, s.hash_mismatches);
-    m.adaptation = Some(adapt.summary());
-    m.replay_ms_per_event = Some(if n == 0 {
-        0.0
-    } else {
-        elapsed.as_secs_f64() * 1000.0 / n as f64
-    });
     Ok(m)
 }
 
