@@ -4,7 +4,7 @@ use crate::chain::merkle;
 use crate::chain::note::{self, Checkpoint, NoteError, SignerKey, VerifierKey, WitnessKey};
 use crate::chain::proof::{self, Hex, Proof, Trusted};
 use crate::chain::{Anchor, AnchorError, Digest, Summary};
-use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::interchange::Input;
 use crate::store::{Ledger, Reads};
 use crate::Error;
@@ -83,6 +83,9 @@ pub struct Args {
     ledger: LedgerArgs,
     #[command(flatten)]
     common: CommonArgs,
+    /// The time a cosignature (`--cosign`) is dated
+    #[command(flatten)]
+    clock: ClockArgs,
 
     /// Files to verify (SQLite, JSON, JSONL, .gz; `-` for stdin) [default: the --db ledger]
     #[arg(value_name = "FILE")]
@@ -299,6 +302,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             cosign: args.witness_key.clone().filter(|_| args.cosign),
             previous: args.previous.clone(),
             witness: args.witness.clone(),
+            clock: args.clock.clock(),
         },
     })? {
         return Ok(outcome);
@@ -357,7 +361,6 @@ struct ProofArgs {
 }
 
 /// What `--checkpoint` does besides checking the ledger against it.
-#[derive(Default)]
 struct Witnessing {
     /// `--cosign --witness-key FILE`: the witness's private key file.
     cosign: Option<PathBuf>,
@@ -365,6 +368,8 @@ struct Witnessing {
     previous: Option<PathBuf>,
     /// `--witness KEY`: a cosignature that must be on the checkpoint.
     witness: Option<String>,
+    /// When a cosignature is dated (`--now`, else the system clock).
+    clock: crate::event::Clock,
 }
 
 /// A key, checkpoint or proof file (`-`: stdin), through the one bounded reader.
@@ -637,9 +642,7 @@ fn check_against_checkpoint(
     }
     if let (None, Some(signer)) = (&problem, &witness_signer) {
         let note = read_text(cp_path)?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = u64::try_from(w.clock.now().timestamp()).unwrap_or(0);
         let cosigned = signer
             .cosign(&note, now)
             .map_err(|e| Error::bad_input(Some(cp_path.display().to_string()), e.to_string()))?;
