@@ -180,7 +180,16 @@ fn goals(ledger: &Ledger) -> anyhow::Result<String> {
     if lines.is_empty() {
         lines.push("no open commitments".into());
     }
-    // The kernel's internal goals are worked and closed within their tick.
+    for c in p.mirror.open_goals() {
+        lines.push(format!(
+            "internal goal open: {}  opened at {}  {}  ({})",
+            c.cid,
+            c.opened_at,
+            c.text,
+            c.cause.as_deref().unwrap_or_default()
+        ));
+    }
+    // The kernel's compressed goals are worked and closed within their tick.
     let (worked, newest) = p.mirror.internal_goals_worked();
     if let Some(newest) = newest {
         lines.push(format!(
