@@ -566,3 +566,37 @@ fn ticks_without_a_model_open_no_goal_that_stays_open() {
     }
     assert!(goals_opened(&all_events(&pmm)).is_empty());
 }
+
+#[test]
+fn ticks_of_two_slots_at_the_budgets_edge_make_one_call_between_them() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["One."]);
+    let stub = Stub::start(vec![StubResponse::SlowOllama(1500, "Fine.".into())]);
+    let host = stub.url();
+    let r = pmm.run("pmm-tick", &["--set", "think_calls_per_day=1"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    turn(&pmm, "first", &[]);
+    let spawn = |slot: &str| {
+        let mut c = pmm.std_cmd("pmm-tick");
+        c.args(["--slot", slot, "--adapter", "ollama"])
+            .env("OLLAMA_HOST", &host)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c.spawn().expect("spawn pmm-tick")
+    };
+    // Slot 1's call is in flight (its claim written, no reply yet) when slot 2 decides.
+    let a = spawn("1");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let b = spawn("2");
+    let mut thought = Vec::new();
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        thought.push(text);
+    }
+    assert_eq!(stub.requests().len(), 1, "one call for the day: {thought:?}");
+    assert!(thought[1].contains("think budget spent"), "{thought:?}");
+    verify_deep(&pmm);
+}
