@@ -596,7 +596,11 @@ fn ticks_of_two_slots_at_the_budgets_edge_make_one_call_between_them() {
         assert_eq!(out.status.code(), Some(0), "{text}");
         thought.push(text);
     }
-    assert_eq!(stub.requests().len(), 1, "one call for the day: {thought:?}");
+    assert_eq!(
+        stub.requests().len(),
+        1,
+        "one call for the day: {thought:?}"
+    );
     assert!(thought[1].contains("think budget spent"), "{thought:?}");
     verify_deep(&pmm);
 }
