@@ -87,3 +87,64 @@ impl GoalCheck {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: i64, kind: Kind, meta: Value) -> Event {
+        Event {
+            id,
+            ts: "2025-11-24T05:55:41Z".into(),
+            kind,
+            content: String::new(),
+            meta: meta.to_string(),
+            prev_hash: None,
+            hash: None,
+        }
+    }
+
+    fn goal(id: i64, cause: &str) -> Event {
+        let m = json!({"cause": cause, "cid": format!("mc_{id:06}"), "goal": goals::EXPLORE,
+            "origin": "autonomy_kernel", "source": "autonomy_kernel"});
+        event(id, Kind::CommitmentOpen, m)
+    }
+
+    /// Checks each event against the mirror before it, folding as the deep checker does.
+    fn verdicts(events: &[Event]) -> Vec<Verdict> {
+        let (mut check, mut mirror) = (GoalCheck::default(), Mirror::default());
+        let mut out = Vec::new();
+        for e in events {
+            out.push(check.check(e, &mirror));
+            mirror.apply(e);
+        }
+        out
+    }
+
+    #[test]
+    fn a_goal_is_due_once_per_cause_and_one_at_a_time() {
+        let mut events = vec![event(1, Kind::MetricsTurn, json!({}))];
+        events.extend((2..=21).map(|id| event(id, Kind::UserMessage, json!({}))));
+        // Due: idle 20 events since the turn, nothing open.
+        events.push(goal(22, "idle_since:1"));
+        // Not due: one is open (and its cause is used).
+        events.push(goal(23, "idle_since:1"));
+        let v = verdicts(&events);
+        assert_eq!(v[21], Verdict::Same);
+        assert!(
+            matches!(&v[22], Verdict::Differs(Value::Null, _)),
+            "{:?}",
+            v[22]
+        );
+        // Too early: 19 events after the turn.
+        let early: Vec<Event> = events[..20]
+            .iter()
+            .cloned()
+            .chain([goal(21, "idle_since:1")])
+            .collect();
+        assert!(matches!(
+            verdicts(&early)[20],
+            Verdict::Differs(Value::Null, _)
+        ));
+    }
+}

@@ -38,8 +38,13 @@ use serde_json::{json, Value};
 /// `meta.source` of everything a thinking tick writes on the model's behalf.
 pub const SOURCE: &str = "autonomy_kernel";
 
-/// `meta.prompt_format` of a thinking tick's reply (a turn's is [`turn::PROMPT_FORMAT`]).
-pub const THINK_FORMAT: &str = "think.1";
+/// `meta.prompt_format` of a thinking tick's reply (a turn's is [`turn::PROMPT_FORMAT`]):
+/// `think.2` records what recall selected (`meta.selected`, `meta.via`), which [`rebuild`]
+/// renders again; `think.1` did not, and is rebuilt by running recall again.
+pub const THINK_FORMAT: &str = "think.2";
+
+/// The thinking prompt formats [`rebuild`] takes.
+pub const THINK_FORMATS: [&str; 2] = ["think.1", THINK_FORMAT];
 
 /// The budget keys `pmm-tick --set` takes beside the thresholds.
 pub const BUDGET_KEYS: [&str; 2] = ["think_calls_per_day", "think_tokens_per_day"];
@@ -110,21 +115,22 @@ pub fn budget<R: Reads>(r: &R) -> crate::Result<Budget> {
 
 /// A thinking tick's prompt rebuilt from the ledger alone, for the reply `reply` (`None`
 /// when it is not a thinking tick's reply): the decision taken again from the events before
-/// its slot's stimulus, the prompt from those up to the stimulus. With its recorded
-/// `prompt_sha256`.
+/// its slot's stimulus, the prompt from those up to the stimulus and the selection the reply
+/// records. With its recorded `prompt_sha256` and `prompt_format`.
 pub fn rebuild<R: Reads>(
     r: &R,
     reply: &Event,
 ) -> crate::Result<Option<(crate::context::prompt::Prompt, String)>> {
     let m = reply.meta_map().unwrap_or_default();
     let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
-    let (Some(THINK_FORMAT), Some(slot_id), Some(recorded)) = (
-        s("prompt_format").as_deref(),
-        s("slot_id"),
-        s("prompt_sha256"),
-    ) else {
+    let (Some(format), Some(slot_id), Some(recorded)) =
+        (s("prompt_format"), s("slot_id"), s("prompt_sha256"))
+    else {
         return Ok(None);
     };
+    if !THINK_FORMATS.contains(&format.as_str()) {
+        return Ok(None);
+    }
     if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE) {
         return Ok(None);
     }
@@ -153,10 +159,15 @@ pub fn rebuild<R: Reads>(
     let mut p = store::project(r, Some(stimulus.id - 1), true)?.projections;
     let decision = decide(&View::of(&p), &p.mirror.thresholds);
     p.apply(&stimulus);
-    let Some(sel) = recorded_selection(r, &m)? else {
-        return Ok(None);
+    // think.1 recorded no selection: recall runs again.
+    let sel = match format.as_str() {
+        "think.1" => None,
+        _ => match recorded_selection(r, &m)? {
+            Some(sel) => Some(sel),
+            None => return Ok(None),
+        },
     };
-    let asked = prompt(r, &p, &slot, &decision, &Options::default(), Some(sel))?;
+    let asked = prompt(r, &p, &slot, &decision, &Options::default(), sel)?;
     let q = asked.request;
     Ok(Some((
         crate::context::prompt::Prompt {
