@@ -306,7 +306,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() || !args.unset.is_empty() {
         let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
-        let budget = think::budget(&ledger)?;
+        let budget = think::budget(&crate::store::project(&ledger, None, true)?.projections);
         for e in &events {
             out.event(e)?;
         }

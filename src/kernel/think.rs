@@ -84,33 +84,14 @@ pub struct Spent {
     pub replies: u64,
 }
 
-/// The budget in force on `r`.
-pub fn budget<R: Reads>(r: &R) -> crate::Result<Budget> {
-    let mut b = Budget {
-        calls_per_day: DEFAULT_CALLS_PER_DAY,
-        tokens_per_day: DEFAULT_TOKENS_PER_DAY,
-    };
-    r.scan(
-        &Filter {
-            kinds: vec![Kind::Config.to_string()],
-            ..Filter::default()
-        },
-        |e| {
-            if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&e.content) {
-                if c.get("type").and_then(Value::as_str) == Some("autonomy_thresholds") {
-                    let get = |k: &str| c.get(k).and_then(Value::as_i64).filter(|n| *n >= 1);
-                    if let Some(n) = get(BUDGET_KEYS[0]) {
-                        b.calls_per_day = n;
-                    }
-                    if let Some(n) = get(BUDGET_KEYS[1]) {
-                        b.tokens_per_day = n;
-                    }
-                }
-            }
-            Ok(true)
-        },
-    )?;
-    Ok(b)
+/// The budget in force on the ledger whose projections are `p`: the newest
+/// `autonomy_thresholds` config that names each key (the autonomy fold keeps them).
+pub fn budget(p: &Projections) -> Budget {
+    let log = &p.autonomy.think;
+    Budget {
+        calls_per_day: log.calls_per_day.unwrap_or(DEFAULT_CALLS_PER_DAY),
+        tokens_per_day: log.tokens_per_day.unwrap_or(DEFAULT_TOKENS_PER_DAY),
+    }
 }
 
 /// A thinking tick's prompt rebuilt from the ledger alone, for the reply `reply` (`None`
@@ -292,7 +273,7 @@ fn run_inner(
         let t = unasked(ledger, slot, clock, None)?;
         return Ok(plain(t, "the decision does not act"));
     }
-    if let Some(why) = over_budget(&budget(&*ledger)?, &spent(&p, clock)) {
+    if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
         let t = unasked(ledger, slot, clock, Some(&why))?;
         return Ok(plain(t, &why));
     }
@@ -431,7 +412,7 @@ fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claim
     if !acts(&decision, &p) {
         return Ok(Claimed::NotActing);
     }
-    if let Some(why) = over_budget(&budget(&batch)?, &spent(&p, clock)) {
+    if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
         return Ok(Claimed::OverBudget(why));
     }
     tick::append_stimulus_with(

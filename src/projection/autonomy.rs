@@ -112,6 +112,13 @@ pub struct ThinkLog {
     pub replies: u64,
     /// Per UTC day (the `YYYY-MM-DD` of the events' `ts`).
     pub days: BTreeMap<String, ThinkDay>,
+    /// `think_calls_per_day` of the newest `autonomy_thresholds` config that sets it (a
+    /// positive integer).
+    #[serde(default)]
+    pub calls_per_day: Option<i64>,
+    /// `think_tokens_per_day`, likewise.
+    #[serde(default)]
+    pub tokens_per_day: Option<i64>,
 }
 
 /// One UTC day of thinking.
@@ -134,7 +141,30 @@ impl ThinkDay {
 }
 
 impl ThinkLog {
+    /// The budget keys of an `autonomy_thresholds` config.
+    fn apply_config(&mut self, ev: &Event) {
+        if !ev.content.contains("think_") {
+            return;
+        }
+        let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {
+            return;
+        };
+        if c.get("type").and_then(Value::as_str) != Some("autonomy_thresholds") {
+            return;
+        }
+        let get = |k: &str| c.get(k).and_then(Value::as_i64).filter(|n| *n >= 1);
+        if let Some(n) = get("think_calls_per_day") {
+            self.calls_per_day = Some(n);
+        }
+        if let Some(n) = get("think_tokens_per_day") {
+            self.tokens_per_day = Some(n);
+        }
+    }
+
     fn apply(&mut self, ev: &Event) {
+        if ev.kind == Kind::Config {
+            return self.apply_config(ev);
+        }
         let maybe = match ev.kind {
             Kind::AutonomyStimulus => ev.meta.contains("\"claim\""),
             Kind::AssistantMessage | Kind::GenerationFailure => ev.meta.contains("autonomy_kernel"),
