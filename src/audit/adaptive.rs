@@ -83,6 +83,11 @@ fn newest(e: &Option<(i64, String)>) -> Option<&str> {
 }
 
 impl AdaptiveCheck {
+    /// The mirror of the events folded so far (the goal check reads it: [`super::goals`]).
+    pub fn mirror(&self) -> &Mirror {
+        &self.mirror
+    }
+
     /// Checks `ev` against the events before it, then folds it in.
     pub fn check(&mut self, ev: &Event) -> Verdict {
         let v = match self.verdict(ev) {

@@ -210,6 +210,10 @@ pub struct DeepCounts {
     /// Of those, the ones equal to the newest one of their kind before them: the reference's
     /// re-emissions (§17 item 17; pmm writes none).
     pub adaptive_repeats: u64,
+    /// Goals that stay open (`commitment_open` with `meta.cause`) recomputed
+    /// ([`super::goals`]). Left out when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub open_goals: u64,
     /// `derived_mismatch` findings reported.
     pub mismatches: u64,
     /// Derived values that could not be checked: the input they need is not in the ledger or
@@ -219,6 +223,10 @@ pub struct DeepCounts {
     /// Derived values not checked because an input (or the event itself) was erased
     /// (`pmm-append --erase`): its text is gone, so what it derived cannot be recomputed.
     pub skipped_erased: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A derived check skipped because an input was erased.
@@ -285,6 +293,8 @@ pub struct DeepChecker {
     adaptive: super::adaptive::AdaptiveCheck,
     /// The indexer's events, recomputed.
     index: super::indexed::IndexCheck,
+    /// The goals that stay open, recomputed.
+    goals: super::goals::GoalCheck,
 }
 
 impl Default for DeepChecker {
@@ -415,6 +425,7 @@ impl DeepChecker {
             skipped: Vec::new(),
             adaptive: Default::default(),
             index: Default::default(),
+            goals: Default::default(),
         }
     }
 
@@ -430,6 +441,7 @@ impl DeepChecker {
             }
             // It still counts in the adaptive windows by its id and kind, as it did for the
             // writer: only its text is gone.
+            self.goals.fold_erased(ev);
             self.adaptive.fold_erased(ev);
             let verdicts = self.index.erased(ev);
             self.index_verdicts(verdicts, out);
@@ -558,6 +570,7 @@ impl DeepChecker {
 
     /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.
     fn check_adaptive(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        self.check_goal(ev, out);
         use super::adaptive::Verdict;
         match self.adaptive.check(ev) {
             Verdict::NotChecked => {}
@@ -572,6 +585,21 @@ impl DeepChecker {
                 self.emit(out, ev.id, mismatch(what, expected, found));
             }
             Verdict::Erased(what, erased) => self.skip(ev.id, what, erased),
+        }
+    }
+
+    /// A goal that stays open ([`super::goals`]), against the mirror before `ev`.
+    fn check_goal(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+        use super::goals::Verdict;
+        match self.goals.check(ev, self.adaptive.mirror()) {
+            Verdict::NotChecked => {}
+            Verdict::Same => self.counts.open_goals += 1,
+            Verdict::Differs(expected, found) => {
+                self.counts.open_goals += 1;
+                let p = mismatch("commitment_open.goal", expected, found);
+                self.emit(out, ev.id, p);
+            }
+            Verdict::Erased(erased) => self.skip(ev.id, "commitment_open.goal", erased),
         }
     }
 

@@ -6,6 +6,7 @@
 pub mod adaptive;
 pub mod checkpoint;
 pub mod deep;
+pub mod goals;
 pub mod indexed;
 pub mod metrics;
 pub mod prompts;

@@ -1,6 +1,8 @@
 //! `pmm-verify --deep` on a ledger file: every turn of the current prompt format has its prompt
 //! rebuilt from the ledger ([`crate::context::prompt`]) and checked against the reply's
-//! `prompt_sha256`. One fold over the ledger gives the state as of each turn (from the newest
+//! `prompt_sha256`, and so has every thinking tick's reply (`kernel::think::rebuild`, as
+//! `pmm-replay --prompt` does, after the turns, each from a projection at its slot's
+//! stimulus). One fold over the ledger gives the state as of each turn (from the newest
 //! projection checkpoint before the first one), replies are read a page at a time (memory stays
 //! flat); the history and the recorded selection are index look-ups. Replies of another format, or of none, are counted, not checked.
 //!
@@ -10,6 +12,7 @@
 use crate::chain::Problem;
 use crate::context::prompt::{self, RebuildError, Turn};
 use crate::event::{Event, Kind};
+use crate::kernel::think;
 use crate::projection::state::Projections;
 use crate::store::{Cached, Filter, Reads};
 use serde::Serialize;
@@ -23,6 +26,9 @@ use std::sync::Arc;
 pub struct PromptCounts {
     /// Prompts rebuilt and compared.
     pub checked: u64,
+    /// Of those, thinking ticks' prompts (`kernel::think::rebuild`). Left out when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub thinking: u64,
     /// Replies of another (older) prompt format, or of none: not checked.
     pub other_format: u64,
     /// Prompts whose digest differs, or that could not be rebuilt.
@@ -208,8 +214,9 @@ fn check_paged<R: Reads>(
     let mut p: Option<Projections> = None;
     let mut recent = Recent::default();
     let mut next = 1;
+    let mut thinking = Vec::new();
     loop {
-        let (mut due, after) = page(r, next, page_size, &mut counts)?;
+        let (mut due, after) = page(r, next, page_size, &mut counts, &mut thinking)?;
         // In the order of their heads: a head is the user message or the event after it, so
         // the user messages' order is the heads' order.
         due.sort_by_key(|t| (t.user_id, t.reply));
@@ -244,9 +251,54 @@ fn check_paged<R: Reads>(
         }
         match after {
             Some(a) => next = a + 1,
-            None => return Ok(counts),
+            None => break,
         }
     }
+    check_thinking(r, &thinking, stop, &mut counts, stream, report)?;
+    Ok(counts)
+}
+
+/// Whether `e` may be a thinking tick's reply (its format says so; [`think::rebuild`] decides).
+fn is_thinking(e: &Event) -> bool {
+    think::THINK_FORMATS.iter().any(|f| e.meta.contains(f)) && e.meta.contains(think::SOURCE)
+}
+
+/// Rebuilds the prompt of each thinking reply in `ids` ([`think::rebuild`]) and compares its
+/// digest with the recorded `prompt_sha256`.
+fn check_thinking<R: Reads>(
+    r: &R,
+    ids: &[i64],
+    stop: &AtomicBool,
+    counts: &mut PromptCounts,
+    stream: &mut Stream,
+    report: Report<'_>,
+) -> crate::Result<()> {
+    for &id in ids {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Some(e) = r.get(id)? else { continue };
+        let Some((rebuilt, recorded)) = think::rebuild(r, &e)? else {
+            counts.other_format += 1;
+            continue;
+        };
+        counts.checked += 1;
+        counts.thinking += 1;
+        let sha = rebuilt.sha256();
+        if sha == recorded {
+            continue;
+        }
+        counts.mismatches += 1;
+        let problem = Problem::DerivedMismatch {
+            what: "prompt_sha256 (the thinking tick's prompt rebuilt from the ledger)".into(),
+            expected: Value::String(sha),
+            found: Value::String(recorded),
+        };
+        if !report(id, problem, stream) {
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// A turn's head ([`prompt::head_of`]) once the fold has reached its user message: from the
@@ -261,13 +313,14 @@ fn head_in<R: Reads>(r: &R, stream: &mut Stream, user_id: i64) -> crate::Result<
     }
 }
 
-/// Up to `page_size` current-format replies from id `since` on (others are counted), and the id
-/// of the last reply read when there may be more.
+/// Up to `page_size` current-format replies from id `since` on (thinking replies go to
+/// `thinking`, others are counted), and the id of the last reply read when there may be more.
 fn page<R: Reads>(
     r: &R,
     since: i64,
     page_size: usize,
     counts: &mut PromptCounts,
+    thinking: &mut Vec<i64>,
 ) -> crate::Result<(Vec<Turn>, Option<i64>)> {
     let filter = Filter {
         since: Some(since),
@@ -278,6 +331,7 @@ fn page<R: Reads>(
     r.scan(&filter, |e| {
         match prompt::turn_of_reply(&e) {
             Ok(t) => turns.push(t),
+            Err(_) if is_thinking(&e) => thinking.push(e.id),
             Err(_) => counts.other_format += 1,
         }
         read += 1;

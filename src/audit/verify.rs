@@ -12,13 +12,6 @@ use crate::projection::rsm::Rsm;
 use crate::Error;
 use serde_json::{Map, Value};
 
-/// What `--deep` does not check of a thinking tick's reply (`kernel::think`), and why (its
-/// `kinds_not_checked`): the reply answers no user message (no `reply_to`), so the prompt
-/// check counts it under `prompts.other_format`.
-const THINKING_REPLY: &str = "a thinking tick's reply (meta.source autonomy_kernel, \
-prompt_format think.1): its prompt is not rebuilt here (counted in prompts.other_format); \
-pmm-replay --prompt ID rebuilds it and checks its prompt_sha256";
-
 /// What a verification checks besides the chain.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -205,7 +198,6 @@ fn verify_with(
             };
             d["kinds_checked"] = list(KINDS_CHECKED);
             d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
-            d["kinds_not_checked"]["assistant_message"] = THINKING_REPLY.into();
             if let Some(p) = prompts.and_then(|p| serde_json::to_value(p).ok()) {
                 d["prompts"] = p;
             }

@@ -2,6 +2,13 @@
 //! and the reference's slash commands (FORMATS.md §13.2), all answered in-process. On a
 //! terminal the reply is streamed as it is generated, after a spinner; Ctrl-C during a model
 //! call cancels that call (recorded as a `generation_failure`) and returns to the prompt.
+//!
+//! With `--autonomy DURATION` a thread ticks the ledger in the background ([`Ticker`]): a
+//! tick at once, then one every DURATION, each a thinking tick with the session's adapter.
+//! One lock (the gate) is held by a turn from its first write to its last and by a tick from
+//! its first read to its last write, so a tick never comes between a turn's events; leaving
+//! the session (`/exit`, Ctrl-D, Ctrl-C at the prompt) stops the ticker, cancelling a call in
+//! flight, and waits for it.
 
 use super::admin;
 use crate::cli::Outcome;
@@ -13,8 +20,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rustyline::error::ReadlineError;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const HELP: &str = "\
 /replay [N]   the last N events (default 20), one line each
@@ -179,7 +187,16 @@ fn goals(ledger: &Ledger) -> anyhow::Result<String> {
     if lines.is_empty() {
         lines.push("no open commitments".into());
     }
-    // The kernel's internal goals are worked and closed within their tick.
+    for c in p.mirror.open_goals() {
+        lines.push(format!(
+            "internal goal open: {}  opened at {}  {}  ({})",
+            c.cid,
+            c.opened_at,
+            c.text,
+            c.cause.as_deref().unwrap_or_default()
+        ));
+    }
+    // The kernel's compressed goals are worked and closed within their tick.
     let (worked, newest) = p.mirror.internal_goals_worked();
     if let Some(newest) = newest {
         lines.push(format!(
@@ -593,6 +610,7 @@ pub fn run(
     mut cfg: Config,
     opts: &Options,
     stream: bool,
+    autonomy: Option<Autonomy>,
 ) -> anyhow::Result<Outcome> {
     // The session may switch models (/model, /adapter, /endpoint): it owns its adapter.
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg).map_err(crate::Error::from)?;
@@ -607,34 +625,159 @@ pub fn run(
         ledger.path().display(),
         describe(own.as_ref())
     ));
+    let gate = Arc::new(Mutex::new(()));
+    let ticker = match autonomy {
+        Some(a) => Some(Ticker::start(
+            ledger.path(),
+            &cfg,
+            opts,
+            a,
+            Arc::clone(&gate),
+        )?),
+        None => None,
+    };
+    let result = session(
+        ledger, &mut own, &mut cfg, opts, stream, &cancel, &mut input, &mut raw, &gate,
+    );
+    if let Some(t) = ticker {
+        t.stop();
+    }
+    input.save();
+    result
+}
+
+/// The session's loop: a line, then a slash command or a turn (with the gate held), until
+/// `/exit` or end of input.
+#[allow(clippy::too_many_arguments)]
+fn session(
+    ledger: &mut Ledger,
+    own: &mut Box<dyn Adapter>,
+    cfg: &mut Config,
+    opts: &Options,
+    stream: bool,
+    cancel: &Cancel,
+    input: &mut Input,
+    raw: &mut bool,
+    gate: &Mutex<()>,
+) -> anyhow::Result<Outcome> {
     while let Some(line) = input.next_line()? {
         if line.trim().is_empty() {
             continue;
         }
         input.remember(&line);
+        let _held = gate.lock().unwrap_or_else(|e| e.into_inner());
         if line.trim_start().starts_with('/') {
-            match command(
-                ledger,
-                &mut own,
-                &mut cfg,
-                &mut raw,
-                line.trim(),
-                &opts.clock,
-            ) {
+            match command(ledger, own, cfg, raw, line.trim(), &opts.clock) {
                 Ok(Some(t)) => say(&t),
                 Ok(None) => break,
                 Err(e) => note(format_args!("error: {e:#}")),
             }
             continue;
         }
-        let reply = Replies { stream, raw };
-        let (result, streamed) = reply.answer(ledger, own.as_mut(), &line, opts, &cancel);
+        let reply = Replies { stream, raw: *raw };
+        let (result, streamed) = reply.answer(ledger, own.as_mut(), &line, opts, cancel);
         if reply.report(result, streamed) {
             input.save();
         }
     }
-    input.save();
     Ok(Outcome::Success)
+}
+
+/// `--autonomy`: how often the background ticks come, and how long a tick waits for a
+/// ledger another process holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Autonomy {
+    /// A tick at once, then one every this long; also the slots' interval (whole seconds,
+    /// at least 1).
+    pub every: Duration,
+    /// The tick's connection's busy timeout, in milliseconds.
+    pub busy_ms: u64,
+}
+
+/// The background ticker of `--autonomy` (see the module docs).
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    cancel: Cancel,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Ticker {
+    /// Opens the ticker's own connection and adapter (so that a bad setup is refused before
+    /// the session starts), then starts its thread.
+    fn start(
+        path: &Path,
+        cfg: &Config,
+        opts: &Options,
+        a: Autonomy,
+        gate: Arc<Mutex<()>>,
+    ) -> anyhow::Result<Ticker> {
+        let mut ledger = Ledger::open_writer(path, a.busy_ms)?;
+        let mut adapter = llm::adapter(cfg).map_err(crate::Error::from)?;
+        let (stop, cancel) = (Arc::new(AtomicBool::new(false)), Cancel::new());
+        let tick_opts = Options {
+            cancel: Some(cancel.clone()),
+            stream: None,
+            embedder: None,
+            ..opts.clone()
+        };
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let interval = a.every.as_secs().max(1) as i64;
+            while !stopped.load(Ordering::SeqCst) {
+                let started = Instant::now();
+                {
+                    let _held = gate.lock().unwrap_or_else(|e| e.into_inner());
+                    if stopped.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let slot = crate::kernel::Slot::at(tick_opts.clock.now(), interval);
+                    let t =
+                        crate::kernel::think::run(&mut ledger, adapter.as_mut(), &slot, &tick_opts);
+                    note(format_args!("{}", tick_line(&slot, t)));
+                }
+                while !stopped.load(Ordering::SeqCst) && started.elapsed() < a.every {
+                    std::thread::sleep(
+                        a.every
+                            .saturating_sub(started.elapsed())
+                            .min(Duration::from_millis(50)),
+                    );
+                }
+            }
+        });
+        Ok(Ticker {
+            stop,
+            cancel,
+            thread,
+        })
+    }
+
+    /// Stops the ticker: a call in flight is cancelled (its tick records the failure), and
+    /// the thread is waited for.
+    fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.cancel.cancel(2);
+        let _ = self.thread.join();
+    }
+}
+
+/// What the session says of a background tick, on stderr.
+fn tick_line(
+    slot: &crate::kernel::Slot,
+    t: Result<crate::kernel::think::Thought, TurnError>,
+) -> String {
+    match t {
+        Ok(t) => {
+            let r = t.record();
+            let what = r["decision"].as_str().unwrap_or("nothing (already ticked)");
+            let asked = if r["think"]["asked"] == true {
+                ", the model asked"
+            } else {
+                ""
+            };
+            format!("  [autonomy: slot {} {what}{asked}]", slot.slot)
+        }
+        Err(e) => format!("  [autonomy: slot {} failed: {e}]", slot.slot),
+    }
 }
 
 /// How a turn's reply is shown.

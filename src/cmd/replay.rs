@@ -258,7 +258,9 @@ fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     let bad = |e: cp::RebuildError| Error::bad_input(Some("--prompt".into()), e.to_string());
     if let Some(reply) = ledger.get(id)? {
         if let Some((rebuilt, recorded)) = crate::kernel::think::rebuild(ledger, &reply)? {
-            return thought_prompt(id, &rebuilt, &recorded, out);
+            let meta = reply.meta_map().unwrap_or_default();
+            let format = meta.get("prompt_format").cloned().unwrap_or_default();
+            return thought_prompt(id, &rebuilt, &recorded, format, out);
         }
     }
     let turn = cp::turn_of(ledger, id)?.map_err(bad)?;
@@ -291,6 +293,7 @@ fn thought_prompt(
     id: i64,
     rebuilt: &crate::context::prompt::Prompt,
     recorded: &str,
+    format: serde_json::Value,
     out: &mut Out,
 ) -> anyhow::Result<Outcome> {
     let sha = rebuilt.sha256();
@@ -298,7 +301,7 @@ fn thought_prompt(
     let mut record = rebuilt.to_json();
     record["type"] = "prompt".into();
     record["reply"] = id.into();
-    record["prompt_format"] = crate::kernel::think::THINK_FORMAT.into();
+    record["prompt_format"] = format;
     record["prompt_sha256"] = sha.clone().into();
     record["recorded_sha256"] = recorded.into();
     record["matches"] = matches.into();

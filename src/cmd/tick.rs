@@ -158,7 +158,7 @@ pub const KEYS: [&str; 7] = [
 
 /// Why a `--set` or `--every` value is refused.
 #[derive(Debug, PartialEq, thiserror::Error)]
-enum BadValue {
+pub(crate) enum BadValue {
     /// `--set` without `=`.
     #[error("'{0}' is not KEY=VALUE")]
     NotKeyValue(String),
@@ -229,7 +229,7 @@ fn parse_unset(s: &str) -> Result<String, BadValue> {
 /// The longest `--every`: 366 days (a longer period is a typo, and `Duration` has an end).
 const MAX_EVERY_SECS: u64 = 366 * 86_400;
 
-fn parse_duration(s: &str) -> Result<Duration, BadValue> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     let d = match s.trim().parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > MAX_EVERY_SECS as f64 => {
             return Err(BadValue::TooLong(s.to_string()))
@@ -306,7 +306,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() || !args.unset.is_empty() {
         let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
-        let budget = think::budget(&ledger)?;
+        let budget = think::budget(&crate::store::project(&ledger, None, true)?.projections);
         for e in &events {
             out.event(e)?;
         }

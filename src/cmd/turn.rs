@@ -23,6 +23,8 @@ EXAMPLES:
     pmm-turn --adapter ollama 'Plan the week' | jq -c 'select(.kind==\"commitment_open\") | .meta.text'
   Talk interactively (slash commands: /help), the reply streamed as it is generated:
     pmm-turn --chat --adapter ollama
+  The same, the agent thinking on its own between turns (a tick at once, then every minute):
+    pmm-turn --chat --adapter ollama --autonomy 60s
   Stream one reply, then keep its JSON Lines in a file:
     pmm-turn --adapter ollama --stream always 'Tell me a story' > turn.jsonl
 
@@ -124,6 +126,11 @@ pub struct Args {
     /// is given and stdin is a terminal
     #[arg(long, conflicts_with_all = ["message", "plain"])]
     chat: bool,
+    /// With --chat: tick the ledger in the background, at once and then every DURATION (10s,
+    /// 1m; also the slots' interval), each a thinking tick with the session's adapter, never
+    /// in the middle of a turn (see pmm-tick --help)
+    #[arg(long, value_name = "DURATION", requires = "chat", value_parser = super::tick::parse_duration)]
+    autonomy: Option<std::time::Duration>,
     #[command(flatten)]
     llm: AdapterArgs,
 
@@ -278,7 +285,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         ..args.options()
     };
     if chat {
-        return super::chat::run(&mut ledger, cfg, &opts, args.streams());
+        let autonomy = args.autonomy.map(|every| super::chat::Autonomy {
+            every,
+            busy_ms: args.write.busy_timeout,
+        });
+        return super::chat::run(&mut ledger, cfg, &opts, args.streams(), autonomy);
     }
     let mut turns = Turns::new(&args, opts, &mut ledger, adapter.as_mut())?;
     // A closed stdout stops the printing, never the turns (see Out::for_writer).

@@ -165,17 +165,28 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
 }
 
 /// `Internal goals: N worked; newest mc_… <goal> (closed at event N)`, once the kernel has
-/// worked one (docs/autonomy.md, "Internal goals").
+/// worked one (docs/autonomy.md, "Internal goals"), then `; open: mc_… <goal> (<cause>)` for
+/// the goals that stay open until a thinking tick works them.
 fn internal_goals(p: &Projections) -> Option<String> {
     let (worked, newest) = p.mirror.internal_goals_worked();
-    let newest = newest?;
-    Some(format!(
-        "Internal goals: {} worked; newest {} {} (closed at event {})",
-        worked,
-        newest.cid,
-        newest.text,
-        newest.closed_at.unwrap_or_default()
-    ))
+    let open = p.mirror.open_goals();
+    let mut line = match newest {
+        Some(newest) => format!(
+            "Internal goals: {} worked; newest {} {} (closed at event {})",
+            worked,
+            newest.cid,
+            newest.text,
+            newest.closed_at.unwrap_or_default()
+        ),
+        None if open.is_empty() => return None,
+        None => "Internal goals: 0 worked".to_string(),
+    };
+    for (i, c) in open.iter().enumerate() {
+        line.push_str(if i == 0 { "; open: " } else { ", " });
+        let cause = c.cause.as_deref().unwrap_or_default();
+        let _ = write!(line, "{} {} ({cause})", c.cid, c.text);
+    }
+    Some(line)
 }
 
 /// The reference's Evidence section: `[id] kind: text`, text cut at 300 characters.

@@ -14,10 +14,23 @@
 //! Opened and closed inside one tick, a goal is never left open (so it is never auto-closed,
 //! never stalls a review, and there is never more than one per goal), and a tick that finds
 //! nothing new writes nothing: goals are as deterministic and replayable as the tick itself.
+//!
+//! **Goals that stay open** (docs/autonomy.md, "Goals that stay open"): a tick given a model
+//! may also open a goal with a `meta.cause` ([`to_open`], a pure function of the mirror and
+//! the newest `metrics_turn`), which stays open until a thinking tick works it
+//! ([`to_work`]) and closes it with its outcome ([`close_worked`]):
+//!
+//! - [`EXPLORE`] (`explore_new_idea`), cause `idle_since:<metrics_turn>`: a conversation
+//!   happened, nothing is open, and `commitment_staleness` events have passed since its newest
+//!   `metrics_turn`;
+//! - [`REVIEW`] (`review_stalled_commitment`), cause `stalled:<cid>`: a commitment (not the
+//!   kernel's) has been open `commitment_staleness` events, the stalest first.
+//!
+//! At most one is open at a time, and a cause is never opened twice.
 
 use crate::canon;
 use crate::event::Kind;
-use crate::projection::mirror::Commitment;
+use crate::projection::mirror::{Commitment, Mirror};
 use crate::projection::rsm;
 use crate::store::Reads;
 use crate::turn::{meta, Sink};
@@ -147,8 +160,132 @@ fn rsm_drift(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     run_goal(s, DRIFT, "rsm_drift", &work, "drift_recorded", &[])
 }
 
-/// The internal goals a tick runs, after its action.
-pub(crate) fn append_goals(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+/// The goal that stays open when the agent is idle with nothing open.
+pub const EXPLORE: &str = "explore_new_idea";
+/// The goal that stays open when a commitment stalls.
+pub const REVIEW: &str = "review_stalled_commitment";
+/// The most characters of a thinking reply a worked goal's `outcome` keeps.
+pub const OUTCOME_CHARS: usize = 200;
+
+/// A goal the kernel opens and leaves open for a thinking tick to work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewGoal {
+    /// [`EXPLORE`] or [`REVIEW`].
+    pub goal: &'static str,
+    /// `idle_since:<metrics_turn>` or `stalled:<cid>`: never opened twice.
+    pub cause: String,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The goal to open on a ledger whose mirror is `m` and whose newest `metrics_turn` is
+/// `last_turn`, if any (see the module docs): none while one is open; a stalled commitment
+/// first, stalest first (ties by cid); else an idle agent with nothing open. A pure function
+/// of the ledger, which `pmm-verify --deep` recomputes before every goal opened.
+pub fn to_open(m: &Mirror, last_turn: Option<i64>) -> Option<NewGoal> {
+    let after = m.thresholds.commitment_staleness;
+    if after <= 0 || !m.open_goals().is_empty() {
+        return None;
+    }
+    let head = m.last_event_id;
+    let mut stalled: Vec<&Commitment> = m
+        .open
+        .values()
+        .filter(|c| c.origin != "autonomy_kernel" && head - c.opened_at >= after)
+        .collect();
+    stalled.sort_by(|a, b| a.opened_at.cmp(&b.opened_at).then(a.cid.cmp(&b.cid)));
+    let review = stalled.into_iter().find_map(|c| {
+        let cause = format!("stalled:{}", c.cid);
+        (!m.goal_cause_used(&cause)).then(|| NewGoal {
+            goal: REVIEW,
+            reason: format!(
+                "commitment {} ({}) open for {} events",
+                c.cid,
+                c.text,
+                head - c.opened_at
+            ),
+            cause,
+        })
+    });
+    if review.is_some() {
+        return review;
+    }
+    let turn = last_turn.filter(|t| m.open.is_empty() && head - t >= after)?;
+    let cause = format!("idle_since:{turn}");
+    (!m.goal_cause_used(&cause)).then(|| NewGoal {
+        goal: EXPLORE,
+        reason: format!("idle for {} events with nothing open", head - turn),
+        cause,
+    })
+}
+
+/// The goal a thinking tick works: the oldest open one.
+pub fn to_work(m: &Mirror) -> Option<&Commitment> {
+    m.open_goals().into_iter().next()
+}
+
+/// The `commitment_open` of `g`, with cid `mc_` + its id (six digits).
+fn open_goal(s: &mut Sink<'_, '_>, g: &NewGoal) -> crate::Result<()> {
+    let cid = format!("mc_{:06}", s.head_id() + 1);
+    let m = meta(&[
+        ("cause", g.cause.clone().into()),
+        ("cid", cid.into()),
+        ("goal", g.goal.into()),
+        ("origin", "autonomy_kernel".into()),
+        ("reason", g.reason.clone().into()),
+        ("source", "autonomy_kernel".into()),
+    ]);
+    s.put(
+        Kind::CommitmentOpen,
+        format!("Internal commitment opened: {}", g.goal),
+        m,
+    )?;
+    Ok(())
+}
+
+/// Closes the goal `cid` a thinking tick worked, when its reply (event `reply`, text `text`)
+/// did not close it itself: `outcome` is the reply's first line, cut at [`OUTCOME_CHARS`].
+pub(crate) fn close_worked(
+    s: &mut Sink<'_, '_>,
+    cid: &str,
+    reply: i64,
+    text: &str,
+) -> crate::Result<()> {
+    let Some(goal) = s.p.mirror.open.get(cid).map(|c| c.text.clone()) else {
+        return Ok(());
+    };
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty());
+    let outcome: String = line
+        .unwrap_or("(no reply)")
+        .chars()
+        .take(OUTCOME_CHARS)
+        .collect();
+    let m = meta(&[
+        ("cid", cid.into()),
+        ("goal", goal.into()),
+        ("origin", "autonomy_kernel".into()),
+        ("outcome", outcome.into()),
+        ("reply", reply.into()),
+        ("source", "autonomy_kernel".into()),
+    ]);
+    s.put(
+        Kind::CommitmentClose,
+        format!("Internal commitment closed: {cid}"),
+        m,
+    )?;
+    Ok(())
+}
+
+/// The internal goals a tick runs, after its action; with `open_goals` (a tick given a model),
+/// then a goal that stays open when one is due.
+pub(crate) fn append_goals(s: &mut Sink<'_, '_>, open_goals: bool) -> crate::Result<()> {
     knowledge_gaps(s)?;
-    rsm_drift(s)
+    rsm_drift(s)?;
+    if !open_goals {
+        return Ok(());
+    }
+    match to_open(&s.p.mirror, s.p.autonomy.last_metrics_turn) {
+        Some(g) => open_goal(s, &g),
+        None => Ok(()),
+    }
 }

@@ -101,6 +101,9 @@ pub struct OpenCommitment {
     pub origin: String,
     /// Bound to an executor (`config` exec_bind): never auto-closed.
     pub exec_bound: bool,
+    /// A kernel goal that stays open until a thinking tick works it ([`goals::to_open`]):
+    /// never auto-closed, and not counted by auto-close.
+    pub stays_open: bool,
 }
 
 /// What the kernel decides from: facts of the ledger up to `head`, taken from the
@@ -142,6 +145,7 @@ impl View {
                     opened_at: c.opened_at,
                     origin: c.origin.clone(),
                     exec_bound: a.exec_bound.contains(&c.cid),
+                    stays_open: c.cause.is_some(),
                 })
                 .collect(),
             unindexed: a.unindexed.iter().copied().collect(),
@@ -189,17 +193,18 @@ impl Decision {
     }
 }
 
-/// The auto-closes a view calls for: only when more than one commitment is open, those
+/// The auto-closes a view calls for (goals that stay open aside): only when more than one
+/// commitment is open, those
 /// (not exec-bound) with more than `commitment_auto_close` events after their opening,
 /// stalest first, never the newest open commitment.
 fn auto_closes(view: &View, th: &Thresholds) -> Vec<AutoClose> {
-    if view.open.len() <= 1 || th.commitment_auto_close <= 0 {
+    let open: Vec<&OpenCommitment> = view.open.iter().filter(|c| !c.stays_open).collect();
+    if open.len() <= 1 || th.commitment_auto_close <= 0 {
         return Vec::new();
     }
-    let newest = view.open.iter().map(|c| c.opened_at).max();
-    let mut out: Vec<AutoClose> = view
-        .open
-        .iter()
+    let newest = open.iter().map(|c| c.opened_at).max();
+    let mut out: Vec<AutoClose> = open
+        .into_iter()
         .filter(|c| Some(c.opened_at) != newest && !c.exec_bound)
         .map(|c| AutoClose {
             cid: c.cid.clone(),

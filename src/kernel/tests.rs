@@ -10,6 +10,7 @@ fn open(cid: &str, at: i64) -> OpenCommitment {
         opened_at: at,
         origin: "assistant".into(),
         exec_bound: false,
+        stays_open: false,
     }
 }
 

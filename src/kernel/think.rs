@@ -23,8 +23,8 @@
 //! alone: that slot is never ticked again (as a slot nobody ticked), and the next one decides
 //! afresh. Nothing else of the tick is ever half-written.
 
-use super::tick::{self, Ticked};
-use super::{decide, Action, Slot, View};
+use super::tick::{self, Mode, Ticked};
+use super::{decide, goals, Action, Slot, View};
 use crate::context::embed::py_split;
 use crate::context::select::{self, RetrievalConfig};
 use crate::event::{Clock, Event, Kind};
@@ -38,8 +38,13 @@ use serde_json::{json, Value};
 /// `meta.source` of everything a thinking tick writes on the model's behalf.
 pub const SOURCE: &str = "autonomy_kernel";
 
-/// `meta.prompt_format` of a thinking tick's reply (a turn's is [`turn::PROMPT_FORMAT`]).
-pub const THINK_FORMAT: &str = "think.1";
+/// `meta.prompt_format` of a thinking tick's reply (a turn's is [`turn::PROMPT_FORMAT`]):
+/// `think.2` records what recall selected (`meta.selected`, `meta.via`), which [`rebuild`]
+/// renders again; `think.1` did not, and is rebuilt by running recall again.
+pub const THINK_FORMAT: &str = "think.2";
+
+/// The thinking prompt formats [`rebuild`] takes.
+pub const THINK_FORMATS: [&str; 2] = ["think.1", THINK_FORMAT];
 
 /// The budget keys `pmm-tick --set` takes beside the thresholds.
 pub const BUDGET_KEYS: [&str; 2] = ["think_calls_per_day", "think_tokens_per_day"];
@@ -79,74 +84,34 @@ pub struct Spent {
     pub replies: u64,
 }
 
-fn is_thinking(e: &Event) -> bool {
-    let m = e.meta_map().unwrap_or_default();
-    m.get("source").and_then(Value::as_str) == Some(SOURCE) && m.contains_key("slot_id")
-}
-
-/// The budget in force on `r`.
-pub fn budget<R: Reads>(r: &R) -> crate::Result<Budget> {
-    let mut b = Budget {
-        calls_per_day: DEFAULT_CALLS_PER_DAY,
-        tokens_per_day: DEFAULT_TOKENS_PER_DAY,
-    };
-    r.scan(
-        &Filter {
-            kinds: vec![Kind::Config.to_string()],
-            ..Filter::default()
-        },
-        |e| {
-            if let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&e.content) {
-                if c.get("type").and_then(Value::as_str) == Some("autonomy_thresholds") {
-                    let get = |k: &str| c.get(k).and_then(Value::as_i64).filter(|n| *n >= 1);
-                    if let Some(n) = get(BUDGET_KEYS[0]) {
-                        b.calls_per_day = n;
-                    }
-                    if let Some(n) = get(BUDGET_KEYS[1]) {
-                        b.tokens_per_day = n;
-                    }
-                }
-            }
-            Ok(true)
-        },
-    )?;
-    Ok(b)
-}
-
-/// Thinking replies before event `before` (the scripted adapter's line is this + 1).
-fn replies_before<R: Reads>(r: &R, before: i64) -> crate::Result<u64> {
-    let mut n = 0;
-    r.scan(
-        &Filter {
-            until: Some(before - 1),
-            kinds: vec![Kind::AssistantMessage.to_string()],
-            ..Filter::default()
-        },
-        |e| {
-            n += u64::from(is_thinking(&e));
-            Ok(true)
-        },
-    )?;
-    Ok(n)
+/// The budget in force on the ledger whose projections are `p`: the newest
+/// `autonomy_thresholds` config that names each key (the autonomy fold keeps them).
+pub fn budget(p: &Projections) -> Budget {
+    let log = &p.autonomy.think;
+    Budget {
+        calls_per_day: log.calls_per_day.unwrap_or(DEFAULT_CALLS_PER_DAY),
+        tokens_per_day: log.tokens_per_day.unwrap_or(DEFAULT_TOKENS_PER_DAY),
+    }
 }
 
 /// A thinking tick's prompt rebuilt from the ledger alone, for the reply `reply` (`None`
 /// when it is not a thinking tick's reply): the decision taken again from the events before
-/// its slot's stimulus, the prompt from those up to the stimulus. With its recorded
-/// `prompt_sha256`.
+/// its slot's stimulus, the prompt from those up to the stimulus and the selection the reply
+/// records. With its recorded `prompt_sha256` and `prompt_format`.
 pub fn rebuild<R: Reads>(
     r: &R,
     reply: &Event,
 ) -> crate::Result<Option<(crate::context::prompt::Prompt, String)>> {
     let m = reply.meta_map().unwrap_or_default();
     let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
-    let (Some(THINK_FORMAT), Some(slot_id), Some(recorded)) = (
-        s("prompt_format").as_deref(),
-        s("slot_id"),
-        s("prompt_sha256"),
-    ) else {
+    let (Some(format), Some(slot_id), Some(recorded)) =
+        (s("prompt_format"), s("slot_id"), s("prompt_sha256"))
+    else {
         return Ok(None);
     };
+    if !THINK_FORMATS.contains(&format.as_str()) {
+        return Ok(None);
+    }
     if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE) {
         return Ok(None);
     }
@@ -175,8 +140,15 @@ pub fn rebuild<R: Reads>(
     let mut p = store::project(r, Some(stimulus.id - 1), true)?.projections;
     let decision = decide(&View::of(&p), &p.mirror.thresholds);
     p.apply(&stimulus);
-    let replies = replies_before(r, stimulus.id)?;
-    let asked = prompt(r, &p, &slot, &decision, &Options::default(), replies)?;
+    // think.1 recorded no selection: recall runs again.
+    let sel = match format.as_str() {
+        "think.1" => None,
+        _ => match recorded_selection(r, &m)? {
+            Some(sel) => Some(sel),
+            None => return Ok(None),
+        },
+    };
+    let asked = prompt(r, &p, &slot, &decision, &Options::default(), sel)?;
     let q = asked.request;
     Ok(Some((
         crate::context::prompt::Prompt {
@@ -188,35 +160,18 @@ pub fn rebuild<R: Reads>(
     )))
 }
 
-/// What thinking spent on the UTC day of `clock` (`YYYY-MM-DD`, from the events' `ts`).
-pub fn spent<R: Reads>(r: &R, clock: &Clock) -> crate::Result<Spent> {
+/// What thinking spent on the UTC day of `clock` (`YYYY-MM-DD`, from the events' `ts`), by
+/// the ledger whose projections are `p`: calls claimed (in flight or answered), tokens
+/// replied.
+pub fn spent(p: &Projections, clock: &Clock) -> Spent {
     let day = clock.now().format("%Y-%m-%d").to_string();
-    let mut s = Spent::default();
-    r.scan(
-        &Filter {
-            kinds: vec![
-                Kind::AssistantMessage.to_string(),
-                Kind::GenerationFailure.to_string(),
-            ],
-            ..Filter::default()
-        },
-        |e| {
-            if !is_thinking(&e) {
-                return Ok(true);
-            }
-            if e.kind == Kind::AssistantMessage {
-                s.replies += 1;
-            }
-            if e.ts.starts_with(&day) {
-                s.calls += 1;
-                let m = e.meta_map().unwrap_or_default();
-                let n = |k: &str| m.get(k).and_then(Value::as_i64).unwrap_or(0);
-                s.tokens += n("in_tokens") + n("out_tokens");
-            }
-            Ok(true)
-        },
-    )?;
-    Ok(s)
+    let log = &p.autonomy.think;
+    let d = log.days.get(&day).copied().unwrap_or_default();
+    Spent {
+        calls: d.calls(),
+        tokens: d.tokens,
+        replies: log.replies,
+    }
 }
 
 /// Why the budget stops thinking today, if it does.
@@ -272,6 +227,23 @@ pub fn run(
     }
 }
 
+/// Whether a tick with `decision` on projections `p` asks the model: a reflect (a
+/// commitment review among them), or a goal that stays open to work ([`goals::to_work`]).
+pub fn acts(decision: &super::Decision, p: &Projections) -> bool {
+    decision.decision == Action::Reflect || goals::to_work(&p.mirror).is_some()
+}
+
+/// A tick given a model that does not ask it: today's tick, with `note` as its `meta.think`,
+/// in which the kernel may open a goal that stays open.
+fn unasked(
+    ledger: &mut Ledger,
+    slot: &Slot,
+    clock: &Clock,
+    note: Option<&str>,
+) -> crate::Result<Ticked> {
+    tick::run_noted(ledger, slot, clock, note, true)
+}
+
 fn plain(ticked: Ticked, why: &str) -> Thought {
     Thought {
         ticked,
@@ -297,13 +269,12 @@ fn run_inner(
         return Ok(plain(t, "the slot already has a stimulus"));
     }
     let decision = decide(&View::of(&p), &p.mirror.thresholds);
-    if decision.decision != Action::Reflect {
-        let t = tick::run(ledger, slot, clock)?;
+    if !acts(&decision, &p) {
+        let t = unasked(ledger, slot, clock, None)?;
         return Ok(plain(t, "the decision does not act"));
     }
-    let spent = spent(&*ledger, clock)?;
-    if let Some(why) = over_budget(&budget(&*ledger)?, &spent) {
-        let t = tick::run_noted(ledger, slot, clock, Some(&why))?;
+    if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
+        let t = unasked(ledger, slot, clock, Some(&why))?;
         return Ok(plain(t, &why));
     }
     // A model that cannot be asked at all (refused connection, unknown model): exit 3 before
@@ -320,18 +291,19 @@ fn run_inner(
             return Ok(plain(t, "the slot already has a stimulus"));
         }
         Claimed::NotActing => {
-            let t = tick::run(ledger, slot, clock)?;
+            let t = unasked(ledger, slot, clock, None)?;
             return Ok(plain(t, "the decision does not act"));
+        }
+        Claimed::OverBudget(why) => {
+            let t = unasked(ledger, slot, clock, Some(&why))?;
+            return Ok(plain(t, &why));
         }
         Claimed::Mine(p, events, decision) => (*p, events, decision),
     };
     let stimulus = claim.last().map_or(0, |e| e.id);
 
     // 3. The prompt and the call, outside any transaction.
-    let request = ledger.in_snapshot(|l| {
-        let replies = replies_before(l, stimulus)?;
-        prompt(l, &p, slot, &decision, opts, replies)
-    })?;
+    let request = ledger.in_snapshot(|l| prompt(l, &p, slot, &decision, opts, None))?;
     let reply = match adapter.generate_with(&request.request, None, opts.cancel.as_ref()) {
         Ok(r) => r,
         Err(error) => {
@@ -360,6 +332,7 @@ fn run_inner(
     }
     let th = p.mirror.thresholds.clone();
     let decision = decide(&View::of(&p), &th);
+    let goal = goals::to_work(&p.mirror).map(|c| c.cid.clone());
     let provider = adapter.provider().to_string();
     let mut done = Done::default();
     let mut s = Sink {
@@ -369,9 +342,16 @@ fn run_inner(
         clock,
     };
     let note = json!(format!("asked {provider} ({})", reply.model));
-    tick::append_tick(&mut s, slot, &th, &decision, Some(&note), &mut |s| {
+    let mode = Mode {
+        note: Some(&note),
+        open_goals: true,
+    };
+    tick::append_tick(&mut s, slot, &th, &decision, mode, &mut |s| {
         done = append_reply(s, slot, &provider, &request, &reply, opts)?;
-        Ok(())
+        match &goal {
+            Some(cid) => goals::close_worked(s, cid, done.reply, &reply.text),
+            None => Ok(()),
+        }
     })?;
     tick::test_pause();
     batch.commit()?;
@@ -385,6 +365,7 @@ fn run_inner(
         "opened": done.opened,
         "closed": done.closed,
         "claims": done.claims,
+        "goal": goal,
         "prompt_sha256": request.sha256,
     });
     Ok(Thought {
@@ -405,14 +386,19 @@ enum Claimed {
     /// The decision taken against the true head does not act (a turn came in): nothing was
     /// written.
     NotActing,
+    /// The day's budget, counted against the true head (calls claimed by other slots' ticks
+    /// in flight included), is spent: why; nothing was written.
+    OverBudget(String),
     /// This one did: the projections after it, what it wrote, and the decision the prompt is
     /// about (taken against the head just before the stimulus, so that [`rebuild`] takes it
     /// again from the ledger).
     Mine(Box<Projections>, Vec<Event>, super::Decision),
 }
 
-/// Step 2: the default configs of a new ledger and the slot's stimulus, in one transaction,
-/// unless the slot has its stimulus already.
+/// Step 2: the default configs of a new ledger and the slot's stimulus, marked as a thinking
+/// claim (`meta.claim` `"think"`: the call is counted against the day's budget from now on),
+/// in one transaction, unless the slot has its stimulus already, the decision no longer acts,
+/// or the budget, checked again against the true head, is spent.
 fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claimed> {
     let mut p = store::project(&*ledger, None, true)?.projections;
     let mut events = Vec::new();
@@ -423,10 +409,13 @@ fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claim
     }
     ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
     let decision = decide(&View::of(&p), &p.mirror.thresholds);
-    if decision.decision != Action::Reflect {
+    if !acts(&decision, &p) {
         return Ok(Claimed::NotActing);
     }
-    tick::append_stimulus(
+    if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
+        return Ok(Claimed::OverBudget(why));
+    }
+    tick::append_stimulus_with(
         &mut Sink {
             batch: &mut batch,
             p: &mut p,
@@ -434,15 +423,52 @@ fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claim
             clock,
         },
         slot,
+        &[("claim", "think".into())],
     )?;
     batch.commit()?;
     Ok(Claimed::Mine(Box::new(p), events, decision))
 }
 
-/// What the model is asked, and the prompt's digest.
+/// What the model is asked, the prompt's digest, and what recall selected for it (recorded
+/// with the reply as `meta.selected` and `meta.via`, so that [`rebuild`] renders the same
+/// evidence: recall reads derived indexes that other processes fill in meanwhile).
 struct Asked {
     request: Request,
     sha256: String,
+    selected: Vec<i64>,
+    via: Vec<Vec<String>>,
+}
+
+/// The selection a thinking reply recorded (`meta.selected`, `meta.via`), its events read
+/// from `r`; `None` when it records none or names an event `r` lacks.
+fn recorded_selection<R: Reads>(
+    r: &R,
+    m: &serde_json::Map<String, Value>,
+) -> crate::Result<Option<select::Selection>> {
+    let Some(selected) = m
+        .get("selected")
+        .and_then(|v| serde_json::from_value::<Vec<i64>>(v.clone()).ok())
+    else {
+        return Ok(None);
+    };
+    let via = m
+        .get("via")
+        .and_then(|v| serde_json::from_value::<Vec<Vec<String>>>(v.clone()).ok())
+        .unwrap_or_default();
+    let mut events = Vec::with_capacity(selected.len());
+    for &id in &selected {
+        match r.get_shared(id)? {
+            Some(e) => events.push(e),
+            None => return Ok(None),
+        }
+    }
+    events.sort_by_key(|e| e.id);
+    Ok(Some(select::Selection {
+        scores: vec![0.0; selected.len()],
+        selected,
+        events,
+        via,
+    }))
 }
 
 /// Step 3's prompt: the turn's system prompt (identity, self-model, open commitments,
@@ -455,8 +481,9 @@ fn prompt<R: Reads>(
     slot: &Slot,
     decision: &super::Decision,
     opts: &Options,
-    replies: u64,
+    recorded: Option<select::Selection>,
 ) -> crate::Result<Asked> {
+    let replies = p.autonomy.think.replies;
     let head = p.mirror.last_event_id;
     let open = p.mirror.open_in_order();
     let mut msg = format!(
@@ -496,6 +523,9 @@ fn prompt<R: Reads>(
             msg.push_str(&format!("- event {}: {}\n", e.id, text));
         }
     }
+    if let Some(g) = goals::to_work(&p.mirror) {
+        msg.push_str(&goal_task(g));
+    }
     msg.push_str(
         "Reply in a few lines. One marker per line: COMMIT: <text> to take on something \
          new, CLOSE: <cid> for a commitment that is done, CLAIM:<type>=<json> for a fact, \
@@ -517,10 +547,15 @@ fn prompt<R: Reads>(
     )?;
     let exclude = history.iter().map(|e| e.id).collect();
     let budget = opts.budget.unwrap_or_else(|| cfg.budget.min(RECALL_BUDGET));
-    let sel = select::select_hybrid(r, p, &query, next, budget, exclude, &mut || None)?;
+    let sel = match recorded {
+        Some(sel) => sel,
+        None => select::select_hybrid(r, p, &query, next, budget, exclude, &mut || None)?,
+    };
     let sent = crate::context::prompt::render(p, &sel, &msg, &history);
     let sha256 = sent.sha256();
     Ok(Asked {
+        selected: sel.selected,
+        via: sel.via,
         request: Request {
             system: sent.system,
             user: sent.user,
@@ -535,9 +570,25 @@ fn prompt<R: Reads>(
     })
 }
 
+/// The message's lines about the goal the tick works.
+fn goal_task(g: &crate::projection::mirror::Commitment) -> String {
+    let task = match g.text.as_str() {
+        goals::EXPLORE => "explore a new idea of your own; take it on with COMMIT: if it is worth it",
+        goals::REVIEW => "decide about the stalled commitment: CLOSE: it if it is done or no longer wanted, or say its next step",
+        _ => "work it",
+    };
+    format!(
+        "Your goal for this tick: {} {} ({}): {task}. Your reply's first line is recorded as its outcome.\n",
+        g.cid,
+        g.text,
+        g.cause.as_deref().unwrap_or_default(),
+    )
+}
+
 /// What the reply's markers did.
 #[derive(Debug, Default)]
 struct Done {
+    reply: i64,
     opened: Vec<String>,
     closed: Vec<String>,
     claims: Vec<Value>,
@@ -571,6 +622,8 @@ fn append_reply(
             ("seed", opts.seed.map_or(Value::Null, Value::from)),
             ("prompt_sha256", asked.sha256.clone().into()),
             ("prompt_format", THINK_FORMAT.into()),
+            ("selected", json!(asked.selected)),
+            ("via", json!(asked.via)),
             ("in_tokens", in_tokens.into()),
             ("out_tokens", out_tokens.into()),
             ("lat_ms", reply.latency_ms.into()),
@@ -592,6 +645,7 @@ fn append_reply(
     let closed = turn::append_closes(s, &markers, SOURCE)?;
     turn::append_delta_reflection(s, &markers, &failed, &opened, &closed, assistant.id)?;
     Ok(Done {
+        reply: assistant.id,
         opened,
         closed,
         claims,

@@ -146,18 +146,20 @@ fn delta_hash<R: Reads>(r: &R, ids: &[i64]) -> crate::Result<String> {
 /// Runs the tick for `slot`. A write the policy forbids rolls the tick back and is recorded
 /// as a `violation` ([`crate::Error::PolicyViolation`], exit 1).
 pub fn run(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
-    run_noted(ledger, slot, clock, None)
+    run_noted(ledger, slot, clock, None, false)
 }
 
 /// [`run`], with `note` recorded as the `autonomy_tick`'s `meta.think` (why a tick that
-/// could have asked the model did not: [`super::think`]).
+/// could have asked the model did not: [`super::think`]); with `open_goals` (a tick given a
+/// model), the kernel may open a goal that stays open ([`super::goals::to_open`]).
 pub fn run_noted(
     ledger: &mut Ledger,
     slot: &Slot,
     clock: &Clock,
     note: Option<&str>,
+    open_goals: bool,
 ) -> crate::Result<Ticked> {
-    run_inner(ledger, slot, clock, note).map_err(|e| record_refusal(ledger, e, clock))
+    run_inner(ledger, slot, clock, note, open_goals).map_err(|e| record_refusal(ledger, e, clock))
 }
 
 /// The tick, step by step: look for the slot's stimulus, decide, then write the slot's
@@ -167,6 +169,7 @@ fn run_inner(
     slot: &Slot,
     clock: &Clock,
     note: Option<&str>,
+    open_goals: bool,
 ) -> crate::Result<Ticked> {
     let rows_at_start = store::rows_read();
     let projected = store::project(&*ledger, None, true)?;
@@ -191,7 +194,11 @@ fn run_inner(
     };
     append_stimulus(&mut s, slot)?;
     let note = note.map(|n| Value::String(n.to_string()));
-    append_tick(&mut s, slot, &th, &decision, note.as_ref(), &mut |_| Ok(()))?;
+    let mode = Mode {
+        note: note.as_ref(),
+        open_goals,
+    };
+    append_tick(&mut s, slot, &th, &decision, mode, &mut |_| Ok(()))?;
     test_pause();
     batch.commit()?;
     if projected.folded >= store::CHECKPOINT_EVERY / 4 {
@@ -215,43 +222,59 @@ pub(super) fn test_pause() {
     }
 }
 
+/// How a tick is written besides its decision: with a model or without.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mode<'a> {
+    /// The `autonomy_tick`'s `meta.think`.
+    pub note: Option<&'a Value>,
+    /// Whether the kernel may open a goal that stays open (a tick given a model).
+    pub open_goals: bool,
+}
+
 /// Everything a tick writes after its stimulus, in order: the rule table when the thresholds
-/// changed, the decision (with `note` as `meta.think`), the auto-closes, what `before_action`
-/// writes (a thinking tick's reply and what its markers do), the action, the adaptive loop,
-/// CTL maintenance, internal goals and the bookkeeping.
+/// changed, the decision (with the mode's note as `meta.think`), the auto-closes, what
+/// `before_action` writes (a thinking tick's reply and what its markers do), the action, the
+/// adaptive loop, CTL maintenance, internal goals and the bookkeeping.
 pub(super) fn append_tick(
     s: &mut Sink<'_, '_>,
     slot: &Slot,
     th: &Thresholds,
     decision: &Decision,
-    note: Option<&Value>,
+    mode: Mode<'_>,
     before_action: &mut dyn FnMut(&mut Sink<'_, '_>) -> crate::Result<()>,
 ) -> crate::Result<()> {
-    append_decision(s, slot, th, decision, note)?;
+    append_decision(s, slot, th, decision, mode.note)?;
     let acted = s.events.len();
     append_auto_closes(s, th, decision)?;
     before_action(s)?;
     append_action(s, slot, th, decision)?;
     append_adaptive(s, slot, decision, acted)?;
     super::index::maintain(s, acted)?;
-    super::goals::append_goals(s)?;
+    super::goals::append_goals(s, mode.open_goals)?;
     append_bookkeeping(s)
 }
 
 /// The slot's `autonomy_stimulus`.
 pub(super) fn append_stimulus(s: &mut Sink<'_, '_>, slot: &Slot) -> crate::Result<Event> {
+    append_stimulus_with(s, slot, &[])
+}
+
+/// The slot's `autonomy_stimulus`, with `extra` in its meta (a thinking tick's claim).
+pub(super) fn append_stimulus_with(
+    s: &mut Sink<'_, '_>,
+    slot: &Slot,
+    extra: &[(&str, Value)],
+) -> crate::Result<Event> {
     let stimulus = format!(
         "{{\"slot\": {}, \"slot_id\": \"{}\"}}",
         slot.slot, slot.slot_id
     );
-    let m = slot_meta(
-        slot,
-        &[
-            ("slot_id", slot.slot_id.clone().into()),
-            ("source", "autonomy_supervisor".into()),
-        ],
-    );
-    s.put(Kind::AutonomyStimulus, stimulus, m)
+    let mut pairs = vec![
+        ("slot_id", slot.slot_id.clone().into()),
+        ("source", "autonomy_supervisor".into()),
+    ];
+    pairs.extend(extra.iter().cloned());
+    s.put(Kind::AutonomyStimulus, stimulus, slot_meta(slot, &pairs))
 }
 
 /// The rule table when the thresholds changed, and the decision.

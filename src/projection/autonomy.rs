@@ -11,7 +11,7 @@ use crate::chain::root::StoredRoot;
 use crate::event::{Event, Kind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Kinds that are the autonomy loop's own bookkeeping. They do not count as something that
 /// changed (a tick does not give the kernel anything new to reflect on), and they are left
@@ -98,6 +98,102 @@ pub struct AutonomyLog {
     /// [`FACTS_MAX`]).
     #[serde(default)]
     pub facts: std::collections::VecDeque<Fact>,
+    /// What thinking ticks spent (`kernel::think`'s budget reads it).
+    #[serde(default)]
+    pub think: ThinkLog,
+}
+
+/// What thinking ticks spent: their replies in all, and per UTC day their model calls and
+/// tokens. A thinking tick's call is claimed by its stimulus (`meta.claim` `"think"`) before it
+/// is made, so calls in flight count from their claim on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkLog {
+    /// Thinking replies (assistant messages with `meta.source` `autonomy_kernel` and a slot).
+    pub replies: u64,
+    /// Per UTC day (the `YYYY-MM-DD` of the events' `ts`).
+    pub days: BTreeMap<String, ThinkDay>,
+    /// `think_calls_per_day` of the newest `autonomy_thresholds` config that sets it (a
+    /// positive integer).
+    #[serde(default)]
+    pub calls_per_day: Option<i64>,
+    /// `think_tokens_per_day`, likewise.
+    #[serde(default)]
+    pub tokens_per_day: Option<i64>,
+}
+
+/// One UTC day of thinking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThinkDay {
+    /// Thinking claims (stimuli with `meta.claim` `"think"`).
+    pub claims: i64,
+    /// Thinking replies and failed calls.
+    pub answered: i64,
+    /// Tokens of the replies (`in_tokens` + `out_tokens`).
+    pub tokens: i64,
+}
+
+impl ThinkDay {
+    /// Model calls: every call is claimed first; a ledger written before claims were marked
+    /// counts its answers.
+    pub fn calls(&self) -> i64 {
+        self.claims.max(self.answered)
+    }
+}
+
+impl ThinkLog {
+    /// The budget keys of an `autonomy_thresholds` config.
+    fn apply_config(&mut self, ev: &Event) {
+        if !ev.content.contains("think_") {
+            return;
+        }
+        let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {
+            return;
+        };
+        if c.get("type").and_then(Value::as_str) != Some("autonomy_thresholds") {
+            return;
+        }
+        let get = |k: &str| c.get(k).and_then(Value::as_i64).filter(|n| *n >= 1);
+        if let Some(n) = get("think_calls_per_day") {
+            self.calls_per_day = Some(n);
+        }
+        if let Some(n) = get("think_tokens_per_day") {
+            self.tokens_per_day = Some(n);
+        }
+    }
+
+    fn apply(&mut self, ev: &Event) {
+        if ev.kind == Kind::Config {
+            return self.apply_config(ev);
+        }
+        let maybe = match ev.kind {
+            Kind::AutonomyStimulus => ev.meta.contains("\"claim\""),
+            Kind::AssistantMessage | Kind::GenerationFailure => ev.meta.contains("autonomy_kernel"),
+            _ => false,
+        };
+        if !maybe {
+            return;
+        }
+        let m = meta_of(ev);
+        let day = || ev.ts.get(..10).unwrap_or_default().to_string();
+        if ev.kind == Kind::AutonomyStimulus {
+            if m.get("claim").and_then(Value::as_str) == Some("think") {
+                self.days.entry(day()).or_default().claims += 1;
+            }
+            return;
+        }
+        let thinking = m.get("source").and_then(Value::as_str) == Some("autonomy_kernel")
+            && m.contains_key("slot_id");
+        if !thinking {
+            return;
+        }
+        let n = |k: &str| m.get(k).and_then(Value::as_i64).unwrap_or(0);
+        let d = self.days.entry(day()).or_default();
+        d.answered += 1;
+        if ev.kind == Kind::AssistantMessage {
+            d.tokens += n("in_tokens") + n("out_tokens");
+            self.replies += 1;
+        }
+    }
 }
 
 /// How many extracted facts the projection keeps (the newest).
@@ -151,6 +247,7 @@ impl AutonomyLog {
             Kind::ClaimFromText => self.apply_fact(ev),
             _ => {}
         }
+        self.think.apply(ev);
         // The kernel's CTL maintenance binds concepts to the loop's own events: bookkeeping too.
         let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate)
             || (ev.kind == Kind::ConceptBindEvent && is_kernel(ev));

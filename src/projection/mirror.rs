@@ -38,6 +38,10 @@ pub struct Commitment {
     /// Why it was closed (`meta.reason`), when the close says.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub reason: Option<String>,
+    /// Why the kernel opened it (`meta.cause`), for a goal that stays open until a thinking
+    /// tick works it (`kernel::goals`, "Goals that stay open").
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cause: Option<String>,
 }
 
 /// Who the agent is, as far as the ledger says.
@@ -345,6 +349,7 @@ impl Mirror {
                 origin: meta_str(&meta, "origin").unwrap_or_default(),
                 closed_at: None,
                 reason: None,
+                cause: meta_str(&meta, "cause"),
             },
         );
     }
@@ -478,6 +483,20 @@ impl Mirror {
         let mut v: Vec<&Commitment> = self.open.values().collect();
         v.sort_by_key(|c| c.opened_at);
         v
+    }
+
+    /// The kernel's goals that stay open until a thinking tick works them (those with a
+    /// `cause`), oldest first.
+    pub fn open_goals(&self) -> Vec<&Commitment> {
+        let mut v: Vec<&Commitment> = self.open.values().filter(|c| c.cause.is_some()).collect();
+        v.sort_by_key(|c| c.opened_at);
+        v
+    }
+
+    /// Whether the kernel ever opened a goal for `cause` (open or closed since).
+    pub fn goal_cause_used(&self, cause: &str) -> bool {
+        let has = |c: &Commitment| c.cause.as_deref() == Some(cause);
+        self.open.values().any(has) || self.closed.values().any(has)
     }
 }
 

@@ -50,12 +50,19 @@ impl Projections {
     }
 
     /// The kernel's internal goals worked (opened, then closed; docs/autonomy.md): how many,
-    /// and the newest `{cid, goal, closed_at}`.
+    /// and the newest `{cid, goal, closed_at}`; and those open (`{cid, goal, cause,
+    /// opened_at}`, goals that stay open until a thinking tick works them).
     fn internal_goals(&self) -> Value {
         let (worked, newest) = self.mirror.internal_goals_worked();
         let newest =
             newest.map(|c| json!({"cid": c.cid, "goal": c.text, "closed_at": c.closed_at}));
-        json!({"worked": worked, "newest": newest})
+        let open: Vec<Value> = self
+            .mirror
+            .open_goals()
+            .into_iter()
+            .map(|c| json!({"cid": c.cid, "goal": c.text, "cause": c.cause, "opened_at": c.opened_at}))
+            .collect();
+        json!({"worked": worked, "newest": newest, "open": open})
     }
 
     /// The `{"type":"state"}` record (SPEC §4 pmm-replay), as a borrowing view that

@@ -10,8 +10,9 @@ pub const CHECKPOINT: &str = "projections";
 /// checkpoints written by an older build are ignored instead of misread. 8: MessagePack with
 /// byte-string fields and COMMIT-text digests (7 and before: JSON). 9: the adaptive fold,
 /// pinned thresholds and `index_threshold`, unindexed messages and facts. 10: the self-model's
-/// tendencies and gaps at the newest summary.
-pub const CHECKPOINT_FORMAT: i64 = 10;
+/// tendencies and gaps at the newest summary. 11: what thinking ticks spent, and the cause of
+/// the kernel's goals that stay open.
+pub const CHECKPOINT_FORMAT: i64 = 11;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 pub const CHECKPOINT_EVERY: u64 = 1000;
 

@@ -7,7 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Same-layer uses the table allows (and says why).
-const SAME_LAYER: [(&str, &str); 2] = [("context", "recall"), ("kernel", "turn")];
+const SAME_LAYER: [(&str, &str); 3] = [
+    ("context", "recall"),
+    ("kernel", "turn"),
+    ("audit", "kernel"),
+];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

@@ -460,3 +460,58 @@ fn chat_pm_retrieval_checkpoint_and_config() {
     assert_eq!(cfg["strategy"], "fixed", "{state}");
     assert_eq!(cfg["limit"], 3, "{state}");
 }
+
+/// No tick's events between a turn's user message and its `metrics_turn`.
+fn assert_turns_whole(events: &[Value]) {
+    let mut in_turn = false;
+    for e in events {
+        match e["kind"].as_str().unwrap_or_default() {
+            "user_message" => in_turn = true,
+            "metrics_turn" => in_turn = false,
+            "autonomy_stimulus" | "autonomy_tick" => {
+                assert!(!in_turn, "a tick inside a turn at event {}", e["id"])
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn chat_with_autonomy_ticks_between_turns_and_stops_with_the_session() {
+    let pmm = Pmm::new();
+    let mut child = pmm
+        .std_cmd("pmm-turn")
+        .args(["--chat", "--adapter", "dummy", "--autonomy", "1s"])
+        .env_remove("PMM_NOW")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for line in ["hello there", "second", "third"] {
+        writeln!(stdin, "{line}").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1300));
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("[autonomy: slot "), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let events = pmm.run("pmm-replay", &[], "").records();
+    let ticks = events
+        .iter()
+        .filter(|e| e["kind"] == "autonomy_tick")
+        .count();
+    assert!(ticks >= 2, "a tick at once and between the turns: {ticks}");
+    let asked = events
+        .iter()
+        .filter(|e| e["kind"] == "assistant_message" && e["meta"]["source"] == "autonomy_kernel")
+        .count();
+    assert!(asked >= 1, "a thinking tick between the turns: {stderr}");
+    assert_turns_whole(&events);
+    assert_eq!(user_messages(&pmm), 3);
+    let r = pmm.run("pmm-verify", &["--deep", "--quiet"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}

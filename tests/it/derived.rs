@@ -83,6 +83,7 @@ fn reference_ledger_has_no_derived_mismatch() {
             // them re-emissions identical to their predecessor (§17 item 17).
             adaptive_events: 176,
             adaptive_repeats: 9,
+            open_goals: 0,
             mismatches: 0,
             unresolved: 0,
             skipped_erased: 0,

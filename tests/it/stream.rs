@@ -842,3 +842,52 @@ fn an_endless_ndjson_stream_stops_at_the_timeout() {
     assert_stopped(&pmm, &e, "no answer within 2 s", Duration::from_secs(5));
     assert!(e.took >= Duration::from_secs(2), "{:?}", e.took);
 }
+
+#[test]
+fn ctrl_c_in_a_chat_with_autonomy_stops_the_session_and_the_tick_in_flight() {
+    if !tmux_or_skip("the chat autonomy interrupt test") {
+        return;
+    }
+    let pmm = Pmm::new();
+    // The turn's answer, then the background tick's, which never comes in time.
+    let ollama = Stub::start(vec![
+        StubResponse::SlowOllama(500, "Hello.".into()),
+        StubResponse::SlowOllama(60_000, "Too late.".into()),
+    ]);
+    let bin = assert_cmd::cargo::cargo_bin("pmm-turn");
+    let command = format!(
+        "cd {dir} && env -u PMM_ADAPTER -u PMM_MODEL -u PMM_NOW HOME={dir} NO_COLOR=1 \
+         PMM_DB={db} OLLAMA_HOST={host} {bin} --chat --adapter ollama --autonomy 1s; \
+         echo \"[exit $?]\"; sleep 600",
+        dir = sh_quote(&pmm.dir.path().to_string_lossy()),
+        db = sh_quote(&pmm.db.to_string_lossy()),
+        host = sh_quote(&ollama.url()),
+        bin = sh_quote(&bin.to_string_lossy()),
+    );
+    let tmux = Tmux::start(pmm.dir.path(), &command);
+    tmux.wait("the prompt", |p| prompts(p) >= 1);
+    tmux.type_line("hi");
+    tmux.wait("the reply", |p| p.contains("Hello."));
+    let started = Instant::now();
+    while ollama.requests().len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "no tick asked");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The tick's call is in flight: Ctrl-C at the prompt ends the session and the tick.
+    tmux.keys(&["C-c"]);
+    let pane = tmux.wait("the end", |p| p.contains("[exit "));
+    assert!(pane.contains("[exit 0]"), "{pane}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{pane}");
+    let evs = events(&pmm);
+    let failures: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e["kind"] == "generation_failure")
+        .collect();
+    let [failure] = &failures[..] else {
+        panic!("the tick's call is recorded as interrupted: {evs:?}")
+    };
+    assert_eq!(failure["meta"]["reason"], "interrupted", "{failure}");
+    assert_eq!(failure["meta"]["source"], "autonomy_kernel", "{failure}");
+    let r = pmm.run("pmm-verify", &["--deep", "--quiet"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}

@@ -29,6 +29,9 @@ pub const OPENAI_TOKENS: (u64, u64) = (13, 5);
 pub enum StubResponse {
     /// A successful `/api/chat` answer with this reply.
     Ollama(String),
+    /// A successful `/api/chat` answer with this reply, after this many milliseconds (answered
+    /// from a thread of its own, so the stub goes on answering others meanwhile).
+    SlowOllama(u64, String),
     /// A successful `chat.completion` with this reply.
     OpenAi(String),
     /// A successful `/api/chat` answer with this reply and this `done_reason` ("length":
@@ -312,6 +315,13 @@ fn serve(
                 let _ = conn.shutdown(Shutdown::Write);
             }
             StubResponse::Ollama(text) => reply(&mut conn, 200, &ollama_body(text)),
+            StubResponse::SlowOllama(ms, text) => {
+                let (ms, body) = (*ms, ollama_body(text));
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    reply(&mut conn, 200, &body);
+                });
+            }
             StubResponse::OpenAi(text) => reply(&mut conn, 200, &openai_body(text)),
             StubResponse::OllamaReason(text, why) => {
                 let mut body: Value = serde_json::from_str(&ollama_body(text)).unwrap();

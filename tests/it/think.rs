@@ -166,12 +166,12 @@ fn a_thinking_tick_opens_what_the_model_commits_to_and_closes_what_it_closes() {
     let reply = &of_kind(&r, "assistant_message")[0];
     assert_eq!(reply["meta"]["in_tokens"], stub::OPENAI_TOKENS.0);
     verify_deep(&pmm);
-    // The deep check says what it does not check of the thinking replies.
+    // The deep check rebuilds the thinking replies' prompts too.
     let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
     let deep = &r.summary()["deep"];
-    let why = deep["kinds_not_checked"]["assistant_message"].as_str();
-    assert!(why.unwrap_or_default().contains("thinking tick"), "{deep}");
-    assert_eq!(deep["prompts"]["other_format"], 2, "{deep}");
+    assert_eq!(deep["prompts"]["thinking"], 2, "{deep}");
+    assert_eq!(deep["prompts"]["other_format"], 0, "{deep}");
+    assert_eq!(deep["prompts"]["mismatches"], 0, "{deep}");
 }
 
 #[test]
@@ -416,4 +416,191 @@ fn a_bad_adapter_setup_is_refused_before_the_ledger_is_created() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("--script"), "{r:?}");
     assert!(!pmm.db.exists(), "no ledger is created for a bad setup");
+}
+
+/// Ticks slots `from..=to` with the Ollama stub at `host`: every event written, in order.
+fn think_slots(pmm: &Pmm, host: &str, slots: std::ops::RangeInclusive<i64>) -> Vec<Value> {
+    let mut events = Vec::new();
+    for slot in slots {
+        let s = slot.to_string();
+        let r = run_env(
+            pmm,
+            "pmm-tick",
+            &["--slot", &s, "--adapter", "ollama"],
+            &[("OLLAMA_HOST", host)],
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        events.extend(r.records().into_iter().filter(|e| e.get("kind").is_some()));
+    }
+    events
+}
+
+/// The kernel's goals that stay open, among `events`.
+fn goals_opened(events: &[Value]) -> Vec<Value> {
+    let caused = |e: &&Value| e["kind"] == "commitment_open" && e["meta"]["cause"].is_string();
+    events.iter().filter(caused).cloned().collect()
+}
+
+#[test]
+fn an_idle_agent_opens_a_goal_that_a_later_thinking_tick_works_and_closes() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["Noted."]);
+    turn(&pmm, "hello", &[]);
+    let stub = Stub::start(vec![StubResponse::Ollama(
+        "Explored: a garden of ideas.\nNothing else.".into(),
+    )]);
+    let host = stub.url();
+    // Idle ticks until the goal is opened: nothing open, 20 events since the turn.
+    let mut events = Vec::new();
+    let mut slot = 0;
+    while goals_opened(&events).is_empty() {
+        slot += 1;
+        assert!(slot <= 12, "no goal opened: {events:?}");
+        events.extend(think_slots(&pmm, &host, slot..=slot));
+    }
+    let [goal] = &goals_opened(&events)[..] else {
+        panic!("one goal: {events:?}")
+    };
+    let turn_id = all_events(&pmm)
+        .iter()
+        .filter(|e| e["kind"] == "metrics_turn")
+        .map(|e| e["id"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    let m = &goal["meta"];
+    assert_eq!(m["goal"], "explore_new_idea", "{goal}");
+    assert_eq!(m["cause"], format!("idle_since:{turn_id}"), "{goal}");
+    assert_eq!(m["origin"], "autonomy_kernel", "{goal}");
+    let cid = m["cid"].as_str().unwrap().to_string();
+    // It stays open: --state shows it.
+    let state = pmm.run("pmm-replay", &["--state"], "").records()[0].clone();
+    let open = &state["autonomy"]["internal_goals"]["open"];
+    assert_eq!(open[0]["cid"], cid.as_str(), "{state}");
+    assert_eq!(open[0]["goal"], "explore_new_idea", "{state}");
+
+    // The next thinking tick works it: the prompt names it, the reply's first line closes it.
+    let asked = stub.requests().len();
+    let next = think_slots(&pmm, &host, slot + 1..=slot + 1);
+    assert_eq!(
+        stub.requests().len(),
+        asked + 1,
+        "the goal is worked by a call"
+    );
+    let sent = stub.requests()[asked].body["messages"].to_string();
+    assert!(
+        sent.contains(&format!("Your goal for this tick: {cid} explore_new_idea")),
+        "{sent}"
+    );
+    assert!(
+        sent.contains(&format!(
+            "Internal goals: 0 worked; open: {cid} explore_new_idea (idle_since:{turn_id})"
+        )),
+        "{sent}"
+    );
+    let closes: Vec<&Value> = next
+        .iter()
+        .filter(|e| e["kind"] == "commitment_close" && e["meta"]["cid"] == cid.as_str())
+        .collect();
+    let [close] = &closes[..] else {
+        panic!("the goal is closed once: {next:?}")
+    };
+    assert_eq!(
+        close["meta"]["outcome"], "Explored: a garden of ideas.",
+        "{close}"
+    );
+    let reply = next
+        .iter()
+        .find(|e| e["kind"] == "assistant_message")
+        .unwrap();
+    assert_eq!(close["meta"]["reply"], reply["id"], "{close}");
+
+    // Never twice for one cause: more idle ticks open no other goal.
+    let later = think_slots(&pmm, &host, slot + 2..=slot + 8);
+    assert!(goals_opened(&later).is_empty(), "{later:?}");
+    let state = pmm.run("pmm-replay", &["--state"], "").records()[0].clone();
+    let goals = &state["autonomy"]["internal_goals"];
+    assert_eq!(goals["open"], serde_json::json!([]), "{state}");
+    assert_eq!(goals["newest"]["cid"], cid.as_str(), "{state}");
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.summary()["deep"]["open_goals"], 1, "{r:?}");
+}
+
+#[test]
+fn a_stalled_commitment_opens_one_review_goal() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["Will do.\nCOMMIT: write the report"]);
+    turn(&pmm, "Please write the report", &[]);
+    let stub = Stub::start(vec![StubResponse::Ollama("Still on it.".into())]);
+    let host = stub.url();
+    let events = think_slots(&pmm, &host, 1..=12);
+    let goals = goals_opened(&events);
+    let [goal] = &goals[..] else {
+        panic!("one review goal: {goals:?}")
+    };
+    let cid = all_events(&pmm)
+        .iter()
+        .find(|e| e["kind"] == "commitment_open")
+        .map(|e| e["meta"]["cid"].as_str().unwrap().to_string())
+        .unwrap();
+    assert_eq!(goal["meta"]["goal"], "review_stalled_commitment", "{goal}");
+    assert_eq!(goal["meta"]["cause"], format!("stalled:{cid}"), "{goal}");
+    let gid = goal["meta"]["cid"].as_str().unwrap();
+    let worked = events.iter().any(|e| {
+        e["kind"] == "commitment_close"
+            && e["meta"]["cid"] == gid
+            && e["meta"]["outcome"] == "Still on it."
+    });
+    assert!(worked, "worked and closed: {events:?}");
+    verify_deep(&pmm);
+}
+
+#[test]
+fn ticks_without_a_model_open_no_goal_that_stays_open() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["Will do.\nCOMMIT: write the report"]);
+    turn(&pmm, "Please write the report", &[]);
+    for slot in 1..=12 {
+        let r = pmm.run("pmm-tick", &["--slot", &slot.to_string()], "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    assert!(goals_opened(&all_events(&pmm)).is_empty());
+}
+
+#[test]
+fn ticks_of_two_slots_at_the_budgets_edge_make_one_call_between_them() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["One."]);
+    let stub = Stub::start(vec![StubResponse::SlowOllama(1500, "Fine.".into())]);
+    let host = stub.url();
+    let r = pmm.run("pmm-tick", &["--set", "think_calls_per_day=1"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    turn(&pmm, "first", &[]);
+    let spawn = |slot: &str| {
+        let mut c = pmm.std_cmd("pmm-tick");
+        c.args(["--slot", slot, "--adapter", "ollama"])
+            .env("OLLAMA_HOST", &host)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c.spawn().expect("spawn pmm-tick")
+    };
+    // Slot 1's call is in flight (its claim written, no reply yet) when slot 2 decides.
+    let a = spawn("1");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let b = spawn("2");
+    let mut thought = Vec::new();
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        thought.push(text);
+    }
+    assert_eq!(
+        stub.requests().len(),
+        1,
+        "one call for the day: {thought:?}"
+    );
+    assert!(thought[1].contains("think budget spent"), "{thought:?}");
+    verify_deep(&pmm);
 }
