@@ -624,7 +624,10 @@ fn mcp_http_8_clients_x_100_remembers_beside_pmm_append_and_pmm_tick_write_every
     }
     let pmm = Pmm::new();
     let secret = new_token(&pmm, "laptop", "write");
-    let s = start(&pmm, &[]);
+    // Every writer waits up to a minute for the lock: the test is about what is written, and a
+    // loaded machine (CI, other builds) can stretch a tick's transaction past the default 5 s.
+    const BUSY: &str = "60000";
+    let s = start(&pmm, &["--busy-timeout", BUSY]);
     let clients: Vec<Child> = (0..8)
         .map(|c| {
             client_cmd(&s, &secret, "remember", &["100", &format!("client{c}")])
@@ -647,8 +650,10 @@ fn mcp_http_8_clients_x_100_remembers_beside_pmm_append_and_pmm_tick_write_every
                     "{{\"kind\":\"reflection\",\"content\":\"append-{appended}\",\"meta\":{{\"source\":\"test\"}}}}\n"
                 );
                 let mut c = Command::new(assert_cmd::cargo::cargo_bin("pmm-append"))
+                    .args(["--busy-timeout", BUSY])
                     .current_dir(&env.1)
                     .env("PMM_DB", &env.0)
+                    .env("PMM_NOW", "2025-11-24T05:55:41.194157Z")
                     .stdin(Stdio::piped())
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
@@ -669,7 +674,11 @@ fn mcp_http_8_clients_x_100_remembers_beside_pmm_append_and_pmm_tick_write_every
     let started = Instant::now();
     let mut slot = 1;
     while slot <= 3 || !clients.iter().all(child_done) {
-        let t = pmm.run("pmm-tick", &["--slot", &slot.to_string()], "");
+        let t = pmm.run(
+            "pmm-tick",
+            &["--slot", &slot.to_string(), "--busy-timeout", BUSY],
+            "",
+        );
         assert_eq!(t.code, 0, "pmm-tick: {t:?}");
         slot += 1;
         assert!(
