@@ -9,7 +9,7 @@
 #   PMM_BIN=target/release (default) holds pmm-mcp and pmm-append; needs python3 with `mcp`
 #   (python3 -m pip install mcp) and curl. The ledger is made by scripts/gen-ledger.py in a
 #   temporary directory and removed afterwards; PMM_BENCH_DB=FILE uses an existing ledger
-#   instead (only read: recall writes nothing). CALLS is per client; each client warms up
+#   of EVENTS events instead (only read: recall writes nothing). CALLS is per client; each client warms up
 #   with 3 recalls first (the first call of a server folds the ledger's projections: that
 #   time is shown apart, as "first recall").
 set -euo pipefail
@@ -30,7 +30,6 @@ python3 -c 'import mcp' 2>/dev/null || { echo "mcp-http-bench: python3 -m pip in
 command -v curl >/dev/null || { echo "mcp-http-bench: needs curl" >&2; exit 2; }
 if [ -n "${PMM_BENCH_DB:-}" ]; then
   DB=$PMM_BENCH_DB
-  N=$("$BIN/pmm-replay" --db "$DB" --state | python3 -c 'import json,sys; print(json.load(sys.stdin)["last_event_id"])')
   echo "mcp-http-bench: $DB, $N events" >&2
 else
   DB=$W/agent.db

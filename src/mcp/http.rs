@@ -634,6 +634,9 @@ pub async fn serve(
                 }
             },
         };
+        // Answers go out as they are written: without this, Nagle's algorithm holds an SSE
+        // frame back until the client's delayed ACK of the head (up to 40 ms a call).
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             tokio::spawn(async move {
                 let mut stream = stream;
