@@ -11,7 +11,8 @@ Modes:
   bad                unknown tool, wrong argument types, a 10 MB text, limits; then a good call
   readonly           list tools, then call every writing tool (each must be refused)
   locked DB          hold DB's write lock past the server's busy timeout, call remember, release
-  bench N QUERY      N recall round trips; prints the latencies' p50, p95 and max in ms
+  bench N QUERY [W]  W recalls to warm up (default 0), then N recall round trips; prints the
+                     latencies' p50, p95 and max in ms and the wall clock around the N (t0, t1)
 """
 
 import asyncio
@@ -136,19 +137,24 @@ async def locked_mode(session, db):
     await call(session, "remember", {"text": "written after the lock"})
 
 
-async def bench_mode(session, n, query):
+async def bench_mode(session, n, query, warm=0):
+    for _ in range(warm):
+        await session.call_tool("recall", {"query": query, "k": 10})
     times = []
+    t0 = time.time()
     for _ in range(n):
         t = time.perf_counter()
         r = await session.call_tool("recall", {"query": query, "k": 10})
         times.append((time.perf_counter() - t) * 1000)
         assert not r.is_error, result_json(r)
+    t1 = time.time()
     times.sort()
 
     def pct(p):
         return round(times[min(len(times) - 1, int(p * len(times)))], 2)
 
-    emit(step="bench", n=n, p50_ms=pct(0.50), p95_ms=pct(0.95), max_ms=round(times[-1], 2))
+    emit(step="bench", n=n, p50_ms=pct(0.50), p95_ms=pct(0.95), max_ms=round(times[-1], 2),
+         t0=t0, t1=t1)
 
 
 async def main(argv):
@@ -169,7 +175,7 @@ async def main(argv):
             elif mode == "locked":
                 await locked_mode(session, args[0])
             elif mode == "bench":
-                await bench_mode(session, int(args[0]), args[1])
+                await bench_mode(session, int(args[0]), args[1], int(args[2]) if len(args) > 2 else 0)
             else:
                 raise SystemExit(f"unknown mode {mode}")
 

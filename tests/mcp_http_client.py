@@ -5,16 +5,24 @@ the command line). Prints one JSON line per step on stdout for the test to check
 
     PMM_TOKEN=pmm_... python3 tests/mcp_http_client.py MODE URL [ARGS...]
 
+PMM_TOKEN unset or empty: no Authorization header (a --no-auth server). PMM_CA=FILE: trust
+this PEM certificate (a self-signed https:// server) instead of the system's.
+
 Modes:
   session            initialize, list tools and resources, call every tool, read resources
   readonly           list tools, then call every writing tool (each must be refused)
   remember N PREFIX  call remember N times with texts PREFIX-0 .. PREFIX-(N-1)
+  acked N PREFIX     the same, printing {"acked": TEXT} as soon as each call is answered
+  bench N QUERY [W]  W recalls (default 3) to warm up, then N recall round trips; prints the
+                     latencies' p50, p95 and max in ms and the wall clock around the N (t0, t1)
 """
 
 import asyncio
 import json
 import os
+import ssl
 import sys
+import time
 
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -87,10 +95,54 @@ async def remember_mode(session, init, n, prefix):
     emit(step="remembered", n=n, errors=errors)
 
 
+async def acked_mode(session, init, n, prefix):
+    for i in range(n):
+        out = await call(session, "remember", {"text": f"{prefix}-{i}"}, quiet=True)
+        if out.get("is_error") or "protocol_error" in out:
+            emit(step="error", out=out)
+            return
+        emit(acked=f"{prefix}-{i}")
+
+
+async def bench_mode(session, init, n, query, warm):
+    for _ in range(warm):
+        await session.call_tool("recall", {"query": query, "k": 10})
+    times = []
+    t0 = time.time()
+    for _ in range(n):
+        t = time.perf_counter()
+        r = await session.call_tool("recall", {"query": query, "k": 10})
+        times.append((time.perf_counter() - t) * 1000)
+        assert not r.is_error, result_json(r)
+    t1 = time.time()
+    times.sort()
+
+    def pct(p):
+        return round(times[min(len(times) - 1, int(p * len(times)))], 2)
+
+    emit(step="bench", n=n, p50_ms=pct(0.50), p95_ms=pct(0.95), max_ms=round(times[-1], 2),
+         t0=t0, t1=t1)
+
+
+def http_client():
+    token = os.environ.get("PMM_TOKEN", "")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    ca = os.environ.get("PMM_CA")
+    if not ca:
+        return create_mcp_http_client(headers=headers)
+    # As create_mcp_http_client makes it, trusting the one certificate.
+    import httpx2
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+    return httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        verify=ssl.create_default_context(cafile=ca),
+    )
+
+
 async def main(argv):
     mode, url, rest = argv[0], argv[1], argv[2:]
-    headers = {"Authorization": f"Bearer {os.environ['PMM_TOKEN']}"}
-    async with create_mcp_http_client(headers=headers) as http:
+    async with http_client() as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write) as session:
                 init = await session.initialize()
@@ -100,6 +152,11 @@ async def main(argv):
                     await readonly_mode(session, init)
                 elif mode == "remember":
                     await remember_mode(session, init, int(rest[0]), rest[1])
+                elif mode == "acked":
+                    await acked_mode(session, init, int(rest[0]), rest[1])
+                elif mode == "bench":
+                    warm = int(rest[2]) if len(rest) > 2 else 3
+                    await bench_mode(session, init, int(rest[0]), rest[1], warm)
                 else:
                     raise SystemExit(f"unknown mode {mode}")
 

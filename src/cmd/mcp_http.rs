@@ -64,6 +64,12 @@ pub struct HttpArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
+    /// The endpoint's URL as clients reach it through a proxy in front (e.g.
+    /// https://mind.example.org/mcp): the 401's resource_metadata and the metadata document
+    /// name it instead of this server's scheme and the request's Host; its host is allowed
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
+
     /// The largest request body in bytes (K, M suffixes); larger ones get 413
     #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_size)]
     pub max_body: usize,
@@ -75,6 +81,15 @@ pub struct HttpArgs {
     /// A session unused this many seconds ends (the client initializes anew)
     #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
     pub session_idle: u64,
+
+    /// A client gets this many seconds to send a request's head (and, with TLS, to finish the
+    /// handshake); a slower one's connection is closed. An idle kept-alive connection too
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_timeout: u64,
+
+    /// A client gets this many seconds to send a request's body; a slower one gets 408
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_timeout: u64,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -208,6 +223,7 @@ pub struct Plan {
     addr: http::Addr,
     auth: Auth,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    public_url: Option<http::PublicUrl>,
 }
 
 /// The checked `--http` flags, or `None` for stdio.
@@ -218,6 +234,7 @@ pub fn plan(a: &HttpArgs) -> anyhow::Result<Option<Plan>> {
             (a.insecure_http, "--insecure-http"),
             (!a.allowed_host.is_empty(), "--allowed-host"),
             (a.tls_cert.is_some(), "--tls-cert"),
+            (a.public_url.is_some(), "--public-url"),
         ] {
             if set {
                 return Err(bad(format!("{flag} goes with --http ADDR")));
@@ -226,6 +243,12 @@ pub fn plan(a: &HttpArgs) -> anyhow::Result<Option<Plan>> {
         return Ok(None);
     };
     let addr = http::resolve(addr).map_err(|e| bad(format!("--http {e}")))?;
+    let public_url = a
+        .public_url
+        .as_deref()
+        .map(http::PublicUrl::parse)
+        .transpose()
+        .map_err(|e| bad(format!("--public-url {e}")))?;
     let loopback = addr.ip().is_loopback();
     let auth = match (&a.tokens, a.no_auth) {
         (Some(file), false) => {
@@ -260,7 +283,12 @@ pub fn plan(a: &HttpArgs) -> anyhow::Result<Option<Plan>> {
              bind 127.0.0.1, or say --insecure-http"
         )));
     }
-    Ok(Some(Plan { addr, auth, tls }))
+    Ok(Some(Plan {
+        addr,
+        auth,
+        tls,
+        public_url,
+    }))
 }
 
 /// Serves `cfg` over HTTP as `plan` says until SIGTERM or SIGINT; the writes in flight finish.
@@ -273,10 +301,19 @@ pub fn serve(a: &HttpArgs, plan: Plan, cfg: Config, quiet: bool) -> anyhow::Resu
         hosts.push(plan.addr.ip().to_string());
     }
     hosts.extend(a.allowed_host.iter().cloned());
+    if let Some(p) = &plan.public_url {
+        hosts.push(if p.host.contains(':') {
+            format!("[{}]", p.host)
+        } else {
+            p.host.clone()
+        });
+    }
     let limits = Limits {
         max_body: a.max_body,
         sessions_per_token: a.sessions_per_token as usize,
         session_idle: std::time::Duration::from_secs(a.session_idle),
+        header_timeout: std::time::Duration::from_secs(a.header_timeout),
+        body_timeout: std::time::Duration::from_secs(a.body_timeout),
         ..Limits::default()
     };
     let scheme = if plan.tls.is_some() { "https" } else { "http" };
@@ -285,6 +322,7 @@ pub fn serve(a: &HttpArgs, plan: Plan, cfg: Config, quiet: bool) -> anyhow::Resu
         allowed_hosts: hosts,
         auth: plan.auth,
         tls: plan.tls,
+        public_url: plan.public_url,
         limits,
         log: Arc::new(|m: &str| eprintln!("pmm-mcp: {m}")),
     };

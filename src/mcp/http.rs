@@ -103,6 +103,45 @@ impl Default for Limits {
     }
 }
 
+/// The endpoint's URL as clients reach it (`--public-url`): behind a proxy that terminates TLS
+/// or serves another host or port, the 401's `resource_metadata` and the metadata document's
+/// `resource` name it instead of this server's own scheme and the request's `Host`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublicUrl {
+    /// `https://mind.example.org` (scheme and authority, no trailing slash).
+    origin: String,
+    /// The endpoint's path there: `/mcp` (also when the URL names no path).
+    path: String,
+    /// The host name, lower-cased (without brackets or port).
+    pub host: String,
+}
+
+impl PublicUrl {
+    /// An `http://` or `https://` URL with a host, and no user, query or fragment.
+    pub fn parse(s: &str) -> Result<PublicUrl, String> {
+        let bad = |why: &str| format!("'{s}' is not an http(s) URL of the endpoint ({why})");
+        let uri = http::Uri::try_from(s.trim()).map_err(|e| bad(&e.to_string()))?;
+        let scheme = uri.scheme_str().ok_or_else(|| bad("no scheme"))?;
+        if !matches!(scheme, "http" | "https") {
+            return Err(bad("the scheme is not http or https"));
+        }
+        let auth = uri.authority().ok_or_else(|| bad("no host"))?;
+        let hp = parse_authority(auth.as_str()).ok_or_else(|| bad("not a host"))?;
+        if uri.query().is_some() || s.contains('#') {
+            return Err(bad("a query or fragment"));
+        }
+        let path = match uri.path().trim_end_matches('/') {
+            "" => ENDPOINT.to_string(),
+            p => p.to_string(),
+        };
+        Ok(PublicUrl {
+            origin: format!("{scheme}://{}", auth.as_str().to_ascii_lowercase()),
+            path,
+            host: hp.host,
+        })
+    }
+}
+
 /// How the door is set up.
 pub struct Door {
     /// Hosts a `Host`/`Origin` may name: `name`, `name:port`, `[v6]:port`.
@@ -111,6 +150,8 @@ pub struct Door {
     pub auth: Auth,
     /// TLS, if the server terminates it.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The endpoint's URL as clients see it, when a proxy stands in front.
+    pub public_url: Option<PublicUrl>,
     /// The bounds.
     pub limits: Limits,
     /// Where messages for the operator go (stderr); never given a secret.
@@ -228,7 +269,18 @@ impl State {
     }
 
     fn metadata_url(&self, host: &str) -> String {
-        format!("{}://{host}{METADATA}", self.scheme())
+        match &self.door.public_url {
+            // RFC 9728 3.1: the well-known path inserted before the resource's path.
+            Some(p) => format!("{}{METADATA}{}", p.origin, p.path),
+            None => format!("{}://{host}{METADATA}", self.scheme()),
+        }
+    }
+
+    fn resource(&self, host: &str) -> String {
+        match &self.door.public_url {
+            Some(p) => format!("{}{}", p.origin, p.path),
+            None => format!("{}://{host}{ENDPOINT}", self.scheme()),
+        }
     }
 
     fn unauthorized(&self, host: &str, error: Option<&str>, msg: &str) -> Response<Body> {
@@ -290,7 +342,7 @@ impl State {
 
     fn metadata(&self, host: &str) -> Response<Body> {
         let doc = serde_json::json!({
-            "resource": format!("{}://{host}{ENDPOINT}", self.scheme()),
+            "resource": self.resource(host),
             "bearer_methods_supported": ["header"],
             "scopes_supported": ["read", "write"],
             "resource_name": "pmm ledger (pmm-mcp)",
@@ -341,7 +393,13 @@ impl State {
             Err(r) => return r,
         };
         let path = req.uri().path();
-        if path == METADATA || path == format!("{METADATA}{ENDPOINT}") {
+        // The document at the well-known path, and at it followed by the resource's path (RFC
+        // 9728 3.1; behind a proxy that path is --public-url's).
+        if path == METADATA
+            || path
+                .strip_prefix(METADATA)
+                .is_some_and(|p| p.starts_with('/'))
+        {
             return match *req.method() {
                 Method::GET | Method::HEAD => self.metadata(&host),
                 _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
@@ -576,6 +634,9 @@ pub async fn serve(
                 }
             },
         };
+        // Answers go out as they are written: without this, Nagle's algorithm holds an SSE
+        // frame back until the client's delayed ACK of the head (up to 40 ms a call).
+        let _ = stream.set_nodelay(true);
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             tokio::spawn(async move {
                 let mut stream = stream;
@@ -648,5 +709,28 @@ mod tests {
         );
         assert_eq!(parse_origin("null"), None);
         assert_eq!(parse_origin("file://x"), None);
+    }
+
+    #[test]
+    fn a_public_url_names_the_endpoint_behind_a_proxy() {
+        let p = PublicUrl::parse("https://Mind.Example.org/mcp").unwrap();
+        assert_eq!(
+            (p.origin.as_str(), p.path.as_str(), p.host.as_str()),
+            ("https://mind.example.org", "/mcp", "mind.example.org")
+        );
+        let p = PublicUrl::parse("https://[::1]:8443/").unwrap();
+        assert_eq!((p.path.as_str(), p.host.as_str()), ("/mcp", "::1"));
+        let p = PublicUrl::parse("http://box:8080/pmm/mcp/").unwrap();
+        assert_eq!(p.path, "/pmm/mcp");
+        for bad in [
+            "mind.example.org/mcp",
+            "ftp://mind.example.org/mcp",
+            "https://u:p@mind.example.org/mcp",
+            "https://mind.example.org/mcp?x=1",
+            "https://mind.example.org/mcp#x",
+            "https:///mcp",
+        ] {
+            assert!(PublicUrl::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -60,7 +60,7 @@ pub struct Config {
     /// query with it).
     pub embedder: Option<crate::llm::embed::Shared>,
     /// The projections as of the last call (see the module docs).
-    cache: Mutex<Option<Projections>>,
+    cache: Mutex<Option<std::sync::Arc<Projections>>>,
     /// The vector packs, kept between tool calls (each opens the ledger anew).
     packs: std::sync::Arc<Mutex<crate::store::vectors::PackCache>>,
 }
@@ -93,32 +93,40 @@ impl Config {
     /// ([`store::catch_up`], which projects them anew after an erasure) when they still
     /// describe this ledger (their last event is still there with the same hash), else a
     /// projection from the newest checkpoint.
+    ///
+    /// The lock is held only while they are brought up to date; `f` runs on a shared copy, so
+    /// the sessions of one HTTP server recall at the same time. Folding copies them only when
+    /// the ledger grew while another call still reads the old ones.
     pub fn with_projections<R: Reads, T>(
         &self,
         r: &R,
         f: impl FnOnce(&Projections) -> T,
     ) -> crate::Result<T> {
-        let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        // Taken out while it is folded: a failure leaves no half-folded cache behind.
-        let cached = guard.take();
-        let head = r.max_id()?;
-        let usable = match &cached {
-            Some(p) if p.mirror.last_event_id > 0 && p.mirror.last_event_id <= head => {
-                r.get(p.mirror.last_event_id)?.and_then(|e| e.hash) == p.mirror.last_hash
-            }
-            _ => false,
+        let p = {
+            let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            // Taken out while it is folded: a failure leaves no half-folded cache behind.
+            let cached = guard.take();
+            let head = r.max_id()?;
+            let usable = match &cached {
+                Some(p) if p.mirror.last_event_id > 0 && p.mirror.last_event_id <= head => {
+                    r.get(p.mirror.last_event_id)?.and_then(|e| e.hash) == p.mirror.last_hash
+                }
+                _ => false,
+            };
+            let p = match cached {
+                // Nothing since: an erasure would be an event after the last one folded.
+                Some(p) if usable && p.mirror.last_event_id == head => p,
+                Some(mut p) if usable => {
+                    // An erasure since the last call makes it a projection anew.
+                    store::catch_up(r, std::sync::Arc::make_mut(&mut p), Some(head))?;
+                    p
+                }
+                _ => std::sync::Arc::new(store::project(r, Some(head), true)?.projections),
+            };
+            *guard = Some(p.clone());
+            p
         };
-        let p = match cached {
-            Some(mut p) if usable => {
-                // An erasure since the last call makes it a projection anew.
-                store::catch_up(r, &mut p, Some(head))?;
-                p
-            }
-            _ => store::project(r, Some(head), true)?.projections,
-        };
-        let out = f(&p);
-        *guard = Some(p);
-        Ok(out)
+        Ok(f(&p))
     }
 }
 
@@ -731,4 +739,47 @@ pub fn event_by_id(cfg: &Config, id: i64) -> Result<Value, ToolError> {
 pub fn current_state(cfg: &Config) -> Result<Value, ToolError> {
     let ledger = cfg.reader()?;
     state_json(cfg, &ledger, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two calls on one server (two HTTP sessions) run `f` on the projections at the same
+    /// time: each waits inside `f` for the other, which a lock held across `f` would make a
+    /// deadlock (the barrier's timeout ends the test instead).
+    #[test]
+    fn calls_read_the_projections_at_the_same_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let clock = Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        let mut w = Ledger::open_writer(&db, 5000).unwrap();
+        let note = NewEvent::new(Kind::from("reflection"), "a note", Map::new()).unwrap();
+        w.append(&note, &clock).unwrap();
+        drop(w);
+        let cfg = std::sync::Arc::new(Config::new(db, false, 5000, clock));
+        let met = std::sync::Arc::new((Mutex::new(0), std::sync::Condvar::new()));
+        let calls: Vec<_> = (0..2)
+            .map(|_| {
+                let (cfg, met) = (cfg.clone(), met.clone());
+                std::thread::spawn(move || {
+                    let r = cfg.reader().unwrap();
+                    cfg.with_projections(&r, |p| {
+                        let (n, cv) = &*met;
+                        let mut n = n.lock().unwrap();
+                        *n += 1;
+                        cv.notify_all();
+                        let (n, _) = cv
+                            .wait_timeout_while(n, std::time::Duration::from_secs(10), |n| *n < 2)
+                            .unwrap();
+                        (*n == 2, p.mirror.last_event_id)
+                    })
+                    .unwrap()
+                })
+            })
+            .collect();
+        for c in calls {
+            assert_eq!(c.join().unwrap(), (true, 1), "the other call never came in");
+        }
+    }
 }
