@@ -1,7 +1,7 @@
 //! The Merkle tree over the ledger (SPEC §2.6, docs/verification.md): RFC 9162 hashing, one
 //! leaf per event in id order (leaf index = id − 1), the leaf's data the 32 raw bytes of the
 //! event's hash. Pure functions: proofs are built from a [`Nodes`] source of *perfect
-//! subtree* hashes (the store keeps them, `store/merkle.rs`; tests keep them in memory) and
+//! subtree* hashes (the store keeps them, `store/sqlite/merkle.rs`; tests keep them in memory) and
 //! checked with nothing but the proof, so any RFC 9162 verifier checks pmm's proofs and pmm
 //! checks theirs.
 //!
