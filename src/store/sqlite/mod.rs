@@ -2075,7 +2075,6 @@ impl Batch<'_> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
