@@ -105,8 +105,13 @@ for w in 1 4 16; do
   floor[$w]=${tps%.*}
 done
 
-out=$(PMM_BENCH_SECONDS="$seconds" PMM_BENCH_PG_URL="postgres://postgres@127.0.0.1:$port/pmm?sslmode=disable" \
-  cargo test "${profile[@]}" --quiet --lib bench_appends -- --ignored --nocapture 2>/dev/null | grep '^bench ')
+if ! PMM_BENCH_SECONDS="$seconds" PMM_BENCH_PG_URL="postgres://postgres@127.0.0.1:$port/pmm?sslmode=disable" \
+  cargo test "${profile[@]}" --quiet --lib bench_appends -- --ignored --nocapture >"$work/appends.out" 2>&1; then
+  echo "pg-bench.sh: the append benchmark failed:" >&2
+  tail -30 "$work/appends.out" >&2
+  exit 1
+fi
+out=$(grep '^bench ' "$work/appends.out")
 
 printf '%-8s %12s %12s %14s %10s\n' writers sqlite/s postgres/s pgbench-floor/s pg/floor
 for w in 1 4 16; do

@@ -325,7 +325,7 @@ fn bench_appends() {
                 // A fresh ledger each time: the URL's database, emptied by the superuser.
                 let c = PgLog::open_writer(u, 30_000).unwrap();
                 c.execute_batch(
-                    "DROP TABLE IF EXISTS pmm_erasures, events, pmm_head, pmm_schema CASCADE;
+                    "DROP TABLE IF EXISTS pmm_vectors, pmm_embed_models, pmm_erasures, events, pmm_head, pmm_schema CASCADE;
                      DROP FUNCTION IF EXISTS pmm_events_guard, pmm_erase_text;",
                 )
                 .unwrap();
