@@ -3,7 +3,7 @@
 //! terminal the reply is streamed as it is generated, after a spinner; Ctrl-C during a model
 //! call cancels that call (recorded as a `generation_failure`) and returns to the prompt.
 //!
-//! With `--autonomy DURATION` a thread ticks the ledger in the background ([`Ticker`]): a
+//! With `--autonomy DURATION` a thread ticks the ledger in the background (`Ticker`): a
 //! tick at once, then one every DURATION, each a thinking tick with the session's adapter.
 //! One lock (the gate) is held by a turn from its first write to its last and by a tick from
 //! its first read to its last write, so a tick never comes between a turn's events; leaving

@@ -65,7 +65,7 @@ pub struct HttpArgs {
     pub tls_key: Option<PathBuf>,
 
     /// The endpoint's URL as clients reach it through a proxy in front (e.g.
-    /// https://mind.example.org/mcp): the 401's resource_metadata and the metadata document
+    /// `https://mind.example.org/mcp`): the 401's resource_metadata and the metadata document
     /// name it instead of this server's scheme and the request's Host; its host is allowed
     #[arg(long, value_name = "URL")]
     pub public_url: Option<String>,

@@ -18,7 +18,7 @@
 //! **Goals that stay open** (docs/autonomy.md, "Goals that stay open"): a tick given a model
 //! may also open a goal with a `meta.cause` ([`to_open`], a pure function of the mirror and
 //! the newest `metrics_turn`), which stays open until a thinking tick works it
-//! ([`to_work`]) and closes it with its outcome ([`close_worked`]):
+//! ([`to_work`]) and closes it with its outcome (`close_worked`):
 //!
 //! - [`EXPLORE`] (`explore_new_idea`), cause `idle_since:<metrics_turn>`: a conversation
 //!   happened, nothing is open, and `commitment_staleness` events have passed since its newest

@@ -4,14 +4,14 @@
 //! turn read locally at SQLite's speed while the server alone orders appends.
 //!
 //! # The protocol
-//! - **Catching up** ([`pull`]): the events the server has after the cache's head are read by
+//! - **Catching up** (`pull`): the events the server has after the cache's head are read by
 //!   id and inserted into the cache, each one checked on the way: its id follows, its
 //!   `prev_hash` is the previous event's hash, and its hash is the sha256 of its payload (an
 //!   erased row, whose text is gone, is taken as it is: `pmm-verify` checks it against its
 //!   erasure). An erasure caught up erases the text it names from the cache and its indexes.
 //! - **A cache that no longer matches** the server (its head's hash is not the server's event
 //!   at that id: the database was restored, recreated or tampered with) is never trusted:
-//!   [`open`] deletes it and builds it again from the server.
+//!   `open` deletes it and builds it again from the server.
 //! - **An append** ([`super::Ledger::begin`]): the server's head row is locked first (one short
 //!   transaction), the cache is caught up to that head inside its own write transaction, the
 //!   write session works on the cache exactly as on a SQLite ledger (policy, links, derived
