@@ -291,13 +291,18 @@ fn bench_appends() {
         .unwrap_or(5.0);
     let pg_url = std::env::var("PMM_BENCH_PG_URL").ok();
     fn run<F: Fresh>(log: &F, writers: usize, seconds: f64) -> f64 {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(seconds);
-        let start = std::time::Instant::now();
+        // Every writer connects before any appends (a connection opened while 15 others
+        // append back to back can wait past its busy timeout for SQLite's lock).
+        let ready = std::sync::Barrier::new(writers + 1);
+        let (deadline, start) = (std::sync::OnceLock::new(), std::sync::OnceLock::new());
         let total: usize = std::thread::scope(|sc| {
+            let (ready, deadline_at) = (&ready, &deadline);
             let hs: Vec<_> = (0..writers)
                 .map(|w| {
                     sc.spawn(move || {
                         let mut c = log.connect();
+                        ready.wait();
+                        let deadline: std::time::Instant = *deadline_at.wait();
                         let mut n = 0;
                         while std::time::Instant::now() < deadline {
                             let e = NewEvent::new(
@@ -313,9 +318,15 @@ fn bench_appends() {
                     })
                 })
                 .collect();
+            ready.wait();
+            let now = std::time::Instant::now();
+            start.set(now).unwrap();
+            deadline
+                .set(now + std::time::Duration::from_secs_f64(seconds))
+                .unwrap();
             hs.into_iter().map(|h| h.join().unwrap()).sum()
         });
-        total as f64 / start.elapsed().as_secs_f64()
+        total as f64 / start.get().unwrap().elapsed().as_secs_f64()
     }
     for writers in [1, 4, 16] {
         let sqlite = run(&Sqlite::new(), writers, seconds);
