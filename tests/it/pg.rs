@@ -728,3 +728,156 @@ fn proofs_batches_and_signed_checkpoints_work_on_a_postgres_ledger() {
         "the checkpoint check reads the server's rows: {r:?}"
     );
 }
+
+/// Runs openssl with `args` in `dir`.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
+
+#[test]
+fn tls_verify_full_checks_the_servers_certificate_and_its_name() {
+    if !crate::harness::tool_or_skip("openssl", "the PostgreSQL TLS test's certificates") {
+        return;
+    }
+    // A CA, a server certificate it signs for the name `localhost` only, and a stranger CA.
+    let certs = tempfile::Builder::new()
+        .prefix("pmm-pg-tls-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let d = certs.path();
+    let subj = |cn: &str| format!("/CN={cn}");
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            &subj("pmm test ca"),
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "other.key",
+            "-out",
+            "other.pem",
+            "-days",
+            "2",
+            "-subj",
+            &subj("someone else"),
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            &subj("localhost"),
+        ],
+    );
+    std::fs::write(d.join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    if unsafe { libc::geteuid() } == 0 {
+        // The server runs as postgres: its key must be postgres's own.
+        let status = std::process::Command::new("chown")
+            .args(["-R", "postgres:", d.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let cert = format!("ssl_cert_file={}", d.join("server.pem").display());
+    let key = format!("ssl_key_file={}", d.join("server.key").display());
+    let Some(server) = PgServer::start_with(&["ssl=on", &cert, &key]) else {
+        return;
+    };
+    let db = {
+        let url = server.database();
+        let tail = url.rsplit('/').next().unwrap().to_string();
+        tail.split('?').next().unwrap().to_string()
+    };
+    let ca = d.join("ca.pem");
+    let other = d.join("other.pem");
+    let url = |host: &str, mode: &str, root: &std::path::Path| {
+        format!(
+            "postgres://postgres@{host}:{}/{db}?sslmode={mode}&sslrootcert={}&connect_timeout=5",
+            server.port(),
+            root.display()
+        )
+    };
+    let append = |u: String| {
+        let mut pmm = Pmm::new();
+        pmm.db = PathBuf::from(u);
+        pmm.cache = Some(pmm.path("cache"));
+        pmm.run(
+            "pmm-append",
+            &["--kind", "user_message", "--content", "over TLS"],
+            "",
+        )
+    };
+    // The right CA and the certificate's name: it connects.
+    let r = append(url("localhost", "verify-full", &ca));
+    assert_eq!(r.code, 0, "{r:?}");
+    // The right CA, but the host is not the name the certificate gives: verify-full refuses,
+    // verify-ca (the chain only) connects.
+    let r = append(url("127.0.0.1", "verify-full", &ca));
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("cannot connect"), "{r:?}");
+    let r = append(url("127.0.0.1", "verify-ca", &ca));
+    assert_eq!(r.code, 0, "{r:?}");
+    // A CA that did not sign it: refused, whatever the name.
+    let r = append(url("localhost", "verify-full", &other));
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.to_lowercase().contains("certificate"), "{r:?}");
+    let r = append(url("localhost", "verify-ca", &other));
+    assert_eq!(r.code, 2, "{r:?}");
+    let rows = server.psql(&db, "SELECT count(*) FROM events").unwrap();
+    assert_eq!(rows.trim(), "2", "only the two verified connections wrote");
+}
