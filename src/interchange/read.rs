@@ -334,7 +334,7 @@ fn read_server<T: Send>(
         })
     };
     pipeline(&to_item, work, f, |p| {
-        log.scan(&Filter::default(), &mut |event| {
+        log.stream_all(&mut |event| {
             if event.id % 1024 == 0 {
                 tick(per_million(event.id, max));
             }

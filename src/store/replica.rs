@@ -54,9 +54,10 @@ pub(crate) struct Lease<'a> {
 }
 
 impl<'a> Lease<'a> {
-    /// Locks the head row when `up` is a writer's: the server's head as of the lock.
-    pub(crate) fn take(up: &'a mut Upstream) -> Result<(Lease<'a>, Option<Head>)> {
-        if !up.writer {
+    /// Locks the head row when `up` is a writer's and `lock` asks for it: the server's head
+    /// as of the lock.
+    pub(crate) fn take(up: &'a mut Upstream, lock: bool) -> Result<(Lease<'a>, Option<Head>)> {
+        if !up.writer || !lock {
             return Ok((
                 Lease {
                     log: &mut up.log,

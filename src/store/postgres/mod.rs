@@ -718,6 +718,23 @@ impl PgLog {
         .map_err(|e| self.err(e))
     }
 
+    /// Every event in id order, streamed by one query (a verification reads the whole log:
+    /// pages would cost a round trip each), until `each` returns `false`.
+    pub fn stream_all(&self, each: &mut dyn FnMut(Event) -> Result<bool>) -> Result<()> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut c = self.client.borrow_mut();
+        let sql = format!("SELECT {COLUMNS} FROM events ORDER BY id");
+        let mut rows = c
+            .query_raw(sql.as_str(), std::iter::empty::<i64>())
+            .map_err(|e| self.ctx.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.ctx.err(e))? {
+            if !each(row_to_event(&row))? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The hash of event `id`, if it exists.
     pub(crate) fn hash_at(&self, id: i64) -> Result<Option<Option<String>>> {
         let row = self

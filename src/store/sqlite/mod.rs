@@ -230,7 +230,8 @@ impl Ledger {
             return Ok(0);
         }
         let before = self.max_id()?;
-        self.begin()?.commit()?;
+        // Catching up writes only to the cache: no need to lock the server's head.
+        self.begin_with(false)?.commit()?;
         Ok((self.max_id()? - before).max(0) as u64)
     }
 
@@ -576,13 +577,19 @@ impl Ledger {
 
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the head cannot move under it).
     pub fn begin(&mut self) -> Result<Batch<'_>> {
+        self.begin_with(true)
+    }
+
+    /// [`Ledger::begin`]; on a cached PostgreSQL ledger, `lock` says whether the server's head
+    /// row is locked for appends (a catch-up alone does not lock it, and appends nothing).
+    fn begin_with(&mut self, lock: bool) -> Result<Batch<'_>> {
         let busy_ms = self.busy_ms;
         let path = self.path.clone();
         // A cached PostgreSQL ledger: the server's head row is locked first (always in this
         // order, so two writers on one host cannot wait on each other).
         let (lease, server_head) = match &mut self.upstream {
             Some((up, _, _)) => {
-                let (lease, head) = replica::Lease::take(up)?;
+                let (lease, head) = replica::Lease::take(up, lock)?;
                 (Some(lease), head)
             }
             None => (None, None),
