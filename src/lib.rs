@@ -35,6 +35,7 @@ pub mod outfile;
 pub mod projection;
 pub mod pystr;
 pub mod recall;
+pub mod session;
 pub mod store;
 pub mod turn;
 

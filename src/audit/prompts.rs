@@ -726,12 +726,16 @@ mod tests {
         let mut replies = Vec::new();
         for i in 0..20 {
             let user = crate::event::NewEvent::new(Kind::UserMessage, "hi", Default::default());
-            let user = l.append(&user.unwrap(), &clock).unwrap();
+            let user = crate::session::append(&mut l, &user.unwrap(), &clock).unwrap();
             let meta = serde_json::json!({"prompt_format": prompt::PROMPT_FORMAT,
                 "reply_to": user.id, "prompt_sha256": format!("{i:064}")});
             let Value::Object(meta) = meta else { panic!() };
             let reply = crate::event::NewEvent::new(Kind::AssistantMessage, "hello", meta);
-            replies.push(l.append(&reply.unwrap(), &clock).unwrap().id);
+            replies.push(
+                crate::session::append(&mut l, &reply.unwrap(), &clock)
+                    .unwrap()
+                    .id,
+            );
         }
         let all = events(&l);
         let bounds = Bounds {

@@ -1,6 +1,6 @@
 //! `REF: <path>#<id>` (FORMATS.md §3.8): what a ref asks for ([`RefRequest`]) and what its
 //! `inter_ledger_ref` event says about what was found there ([`RefOutcome`]). Pure: the turn
-//! reads the target ledger ([`crate::turn::reference`]) and hands back a [`RefLookup`].
+//! reads the target ledger (`session::reference`) and hands back a [`RefLookup`].
 //!
 //! The reference opened the target with its writer, which creates the file and the schema
 //! when the path does not exist: a model could create SQLite files anywhere the process may

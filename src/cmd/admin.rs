@@ -299,7 +299,7 @@ pub fn config(ledger: &mut Ledger, args: &[&str], clock: &Clock) -> anyhow::Resu
     m.insert("source".into(), "chat".into());
     let ev = NewEvent::new(Kind::Config, content.clone(), m)
         .map_err(|e| crate::Error::bad_input(None, e))?;
-    match ledger.append(&ev, clock) {
+    match crate::session::append(ledger, &ev, clock) {
         Ok(e) => Ok(format!(
             "retrieval config updated (event {}): {content}",
             e.id

@@ -3,8 +3,9 @@
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input};
+use crate::session::{self, Refusal};
 use crate::store::Reads;
-use crate::store::{Filter, Fresh, Ledger, Refusal};
+use crate::store::{Filter, Fresh, Ledger};
 use crate::Error;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -232,8 +233,7 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
         )?
     };
     let result = match single {
-        Some(ev) => ledger
-            .append(&ev, &clock)
+        Some(ev) => session::append(&mut ledger, &ev, &clock)
             .map_err(anyhow::Error::new)
             .and_then(|event| {
                 out.event(&event)?;
@@ -296,9 +296,7 @@ fn streaming(
             return Ok(Outcome::Success);
         }
         let ev = parse(&buf, n)?;
-        let event = ledger
-            .append(&ev, clock)
-            .with_context(|| format!("<stdin>:{n}"))?;
+        let event = session::append(ledger, &ev, clock).with_context(|| format!("<stdin>:{n}"))?;
         out.event(&event)?;
         // Flush per event: a pipeline downstream may be waiting for it.
         out.flush()?;
@@ -313,7 +311,7 @@ fn batch_append(
     clock: &event::Clock,
     n: u64,
 ) -> anyhow::Result<Option<crate::store::Violation>> {
-    match tx.append(ev, clock) {
+    match session::append_in(tx, ev, clock) {
         Ok(_) => Ok(None),
         Err(Refusal::Policy(v)) => Ok(Some(v)),
         Err(Refusal::Error(e)) => Err(anyhow::Error::new(e).context(format!("<stdin>:{n}"))),
@@ -328,7 +326,7 @@ fn rolled_back(
     n: u64,
     clock: &event::Clock,
 ) -> anyhow::Error {
-    match ledger.record_violation(v, clock) {
+    match session::record_violation(ledger, v, clock) {
         Ok(err) => anyhow::Error::new(err).context(format!("<stdin>:{n}: batch rolled back")),
         Err(e) => e.into(),
     }
@@ -556,7 +554,7 @@ fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
         targets.extend(&quotes);
     }
     let clock = args.clock.clock();
-    let erased = match ledger.erase(&targets, reason, &args.source, &clock) {
+    let erased = match session::erase(&mut ledger, &targets, reason, &args.source, &clock) {
         Ok(e) => e,
         Err(e) => {
             let e = anyhow::Error::new(e);

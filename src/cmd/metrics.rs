@@ -112,7 +112,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             let mut ledger = ledger;
             let ev = NewEvent::new(Kind::MetricsUpdate, text, Default::default())
                 .map_err(|e| crate::Error::bad_input(None, e))?;
-            Some(ledger.append(&ev, &args.clock.clock())?)
+            Some(crate::session::append(
+                &mut ledger,
+                &ev,
+                &args.clock.clock(),
+            )?)
         }
     } else {
         None

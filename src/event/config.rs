@@ -1,6 +1,6 @@
 //! The ranges of the `config` values the runtime reads (issue 13 item 10): a retrieval
 //! config's `dims` and `limit`, the autonomy thresholds. A write outside them is refused
-//! (`store::Batch::append` records a `violation`, as for a policy refusal), and a reader that
+//! (the write session, `session::refusal`, records a `violation`, as for a policy refusal), and a reader that
 //! meets one anyway (an imported ledger, the reference's) keeps its default instead, so no
 //! ledger value can make a turn allocate gigabytes or a tick loop forever.
 

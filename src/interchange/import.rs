@@ -206,7 +206,7 @@ mod tests {
             .iter()
             .map(|c| {
                 let ev = NewEvent::new(crate::event::Kind::TestEvent, *c, Map::new()).unwrap();
-                l.append(&ev, &clock).unwrap()
+                crate::session::append(&mut l, &ev, &clock).unwrap()
             })
             .collect()
     }

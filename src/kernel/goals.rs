@@ -32,8 +32,8 @@ use crate::canon;
 use crate::event::Kind;
 use crate::projection::mirror::{Commitment, Mirror};
 use crate::projection::rsm;
+use crate::session::{meta, Session};
 use crate::store::Reads;
-use crate::turn::{meta, Sink};
 use serde_json::{json, Value};
 
 /// The knowledge-gap goal.
@@ -46,7 +46,7 @@ pub const DRIFT_WINDOW: i64 = 50;
 pub const DRIFT_DELTA: i64 = 5;
 
 /// The newest closed internal goal named `goal`.
-fn last_closed<'a>(s: &'a Sink<'_, '_>, goal: &str) -> Option<&'a Commitment> {
+fn last_closed<'a>(s: &'a Session<'_, '_>, goal: &str) -> Option<&'a Commitment> {
     s.p.mirror
         .closed
         .values()
@@ -57,7 +57,7 @@ fn last_closed<'a>(s: &'a Sink<'_, '_>, goal: &str) -> Option<&'a Commitment> {
 /// Opens goal `goal` (`mc_` + the next id, six digits), appends its `work` reflection and
 /// closes it with `outcome`; `close_extra` goes into the close's meta.
 fn run_goal(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     goal: &str,
     reason: &str,
     work: &Value,
@@ -102,7 +102,7 @@ fn run_goal(
 }
 
 /// `analyze_knowledge_gaps`, when the self-model's gaps are not the ones last analysed.
-fn knowledge_gaps(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+fn knowledge_gaps(s: &mut Session<'_, '_>) -> crate::Result<()> {
     let gaps = s.p.rsm.knowledge_gaps();
     if gaps.is_empty() {
         return Ok(());
@@ -129,7 +129,7 @@ fn knowledge_gaps(s: &mut Sink<'_, '_>) -> crate::Result<()> {
 }
 
 /// `monitor_rsm_evolution`, when the self-model drifted since the newest summary.
-fn rsm_drift(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+fn rsm_drift(s: &mut Session<'_, '_>) -> crate::Result<()> {
     let Some(anchor) = s.p.autonomy.last_summary else {
         return Ok(());
     };
@@ -225,7 +225,7 @@ pub fn to_work(m: &Mirror) -> Option<&Commitment> {
 }
 
 /// The `commitment_open` of `g`, with cid `mc_` + its id (six digits).
-fn open_goal(s: &mut Sink<'_, '_>, g: &NewGoal) -> crate::Result<()> {
+fn open_goal(s: &mut Session<'_, '_>, g: &NewGoal) -> crate::Result<()> {
     let cid = format!("mc_{:06}", s.head_id() + 1);
     let m = meta(&[
         ("cause", g.cause.clone().into()),
@@ -246,7 +246,7 @@ fn open_goal(s: &mut Sink<'_, '_>, g: &NewGoal) -> crate::Result<()> {
 /// Closes the goal `cid` a thinking tick worked, when its reply (event `reply`, text `text`)
 /// did not close it itself: `outcome` is the reply's first line, cut at [`OUTCOME_CHARS`].
 pub(crate) fn close_worked(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     cid: &str,
     reply: i64,
     text: &str,
@@ -278,7 +278,7 @@ pub(crate) fn close_worked(
 
 /// The internal goals a tick runs, after its action; with `open_goals` (a tick given a model),
 /// then a goal that stays open when one is due.
-pub(crate) fn append_goals(s: &mut Sink<'_, '_>, open_goals: bool) -> crate::Result<()> {
+pub(crate) fn append_goals(s: &mut Session<'_, '_>, open_goals: bool) -> crate::Result<()> {
     knowledge_gaps(s)?;
     rsm_drift(s)?;
     if !open_goals {

@@ -10,8 +10,8 @@
 use crate::canon;
 use crate::event::{Event, Kind};
 use crate::projection::indexing::{self, Message};
+use crate::session::{meta, Session};
 use crate::store::Reads;
-use crate::turn::{meta, Sink};
 use serde_json::{json, Value};
 
 /// Messages one `index` tick takes.
@@ -19,7 +19,7 @@ pub const BATCH: usize = indexing::BATCH;
 
 /// Indexes the messages `ids` (the tick's evidence) with the current rule
 /// ([`indexing::RULE`]): the events [`indexing::plan`] derives, appended in its order.
-pub(crate) fn append(s: &mut Sink<'_, '_>, ids: &[i64]) -> crate::Result<()> {
+pub(crate) fn append(s: &mut Session<'_, '_>, ids: &[i64]) -> crate::Result<()> {
     let mut read = Vec::new();
     for &id in ids.iter().take(BATCH) {
         if let Some(ev) = s.batch.get(id)? {
@@ -44,7 +44,7 @@ pub(crate) fn append(s: &mut Sink<'_, '_>, ids: &[i64]) -> crate::Result<()> {
 }
 
 fn put_c(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     kind: Kind,
     v: &Value,
     pairs: &[(&str, Value)],
@@ -108,7 +108,7 @@ fn maintained(ev: &Event) -> Option<(&'static [&'static str], &'static str)> {
 /// bound (`concept_bind_event`, weight 1.0, source `autonomy_kernel`) to the tokens of its
 /// kind that the ledger defines and that are not bound to it yet. Nothing is defined here:
 /// on a ledger without those concepts nothing is bound, as in the reference.
-pub(crate) fn maintain(s: &mut Sink<'_, '_>, from: usize) -> crate::Result<()> {
+pub(crate) fn maintain(s: &mut Session<'_, '_>, from: usize) -> crate::Result<()> {
     let events: Vec<Event> = s.events[from..].to_vec();
     for ev in &events {
         let Some((tokens, relation)) = maintained(ev) else {

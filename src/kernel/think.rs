@@ -26,19 +26,20 @@
 use super::tick::{self, Mode, Ticked};
 use super::{decide, goals, Action, Slot, View};
 use crate::context::embed::py_split;
+use crate::context::prompt::HISTORY_MESSAGES;
 use crate::context::select::{self, RetrievalConfig};
 use crate::event::{Clock, Event, Kind};
 use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
 use crate::projection::state::Projections;
+use crate::session::{self, catch_up, ensure_defaults, Options, Session, TurnError};
 use crate::store::{self, Filter, Ledger, Reads};
-use crate::turn::{self, catch_up, ensure_defaults, Options, Sink, TurnError};
 use serde_json::{json, Value};
 
 /// `meta.source` of everything a thinking tick writes on the model's behalf.
 pub const SOURCE: &str = "autonomy_kernel";
 
-/// `meta.prompt_format` of a thinking tick's reply (a turn's is [`turn::PROMPT_FORMAT`]):
+/// `meta.prompt_format` of a thinking tick's reply (a turn's is [`crate::context::prompt::PROMPT_FORMAT`]):
 /// `think.2` records what recall selected (`meta.selected`, `meta.via`), which [`rebuild`]
 /// renders again; `think.1` did not, and is rebuilt by running recall again.
 pub const THINK_FORMAT: &str = "think.2";
@@ -218,7 +219,7 @@ pub fn run(
     opts: &Options,
 ) -> Result<Thought, TurnError> {
     match run_inner(ledger, adapter, slot, opts) {
-        Err(TurnError::Store(e)) => Err(TurnError::Store(turn::record_refusal(
+        Err(TurnError::Store(e)) => Err(TurnError::Store(session::record_refusal(
             ledger,
             e,
             &opts.clock,
@@ -335,7 +336,7 @@ fn run_inner(
     let goal = goals::to_work(&p.mirror).map(|c| c.cid.clone());
     let provider = adapter.provider().to_string();
     let mut done = Done::default();
-    let mut s = Sink {
+    let mut s = Session {
         batch: &mut batch,
         p: &mut p,
         events: &mut events,
@@ -416,7 +417,7 @@ fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claim
         return Ok(Claimed::OverBudget(why));
     }
     tick::append_stimulus_with(
-        &mut Sink {
+        &mut Session {
             batch: &mut batch,
             p: &mut p,
             events: &mut events,
@@ -542,7 +543,7 @@ fn prompt<R: Reads>(
     let history = select::history(
         r,
         next,
-        turn::HISTORY_MESSAGES,
+        HISTORY_MESSAGES,
         crate::context::prompt::HISTORY_CHARS,
     )?;
     let exclude = history.iter().map(|e| e.id).collect();
@@ -598,7 +599,7 @@ struct Done {
 /// [`SOURCE`], the slot instead of `reply_to`), then its markers by the turn's rules: claims,
 /// commitments opened and closed, the delta reflection with its `REFLECT:`.
 fn append_reply(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     slot: &Slot,
     provider: &str,
     asked: &Asked,
@@ -640,10 +641,10 @@ fn append_reply(
     }
     let assistant = s.put(Kind::AssistantMessage, reply.text.as_str(), m)?;
     let (markers, _echoed) = marker::parse_unechoed(&reply.text, &req.system);
-    let (claims, failed) = turn::append_claims(s, &markers)?;
-    let opened = turn::append_opens(s, &markers, &[], SOURCE)?;
-    let closed = turn::append_closes(s, &markers, SOURCE)?;
-    turn::append_delta_reflection(s, &markers, &failed, &opened, &closed, assistant.id)?;
+    let (claims, failed) = session::append_claims(s, &markers)?;
+    let opened = session::append_opens(s, &markers, &[], SOURCE)?;
+    let closed = session::append_closes(s, &markers, SOURCE)?;
+    session::append_delta_reflection(s, &markers, &failed, &opened, &closed, assistant.id)?;
     Ok(Done {
         reply: assistant.id,
         opened,
@@ -681,7 +682,7 @@ fn record_failure(
         m.insert("reason".into(), reason.into());
     }
     let mut events = Vec::new();
-    let failure = Sink {
+    let failure = Session {
         batch: &mut batch,
         p,
         events: &mut events,

@@ -17,10 +17,10 @@ use crate::canon;
 use crate::event::{Clock, Event, Kind};
 use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
-use crate::store::{self, Ledger, Reads};
-use crate::turn::{
-    append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal, Sink,
+use crate::session::{
+    append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal, Session,
 };
+use crate::store::{self, Ledger, Reads};
 use serde_json::{json, Map, Value};
 
 /// Environment variable (a testing aid): milliseconds to wait inside the tick's transaction,
@@ -186,7 +186,7 @@ fn run_inner(
     let th = p.mirror.thresholds.clone();
     let decision = decide(&View::of(&p), &th);
     ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
-    let mut s = Sink {
+    let mut s = Session {
         batch: &mut batch,
         p: &mut p,
         events: &mut events,
@@ -236,12 +236,12 @@ pub(super) struct Mode<'a> {
 /// `before_action` writes (a thinking tick's reply and what its markers do), the action, the
 /// adaptive loop, CTL maintenance, internal goals and the bookkeeping.
 pub(super) fn append_tick(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     slot: &Slot,
     th: &Thresholds,
     decision: &Decision,
     mode: Mode<'_>,
-    before_action: &mut dyn FnMut(&mut Sink<'_, '_>) -> crate::Result<()>,
+    before_action: &mut dyn FnMut(&mut Session<'_, '_>) -> crate::Result<()>,
 ) -> crate::Result<()> {
     append_decision(s, slot, th, decision, mode.note)?;
     let acted = s.events.len();
@@ -255,13 +255,13 @@ pub(super) fn append_tick(
 }
 
 /// The slot's `autonomy_stimulus`.
-pub(super) fn append_stimulus(s: &mut Sink<'_, '_>, slot: &Slot) -> crate::Result<Event> {
+pub(super) fn append_stimulus(s: &mut Session<'_, '_>, slot: &Slot) -> crate::Result<Event> {
     append_stimulus_with(s, slot, &[])
 }
 
 /// The slot's `autonomy_stimulus`, with `extra` in its meta (a thinking tick's claim).
 pub(super) fn append_stimulus_with(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     slot: &Slot,
     extra: &[(&str, Value)],
 ) -> crate::Result<Event> {
@@ -279,7 +279,7 @@ pub(super) fn append_stimulus_with(
 
 /// The rule table when the thresholds changed, and the decision.
 fn append_decision(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     slot: &Slot,
     th: &Thresholds,
     decision: &Decision,
@@ -316,7 +316,7 @@ fn append_decision(
 
 /// A `commitment_close` for every stale commitment the decision closes.
 fn append_auto_closes(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     th: &Thresholds,
     decision: &Decision,
 ) -> crate::Result<()> {
@@ -340,7 +340,7 @@ fn append_auto_closes(
 
 /// The decided action: the kernel reflection, or a summary.
 fn append_action(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     slot: &Slot,
     th: &Thresholds,
     decision: &Decision,
@@ -378,7 +378,7 @@ fn append_action(
 /// coherence and learning, each only when due, and the rule table when learning moved the
 /// thresholds.
 fn append_adaptive(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     slot: &Slot,
     decision: &Decision,
     acted: usize,
@@ -416,7 +416,7 @@ fn append_adaptive(
 }
 
 /// `autonomy_metrics` every [`METRICS_EVERY`] ticks and the `checkpoint_manifest` when due.
-fn append_bookkeeping(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+fn append_bookkeeping(s: &mut Session<'_, '_>) -> crate::Result<()> {
     if s.p.autonomy.ticks_total.is_multiple_of(METRICS_EVERY) {
         let content = metrics_content(s.p);
         s.put(

@@ -17,7 +17,8 @@ use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
-use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal, RECALLED_KINDS};
+use crate::session;
+use crate::store::{self, Batch, Filter, Ledger, Reads, RECALLED_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -497,7 +498,7 @@ fn remember(cfg: &Config, a: RememberArgs, source: &str) -> Result<Value, ToolEr
     };
     // The text is kept verbatim (a message is what was said, whitespace and all).
     let ev = NewEvent::new(kind, a.text, meta)?;
-    let event = cfg.writer()?.append(&ev, &cfg.clock)?;
+    let event = session::append(&mut cfg.writer()?, &ev, &cfg.clock)?;
     Ok(json!({"event": event_json(&event)}))
 }
 
@@ -514,8 +515,9 @@ fn commit(cfg: &Config, a: CommitArgs, source: &str) -> Result<Value, ToolError>
     let mut ledger = cfg.writer()?;
     let batch = ledger.begin()?;
     let head = batch.max_id()?;
-    let score =
-        cfg.with_projections(&batch, |p| crate::turn::derive::impact_score(p, &cid, head))?;
+    let score = cfg.with_projections(&batch, |p| {
+        crate::session::derive::impact_score(p, &cid, head)
+    })?;
     let meta = obj(&[
         ("cid", cid.clone().into()),
         ("impact_score", json!(score)),
@@ -575,28 +577,10 @@ fn close(cfg: &Config, a: CloseArgs, source: &str) -> Result<Value, ToolError> {
     Ok(json!({"cid": cid, "event": event_json(&event)}))
 }
 
-/// Appends `ev` in `batch` and commits; a policy refusal commits the `violation` event instead
-/// (as [`Ledger::append`] does) and is an error.
-fn append_one(mut batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> Result<Event, ToolError> {
-    match batch.append(ev, clock) {
-        Ok(event) => {
-            batch.commit()?;
-            Ok(event)
-        }
-        Err(Refusal::Policy(v)) => {
-            let violation = batch.append_violation(&v, clock)?;
-            batch.commit()?;
-            Err(crate::Error::PolicyViolation {
-                actor: v.actor,
-                kind: v.kind,
-                violation_id: violation.id,
-                unreadable: v.unreadable.is_some(),
-                reason: v.reason,
-            }
-            .into())
-        }
-        Err(Refusal::Error(e)) => Err(e.into()),
-    }
+/// Appends `ev` in `batch` and commits ([`session::commit_one`]: a policy refusal commits
+/// the `violation` event instead and is an error).
+fn append_one(batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> Result<Event, ToolError> {
+    Ok(session::commit_one(batch, ev, clock)?)
 }
 
 fn obj(pairs: &[(&str, Value)]) -> Map<String, Value> {
@@ -755,7 +739,7 @@ mod tests {
         let clock = Clock::pinned("2025-11-24T05:55:41Z").unwrap();
         let mut w = Ledger::open_writer(&db, 5000).unwrap();
         let note = NewEvent::new(Kind::from("reflection"), "a note", Map::new()).unwrap();
-        w.append(&note, &clock).unwrap();
+        crate::session::append(&mut w, &note, &clock).unwrap();
         drop(w);
         let cfg = std::sync::Arc::new(Config::new(db, false, 5000, clock));
         let met = std::sync::Arc::new((Mutex::new(0), std::sync::Condvar::new()));

@@ -270,7 +270,7 @@ mod tests {
         ] {
             let meta = serde_json::Map::new();
             let ev = NewEvent::new(Kind::UserMessage, text, meta).unwrap();
-            l.append(&ev, &clock).unwrap();
+            crate::session::append(&mut l, &ev, &clock).unwrap();
         }
         let text = "What did Melanie's friend and dr Kim see in Paris?";
         let names = named(&l, text).unwrap();

@@ -15,74 +15,28 @@
 //!    synthesized `reflection` + `meta_summary`, the correction/delta `reflection`,
 //!    `summary_update` when due, `lifetime_memory` + its embedding when a chunk is ready.
 
-pub mod concepts;
 mod dense;
-pub mod derive;
-pub mod reference;
 
 use crate::canon;
-use crate::claim::{self, ClaimContext};
+use crate::claim;
 use crate::context::embed;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
-use crate::error::ExitStatus;
 use crate::event::config::Strategy;
-use crate::event::{Clock, Event, Kind, NewEvent};
-use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
+use crate::event::{Clock, Event, Kind};
+use crate::llm::{Adapter, LlmError, Request};
 use crate::marker;
 use crate::projection::graph::NodeKind;
-use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
-use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal};
+use crate::session::{
+    append_claims, append_closes, append_delta_reflection, append_opens, append_summary, catch_up,
+    concepts, derive, ensure_defaults, markers::append_ref, meta, record_refusal, Session,
+};
+use crate::store::{self, Filter, Ledger, Reads};
 use serde_json::{json, Map, Value};
 
-/// The reference's default write policy, written on a ledger's first turn.
-pub const DEFAULT_POLICY: &str = r#"{"forbid_sources":{"cli":["config","checkpoint_manifest","embedding_add","retrieval_selection"]},"type":"policy"}"#;
-
-/// How a turn calls the model.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Sampling temperature (default 0).
-    pub temperature: f64,
-    /// Nucleus sampling (default 1).
-    pub top_p: f64,
-    /// Seed, passed to providers that take one.
-    pub seed: Option<u64>,
-    /// The most tokens a reply may have; `None` leaves it to the server.
-    pub max_tokens: Option<u32>,
-    /// Characters of recalled text (the `hybrid` strategy); `None` takes the retrieval
-    /// config's `budget`.
-    pub budget: Option<usize>,
-    /// Where timestamps come from.
-    pub clock: Clock,
-    /// Streams the reply: each piece goes here as it is generated (the HTTP adapters then ask
-    /// for a streamed answer). The reply is still appended once, whole, after it ends.
-    pub stream: Option<TextSink>,
-    /// Cancels the model call once raised: the turn then appends a `generation_failure` with
-    /// `reason` `interrupted` and ends with [`TurnError::Generation`].
-    pub cancel: Option<Cancel>,
-    /// The sentence-embedding model of the dense recall source (none: full text and concepts
-    /// only). The turn embeds the user's message and the reply, and stores both vectors.
-    pub embedder: Option<crate::llm::embed::Shared>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            temperature: 0.0,
-            top_p: 1.0,
-            seed: None,
-            max_tokens: None,
-            budget: None,
-            clock: Clock::System,
-            stream: None,
-            cancel: None,
-            embedder: None,
-        }
-    }
-}
-
 pub use crate::formats::reply::TRUNCATED;
+pub use crate::session::{Options, TurnError, DEFAULT_POLICY};
 
 /// What a turn did.
 #[derive(Debug, Clone)]
@@ -136,195 +90,6 @@ impl Outcome {
             record["markers_echoed"] = self.echoed_markers.into();
         }
         record
-    }
-}
-
-/// Why a turn did not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum TurnError {
-    /// The model failed for good; the user's message and a `generation_failure` event are in
-    /// the ledger (exit 3).
-    #[error("{error} (recorded as event {})", failure.id)]
-    Generation {
-        /// The error.
-        error: LlmError,
-        /// The events written (the user message …, the failure last).
-        events: Vec<Event>,
-        /// The `generation_failure` event.
-        failure: Box<Event>,
-    },
-    /// The ledger could not be read or written.
-    #[error(transparent)]
-    Store(#[from] crate::Error),
-}
-
-impl ExitStatus for TurnError {
-    /// 3 when the model failed (128 + the signal when the call was interrupted), else the
-    /// store error's own status.
-    fn exit_code(&self) -> u8 {
-        match self {
-            TurnError::Generation { error, .. } => error.exit_status().unwrap_or(3),
-            TurnError::Store(e) => e.exit_code(),
-        }
-    }
-}
-
-impl From<TurnError> for crate::Error {
-    /// A store error stays itself; a failed generation keeps its exit status.
-    fn from(e: TurnError) -> Self {
-        match e {
-            TurnError::Store(e) => e,
-            e => crate::Error::with_exit_status(e),
-        }
-    }
-}
-
-pub(crate) fn meta(pairs: &[(&str, Value)]) -> Map<String, Value> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
-}
-
-pub(crate) fn new_event(
-    kind: Kind,
-    content: impl Into<String>,
-    m: Map<String, Value>,
-) -> crate::Result<NewEvent> {
-    NewEvent::new(kind, content, m).map_err(|e| crate::Error::bad_input(None, e))
-}
-
-/// Appends inside a batch. A policy refusal is [`crate::Error::Refused`]: the whole write is
-/// rolled back, and [`record_refusal`] then appends the `violation` (SPEC §2.5).
-pub(crate) fn put(
-    batch: &mut Batch<'_>,
-    p: &mut Projections,
-    out: &mut Vec<Event>,
-    ev: NewEvent,
-    clock: &Clock,
-) -> crate::Result<Event> {
-    match batch.append(&ev, clock) {
-        Ok(e) => {
-            p.apply(&e);
-            out.push(e.clone());
-            Ok(e)
-        }
-        Err(Refusal::Policy(v)) => Err(crate::Error::Refused(Box::new(v))),
-        Err(Refusal::Error(e)) => Err(e),
-    }
-}
-
-/// On a ledger's first use by a runtime program (SPEC §2.5): the reference's default write
-/// policy and retrieval `config` events, when the ledger has none.
-pub(crate) fn ensure_defaults(
-    batch: &mut Batch<'_>,
-    p: &mut Projections,
-    events: &mut Vec<Event>,
-    clock: &Clock,
-) -> crate::Result<()> {
-    if !batch.has_policy_config()? {
-        let ev = new_event(
-            Kind::Config,
-            DEFAULT_POLICY,
-            meta(&[("source", "autonomy_kernel".into())]),
-        )?;
-        put(batch, p, events, ev, clock)?;
-    }
-    if p.mirror.retrieval.is_none() {
-        let ev = new_event(
-            Kind::Config,
-            RetrievalConfig::DEFAULT_CONTENT,
-            meta(&[("source", "autonomy_kernel".into())]),
-        )?;
-        put(batch, p, events, ev, clock)?;
-    }
-    Ok(())
-}
-
-/// After a write that [`put`] found forbidden was rolled back: appends the `violation` in a
-/// transaction of its own and gives the error to report (exit 1). Other errors pass through.
-pub(crate) fn record_refusal(ledger: &mut Ledger, e: crate::Error, clock: &Clock) -> crate::Error {
-    match e {
-        crate::Error::Refused(v) => ledger.record_violation(&v, clock).unwrap_or_else(|e| e),
-        other => other,
-    }
-}
-
-/// Appends a `summary_update` (FORMATS.md §7.4) against the newest summary when the gate lets
-/// it through, or whatever the gate says with `force` (a `summarize` tick).
-pub(crate) fn append_summary(
-    batch: &mut Batch<'_>,
-    p: &mut Projections,
-    events: &mut Vec<Event>,
-    clock: &Clock,
-    force: bool,
-) -> crate::Result<()> {
-    let previous = match p.autonomy.last_summary {
-        Some(id) => batch.get(id)?,
-        None => None,
-    };
-    let after = previous.as_ref().map_or(0, |e| e.id);
-    let head = p.mirror.last_event_id;
-    let inputs = derive::SummaryInputs {
-        previous: previous.as_ref(),
-        events_since: head.saturating_sub(after),
-        reflections_since: batch.count_kind_after(Kind::Reflection, after)?,
-        last_event_id: head,
-        force,
-    };
-    if let Some((content, m)) = derive::summary_update(p, &inputs) {
-        put(
-            batch,
-            p,
-            events,
-            new_event(Kind::SummaryUpdate, content, m)?,
-            clock,
-        )?;
-    }
-    Ok(())
-}
-
-/// Folds events past the projections' last id into them (what other processes appended), or
-/// projects them anew when one of those is an erasure ([`store::catch_up`]: the turn must not
-/// write what it derives from erased text).
-pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
-    store::catch_up(r, p, None).map(|_| ())
-}
-
-/// The claim checker's view of the ledger. A database error while looking an event up is
-/// kept and ends the turn's write ([`LedgerClaims::failure`]): it must never be recorded as a
-/// claim that failed because the event "does not exist".
-struct LedgerClaims<'a, 'b> {
-    batch: &'a Batch<'b>,
-    p: &'a Projections,
-    error: std::cell::RefCell<Option<crate::Error>>,
-}
-
-impl LedgerClaims<'_, '_> {
-    /// The first database error a look-up met, if any.
-    fn failure(self) -> Option<crate::Error> {
-        self.error.into_inner()
-    }
-}
-
-impl ClaimContext for LedgerClaims<'_, '_> {
-    fn event_exists(&self, id: i64) -> bool {
-        if id < 1 {
-            return false;
-        }
-        match self.batch.get(id) {
-            Ok(found) => found.is_some(),
-            Err(e) => {
-                self.error.borrow_mut().get_or_insert(e);
-                false
-            }
-        }
-    }
-    fn commitment_is_open(&self, cid: &str) -> bool {
-        self.p.mirror.open.contains_key(cid)
-    }
-    fn commitment_was_opened(&self, cid: &str) -> Option<bool> {
-        Some(self.p.mirror.open.contains_key(cid) || self.p.mirror.closed.contains_key(cid))
     }
 }
 
@@ -419,7 +184,7 @@ fn run_inner(
     let mut batch = ledger.begin()?;
     catch_up(&batch, &mut p)?;
     let done = write_consequences(
-        &mut Sink {
+        &mut Session {
             batch: &mut batch,
             p: &mut p,
             events: &mut events,
@@ -444,39 +209,6 @@ fn run_inner(
         truncated,
         echoed_markers: done.echoed_markers,
     })
-}
-
-/// Where a stage writes, in a turn or a tick: the open transaction, the projections each event
-/// is folded into as it is written (so later events see earlier ones), and the list of what was
-/// written.
-pub(crate) struct Sink<'s, 'b> {
-    pub(crate) batch: &'s mut Batch<'b>,
-    pub(crate) p: &'s mut Projections,
-    pub(crate) events: &'s mut Vec<Event>,
-    pub(crate) clock: &'s Clock,
-}
-
-impl Sink<'_, '_> {
-    /// Appends one event (policy checked) and folds it in.
-    pub(crate) fn put(
-        &mut self,
-        kind: Kind,
-        content: impl Into<String>,
-        m: Map<String, Value>,
-    ) -> crate::Result<Event> {
-        put(
-            self.batch,
-            self.p,
-            self.events,
-            new_event(kind, content, m)?,
-            self.clock,
-        )
-    }
-
-    /// The head as this transaction sees it.
-    pub(crate) fn head_id(&self) -> i64 {
-        self.batch.head().map_or(0, |h| h.id)
-    }
 }
 
 /// What the model was shown and what it said: the input of the last stage.
@@ -514,7 +246,7 @@ fn record_user(
     let mut batch = ledger.begin()?;
     catch_up(&batch, &mut p)?;
     ensure_defaults(&mut batch, &mut p, events, clock)?;
-    let mut s = Sink {
+    let mut s = Session {
         batch: &mut batch,
         p: &mut p,
         events,
@@ -551,7 +283,7 @@ fn record_failure(
     if let Some(reason) = error.reason() {
         m.insert("reason".into(), reason.into());
     }
-    let failure = Sink {
+    let failure = Session {
         batch: &mut batch,
         p,
         events,
@@ -568,7 +300,7 @@ fn record_failure(
 
 /// Stages 4 to 6, in one transaction against the true head: the reply, what its markers
 /// cause, the retrieval record and metrics, the derived reflections, summary and memory.
-fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Consequences> {
+fn write_consequences(s: &mut Session<'_, '_>, said: &Said<'_>) -> crate::Result<Consequences> {
     let assistant = append_assistant(s, said)?;
     let about = append_active_indexing(s, said, assistant.id)?;
     // Marker lines that echo the system prompt (the rules, the evidence) are not the model's.
@@ -599,7 +331,7 @@ fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Co
 
 /// The `assistant_message` (with the structured header's keys when the reply has one) and
 /// its embedding.
-fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Event> {
+fn append_assistant(s: &mut Session<'_, '_>, said: &Said<'_>) -> crate::Result<Event> {
     let (reply, opts) = (said.reply, said.opts);
     let mut m = meta(&[
         ("role", "assistant".into()),
@@ -632,45 +364,8 @@ fn append_assistant(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Even
     Ok(assistant)
 }
 
-/// Claims, each on its own (a bad one fails only itself): the valid ones as `claim` events
-/// bound to their type; the records of valid and failed claims.
-pub(crate) fn append_claims(
-    s: &mut Sink<'_, '_>,
-    markers: &marker::Markers,
-) -> crate::Result<(Vec<Value>, Vec<claim::FailedClaim>)> {
-    let ctx = LedgerClaims {
-        batch: s.batch,
-        p: s.p,
-        error: std::cell::RefCell::new(None),
-    };
-    let (valid, failed) = claim::check_all(&markers.claims, &ctx);
-    let valid: Vec<marker::ClaimMarker> = valid.into_iter().map(|l| l.value.clone()).collect();
-    if let Some(e) = ctx.failure() {
-        return Err(e);
-    }
-    let mut records = Vec::new();
-    for c in &valid {
-        let ce = s.put(
-            Kind::Claim,
-            claim::claim_content(c),
-            meta(&[
-                ("claim_type", c.claim_type.clone().into()),
-                ("validated", true.into()),
-            ]),
-        )?;
-        let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
-        s.put(
-            Kind::ConceptBindEvent,
-            canon::to_string(&bind).unwrap_or_default(),
-            meta(&[("source", "auto_binder".into())]),
-        )?;
-        records.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
-    }
-    Ok((records, failed))
-}
-
 /// `identity_adoption` for every token both proposed and ratified and not yet adopted.
-fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+fn append_identity_adoptions(s: &mut Session<'_, '_>) -> crate::Result<()> {
     for (token, proposal, ratify) in s.p.mirror.identity.pending_adoptions() {
         let content =
             canon::to_string(&json!({"reason": "identity_proposal+ratification", "token": token}))
@@ -689,7 +384,7 @@ fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
 /// header's, and the defined ones the user's text mentions — each bound to the user's message
 /// and to the reply, defined first when new. The concepts, for the thread bindings.
 fn append_active_indexing(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     said: &Said<'_>,
     assistant_id: i64,
 ) -> crate::Result<Vec<String>> {
@@ -705,69 +400,10 @@ fn append_active_indexing(
     Ok(about)
 }
 
-/// A `commitment_open` per `COMMIT:` line, each followed by the binding of the turn's
-/// concepts to its thread; the cids opened. `source` is the writer's `meta.source`
-/// (`assistant` for a turn's reply, `autonomy_kernel` for a thinking tick's); the origin is
-/// the model's either way.
-pub(crate) fn append_opens(
-    s: &mut Sink<'_, '_>,
-    markers: &marker::Markers,
-    about: &[String],
-    source: &str,
-) -> crate::Result<Vec<String>> {
-    let mut opened = Vec::new();
-    for c in &markers.commits {
-        let cid = commitment_cid(&c.value);
-        let score = derive::impact_score(s.p, &cid, s.head_id());
-        let m = meta(&[
-            ("cid", cid.clone().into()),
-            ("impact_score", json!(score)),
-            ("origin", "assistant".into()),
-            ("source", source.into()),
-            ("text", c.value.clone().into()),
-        ]);
-        let open = s.put(
-            Kind::CommitmentOpen,
-            format!("Commitment opened: {}", c.value),
-            m,
-        )?;
-        concepts::bind_thread(s, &cid, open.id, about, "loop")?;
-        opened.push(cid);
-    }
-    Ok(opened)
-}
-
-/// A `commitment_close` per `CLOSE:` line naming an open commitment; the cids closed.
-/// `source` as for [`append_opens`].
-pub(crate) fn append_closes(
-    s: &mut Sink<'_, '_>,
-    markers: &marker::Markers,
-    source: &str,
-) -> crate::Result<Vec<String>> {
-    let mut closed = Vec::new();
-    for c in &markers.closes {
-        if !s.p.mirror.open.contains_key(&c.value) {
-            continue;
-        }
-        let m = meta(&[
-            ("cid", c.value.clone().into()),
-            ("origin", "assistant".into()),
-            ("source", source.into()),
-        ]);
-        s.put(
-            Kind::CommitmentClose,
-            format!("Commitment closed: {}", c.value),
-            m,
-        )?;
-        closed.push(c.value.clone());
-    }
-    Ok(closed)
-}
-
 /// The `retrieval_selection`: the reference's keys and digest, and under `hybrid` why each
 /// event was recalled, the budget and the history's length.
 fn append_retrieval_record(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     said: &Said<'_>,
     turn_id: i64,
 ) -> crate::Result<()> {
@@ -805,7 +441,7 @@ fn append_retrieval_record(
 }
 
 /// The `metrics_turn` line: provider, model, tokens (the server's counts, else words), latency.
-fn append_metrics(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<()> {
+fn append_metrics(s: &mut Session<'_, '_>, said: &Said<'_>) -> crate::Result<()> {
     let (reply, request) = (said.reply, &said.prompt.request);
     let words = |t: &str| embed::py_split(t).count() as u64;
     let in_tokens = reply
@@ -823,7 +459,7 @@ fn append_metrics(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<()> {
 /// The synthesized reflection with its `meta_summary`, then the correction/delta reflection
 /// (and the `REF:`s it carries).
 fn append_reflections(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     markers: &marker::Markers,
     failed: &[claim::FailedClaim],
     opened: &[String],
@@ -848,32 +484,8 @@ fn append_reflections(
     append_delta_reflection(s, markers, failed, opened, closed, assistant_id)
 }
 
-/// The correction/delta reflection about the reply `assistant_id` (what its markers did,
-/// its `REFLECT:`), and the `REF:`s it carries.
-pub(crate) fn append_delta_reflection(
-    s: &mut Sink<'_, '_>,
-    markers: &marker::Markers,
-    failed: &[claim::FailedClaim],
-    opened: &[String],
-    closed: &[String],
-    assistant_id: i64,
-) -> crate::Result<()> {
-    let reflect = markers.reflect.as_ref().and_then(|r| r.value.as_ref().ok());
-    if let Some(text) = claim::delta_text(failed, opened, closed, reflect) {
-        s.put(
-            Kind::Reflection,
-            text.as_str(),
-            meta(&[("about_event", assistant_id.into())]),
-        )?;
-        for r in marker::parse(&text).refs {
-            append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
-        }
-    }
-    Ok(())
-}
-
 /// A `lifetime_memory` chunk (and its embedding) when enough has happened since the last.
-fn append_memory(s: &mut Sink<'_, '_>) -> crate::Result<()> {
+fn append_memory(s: &mut Session<'_, '_>) -> crate::Result<()> {
     let last_chunk = s
         .batch
         .last_of_kind(Kind::LifetimeMemory, 1)?
@@ -945,46 +557,4 @@ fn build_prompt<R: Reads>(
         sel,
         prompt_sha256,
     })
-}
-
-fn append_ref(
-    batch: &mut Batch<'_>,
-    p: &mut Projections,
-    out: &mut Vec<Event>,
-    target: &str,
-    clock: &Clock,
-) -> crate::Result<()> {
-    let Some(req) = claim::parse_ref(target) else {
-        return Ok(());
-    };
-    let outcome = claim::RefOutcome::from(reference::resolve(&req));
-    let ev = new_event(Kind::InterLedgerRef, req.content(), outcome.meta_map())?;
-    put(batch, p, out, ev, clock)?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The default policy forbids `cli` exactly the kinds the policy guards.
-    #[test]
-    fn default_policy_lists_the_sensitive_kinds() {
-        let v: Value = serde_json::from_str(DEFAULT_POLICY).unwrap();
-        let listed: Vec<&str> = v["forbid_sources"]["cli"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| k.as_str().unwrap())
-            .collect();
-        let mut sensitive: Vec<&str> = Kind::ALL
-            .iter()
-            .filter(|k| k.is_sensitive())
-            .map(Kind::as_str)
-            .collect();
-        let mut sorted = listed.clone();
-        sorted.sort_unstable();
-        sensitive.sort_unstable();
-        assert_eq!(sorted, sensitive);
-    }
 }

@@ -7,11 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Same-layer uses the table allows (and says why).
-const SAME_LAYER: [(&str, &str); 3] = [
-    ("context", "recall"),
-    ("kernel", "turn"),
-    ("audit", "kernel"),
-];
+const SAME_LAYER: [(&str, &str); 2] = [("context", "recall"), ("audit", "kernel")];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -172,7 +168,7 @@ fn only_the_named_modules_speak_sql_network_stdio_and_files() {
             &["cli", "cmd"],
         ),
         ("stdin", &["stdin()"], &["cli", "cmd", "interchange"]),
-        // `turn` reads a `REF:` target (`turn::reference`), read-only; `claim` does no I/O.
+        // `session` reads a `REF:` target (`session::reference`), read-only; `claim` does no I/O.
         (
             "files",
             &["std::fs", "fs::", "File::"],
@@ -183,7 +179,7 @@ fn only_the_named_modules_speak_sql_network_stdio_and_files() {
                 "interchange",
                 "outfile",
                 "llm",
-                "turn",
+                "session",
             ],
         ),
     ];

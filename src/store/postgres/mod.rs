@@ -42,11 +42,8 @@
 //! user's guide.
 //!
 //! # Next steps
-//! 1. Narrow the ~30 users of [`super::Reads`] to [`EventLog`] (with `Reads: EventLog` for the
-//!    transition), then move policy and range checks out of `Batch::append` into a write
-//!    session over any [`Txn`] (it replaces `turn::Sink`).
-//! 2. Vectors shared on the server (`bytea` per model) instead of per host cache.
-//! 3. `pmm-replay --follow` woken by LISTEN/NOTIFY instead of polling.
+//! 1. Narrow the users of [`super::Reads`] to [`EventLog`] and the derived indexes' reads.
+//! 2. `pmm-replay --follow` woken by LISTEN/NOTIFY instead of polling.
 
 pub mod tls;
 pub mod url;

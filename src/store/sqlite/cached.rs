@@ -199,7 +199,7 @@ mod tests {
                 Default::default(),
             )
             .unwrap();
-            l.append(&ev, &clock).unwrap();
+            l.append_unchecked(&ev, &clock).unwrap();
         }
         let c = Cached::new(&l);
         for id in [3, 4, 3, 25, 4, 20] {
@@ -229,7 +229,7 @@ mod tests {
             Default::default(),
         )
         .unwrap();
-        let e = Arc::new(l.append(&ev, &clock).unwrap());
+        let e = Arc::new(l.append_unchecked(&ev, &clock).unwrap());
         let c = Cached::new(&l);
         c.remember(Arc::clone(&e));
         c.remember(Arc::clone(&e));
@@ -254,14 +254,15 @@ mod tests {
                 Default::default(),
             )
             .unwrap();
-            w.append(&ev, &clock).unwrap();
+            w.append_unchecked(&ev, &clock).unwrap();
         }
         let r = Ledger::open_reader(&path).unwrap();
         let c = Cached::new(&r);
         assert!(c.get(1).unwrap().unwrap().content.contains("4111"));
         assert!(c.get(2).unwrap().is_some());
         assert_eq!(c.hits_and_misses(), (0, 2));
-        w.erase(&[1], "a card number", "owner", &clock).unwrap();
+        w.erase(&[1], "a card number", "owner", &clock, &mut |_| Ok(None))
+            .unwrap();
         assert_eq!(c.get(1).unwrap().unwrap().content, "", "read again, blank");
         assert_eq!(c.get(2).unwrap().unwrap().content, "ok");
         assert_eq!(c.hits_and_misses(), (0, 4), "the cache was emptied");

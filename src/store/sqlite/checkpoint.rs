@@ -169,7 +169,7 @@ mod tests {
     fn append(l: &mut Ledger, kind: Kind, content: &str, meta: Value) -> i64 {
         let clock = Clock::pinned("2025-11-24T05:55:41Z").unwrap();
         let meta: Map<String, Value> = serde_json::from_value(meta).unwrap();
-        l.append(&NewEvent::new(kind, content, meta).unwrap(), &clock)
+        l.append_unchecked(&NewEvent::new(kind, content, meta).unwrap(), &clock)
             .unwrap()
             .id
     }
@@ -193,7 +193,8 @@ mod tests {
         let mut kept = project(&reader, None, true).unwrap().projections;
         assert!(format!("{:?}", kept.mirror.open).contains("4111"));
         let clock = Clock::pinned("2025-11-24T05:55:42Z").unwrap();
-        l.erase(&[id], "a card number", "owner", &clock).unwrap();
+        l.erase(&[id], "a card number", "owner", &clock, &mut |_| Ok(None))
+            .unwrap();
         append(&mut l, Kind::Reflection, "later", json!({}));
         assert!(
             catch_up(&reader, &mut kept, None).unwrap(),

@@ -15,7 +15,6 @@ pub(crate) mod erase;
 mod fresh;
 mod fts;
 mod merkle;
-mod policy;
 pub mod vectors;
 
 pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
@@ -30,12 +29,10 @@ pub use checkpoint::{
     CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
 };
 
-pub use policy::{Policy, Verdict};
-
 pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
 use super::{log, postgres, replica};
-use crate::event::{Clock, Event, Kind, NewEvent};
+use crate::event::{Clock, Event, Kind};
 use crate::{Error, Result};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -557,24 +554,6 @@ impl Ledger {
         }
     }
 
-    /// Appends one event in its own `BEGIN IMMEDIATE` transaction. A write the policy forbids
-    /// appends a `violation` event instead and returns [`Error::PolicyViolation`].
-    pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
-        let mut batch = self.begin()?;
-        match batch.append(ev, clock) {
-            Ok(event) => {
-                batch.commit()?;
-                Ok(event)
-            }
-            Err(Refusal::Policy(v)) => {
-                let violation = batch.append_violation(&v, clock)?;
-                batch.commit()?;
-                Err(v.into_error(violation.id))
-            }
-            Err(Refusal::Error(e)) => Err(e),
-        }
-    }
-
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the head cannot move under it).
     pub fn begin(&mut self) -> Result<Batch<'_>> {
         self.begin_with(true)
@@ -781,14 +760,16 @@ impl Ledger {
     /// event per id (naming it, its hash, its kind and `reason`, written by `actor`) and the
     /// event's content and meta removed from its row and from every derived table; then the
     /// WAL is checkpointed and truncated. Bad ids, erasure events and events already erased
-    /// are refused (exit 2) before anything is written; an actor the write policy does not
-    /// trust gets a `violation` event and [`Error::PolicyViolation`].
+    /// are refused (exit 2) before anything is written. `refuse` is the write session's policy
+    /// check, run inside the transaction once the targets are known: an error it returns is
+    /// committed with whatever it appended (a `violation`) and returned, and nothing is erased.
     pub fn erase(
         &mut self,
         ids: &[i64],
         reason: &str,
         actor: &str,
         clock: &Clock,
+        refuse: &mut dyn FnMut(&mut Batch<'_>) -> Result<Option<Error>>,
     ) -> Result<Erased> {
         self.conn
             .pragma_update(None, "secure_delete", "ON")
@@ -798,22 +779,9 @@ impl Ledger {
             .iter()
             .map(|&id| batch.erasable(id))
             .collect::<Result<Vec<_>>>()?;
-        let policy = Policy::current(&batch.tx).map_err(|e| batch.err(e))?;
-        let refused = |unreadable| Violation {
-            actor: actor.to_string(),
-            kind: Kind::Erasure.to_string(),
-            unreadable,
-            reason: None,
-        };
-        let violation = match policy.erasure_verdict(actor) {
-            Verdict::Allowed => None,
-            Verdict::Forbidden => Some(refused(None)),
-            Verdict::Unreadable(id, why) => Some(refused(Some((id, why)))),
-        };
-        if let Some(v) = violation {
-            let event = batch.append_violation(&v, clock)?;
+        if let Some(e) = refuse(&mut batch)? {
             batch.commit()?;
-            return Err(v.into_error(event.id));
+            return Err(e);
         }
         let mut events = Vec::with_capacity(targets.len());
         for target in &targets {
@@ -838,15 +806,6 @@ impl Ledger {
     /// The `erasure` event that names event `id`, if it was erased.
     pub fn erased_by(&self, id: i64) -> Result<Option<i64>> {
         erase::erased_by(&self.conn, id).map_err(|e| self.err(e))
-    }
-
-    /// Records a policy refusal found inside a batch that was rolled back: appends the
-    /// `violation` event in a transaction of its own and returns the error to report.
-    pub fn record_violation(&mut self, v: &Violation, clock: &Clock) -> Result<Error> {
-        let mut batch = self.begin()?;
-        let event = batch.append_violation(v, clock)?;
-        batch.commit()?;
-        Ok(v.clone().into_error(event.id))
     }
 }
 
@@ -1062,6 +1021,27 @@ pub trait Reads {
             .map_err(|e| self.err(e))?;
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .map_err(|e| self.err(e))
+    }
+
+    /// Calls `each` with the id and content of every event of `kind`, newest first (through
+    /// the kind index), until it returns `false`. A content that is not text reads as empty.
+    fn newest_of_kind(&self, kind: Kind, each: &mut dyn FnMut(i64, &str) -> bool) -> Result<()> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT id, content FROM events WHERE kind = ?1 ORDER BY id DESC")
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([kind.as_str()]).map_err(|e| self.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+            let id: i64 = row.get(0).map_err(|e| self.err(e))?;
+            let content = match row.get_ref(1).map_err(|e| self.err(e))? {
+                ValueRef::Text(b) => String::from_utf8_lossy(b),
+                _ => std::borrow::Cow::Borrowed(""),
+            };
+            if !each(id, &content) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Calls `f` for every event that passes `filter`, in id order. `f` returns `false` to stop.
@@ -1688,21 +1668,6 @@ pub(crate) fn map_err(e: rusqlite::Error, path: &Path, busy_ms: u64) -> Error {
 
 pub use crate::error::Violation;
 
-/// Why a batch append did not happen.
-#[derive(Debug)]
-pub enum Refusal {
-    /// The policy forbids it; nothing was written yet.
-    Policy(Violation),
-    /// Anything else.
-    Error(Error),
-}
-
-impl From<Error> for Refusal {
-    fn from(e: Error) -> Self {
-        Refusal::Error(e)
-    }
-}
-
 /// What [`Ledger::erase`] did.
 #[derive(Debug, Clone)]
 pub struct Erased {
@@ -1761,50 +1726,6 @@ impl Batch<'_> {
     /// The head as this transaction sees it.
     pub fn head(&self) -> Option<&Head> {
         self.head.as_ref()
-    }
-
-    /// Appends `ev` after the policy check.
-    pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event, Refusal> {
-        if ev.kind.is_sensitive() {
-            let actor = ev.actor();
-            let policy = Policy::current(&self.tx).map_err(|e| self.err(e))?;
-            match policy.verdict_for(&actor, &ev.kind, &ev.content) {
-                Verdict::Allowed => {}
-                Verdict::Forbidden => {
-                    return Err(Refusal::Policy(Violation {
-                        actor,
-                        kind: ev.kind.to_string(),
-                        unreadable: None,
-                        reason: None,
-                    }))
-                }
-                Verdict::Unreadable(id, why) => {
-                    return Err(Refusal::Policy(Violation {
-                        actor,
-                        kind: ev.kind.to_string(),
-                        unreadable: Some((id, why)),
-                        reason: None,
-                    }))
-                }
-            }
-        }
-        if ev.kind == Kind::Erasure {
-            return Err(Refusal::Error(Error::bad_input(
-                None,
-                "an erasure event is written only by pmm-append --erase, with the content it removes",
-            )));
-        }
-        if ev.kind == Kind::Config {
-            if let Some(why) = crate::event::config::out_of_range(&ev.content) {
-                return Err(Refusal::Policy(Violation {
-                    actor: ev.actor(),
-                    kind: ev.kind.to_string(),
-                    unreadable: None,
-                    reason: Some(why.to_string()),
-                }));
-            }
-        }
-        Ok(self.insert(&ev.kind, &ev.content, &ev.meta, &clock.ts())?)
     }
 
     pub(crate) fn insert(
@@ -1893,26 +1814,6 @@ impl Batch<'_> {
         let event = self.insert(&Kind::Erasure, &content, &meta, &clock.ts())?;
         erase::scrub(&self.tx, t.id, &t.kind, &t.content).map_err(|e| self.err(e))?;
         Ok(event)
-    }
-
-    /// Appends the reference's `violation` event for a refused write.
-    pub fn append_violation(&mut self, v: &Violation, clock: &Clock) -> Result<Event> {
-        let mut meta = Map::new();
-        meta.insert("actor".into(), Value::String(v.actor.clone()));
-        meta.insert("attempt_kind".into(), Value::String(v.kind.clone()));
-        meta.insert("source".into(), Value::String("runtime".into()));
-        if let Some((id, why)) = &v.unreadable {
-            meta.insert(
-                "policy_unreadable".into(),
-                Value::String(format!("event {id}: {why}")),
-            );
-        }
-        if let Some(why) = &v.reason {
-            meta.insert("reason".into(), Value::String(why.clone()));
-        }
-        let content = format!("policy_violation:{}:{}", v.actor, v.kind);
-        let ts = clock.ts();
-        self.insert(&Kind::Violation, &content, &meta, &ts)
     }
 
     /// Inserts an event verbatim (import): id, ts, meta text, prev_hash and hash as given.
@@ -2083,6 +1984,19 @@ impl Batch<'_> {
 }
 
 #[cfg(test)]
+impl Ledger {
+    /// Tests of the store: one event in a transaction of its own, without the write
+    /// session's checks (programs write through [`crate::session`]).
+    pub(crate) fn append_unchecked(
+        &mut self,
+        ev: &crate::event::NewEvent,
+        clock: &Clock,
+    ) -> Result<Event> {
+        log::Writer::append_one(self, ev, &clock.ts())
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -2095,7 +2009,7 @@ mod tests {
         let mut l = Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
         let clock = crate::event::Clock::pinned("2025-11-24T05:55:41Z").unwrap();
         let ev = crate::event::NewEvent::new(Kind::UserMessage, "hello".to_string(), Map::new());
-        l.append(&ev.unwrap(), &clock).unwrap();
+        l.append_unchecked(&ev.unwrap(), &clock).unwrap();
         let outside = l.helper().is_some();
         if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
             assert!(outside, "a second core and a -wal file: a helper");
@@ -2124,7 +2038,7 @@ mod tests {
         };
         for i in 1..=120 {
             let ev = crate::event::NewEvent::new(kind(i), format!("e{i}"), Map::new()).unwrap();
-            l.append(&ev, &clock).unwrap();
+            l.append_unchecked(&ev, &clock).unwrap();
         }
         let kinds = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
         let message = |i: &i64| kind(*i) != Kind::TestEvent;
@@ -2165,7 +2079,7 @@ mod tests {
         lagging.defer(Derived::Text);
         let ev =
             crate::event::NewEvent::new(Kind::UserMessage, "my card is 4111", Map::new()).unwrap();
-        lagging.append(&ev, &clock).unwrap();
+        lagging.append_unchecked(&ev, &clock).unwrap();
         let r = Ledger::open_reader(&path).unwrap();
         let temp_tables = |r: &Ledger| -> i64 {
             r.conn
@@ -2182,7 +2096,8 @@ mod tests {
         );
         assert!(temp_tables(&r) > 0, "a temporary index was built");
         let mut w = Ledger::open_writer(&path, 1000).unwrap();
-        w.erase(&[1], "a card number", "owner", &clock).unwrap();
+        w.erase(&[1], "a card number", "owner", &clock, &mut |_| Ok(None))
+            .unwrap();
         assert!(r
             .text_index(10)
             .unwrap()

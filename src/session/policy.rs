@@ -9,11 +9,11 @@
 //! the policy and is skipped.) The way out is a repair: while the policy is unreadable, a
 //! `config` that is itself a readable policy is judged by the last readable policy before the
 //! broken one (or the default), so a repair never grants more than was already trusted.
-//! The lookup walks `config` events newest first through the `idx_kind` index: it never scans
-//! the ledger.
+//! The lookup walks `config` events newest first ([`Reads::newest_of_kind`], the store's
+//! kind index): it never scans the ledger.
 
 use crate::event::Kind;
-use rusqlite::Connection;
+use crate::store::Reads;
 use serde_json::Value;
 
 /// The policy in force.
@@ -40,41 +40,22 @@ pub enum Verdict {
 }
 
 impl Policy {
-    /// Finds the policy in force, as `conn` sees the ledger.
-    pub fn current(conn: &Connection) -> rusqlite::Result<Policy> {
-        let mut stmt =
-            conn.prepare_cached("SELECT id, content FROM events WHERE kind = ?1 ORDER BY id DESC")?;
-        let mut rows = stmt.query([Kind::Config.as_str()])?;
-        let mut broken: Option<(i64, String)> = None;
-        while let Some(row) = rows.next()? {
-            let id: i64 = row.get(0)?;
-            let content = match row.get_ref(1)? {
-                rusqlite::types::ValueRef::Text(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            };
-            let found = match read_policy(&content) {
-                Candidate::NotAPolicy => continue,
-                Candidate::Policy(fs) => Policy::Found(id, fs),
-                Candidate::Broken(why) => Policy::Unreadable(id, why, Box::new(Policy::Default)),
-            };
-            return Ok(match (broken, found) {
-                (None, Policy::Unreadable(id, why, _)) => {
-                    // Keep looking for the policy a repair is judged by.
-                    broken = Some((id, why));
-                    continue;
-                }
-                (None, found) => found,
-                (Some((id, why)), Policy::Unreadable(..)) => {
-                    // An older broken policy: repairs fall back to the default.
-                    Policy::Unreadable(id, why, Box::new(Policy::Default))
-                }
-                (Some((id, why)), fallback) => Policy::Unreadable(id, why, Box::new(fallback)),
-            });
+    /// Finds the policy in force, as `r` sees the ledger.
+    pub fn current<R: Reads + ?Sized>(r: &R) -> crate::Result<Policy> {
+        let mut finder = Finder::default();
+        r.newest_of_kind(Kind::Config, &mut |id, content| finder.offer(id, content))?;
+        Ok(finder.finish())
+    }
+
+    /// The policy `configs` (ids and contents of `config` events, newest first) put in force.
+    pub fn newest_first<'a>(configs: impl IntoIterator<Item = (i64, &'a str)>) -> Policy {
+        let mut finder = Finder::default();
+        for (id, content) in configs {
+            if !finder.offer(id, content) {
+                break;
+            }
         }
-        Ok(match broken {
-            Some((id, why)) => Policy::Unreadable(id, why, Box::new(Policy::Default)),
-            None => Policy::Default,
-        })
+        finder.finish()
     }
 
     /// The verdict on `actor` writing an event of `kind` with `content`.
@@ -142,6 +123,42 @@ enum Candidate {
     Broken(String),
 }
 
+/// The walk over `config` events, newest first: the newest readable policy, and the newest
+/// broken one above it (whose repairs the readable one judges).
+#[derive(Default)]
+struct Finder {
+    broken: Option<(i64, String)>,
+    found: Option<Policy>,
+}
+
+impl Finder {
+    /// Looks at one `config`; whether to go on to older ones.
+    fn offer(&mut self, id: i64, content: &str) -> bool {
+        match read_policy(content) {
+            Candidate::NotAPolicy => true,
+            Candidate::Policy(fs) => {
+                self.found = Some(Policy::Found(id, fs));
+                false
+            }
+            // Keep looking for the policy a repair is judged by.
+            Candidate::Broken(why) if self.broken.is_none() => {
+                self.broken = Some((id, why));
+                true
+            }
+            // An older broken policy: repairs fall back to the default.
+            Candidate::Broken(_) => false,
+        }
+    }
+
+    fn finish(self) -> Policy {
+        let found = self.found.unwrap_or(Policy::Default);
+        match self.broken {
+            Some((id, why)) => Policy::Unreadable(id, why, Box::new(found)),
+            None => found,
+        }
+    }
+}
+
 fn read_policy(content: &str) -> Candidate {
     match serde_json::from_str::<Value>(content) {
         // A broken config that may have been a policy: refuse (fail closed). One that cannot
@@ -179,42 +196,38 @@ mod tests {
         );
     }
 
-    fn ledger(configs: &[&str]) -> Connection {
-        let c = Connection::open_in_memory().unwrap();
-        c.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, kind TEXT, content TEXT)")
-            .unwrap();
-        for (i, content) in configs.iter().enumerate() {
-            c.execute(
-                "INSERT INTO events VALUES (?1, 'config', ?2)",
-                rusqlite::params![i as i64 + 1, content],
-            )
-            .unwrap();
-        }
-        c
+    /// The policy of a ledger whose `config` events are `configs`, oldest first (ids 1, 2, …).
+    fn current(configs: &[&str]) -> Policy {
+        Policy::newest_first(
+            configs
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, c)| (i as i64 + 1, *c)),
+        )
     }
 
     #[test]
     fn newest_readable_policy_wins_and_broken_policies_fail_closed() {
         let policy = r#"{"type":"policy","forbid_sources":{"bot":["config"]}}"#;
         let retrieval = r#"{"type":"retrieval","strategy":"fixed","limit":3}"#;
-        assert_eq!(Policy::current(&ledger(&[])).unwrap(), Policy::Default);
-        let found = Policy::current(&ledger(&[policy, retrieval, "not json at all"])).unwrap();
+        assert_eq!(current(&[]), Policy::Default);
+        let found = current(&[policy, retrieval, "not json at all"]);
         assert!(matches!(found, Policy::Found(1, _)), "{found:?}");
-        let broken =
-            Policy::current(&ledger(&[policy, r#"{"type":"policy","forbid_sources":"#])).unwrap();
+        let broken = current(&[policy, r#"{"type":"policy","forbid_sources":"#]);
         assert!(matches!(broken, Policy::Unreadable(2, _, _)), "{broken:?}");
         assert!(matches!(
             broken.verdict("anyone", &Kind::Config),
             Verdict::Unreadable(2, _)
         ));
-        let odd = Policy::current(&ledger(&[r#"{"type":"policy","forbid_sources":[1]}"#])).unwrap();
+        let odd = current(&[r#"{"type":"policy","forbid_sources":[1]}"#]);
         assert!(matches!(odd, Policy::Unreadable(1, _, _)));
     }
 
     #[test]
     fn repairs_are_judged_by_the_last_readable_policy() {
         let strict = r#"{"type":"policy","forbid_sources":{"cli":["config"]}}"#;
-        let p = Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#])).unwrap();
+        let p = current(&[strict, r#"{"type":"policy" broken"#]);
         let repair = r#"{"type":"policy","forbid_sources":{}}"#;
         assert_eq!(
             p.verdict_for("operator", &Kind::Config, repair),
@@ -233,8 +246,7 @@ mod tests {
             p.verdict_for("operator", &Kind::EmbeddingAdd, repair),
             Verdict::Unreadable(2, _)
         ));
-        let healed =
-            Policy::current(&ledger(&[strict, r#"{"type":"policy" broken"#, repair])).unwrap();
+        let healed = current(&[strict, r#"{"type":"policy" broken"#, repair]);
         assert_eq!(healed.verdict("cli", &Kind::Config), Verdict::Allowed);
     }
 

@@ -65,7 +65,12 @@ mod tests {
         let mut hashes = Vec::new();
         for content in ["a", "b"] {
             let ev = NewEvent::new(crate::event::Kind::TestEvent, content, Map::new()).unwrap();
-            hashes.push(l.append(&ev, &clock).unwrap().hash.unwrap());
+            hashes.push(
+                crate::session::append(&mut l, &ev, &clock)
+                    .unwrap()
+                    .hash
+                    .unwrap(),
+            );
         }
         drop(l);
         hashes

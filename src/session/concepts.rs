@@ -3,9 +3,9 @@
 //! whoever binds a token that is not yet defined first appends its `concept_define` (a
 //! one-line definition and the source), then the binding. `define_then_bind` and
 //! `bind_thread` are the one place that does so, for the turn and for any other writer
-//! (the kernel's maintenance, an indexer) that holds a `Sink`.
+//! (the kernel's maintenance, an indexer) that holds a [`Session`](super::Session).
 
-use super::{meta, Sink};
+use super::{meta, Session};
 use crate::canon;
 use crate::event::Kind;
 use serde_json::{json, Value};
@@ -71,7 +71,7 @@ fn kind_of(token: &str) -> &str {
 
 /// Appends `token`'s `concept_define` unless it is defined (as itself or through an alias).
 pub(crate) fn ensure_defined(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     token: &str,
     definition: &str,
     source: &str,
@@ -103,7 +103,7 @@ pub(crate) fn ensure_defined(
 /// token, as the reference's active indexing writes them), defining undefined tokens first and
 /// skipping bindings that exist.
 pub(crate) fn define_then_bind(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     event_id: i64,
     tokens: &[String],
     relation: &str,
@@ -127,7 +127,7 @@ pub(crate) fn define_then_bind(
 /// Binds each of `tokens` to commitment `cid` (`concept_bind_thread`, relation `relevant_to`),
 /// defining undefined tokens first and skipping bindings that exist.
 pub(crate) fn bind_thread(
-    s: &mut Sink<'_, '_>,
+    s: &mut Session<'_, '_>,
     cid: &str,
     at: i64,
     tokens: &[String],
