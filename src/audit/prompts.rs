@@ -14,7 +14,7 @@ use crate::context::prompt::{self, RebuildError, Turn};
 use crate::event::{Event, Kind};
 use crate::kernel::think;
 use crate::projection::state::Projections;
-use crate::store::{Cached, Filter, Reads};
+use crate::store::{Cached, Filter, Indexes};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,7 +182,7 @@ impl Running<'_> {
 /// reported). Replies are read a page at a time; the projections move forward through the
 /// ledger once, to each turn's head in order. A turn whose head the fold has already passed
 /// (two turns that interleaved, across a page boundary) is rebuilt from a checkpoint instead.
-pub fn check<R: Reads>(
+pub fn check<R: Indexes>(
     r: &R,
     report: &mut dyn FnMut(i64, Problem) -> bool,
 ) -> crate::Result<PromptCounts> {
@@ -203,7 +203,7 @@ type Report<'a> = &'a mut dyn FnMut(i64, Problem, &mut Stream) -> bool;
 /// [`check`], reading `page_size` replies at a time, and folding the events of `stream` as far
 /// as it goes (the ledger's after that). Stops early, with the counts so far, once `stop` is
 /// set.
-fn check_paged<R: Reads>(
+fn check_paged<R: Indexes>(
     r: &R,
     page_size: usize,
     stop: &AtomicBool,
@@ -265,7 +265,7 @@ fn is_thinking(e: &Event) -> bool {
 
 /// Rebuilds the prompt of each thinking reply in `ids` ([`think::rebuild`]) and compares its
 /// digest with the recorded `prompt_sha256`.
-fn check_thinking<R: Reads>(
+fn check_thinking<R: Indexes>(
     r: &R,
     ids: &[i64],
     stop: &AtomicBool,
@@ -304,7 +304,7 @@ fn check_thinking<R: Reads>(
 /// A turn's head ([`prompt::head_of`]) once the fold has reached its user message: from the
 /// event after it in the stream when the stream holds it (the reads by id of that event were
 /// a tenth of the check's reads), else read from the ledger.
-fn head_in<R: Reads>(r: &R, stream: &mut Stream, user_id: i64) -> crate::Result<i64> {
+fn head_in<R: Indexes>(r: &R, stream: &mut Stream, user_id: i64) -> crate::Result<i64> {
     match stream.window(user_id, user_id + 1) {
         Some(w) if w.first().is_some_and(|e| e.id == user_id + 1) => {
             Ok(prompt::head_given(user_id, w.first().copied()))
@@ -315,7 +315,7 @@ fn head_in<R: Reads>(r: &R, stream: &mut Stream, user_id: i64) -> crate::Result<
 
 /// Up to `page_size` current-format replies from id `since` on (thinking replies go to
 /// `thinking`, others are counted), and the id of the last reply read when there may be more.
-fn page<R: Reads>(
+fn page<R: Indexes>(
     r: &R,
     since: i64,
     page_size: usize,
@@ -328,7 +328,7 @@ fn page<R: Reads>(
         ..Filter::default()
     };
     let (mut turns, mut read, mut last) = (Vec::new(), 0, None);
-    r.scan(&filter, |e| {
+    r.scan(&filter, &mut |e| {
         match prompt::turn_of_reply(&e) {
             Ok(t) => turns.push(t),
             Err(_) if is_thinking(&e) => thinking.push(e.id),
@@ -343,7 +343,7 @@ fn page<R: Reads>(
 
 /// Folds the events after `p`'s last one, up to `head`, into `p`, from `stream` while it has
 /// them and from the ledger after that; the messages among them go to `recent`.
-fn fold_to<R: Reads>(
+fn fold_to<R: Indexes>(
     r: &R,
     p: &mut Projections,
     head: i64,
@@ -370,7 +370,7 @@ fn fold_to<R: Reads>(
         until: Some(head),
         ..Filter::default()
     };
-    r.scan(&filter, |e| {
+    r.scan(&filter, &mut |e| {
         fold(p, &e);
         if matches!(e.kind, Kind::UserMessage | Kind::AssistantMessage) {
             recent.see(Arc::new(e));
@@ -590,7 +590,7 @@ mod tests {
     use super::*;
     use crate::event::Clock;
     use crate::llm::{AdapterKind, Config};
-    use crate::store::Ledger;
+    use crate::store::{EventLog, Ledger};
 
     /// A ledger of `n` turns through the dummy model (a tick after the third).
     fn turns(dir: &std::path::Path, n: usize) -> Ledger {
@@ -609,7 +609,7 @@ mod tests {
     /// Every event of `l`, in id order.
     fn events(l: &Ledger) -> Vec<Event> {
         let mut all = Vec::new();
-        l.scan(&Filter::default(), |e| {
+        l.scan(&Filter::default(), &mut |e| {
             all.push(e);
             Ok(true)
         })

@@ -6,7 +6,7 @@ use crate::chain::merkle;
 use crate::chain::note::{Checkpoint, SignerKey};
 use crate::chain::proof::{Hex, Proof};
 use crate::event::Event;
-use crate::store::{Ledger, Reads, Tree};
+use crate::store::{EventLog, Ledger, Tree};
 use crate::Error;
 use serde_json::Value;
 

@@ -6,7 +6,7 @@
 //! `embed_url`). Without any of them there is no dense source, and recall works as before.
 
 use crate::llm::embed::{self, EmbedConfig, Provider, Shared};
-use crate::store::Reads;
+use crate::store::EventLog;
 use crate::Error;
 use clap::Args;
 use serde_json::Value;
@@ -37,7 +37,7 @@ pub struct EmbedArgs {
 
 impl EmbedArgs {
     /// The embedding config in force for `r` (`None`: no dense source).
-    pub fn config<R: Reads>(&self, r: &R) -> crate::Result<Option<EmbedConfig>> {
+    pub fn config<R: EventLog>(&self, r: &R) -> crate::Result<Option<EmbedConfig>> {
         self.config_with(&ledger_keys(r)?)
     }
 
@@ -85,7 +85,7 @@ impl EmbedArgs {
 
     /// The embedder in force for `r`, loaded (a missing or corrupt model directory is bad
     /// input: exit 2, before anything is written).
-    pub fn open<R: Reads>(&self, r: &R) -> crate::Result<Option<Shared>> {
+    pub fn open<R: EventLog>(&self, r: &R) -> crate::Result<Option<Shared>> {
         load(self.config(r)?)
     }
 
@@ -110,7 +110,7 @@ fn bad(msg: String) -> Error {
 }
 
 /// The newest retrieval config's content (an empty object without one): its `embed` keys.
-fn ledger_keys<R: Reads>(r: &R) -> crate::Result<serde_json::Map<String, Value>> {
+fn ledger_keys<R: EventLog>(r: &R) -> crate::Result<serde_json::Map<String, Value>> {
     for e in r.last_of_kind(crate::event::Kind::Config, CONFIG_LOOKBACK)? {
         if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&e.content) {
             if m.get("type").and_then(Value::as_str) == Some("retrieval") {

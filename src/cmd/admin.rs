@@ -9,7 +9,7 @@ use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Kind, NewEvent};
 use crate::interchange::{ExportContext, ExportFormat};
 use crate::projection::graph::{GraphAnswer, GraphFold, GraphQuery};
-use crate::store::{self, Filter, Ledger, Reads};
+use crate::store::{self, EventLog, Filter, Indexes, Ledger};
 use serde_json::{json, Map, Value};
 
 /// The `/rsm` usage line.
@@ -105,7 +105,7 @@ pub fn graph(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
     };
     let cid = args[1];
     let mut fold = GraphFold::new(query);
-    ledger.scan(&Filter::default(), |e| {
+    ledger.scan(&Filter::default(), &mut |e| {
         fold.apply(&e);
         Ok(true)
     })?;
@@ -170,7 +170,7 @@ pub fn export(ledger: &Ledger, args: &[&str], clock: &Clock) -> anyhow::Result<O
     };
     let mut sink = crate::interchange::sink(format, target.writer()?, &ctx)?;
     let mut n = 0;
-    ledger.scan(&Filter::default(), |e| {
+    ledger.scan(&Filter::default(), &mut |e| {
         sink.event(&e).map_err(|err| crate::Error::io(&file, err))?;
         n += 1;
         Ok(true)

@@ -4,7 +4,7 @@ use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, Write
 use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input};
 use crate::session::{self, Refusal};
-use crate::store::Reads;
+use crate::store::EventLog;
 use crate::store::{Filter, Fresh, Ledger};
 use crate::Error;
 use anyhow::Context;
@@ -371,7 +371,7 @@ fn print_range(ledger: &Ledger, first: i64, last: i64, out: &mut Out) -> anyhow:
         kinds: vec![],
     };
     let mut io_err = None;
-    ledger.scan(&filter, |e| match out.event(&e) {
+    ledger.scan(&filter, &mut |e| match out.event(&e) {
         Ok(()) => Ok(true),
         Err(err) => {
             io_err = Some(err);
@@ -442,7 +442,7 @@ fn keep_ts(
     let first = tx.head().map_or(1, |h| h.id.saturating_add(1));
     if let (Some(head), Some((n, _, ts))) = (tx.head().map(|h| h.id), events.first()) {
         // The head's stored time; one that does not parse (a foreign import) cannot be ordered.
-        let head_ts = Reads::get(&tx, head)?
+        let head_ts = EventLog::get(&tx, head)?
             .and_then(|e| DateTime::parse_from_rfc3339(e.ts.trim()).ok())
             .map(|t| t.with_timezone(&Utc));
         if let Some(h) = head_ts.filter(|h| ts < h) {

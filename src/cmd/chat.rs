@@ -14,7 +14,7 @@ use super::admin;
 use crate::cli::Outcome;
 use crate::event::{Event, Kind};
 use crate::llm::{self, Adapter, AdapterKind, Cancel, Config, TextSink};
-use crate::store::{self, Filter, Ledger, Reads};
+use crate::store::{self, EventLog, Filter, Ledger};
 use crate::turn::{self, Options, TurnError};
 use indicatif::{ProgressBar, ProgressStyle};
 use rustyline::error::ReadlineError;
@@ -270,7 +270,7 @@ fn export(ledger: &Ledger, file: &str) -> anyhow::Result<String> {
         crate::outfile::OutputFile::create(std::path::Path::new(file), Some(ledger.path()))?;
     let mut f = target.writer()?;
     let mut n = 0;
-    ledger.scan(&Filter::default(), |e| {
+    ledger.scan(&Filter::default(), &mut |e| {
         f.write_all(e.to_jsonl().as_bytes())
             .map_err(|err| crate::Error::io(file, err))?;
         f.write_all(b"\n")

@@ -4,7 +4,7 @@ use crate::chain::note::SignerKey;
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
 use crate::interchange::{self, ExportContext, ExportFormat};
 use crate::outfile::OutputFile;
-use crate::store::Reads;
+use crate::store::EventLog;
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use flate2::write::GzEncoder;
@@ -257,7 +257,7 @@ fn write_all<W: Write>(
     let mut shared = Shared(std::rc::Rc::new(std::cell::RefCell::new(Some(out))));
     let mut sink = interchange::sink(format, shared.clone(), ctx)?;
     let mut io_err = None;
-    ledger.scan(filter, |ev| {
+    ledger.scan(filter, &mut |ev| {
         bar.set_position(ev.id.max(0) as u64);
         if let Err(e) = sink.event(&ev) {
             io_err = Some(e);

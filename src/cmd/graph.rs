@@ -6,7 +6,7 @@ use crate::marker;
 use crate::projection::graph::{
     Direction, EventGraph, GraphAnswer, GraphFold, GraphQuery, GraphStats, NodeKind,
 };
-use crate::store::Reads;
+use crate::store::EventLog;
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use std::io::{self, Write};
@@ -179,7 +179,7 @@ struct StatsLine<'a> {
 /// Folds every event of the ledger into `apply`, with a progress bar.
 fn fold(ledger: &Ledger, quiet: bool, mut apply: impl FnMut(&Event)) -> crate::Result<()> {
     let bar = crate::cli::progress(ledger.max_id()?.max(0) as u64, quiet, "reading");
-    ledger.scan(&Filter::default(), |ev| {
+    ledger.scan(&Filter::default(), &mut |ev| {
         if ev.id % 4096 == 0 {
             bar.set_position(ev.id.max(0) as u64);
         }

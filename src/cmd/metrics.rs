@@ -2,8 +2,8 @@
 
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
 use crate::event::{Kind, NewEvent};
+use crate::store::EventLog;
 use crate::store::Ledger;
-use crate::store::Reads;
 
 const AFTER_HELP: &str = "\
 EXAMPLES:

@@ -6,7 +6,7 @@ use crate::event::Clock;
 use crate::llm::embed::Shared;
 use crate::projection::state::Projections;
 use crate::recall::{self, terms, Query, MAX_BUDGET};
-use crate::store::{self, Ledger, Reads, RECALLED_KINDS};
+use crate::store::{self, EventLog, Indexes, Ledger, RECALLED_KINDS};
 use crate::Error;
 use serde_json::json;
 

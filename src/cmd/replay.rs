@@ -2,7 +2,7 @@
 
 use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::event::Event;
-use crate::store::{project, save_reader_checkpoint, Reads, CHECKPOINT_EVERY};
+use crate::store::{project, save_reader_checkpoint, EventLog, CHECKPOINT_EVERY};
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use clap::builder::TypedValueParser as _;
@@ -340,7 +340,7 @@ fn stream(
         }
         None => {
             let mut seen = filter.since.unwrap_or(1).max(1) - 1;
-            ledger.scan(filter, |ev| {
+            ledger.scan(filter, &mut |ev| {
                 seen = ev.id;
                 out.event(&ev).map_err(|e| Error::io("<stdout>", e))?;
                 Ok(true)
@@ -374,7 +374,7 @@ fn follow(
                 until: Some(head),
                 kinds: args.kind.clone(),
             };
-            ledger.scan(&filter, |ev| {
+            ledger.scan(&filter, &mut |ev| {
                 out.event(&ev).map_err(|e| Error::io("<stdout>", e))?;
                 Ok(true)
             })?;

@@ -6,7 +6,7 @@ use crate::chain::proof::{self, Hex, Proof, Trusted};
 use crate::chain::{Anchor, AnchorError, Digest, Summary};
 use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program};
 use crate::interchange::Input;
-use crate::store::{Ledger, Reads};
+use crate::store::Ledger;
 use crate::Error;
 use anyhow::Context;
 use std::path::{Path, PathBuf};

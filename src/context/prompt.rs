@@ -16,7 +16,7 @@ use super::select::{self, Selection};
 use crate::canon;
 use crate::event::{Event, Kind};
 use crate::projection::state::Projections;
-use crate::store::{Filter, Reads};
+use crate::store::{Filter, Indexes};
 use serde_json::{json, Value};
 
 /// The prompt format this build renders. Bump it whenever the context block, the rules, the
@@ -169,7 +169,7 @@ pub struct Turn {
 
 /// The turn `id` names (its `assistant_message`, or the user message a reply answers), checked
 /// to be of a format this build rebuilds.
-pub fn turn_of<R: Reads>(r: &R, id: i64) -> crate::Result<Result<Turn, RebuildError>> {
+pub fn turn_of<R: Indexes>(r: &R, id: i64) -> crate::Result<Result<Turn, RebuildError>> {
     let Some(ev) = r.get(id)? else {
         return Ok(Err(RebuildError::NotATurn(id)));
     };
@@ -188,7 +188,7 @@ pub fn turn_of<R: Reads>(r: &R, id: i64) -> crate::Result<Result<Turn, RebuildEr
 
 /// The reply that answers user message `user_id`: the first `assistant_message` after it
 /// whose `reply_to` names it (turns write it within a few events, other writers aside).
-fn reply_to<R: Reads>(r: &R, user_id: i64) -> crate::Result<Option<Event>> {
+fn reply_to<R: Indexes>(r: &R, user_id: i64) -> crate::Result<Option<Event>> {
     let mut found = None;
     r.scan(
         &Filter {
@@ -196,7 +196,7 @@ fn reply_to<R: Reads>(r: &R, user_id: i64) -> crate::Result<Option<Event>> {
             until: Some(user_id.saturating_add(SELECTION_REACH * 16)),
             kinds: vec![Kind::AssistantMessage.to_string()],
         },
-        |e| {
+        &mut |e| {
             let named = e.meta_map().ok().and_then(|m| m.get("reply_to")?.as_i64());
             if named == Some(user_id) {
                 found = Some(e);
@@ -239,7 +239,7 @@ pub fn turn_of_reply(reply: &Event) -> Result<Turn, RebuildError> {
 
 /// The last event of the turn's first write: the user message, or its `embedding_add` when
 /// one follows it (they are written in one transaction).
-pub fn head_of<R: Reads>(r: &R, user_id: i64) -> crate::Result<i64> {
+pub fn head_of<R: Indexes>(r: &R, user_id: i64) -> crate::Result<i64> {
     Ok(head_given(user_id, r.get_shared(user_id + 1)?.as_deref()))
 }
 
@@ -278,7 +278,7 @@ fn embedded_id(content: &str) -> Option<i64> {
 
 /// The selection a turn recorded: its `retrieval_selection` (`turn_id` = the reply), with the
 /// selected events read back.
-pub fn recorded_selection<R: Reads>(
+pub fn recorded_selection<R: Indexes>(
     r: &R,
     turn: &Turn,
 ) -> crate::Result<Result<Selection, RebuildError>> {
@@ -288,7 +288,7 @@ pub fn recorded_selection<R: Reads>(
 /// [`recorded_selection`], looking for the record among `nearby` when the caller has the
 /// events after the reply, every one up to [`SELECTION_REACH`] ids after it, in id order
 /// (others are passed over); in the ledger when `None`.
-pub fn recorded_selection_in<R: Reads>(
+pub fn recorded_selection_in<R: Indexes>(
     r: &R,
     turn: &Turn,
     nearby: Option<&[&Event]>,
@@ -319,7 +319,7 @@ pub fn recorded_selection_in<R: Reads>(
                 until: Some(until),
                 kinds: vec![Kind::RetrievalSelection.to_string()],
             };
-            r.scan(&filter, |e| Ok(look(&e)))?;
+            r.scan(&filter, &mut |e| Ok(look(&e)))?;
         }
     }
     let missing = |what: String| Ok(Err(RebuildError::Missing { id, what }));
@@ -409,7 +409,7 @@ impl Recorded {
 }
 
 /// Rebuilds a turn's prompt from `p`, the projections folded up to [`head_of`] the turn.
-pub fn rebuild_with<R: Reads>(
+pub fn rebuild_with<R: Indexes>(
     r: &R,
     p: &Projections,
     turn: &Turn,
@@ -421,7 +421,7 @@ pub fn rebuild_with<R: Reads>(
 /// [`HISTORY_MESSAGES`] messages before the user's, oldest first; the character budget is
 /// applied here), and the events after the reply ([`recorded_selection_in`]), each read from
 /// the ledger when not.
-pub fn rebuild_with_history<R: Reads>(
+pub fn rebuild_with_history<R: Indexes>(
     r: &R,
     p: &Projections,
     turn: &Turn,
@@ -449,7 +449,7 @@ pub fn rebuild_with_history<R: Reads>(
 
 /// Rebuilds a turn's prompt from the ledger alone (the state as of the turn, from the newest
 /// projection checkpoint at or before it).
-pub fn rebuild<R: Reads>(r: &R, turn: &Turn) -> crate::Result<Result<Prompt, RebuildError>> {
+pub fn rebuild<R: Indexes>(r: &R, turn: &Turn) -> crate::Result<Result<Prompt, RebuildError>> {
     let head = head_of(r, turn.user_id)?;
     let p = crate::store::project(r, Some(head), true)?.projections;
     rebuild_with(r, &p, turn)

@@ -11,7 +11,7 @@ use crate::event::config::Strategy;
 use crate::event::{Event, Kind};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
-use crate::store::{Filter, Reads};
+use crate::store::{Filter, Indexes};
 use crate::Result;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -121,7 +121,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Selects the context for a user message whose event id is `user_id` (earlier events only).
-pub fn select<R: Reads>(
+pub fn select<R: Indexes>(
     r: &R,
     cfg: &RetrievalConfig,
     query: &str,
@@ -180,7 +180,7 @@ pub fn select<R: Reads>(
 /// The newest messages before `user_id`, oldest first: at most `n`, and no more than
 /// `max_chars` of text in all (the oldest are dropped first). A turn sends them as chat
 /// messages whatever the strategy, so the model always sees what was just said.
-pub fn history<R: Reads>(r: &R, user_id: i64, n: usize, max_chars: usize) -> Result<Vec<Event>> {
+pub fn history<R: Indexes>(r: &R, user_id: i64, n: usize, max_chars: usize) -> Result<Vec<Event>> {
     let recent = r.tail(
         &Filter {
             until: Some(user_id - 1),
@@ -210,7 +210,7 @@ pub fn within(recent: Vec<Event>, max_chars: usize) -> Vec<Event> {
 
 /// The `hybrid` strategy: whole-ledger recall ([`crate::recall`]) within `budget` characters,
 /// leaving out `exclude` (the history the turn sends anyway).
-pub fn select_hybrid<R: Reads>(
+pub fn select_hybrid<R: Indexes>(
     r: &R,
     p: &Projections,
     query: &str,

@@ -5,7 +5,7 @@
 
 use crate::chain::{Finding, Problem, Verifier};
 use crate::interchange::{self, Input, Item};
-use crate::store::{Ledger, Reads};
+use crate::store::{EventLog, Ledger};
 use crate::Error;
 use serde::Serialize;
 
@@ -221,7 +221,7 @@ mod tests {
 
     fn all(l: &Ledger) -> Vec<Event> {
         let mut out = Vec::new();
-        l.scan(&Filter::default(), |e| {
+        l.scan(&Filter::default(), &mut |e| {
             out.push(e);
             Ok(true)
         })

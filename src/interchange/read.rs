@@ -2,7 +2,7 @@
 
 use crate::canon;
 use crate::event::Event;
-use crate::store::Reads;
+use crate::store::EventLog;
 use crate::store::{Filter, Ledger};
 use crate::{Error, Result};
 use flate2::read::MultiGzDecoder;
@@ -293,7 +293,7 @@ pub fn read_with<T: Send>(
                 })
             };
             pipeline(&to_item, work, f, |p| {
-                ledger.scan(&Filter::default(), |event| {
+                ledger.scan(&Filter::default(), &mut |event| {
                     if event.id % 1024 == 0 {
                         tick(per_million(event.id, max));
                     }

@@ -33,7 +33,7 @@ use crate::event::Kind;
 use crate::projection::mirror::{Commitment, Mirror};
 use crate::projection::rsm;
 use crate::session::{meta, Session};
-use crate::store::Reads;
+use crate::store::EventLog;
 use serde_json::{json, Value};
 
 /// The knowledge-gap goal.

@@ -11,13 +11,13 @@ use crate::canon;
 use crate::event::{Event, Kind};
 use crate::projection::indexing::{self, Message};
 use crate::session::{meta, Session};
-use crate::store::Reads;
+use crate::store::EventLog;
 use serde_json::{json, Value};
 
 /// Messages one `index` tick takes.
 pub const BATCH: usize = indexing::BATCH;
 
-/// Indexes the messages `ids` (the tick's evidence) with the current rule
+/// EventLog the messages `ids` (the tick's evidence) with the current rule
 /// ([`indexing::RULE`]): the events [`indexing::plan`] derives, appended in its order.
 pub(crate) fn append(s: &mut Session<'_, '_>, ids: &[i64]) -> crate::Result<()> {
     let mut read = Vec::new();

@@ -33,7 +33,7 @@ use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
 use crate::projection::state::Projections;
 use crate::session::{self, catch_up, ensure_defaults, Options, Session, TurnError};
-use crate::store::{self, Filter, Ledger, Reads};
+use crate::store::{self, Filter, Indexes, Ledger};
 use serde_json::{json, Value};
 
 /// `meta.source` of everything a thinking tick writes on the model's behalf.
@@ -99,7 +99,7 @@ pub fn budget(p: &Projections) -> Budget {
 /// when it is not a thinking tick's reply): the decision taken again from the events before
 /// its slot's stimulus, the prompt from those up to the stimulus and the selection the reply
 /// records. With its recorded `prompt_sha256` and `prompt_format`.
-pub fn rebuild<R: Reads>(
+pub fn rebuild<R: Indexes>(
     r: &R,
     reply: &Event,
 ) -> crate::Result<Option<(crate::context::prompt::Prompt, String)>> {
@@ -128,7 +128,7 @@ pub fn rebuild<R: Reads>(
             kinds: vec![Kind::AutonomyStimulus.to_string()],
             ..Filter::default()
         },
-        |e| {
+        &mut |e| {
             if e.content.contains(&slot_id) {
                 stimulus = Some(e);
             }
@@ -442,7 +442,7 @@ struct Asked {
 
 /// The selection a thinking reply recorded (`meta.selected`, `meta.via`), its events read
 /// from `r`; `None` when it records none or names an event `r` lacks.
-fn recorded_selection<R: Reads>(
+fn recorded_selection<R: Indexes>(
     r: &R,
     m: &serde_json::Map<String, Value>,
 ) -> crate::Result<Option<select::Selection>> {
@@ -476,7 +476,7 @@ fn recorded_selection<R: Reads>(
 /// internal goals, recalled evidence for the open commitments within the retrieval budget)
 /// and the recent conversation, with a message that says what the tick is for: the
 /// commitments with their age, the newest reflections, and what the reply may do.
-fn prompt<R: Reads>(
+fn prompt<R: Indexes>(
     r: &R,
     p: &Projections,
     slot: &Slot,

@@ -20,7 +20,7 @@ use crate::projection::state::Projections;
 use crate::session::{
     append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal, Session,
 };
-use crate::store::{self, Ledger, Reads};
+use crate::store::{self, EventLog, Ledger};
 use serde_json::{json, Map, Value};
 
 /// Environment variable (a testing aid): milliseconds to wait inside the tick's transaction,
@@ -94,7 +94,7 @@ impl Ticked {
 /// this slot's (cron fired twice), or the slot is past every slot of its interval stimulated
 /// so far (cron and `--every` move forwards). Otherwise (an explicit older `--slot`, a clock
 /// set back), a look-up among the stimuli.
-pub(super) fn stimulus_for<R: Reads>(
+pub(super) fn stimulus_for<R: EventLog>(
     r: &R,
     p: &Projections,
     slot: &Slot,
@@ -131,7 +131,7 @@ pub fn dry_run(ledger: &Ledger, slot: &Slot) -> crate::Result<(Decision, Option<
 /// `sha256(C([{"content","kind","meta"}, …]))` of the newest changes (the reference's
 /// `delta_hash`, FORMATS.md §8.5, over changes rather than over every non-reflection event, so
 /// that the ticks themselves do not move it).
-fn delta_hash<R: Reads>(r: &R, ids: &[i64]) -> crate::Result<String> {
+fn delta_hash<R: EventLog>(r: &R, ids: &[i64]) -> crate::Result<String> {
     let mut items = Vec::new();
     for &id in ids {
         if let Some(e) = r.get(id)? {

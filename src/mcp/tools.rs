@@ -18,7 +18,7 @@ use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
 use crate::session;
-use crate::store::{self, Batch, Filter, Ledger, Reads, RECALLED_KINDS};
+use crate::store::{self, Batch, EventLog, Filter, Indexes, Ledger, RECALLED_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -98,7 +98,7 @@ impl Config {
     /// The lock is held only while they are brought up to date; `f` runs on a shared copy, so
     /// the sessions of one HTTP server recall at the same time. Folding copies them only when
     /// the ledger grew while another call still reads the old ones.
-    pub fn with_projections<R: Reads, T>(
+    pub fn with_projections<R: Indexes, T>(
         &self,
         r: &R,
         f: impl FnOnce(&Projections) -> T,
@@ -668,7 +668,7 @@ fn events(cfg: &Config, a: EventsArgs) -> Result<Value, ToolError> {
     let mut out = Vec::new();
     let mut bytes = 0usize;
     let mut truncated = false;
-    ledger.scan(&filter, |ev| {
+    ledger.scan(&filter, &mut |ev| {
         if out.len() >= limit {
             truncated = true;
             return Ok(false);

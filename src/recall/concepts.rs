@@ -4,7 +4,7 @@
 
 use super::{text::MESSAGE_KINDS, Cache, Query, Ranked};
 use crate::projection::state::Projections;
-use crate::store::Reads;
+use crate::store::Indexes;
 use crate::Result;
 use std::collections::BTreeSet;
 
@@ -86,7 +86,7 @@ pub const CANDIDATES_PER_CONCEPT: usize = 64;
 /// mentioned concept (sorted), its threads' story windows, newest first. An event bound to one
 /// of several mentioned concepts is left to the other sources: on the LoCoMo conversations,
 /// each concept's newest events displaced better hits.
-pub fn rank<R: Reads>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> Result<Ranked> {
+pub fn rank<R: Indexes>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     let mut items: Vec<(i64, Vec<String>)> = Vec::new();
     let mut seen = BTreeSet::new();
     let mut push = |id: i64, why: String, items: &mut Vec<(i64, Vec<String>)>| {

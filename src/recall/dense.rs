@@ -14,14 +14,14 @@
 //! 16,000 (`docs/recall.md`).
 
 use super::{text, Cache, Query, Ranked};
-use crate::store::Reads;
+use crate::store::Indexes;
 use crate::Result;
 
 /// How many nearest vectors are ranked.
 pub const NEAREST: usize = 200;
 
 /// The dense ranking for `q` (empty without a query vector).
-pub fn rank<R: Reads>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
+pub fn rank<R: Indexes>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     let Some(d) = &q.dense else {
         return Ok(Ranked::default());
     };

@@ -43,7 +43,7 @@ pub mod when;
 
 use crate::event::Event;
 use crate::projection::state::Projections;
-use crate::store::Reads;
+use crate::store::Indexes;
 use crate::Result;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -141,14 +141,14 @@ pub struct Ranked {
 pub type Cache = BTreeMap<i64, Event>;
 
 /// Recalls events for `q`: the sources, fused, filled into the budget, best first.
-pub fn recall<R: Reads>(r: &R, p: &Projections, q: &Query) -> Result<Vec<Recalled>> {
+pub fn recall<R: Indexes>(r: &R, p: &Projections, q: &Query) -> Result<Vec<Recalled>> {
     recall_with(r, p, q, &mut || None)
 }
 
 /// [`recall`] with the query's vector handed over late: when `q` has none, `vector` is asked
 /// for it after the full-text and concept sources, which do not need it, have ranked (a turn
 /// embeds its message on a second core meanwhile).
-pub fn recall_with<R: Reads>(
+pub fn recall_with<R: Indexes>(
     r: &R,
     p: &Projections,
     q: &Query,
@@ -215,7 +215,7 @@ pub fn fuse_weighted(lists: &[(&Ranked, f64)]) -> Vec<(i64, f64, Vec<String>)> {
 
 /// Takes events in fused order while their shown text fits the budget (an event that does
 /// not fit is skipped and smaller ones after it may still fit), up to `k`.
-fn fill<R: Reads>(
+fn fill<R: Indexes>(
     r: &R,
     q: &Query,
     fused: Vec<(i64, f64, Vec<String>)>,

@@ -17,7 +17,7 @@
 //! ranking.
 
 use super::{Cache, Query};
-use crate::store::Reads;
+use crate::store::Indexes;
 use crate::Result;
 use std::collections::BTreeSet;
 
@@ -74,7 +74,7 @@ fn named_speaker<'c>(content: &'c str, named: &BTreeSet<String>) -> Option<&'c s
 /// Counts [`WEIGHT`] times the fused score of every event among the first [`depth`] whose
 /// speaker `q`'s text names, and puts the list back in order (best first, ties by id). The
 /// events read are kept in `cache` for the fill.
-pub fn favour<R: Reads>(
+pub fn favour<R: Indexes>(
     r: &R,
     q: &Query,
     fused: &mut [(i64, f64, Vec<String>)],
@@ -128,7 +128,7 @@ pub const MAX_NAME_WORDS: usize = 12;
 /// of 60.9 %; fused, all-evidence recall went from 76.6 / 84.0 / 89.5 % to 80.2 / 85.7 / 91.3 %
 /// at 4,000, 8,000 and 16,000 characters (`docs/recall.md`). A text that names no speaker
 /// is embedded as it is.
-pub fn dense_text<R: Reads>(r: &R, text: &str) -> Result<Option<String>> {
+pub fn dense_text<R: Indexes>(r: &R, text: &str) -> Result<Option<String>> {
     let names = named(r, text)?;
     if names.is_empty() {
         return Ok(None);
@@ -142,7 +142,7 @@ pub fn dense_text<R: Reads>(r: &R, text: &str) -> Result<Option<String>> {
 /// [`LABEL_PROBE`]: the speakers `text` names. Stop words are not looked up (a question's
 /// first word; a speaker called Will stays in the text). None while the index lags further
 /// than a reader catches up on the fly (a turn's first write on such a ledger catches it up).
-pub fn named<R: Reads>(r: &R, text: &str) -> Result<BTreeSet<String>> {
+pub fn named<R: Indexes>(r: &R, text: &str) -> Result<BTreeSet<String>> {
     let mut capitalised: Vec<String> = Vec::new();
     for w in text.split(|c: char| !is_word_char(c)).map(base) {
         let lower = w.to_lowercase();
@@ -291,7 +291,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = crate::store::Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
         let over = super::super::MAX_UNINDEXED + 1;
-        l.conn()
+        l.conn_for_tests()
             .execute(
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
                  INSERT INTO events (ts, kind, content, meta) SELECT 't', 'user_message',

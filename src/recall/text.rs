@@ -14,7 +14,7 @@
 
 use super::{epoch, terms, Cache, Query, Ranked, MAX_UNINDEXED};
 use crate::event::Kind;
-use crate::store::Reads;
+use crate::store::Indexes;
 use crate::Result;
 use std::collections::BTreeMap;
 
@@ -50,7 +50,7 @@ pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::Assistan
 const NEIGHBOUR_WINDOW: i64 = 64;
 
 /// The full-text ranking for `q`.
-pub fn rank<R: Reads>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
+pub fn rank<R: Indexes>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     let scores = bm25(r, q)?;
     spread(r, q, cache, scores.into_iter().collect(), "fts")
 }
@@ -59,7 +59,7 @@ pub fn rank<R: Reads>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
 /// describe: the best [`candidates`] lifted by their sessions, the best [`NEIGHBOUR_HITS`]
 /// lending to their neighbours. Each hit's reasons start with `via`. Shared with the dense
 /// source, whose hits want the same context.
-pub fn spread<R: Reads>(
+pub fn spread<R: Indexes>(
     r: &R,
     q: &Query,
     cache: &mut Cache,
@@ -103,7 +103,7 @@ pub fn spread<R: Reads>(
 
 /// BM25 per event, summed over the query's terms (in the terms' order, so sums are
 /// reproducible to the bit).
-fn bm25<R: Reads>(r: &R, q: &Query) -> Result<BTreeMap<i64, f64>> {
+fn bm25<R: Indexes>(r: &R, q: &Query) -> Result<BTreeMap<i64, f64>> {
     let terms = terms::query_terms(&q.text);
     let mut scores: BTreeMap<i64, f64> = BTreeMap::new();
     if terms.is_empty() {
@@ -149,7 +149,7 @@ fn session_values(best: &[(i64, f64)], cache: &Cache) -> Vec<(i64, f64)> {
 }
 
 /// Adds `value × share` to the messages 1 and 2 before and after `id` in the same session.
-fn lend_to_neighbours<R: Reads>(
+fn lend_to_neighbours<R: Indexes>(
     r: &R,
     q: &Query,
     cache: &mut Cache,

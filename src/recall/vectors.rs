@@ -3,7 +3,7 @@
 //! in id order, each batch committed on its own) and the recomputation of `--check`.
 
 use crate::llm::embed::{EmbedError, Shared};
-use crate::store::{vectors, Ledger, Reads};
+use crate::store::{vectors, Indexes, Ledger};
 use crate::Result;
 
 /// Events embedded per batch (and per write transaction).
@@ -93,7 +93,7 @@ pub fn backfill_step(ledger: &mut Ledger, e: &Shared) -> std::result::Result<u64
 /// They were made with other weights, by another model behind the same name, or under an
 /// older pmm's fingerprint (docs/recall.md), and are never compared with `id`'s; a program
 /// says so, since recall by meaning finds little until the events are embedded again.
-pub fn other_spaces<R: Reads>(r: &R, id: &str) -> Result<Vec<(String, u64)>> {
+pub fn other_spaces<R: Indexes>(r: &R, id: &str) -> Result<Vec<(String, u64)>> {
     let name = id.split_once('@').map_or(id, |(n, _)| n);
     let models = r.vector_models()?;
     let own = models.iter().find(|m| m.0 == id).map_or(0, |m| m.2);
@@ -131,7 +131,7 @@ pub struct Mismatch {
 /// Recomputes the stored vectors of `e`'s model (at most `limit`, oldest first) and returns
 /// those whose cosine with the recomputed one is below [`CHECK_TOLERANCE`], with how many were
 /// compared.
-pub fn check<R: Reads>(
+pub fn check<R: Indexes>(
     r: &R,
     e: &Shared,
     limit: usize,

@@ -10,7 +10,7 @@
 //! same answer. A year alone ("in 2022") is too broad to help and is not a window.
 
 use super::{epoch, Cache, Query, Ranked};
-use crate::store::Reads;
+use crate::store::EventLog;
 use crate::Result;
 use chrono::{Datelike, Days, Months, NaiveDate};
 
@@ -56,7 +56,7 @@ impl Window {
 
 /// The events of `fused` (best first) told in the window `q` names, best first, each with the
 /// window as its reason; `None` when the query names no window.
-pub fn rank<R: Reads>(
+pub fn rank<R: EventLog>(
     r: &R,
     q: &Query,
     fused: &[(i64, f64, Vec<String>)],
@@ -91,7 +91,7 @@ pub fn rank<R: Reads>(
 }
 
 /// The day relative phrases are read against: that of the newest event the query may see.
-fn anchor<R: Reads>(r: &R, q: &Query) -> Result<Option<NaiveDate>> {
+fn anchor<R: EventLog>(r: &R, q: &Query) -> Result<Option<NaiveDate>> {
     let Some(head) = r.head()? else {
         return Ok(None);
     };

@@ -9,7 +9,7 @@ use crate::event::{Clock, Event, Kind};
 use crate::marker;
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
-use crate::store::{Batch, Reads};
+use crate::store::{Batch, EventLog};
 use serde_json::{json, Value};
 
 /// The claim checker's view of the ledger. A database error while looking an event up is

@@ -28,7 +28,7 @@ use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::projection::state::Projections;
 use crate::store::log::Txn;
-use crate::store::{self, Batch, Erased, Ledger, Reads, Violation};
+use crate::store::{self, Batch, Erased, EventLog, Indexes, Ledger, Violation};
 use crate::Error;
 use serde_json::{Map, Value};
 
@@ -53,7 +53,7 @@ impl From<Error> for Refusal {
 /// Why `ev` may not be written, as `r` sees the ledger: the policy's verdict on its actor
 /// for a sensitive kind, or a config out of its range (`None`: it may). An `erasure` is an
 /// error: only [`erase`] writes those, with the content it removes.
-pub fn refusal<R: Reads + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Option<Violation>> {
+pub fn refusal<R: Indexes + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Option<Violation>> {
     let refused = |unreadable, reason| Violation {
         actor: ev.actor(),
         kind: ev.kind.to_string(),
@@ -315,7 +315,7 @@ pub(crate) fn append_summary(
 /// Folds events past the projections' last id into them (what other processes appended), or
 /// projects them anew when one of those is an erasure ([`store::catch_up`]: the turn must not
 /// write what it derives from erased text).
-pub(crate) fn catch_up<R: Reads>(r: &R, p: &mut Projections) -> crate::Result<()> {
+pub(crate) fn catch_up<R: Indexes>(r: &R, p: &mut Projections) -> crate::Result<()> {
     store::catch_up(r, p, None).map(|_| ())
 }
 

@@ -13,7 +13,7 @@
 //! kind index): it never scans the ledger.
 
 use crate::event::Kind;
-use crate::store::Reads;
+use crate::store::EventLog;
 use serde_json::Value;
 
 /// The policy in force.
@@ -41,7 +41,7 @@ pub enum Verdict {
 
 impl Policy {
     /// Finds the policy in force, as `r` sees the ledger.
-    pub fn current<R: Reads + ?Sized>(r: &R) -> crate::Result<Policy> {
+    pub fn current<R: EventLog + ?Sized>(r: &R) -> crate::Result<Policy> {
         let mut finder = Finder::default();
         r.newest_of_kind(Kind::Config, &mut |id, content| finder.offer(id, content))?;
         Ok(finder.finish())

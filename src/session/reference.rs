@@ -5,7 +5,7 @@
 //! back to [`crate::claim`] as a [`RefLookup`].
 
 use crate::claim::{RefLookup, RefRequest};
-use crate::store::{Ledger, Reads};
+use crate::store::{EventLog, Ledger};
 use crate::Error;
 use std::path::Path;
 

@@ -38,6 +38,7 @@ macro_rules! contract_suite {
             a_repeated_hash_is_an_error_never_a_state,
             a_failed_transaction_leaves_nothing,
             get_scan_and_tail_agree,
+            reads_by_kind_agree_with_a_scan,
         );
     };
     (@cases $fresh:expr; $($case:ident,)*) => {
@@ -482,7 +483,7 @@ pub(crate) fn get_scan_and_tail_agree(log: impl Fresh) {
                 .iter()
                 .filter(|e| e.kind == kind && e.id > after)
                 .count() as u64;
-            assert_eq!(c.count_kind_after(&kind, after).unwrap(), want);
+            assert_eq!(c.count_kind_after(kind.clone(), after).unwrap(), want);
         }
     }
     for e in &by_id {
@@ -526,4 +527,71 @@ impl Fresh for Sqlite {
 mod sqlite {
     use super::Sqlite;
     contract_suite!(Some(Sqlite::new()));
+}
+
+/// The reads by kind (newest first, the newest matching a text, counts, the head's id, a
+/// shared read) give what a scan of the whole log gives: a backend answers them from an index
+/// or from the trait's provided methods, never differently.
+pub(crate) fn reads_by_kind_agree_with_a_scan(log: impl Fresh) {
+    let mut c = log.connect();
+    assert_eq!(c.max_id().unwrap(), 0);
+    assert!(!c.has_policy_config().unwrap());
+    let configs = [
+        r#"{"type":"retrieval","limit":3}"#,
+        r#"{"forbid_sources":{},"type":"policy"}"#,
+        r#"{"type":"retrieval","limit":5}"#,
+    ];
+    c.transact(&mut |tx| {
+        for i in 0..12 {
+            tx.append_linked(&numbered(i), TS)?;
+            if i % 4 == 0 {
+                let config = event(Kind::Config, configs[i / 4], json!({"source": "contract"}));
+                tx.append_linked(&config, TS)?;
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    let every = all(&c);
+    assert_eq!(c.max_id().unwrap(), every.len() as i64);
+    for kind in [Kind::Config, Kind::UserMessage, Kind::Erasure] {
+        let newest_first: Vec<(i64, String)> = every
+            .iter()
+            .rev()
+            .filter(|e| e.kind == kind)
+            .map(|e| (e.id, e.content.clone()))
+            .collect();
+        let mut seen = Vec::new();
+        c.newest_of_kind(kind.clone(), &mut |id, content| {
+            seen.push((id, content.to_string()));
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, newest_first, "{kind}");
+        let two: Vec<i64> = c
+            .last_of_kind(kind.clone(), 2)
+            .unwrap()
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        let want: Vec<i64> = newest_first.iter().take(2).map(|(id, _)| *id).collect();
+        assert_eq!(two, want, "{kind}");
+    }
+    let retrieval = every
+        .iter()
+        .rev()
+        .find(|e| e.content.contains("retrieval"))
+        .map(|e| e.id);
+    assert_eq!(
+        c.find_kind_containing(Kind::Config, "retrieval").unwrap(),
+        retrieval
+    );
+    assert_eq!(
+        c.find_kind_containing(Kind::Config, "nothing").unwrap(),
+        None
+    );
+    assert!(c.has_policy_config().unwrap());
+    assert_eq!(c.last_erasure().unwrap(), 0);
+    let third = c.get_shared(3).unwrap().unwrap();
+    assert_eq!(*third, every[2]);
 }

@@ -8,14 +8,18 @@
 //! PostgreSQL (`store/postgres/`). The hash rule lives in one place, [`link`], so that every
 //! backend writes the bytes `pmm-append` writes.
 
-use super::{Batch, Filter, Head, Ledger, Reads};
+use super::{Batch, Filter, Head, Ledger};
 use crate::chain::event_digest;
 use crate::event::{Event, Kind, NewEvent};
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
 
 /// Reading the log: the same on a connection and inside a write transaction (which sees its
-/// own inserts).
+/// own inserts). Every reader above the store reads events through this trait (and the
+/// derived indexes through [`super::Indexes`]); the backend's connection is not part of it.
+///
+/// The provided methods are correct on any backend, built on the required ones; a backend
+/// overrides those it can answer from an index (SQLite overrides every one).
 pub trait EventLog {
     /// The newest event's id and hash, if any.
     fn head(&self) -> Result<Option<Head>>;
@@ -27,9 +31,64 @@ pub trait EventLog {
     /// The last `n` events that pass `filter`, oldest first.
     fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>>;
     /// How many events of `kind` have an id above `after`.
-    fn count_kind_after(&self, kind: &Kind, after: i64) -> Result<u64>;
+    fn count_kind_after(&self, kind: Kind, after: i64) -> Result<u64>;
     /// The id of the event whose hash is `hash`.
     fn id_of_hash(&self, hash: &str) -> Result<Option<i64>>;
+
+    /// The newest event's id (0 on an empty log).
+    fn max_id(&self) -> Result<i64> {
+        Ok(self.head()?.map_or(0, |h| h.id))
+    }
+    /// One event by id, shared (a caching reader hands out the copy it keeps).
+    fn get_shared(&self, id: i64) -> Result<Option<std::sync::Arc<Event>>> {
+        Ok(self.get(id)?.map(std::sync::Arc::new))
+    }
+    /// A hint: `event` may be read by id again soon (a caching reader keeps it).
+    fn remember(&self, _event: std::sync::Arc<Event>) {}
+    /// Calls `each` with the id and content of every event of `kind`, newest first, until it
+    /// returns `false`.
+    fn newest_of_kind(&self, kind: Kind, each: &mut dyn FnMut(i64, &str) -> bool) -> Result<()> {
+        for ev in self.last_of_kind(kind, usize::MAX)? {
+            if !each(ev.id, &ev.content) {
+                break;
+            }
+        }
+        Ok(())
+    }
+    /// The newest events of `kind`, newest first, at most `limit`.
+    fn last_of_kind(&self, kind: Kind, limit: usize) -> Result<Vec<Event>> {
+        let filter = Filter {
+            kinds: vec![kind.to_string()],
+            ..Filter::default()
+        };
+        let mut all = self.tail(&filter, limit)?;
+        all.reverse();
+        Ok(all)
+    }
+    /// The id of the newest `erasure` event (0: none).
+    fn last_erasure(&self) -> Result<i64> {
+        Ok(self
+            .last_of_kind(Kind::Erasure, 1)?
+            .first()
+            .map_or(0, |e| e.id))
+    }
+    /// The newest event of `kind` whose content contains `needle`.
+    fn find_kind_containing(&self, kind: Kind, needle: &str) -> Result<Option<i64>> {
+        let mut found = None;
+        self.newest_of_kind(kind, &mut |id, content| {
+            if content.contains(needle) {
+                found = Some(id);
+            }
+            found.is_none()
+        })?;
+        Ok(found)
+    }
+    /// Whether a `config` event mentions a policy.
+    fn has_policy_config(&self) -> Result<bool> {
+        Ok(self
+            .find_kind_containing(Kind::Config, "\"policy\"")?
+            .is_some())
+    }
 }
 
 /// Whether [`Txn::insert_verbatim`] keeps an event whose `prev_hash` is not the head's hash
@@ -136,39 +195,6 @@ pub fn verbatim_refusal(head: Option<&Head>, ev: &Event, links: Links) -> Option
 pub fn fork_error(why: String) -> Error {
     Error::ImportRefused(why)
 }
-
-/// Today's SQLite reads, through [`Reads`].
-macro_rules! sqlite_event_log {
-    ($t:ty) => {
-        impl EventLog for $t {
-            fn head(&self) -> Result<Option<Head>> {
-                Reads::head(self)
-            }
-            fn get(&self, id: i64) -> Result<Option<Event>> {
-                Reads::get(self, id)
-            }
-            fn scan(
-                &self,
-                filter: &Filter,
-                each: &mut dyn FnMut(Event) -> Result<bool>,
-            ) -> Result<()> {
-                Reads::scan(self, filter, each)
-            }
-            fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
-                Reads::tail(self, filter, n)
-            }
-            fn count_kind_after(&self, kind: &Kind, after: i64) -> Result<u64> {
-                Reads::count_kind_after(self, kind.clone(), after)
-            }
-            fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
-                Reads::id_of_hash(self, hash)
-            }
-        }
-    };
-}
-
-sqlite_event_log!(Ledger);
-sqlite_event_log!(Batch<'_>);
 
 impl Txn for Batch<'_> {
     fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {

@@ -4,22 +4,28 @@
 //! - [`log`]: the event log's small traits ([`log::EventLog`] reads, [`log::Txn`] links and
 //!   inserts, [`log::Writer`] runs a write transaction) and the chain's link rule, one for
 //!   every backend; `contract` (tests) runs the same cases on each backend.
+//! - [`indexes`]: [`Indexes`], the derived indexes' reads (full text, neighbours, vectors,
+//!   projection checkpoints). Readers above the store name [`EventLog`] and [`Indexes`],
+//!   never a connection: the SQLite backend's own `Reads` trait is private to the store.
 //! - [`sqlite`]: a ledger file (the reference's format) with its derived indexes beside the
-//!   events; its items are re-exported here (`store::Ledger`, `store::Reads`, …), as every
+//!   events; its items are re-exported here (`store::Ledger`, `store::Batch`, …), as every
 //!   program opens ledgers through them.
 //! - [`postgres`]: the ledger on a PostgreSQL server, shared by writers on several hosts.
 //! - [`replica`]: a PostgreSQL ledger as one host sees it — its events and derived indexes in
 //!   a local cache file of the SQLite kind, caught up from the server, and appends that lock
 //!   the server's head row around the local write session.
 //!
-//! SQL lives only in the backends (`sqlite/`, `postgres/`) and in `replica`'s bookkeeping of
-//! its cache file.
+//! SQL lives only in the backends (`sqlite/`, `postgres/`): `replica` keeps its cache file
+//! through the SQLite backend's methods.
 
+pub mod indexes;
 pub mod log;
 pub mod postgres;
 pub mod replica;
 pub mod sqlite;
 
+pub use indexes::Indexes;
+pub use log::EventLog;
 pub use sqlite::*;
 
 #[cfg(test)]

@@ -224,27 +224,9 @@ pub(crate) fn pull(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     Ok(pulled)
 }
 
-/// The cache's own bookkeeping: the last shared vector (by the server's `seq`) it holds.
-const REPLICA_TABLE: &str = "CREATE TABLE IF NOT EXISTS pmm_replica (
-    one INTEGER PRIMARY KEY CHECK (one = 1),
-    vectors_seq INTEGER NOT NULL
-)";
-
 /// Copies the vectors the server has after the cache's last one (another host embedded them).
 fn pull_vectors(batch: &Batch<'_>, log: &PgLog) -> Result<()> {
-    use rusqlite::OptionalExtension;
-    let conn = batch.conn_for_replica();
-    let sql = |e: rusqlite::Error| Error::bad_input(None, format!("the host's cache: {e}"));
-    conn.execute_batch(REPLICA_TABLE).map_err(sql)?;
-    let mut seq: i64 = conn
-        .query_row(
-            "SELECT vectors_seq FROM pmm_replica WHERE one = 1",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(sql)?
-        .unwrap_or(0);
+    let mut seq = batch.pulled_vectors_seq()?;
     let start = seq;
     loop {
         let page = log.vectors_after(seq, PAGE)?;
@@ -256,12 +238,7 @@ fn pull_vectors(batch: &Batch<'_>, log: &PgLog) -> Result<()> {
         seq = last;
     }
     if seq != start {
-        conn.execute(
-            "INSERT INTO pmm_replica (one, vectors_seq) VALUES (1, ?1)
-             ON CONFLICT (one) DO UPDATE SET vectors_seq = excluded.vectors_seq",
-            [seq],
-        )
-        .map_err(sql)?;
+        batch.set_pulled_vectors_seq(seq)?;
     }
     Ok(())
 }

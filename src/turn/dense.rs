@@ -7,7 +7,7 @@
 
 use crate::llm::embed::{EmbedError, Shared};
 use crate::recall::DenseQuery;
-use crate::store::{Batch, Reads};
+use crate::store::{Batch, Indexes};
 
 /// What the dense source has for one turn.
 #[derive(Debug, Default)]
@@ -34,7 +34,7 @@ impl Dense {
     /// server embeds the user's message now: its dimensions, or a rejected key, are known only
     /// from an answer. The in-process model's dimensions are known, so its vector is left for
     /// later ([`Dense::message_later`]).
-    pub(crate) fn for_message<R: Reads>(
+    pub(crate) fn for_message<R: Indexes>(
         r: &R,
         embedder: Option<&Shared>,
         message: &str,
@@ -172,7 +172,7 @@ impl Dense {
 }
 
 /// Exit 2 (nothing written yet) when `e`'s vectors have other dimensions than its stored ones.
-fn same_dimensions<R: Reads>(r: &R, e: &Shared, dim: usize) -> crate::Result<()> {
+fn same_dimensions<R: Indexes>(r: &R, e: &Shared, dim: usize) -> crate::Result<()> {
     match r.vector_model(&e.id())? {
         Some(m) if m.dim != dim => Err(crate::Error::bad_input(
             None,

@@ -32,7 +32,7 @@ use crate::session::{
     append_claims, append_closes, append_delta_reflection, append_opens, append_summary, catch_up,
     concepts, derive, ensure_defaults, markers::append_ref, meta, record_refusal, Session,
 };
-use crate::store::{self, Filter, Ledger, Reads};
+use crate::store::{self, EventLog, Filter, Indexes, Ledger};
 use serde_json::{json, Map, Value};
 
 pub use crate::formats::reply::TRUNCATED;
@@ -498,7 +498,7 @@ fn append_memory(s: &mut Session<'_, '_>) -> crate::Result<()> {
             since: Some(start + 1),
             ..Filter::default()
         },
-        |e| {
+        &mut |e| {
             candidates.push(e);
             Ok(candidates.len() < derive::CHUNK_SCAN)
         },
@@ -523,7 +523,7 @@ pub use crate::context::prompt::{HISTORY_CHARS, HISTORY_MESSAGES, PROMPT_FORMAT}
 
 /// Stage 2: the recent history, what retrieval chose, the context block, the request and
 /// its digest (`prompt_sha256`, [`crate::context::prompt::Prompt::sha256`]).
-fn build_prompt<R: Reads>(
+fn build_prompt<R: Indexes>(
     r: &R,
     p: &Projections,
     cfg: &RetrievalConfig,

@@ -199,3 +199,30 @@ fn only_the_named_modules_speak_sql_network_stdio_and_files() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Inside `store`, SQL lives only in the backends (`store/sqlite/`, `store/postgres/`): the
+/// event log's traits, their contract suite and the PostgreSQL replica name no database API
+/// and write no statement of their own.
+#[test]
+fn inside_the_store_only_the_backends_speak_sql() {
+    let store = src().join("store");
+    let mut files = Vec::new();
+    rust_files(&store, &mut files);
+    let needles = [
+        "rusqlite", "SELECT ", "INSERT ", "UPDATE ", "DELETE ", "CREATE ", "execute(",
+    ];
+    let mut wrong = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&store).unwrap();
+        if rel.starts_with("sqlite") || rel.starts_with("postgres") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for line in text.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
+            if needles.iter().any(|n| line.contains(n)) {
+                wrong.push(format!("store/{}: {line}", rel.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -4,7 +4,7 @@
 //! files that lock the ledger's owner out.
 
 use crate::harness::Pmm;
-use pmm::store::{Ledger, Reads};
+use pmm::store::{Indexes, Ledger};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Stdio};
 

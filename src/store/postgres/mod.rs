@@ -41,9 +41,9 @@
 //! append locks the head row around the local write session. `docs/scale-out.md` is the
 //! user's guide.
 //!
-//! # Next steps
-//! 1. Narrow the users of [`super::Reads`] to [`EventLog`] and the derived indexes' reads.
-//! 2. `pmm-replay --follow` woken by LISTEN/NOTIFY instead of polling.
+//! # Next step
+//! `pmm-replay --follow` woken by LISTEN/NOTIFY instead of polling (today it polls the
+//! server every 200 ms).
 
 pub mod tls;
 pub mod url;
@@ -1097,8 +1097,8 @@ macro_rules! pg_event_log {
             fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
                 q_tail(&mut *self.$conn.borrow_mut(), filter, n).map_err(|e| self.err(e))
             }
-            fn count_kind_after(&self, kind: &Kind, after: i64) -> Result<u64> {
-                q_count(&mut *self.$conn.borrow_mut(), kind, after).map_err(|e| self.err(e))
+            fn count_kind_after(&self, kind: Kind, after: i64) -> Result<u64> {
+                q_count(&mut *self.$conn.borrow_mut(), &kind, after).map_err(|e| self.err(e))
             }
             fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
                 q_id_of_hash(&mut *self.$conn.borrow_mut(), hash).map_err(|e| self.err(e))

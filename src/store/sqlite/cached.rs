@@ -25,7 +25,7 @@ pub const CACHED_BYTES: usize = 16 << 20;
 /// so an erased text is never answered from memory. Inside a transaction the check is made at
 /// its first read only (a cache kept across two snapshots must make a read outside them in
 /// between, or start anew).
-pub struct Cached<'a, R: Reads> {
+pub(crate) struct Cached<'a, R: Reads> {
     inner: &'a R,
     cache: RefCell<Cache>,
     /// The connection's `data_version` and the newest erasure as of the last read.
@@ -139,6 +139,7 @@ impl<'a, R: Reads> Cached<'a, R> {
     }
 
     /// How many reads by id the cache answered, and how many went to the store.
+    #[cfg(test)]
     pub fn hits_and_misses(&self) -> (u64, u64) {
         let c = self.cache.borrow();
         (c.hits, c.misses)

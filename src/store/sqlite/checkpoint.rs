@@ -1,8 +1,9 @@
 //! Projection checkpoints: the folded [`Projections`] stored at an event in the cache table
 //! `pmm_checkpoints`, so that a rebuild folds only the events after it (SPEC §5).
 
-use super::{Filter, Ledger, Reads};
+use super::{Filter, Ledger};
 use crate::projection::state::Projections;
+use crate::store::Indexes;
 
 /// The name of our projection checkpoints in `pmm_checkpoints`.
 pub const CHECKPOINT: &str = "projections";
@@ -40,7 +41,7 @@ pub struct Projected {
 
 /// Folds events up to `at` (or all) into projections, starting from the newest checkpoint
 /// that still matches the ledger when `use_checkpoint` is set.
-pub fn project<R: Reads>(
+pub fn project<R: Indexes>(
     ledger: &R,
     at: Option<i64>,
     use_checkpoint: bool,
@@ -68,7 +69,7 @@ pub fn project<R: Reads>(
         ..Filter::default()
     };
     let mut folded = 0;
-    ledger.scan(&filter, |ev| {
+    ledger.scan(&filter, &mut |ev| {
         p.apply(&ev);
         folded += 1;
         Ok(true)
@@ -87,7 +88,7 @@ pub fn project<R: Reads>(
 /// which folding cannot take out: `p` is projected anew instead, from the newest checkpoint
 /// (the erasure deleted those that could hold the text) and the rows as they now are. True
 /// when it was.
-pub fn catch_up<R: Reads>(r: &R, p: &mut Projections, until: Option<i64>) -> crate::Result<bool> {
+pub fn catch_up<R: Indexes>(r: &R, p: &mut Projections, until: Option<i64>) -> crate::Result<bool> {
     let until = match until {
         Some(u) => u,
         None => r.max_id()?,
@@ -107,7 +108,7 @@ pub fn catch_up<R: Reads>(r: &R, p: &mut Projections, until: Option<i64>) -> cra
         until: Some(until),
         ..Filter::default()
     };
-    r.scan(&filter, |ev| {
+    r.scan(&filter, &mut |ev| {
         p.apply(&ev);
         Ok(true)
     })?;

@@ -15,9 +15,11 @@ pub(crate) mod erase;
 mod fresh;
 mod fts;
 mod merkle;
+mod traits;
 pub mod vectors;
 
-pub use cached::{Cached, CACHED_BYTES, CACHED_EVENTS};
+pub(crate) use cached::Cached;
+pub use cached::{CACHED_BYTES, CACHED_EVENTS};
 pub use derived::{Derived, Have, DERIVED};
 pub use fresh::Fresh;
 pub use merkle::Tree;
@@ -554,6 +556,12 @@ impl Ledger {
         }
     }
 
+    /// A database error met through this ledger (e.g. by the Merkle tree's reads,
+    /// [`Ledger::tree`]) as the library's error, naming the ledger.
+    pub fn err(&self, e: rusqlite::Error) -> Error {
+        Reads::err(self, e)
+    }
+
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the head cannot move under it).
     pub fn begin(&mut self) -> Result<Batch<'_>> {
         self.begin_with(true)
@@ -811,7 +819,7 @@ impl Ledger {
 
 /// Reading events, the same on a [`Ledger`] and inside a write transaction ([`Batch`]: it
 /// sees the ledger as the transaction does, its own appends included).
-pub trait Reads {
+pub(crate) trait Reads {
     /// The connection to read through.
     fn conn(&self) -> &Connection;
     /// Maps a SQLite error for this ledger.
@@ -1668,6 +1676,13 @@ pub(crate) fn map_err(e: rusqlite::Error, path: &Path, busy_ms: u64) -> Error {
 
 pub use crate::error::Violation;
 
+/// A cached PostgreSQL ledger's own bookkeeping: the last shared vector (by the server's
+/// `seq`) the cache holds.
+const REPLICA_TABLE: &str = "CREATE TABLE IF NOT EXISTS pmm_replica (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    vectors_seq INTEGER NOT NULL
+)";
+
 /// What [`Ledger::erase`] did.
 #[derive(Debug, Clone)]
 pub struct Erased {
@@ -1940,9 +1955,32 @@ impl Batch<'_> {
         Ok(())
     }
 
-    /// The transaction's connection, for the replica's own bookkeeping table.
-    pub(crate) fn conn_for_replica(&self) -> &Connection {
-        &self.tx
+    /// A cached PostgreSQL ledger's bookkeeping ([`replica`]): the server's `seq` of the last
+    /// shared vector this cache holds (0: none yet).
+    pub(crate) fn pulled_vectors_seq(&self) -> Result<i64> {
+        let sql = |e: rusqlite::Error| Error::bad_input(None, format!("the host's cache: {e}"));
+        self.tx.execute_batch(REPLICA_TABLE).map_err(sql)?;
+        self.tx
+            .query_row(
+                "SELECT vectors_seq FROM pmm_replica WHERE one = 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map(|seq| seq.unwrap_or(0))
+            .map_err(sql)
+    }
+
+    /// Records [`Batch::pulled_vectors_seq`].
+    pub(crate) fn set_pulled_vectors_seq(&self, seq: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO pmm_replica (one, vectors_seq) VALUES (1, ?1)
+                 ON CONFLICT (one) DO UPDATE SET vectors_seq = excluded.vectors_seq",
+                [seq],
+            )
+            .map(drop)
+            .map_err(|e| Error::bad_input(None, format!("the host's cache: {e}")))
     }
 
     /// Brings the full-text index and the Merkle tree up to the events appended so far, inside
@@ -1993,6 +2031,11 @@ impl Ledger {
         clock: &Clock,
     ) -> Result<Event> {
         log::Writer::append_one(self, ev, &clock.ts())
+    }
+
+    /// Tests that build a ledger's rows directly (faster than appends, or damaged on purpose).
+    pub(crate) fn conn_for_tests(&self) -> &Connection {
+        &self.conn
     }
 }
 

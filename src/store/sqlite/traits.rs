@@ -1,0 +1,106 @@
+//! The readers' traits ([`crate::store::EventLog`], [`crate::store::Indexes`]) on every
+//! SQLite reader, through the backend's own [`Reads`]. They are named by path here and never
+//! imported into the backend's modules, where [`Reads`] answers.
+
+use super::{vectors, Filter, Head, Reads, TextIndex};
+use crate::event::{Event, Kind};
+use crate::Result;
+
+/// Every SQLite reader (a [`Ledger`], a [`Batch`], a [`Cached`] one) reads the event log
+/// through [`Reads`], answering each read from an index.
+impl<T: Reads> crate::store::log::EventLog for T {
+    fn head(&self) -> Result<Option<Head>> {
+        Reads::head(self)
+    }
+    fn get(&self, id: i64) -> Result<Option<Event>> {
+        Reads::get(self, id)
+    }
+    fn scan(&self, filter: &Filter, each: &mut dyn FnMut(Event) -> Result<bool>) -> Result<()> {
+        Reads::scan(self, filter, each)
+    }
+    fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
+        Reads::tail(self, filter, n)
+    }
+    fn count_kind_after(&self, kind: Kind, after: i64) -> Result<u64> {
+        Reads::count_kind_after(self, kind, after)
+    }
+    fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+        Reads::id_of_hash(self, hash)
+    }
+    fn max_id(&self) -> Result<i64> {
+        Reads::max_id(self)
+    }
+    fn get_shared(&self, id: i64) -> Result<Option<std::sync::Arc<Event>>> {
+        Reads::get_shared(self, id)
+    }
+    fn remember(&self, event: std::sync::Arc<Event>) {
+        Reads::remember(self, event)
+    }
+    fn newest_of_kind(&self, kind: Kind, each: &mut dyn FnMut(i64, &str) -> bool) -> Result<()> {
+        Reads::newest_of_kind(self, kind, each)
+    }
+    fn last_of_kind(&self, kind: Kind, limit: usize) -> Result<Vec<Event>> {
+        Reads::last_of_kind(self, kind, limit)
+    }
+    fn last_erasure(&self) -> Result<i64> {
+        Reads::last_erasure(self)
+    }
+    fn find_kind_containing(&self, kind: Kind, needle: &str) -> Result<Option<i64>> {
+        Reads::find_kind_containing(self, kind, needle)
+    }
+    fn has_policy_config(&self) -> Result<bool> {
+        Reads::has_policy_config(self)
+    }
+}
+
+impl<R: Reads> crate::store::indexes::Indexes for R {
+    fn text_index(&self, max_unindexed: u64) -> Result<TextIndex<'_>> {
+        Reads::text_index(self, max_unindexed)
+    }
+    fn adjacent(
+        &self,
+        id: i64,
+        kinds: &[&str],
+        n: usize,
+        forward: bool,
+        window: i64,
+    ) -> Result<Vec<Event>> {
+        Reads::adjacent(self, id, kinds, n, forward, window)
+    }
+    fn recallable_count_any(&self) -> Result<u64> {
+        Reads::recallable_count_any(self)
+    }
+    fn vector_model(&self, name: &str) -> Result<Option<vectors::Model>> {
+        Reads::vector_model(self, name)
+    }
+    fn vector_search(
+        &self,
+        name: &str,
+        query: &[f32],
+        before: i64,
+        k: usize,
+    ) -> Result<Vec<(i64, f64)>> {
+        Reads::vector_search(self, name, query, before, k)
+    }
+    fn vector_models(&self) -> Result<Vec<(String, usize, u64)>> {
+        Reads::vector_models(self)
+    }
+    fn missing_vectors(&self, name: &str, after: i64, limit: usize) -> Result<Vec<(i64, String)>> {
+        Reads::missing_vectors(self, name, after, limit)
+    }
+    fn missing_vector_count(&self, name: &str) -> Result<u64> {
+        Reads::missing_vector_count(self, name)
+    }
+    fn stored_vectors(&self, name: &str, limit: usize) -> Result<Vec<(i64, Vec<u8>)>> {
+        Reads::stored_vectors(self, name, limit)
+    }
+    fn load_checkpoint<T>(
+        &self,
+        name: &str,
+        format: i64,
+        max_id: i64,
+        read: impl FnOnce(i64, &[u8]) -> Option<T>,
+    ) -> Result<Option<(i64, T)>> {
+        Reads::load_checkpoint(self, name, format, max_id, read)
+    }
+}
