@@ -3,7 +3,7 @@
 //! whoever binds a token that is not yet defined first appends its `concept_define` (a
 //! one-line definition and the source), then the binding. `define_then_bind` and
 //! `bind_thread` are the one place that does so, for the turn and for any other writer
-//! (the kernel's maintenance, an indexer) that holds a [`Session`](super::Session).
+//! (the kernel's maintenance, an indexer) that holds a [`Session`].
 
 use super::{meta, Session};
 use crate::canon;

@@ -9,7 +9,7 @@
 //!   as it is written, so that later events see earlier ones;
 //! - what a reply's markers cause (`markers`: claims, commitments opened and closed, the
 //!   correction/delta reflection and its `REF:`s), the events derived from the ledger
-//!   ([`derive`]: reflections, summaries, memory chunks) and the concepts a writer binds
+//!   ([`derive`](mod@derive): reflections, summaries, memory chunks) and the concepts a writer binds
 //!   ([`concepts`]), for the turn and the thinking tick alike;
 //! - how a writer calls the model ([`Options`]) and fails ([`TurnError`]).
 
@@ -177,7 +177,7 @@ pub fn erase(
 /// Where a writer's stages write, in a turn or a tick: the open transaction, the projections each event
 /// is folded into as it is written (so later events see earlier ones), and the list of what was
 /// written.
-pub(crate) struct Session<'s, 'b> {
+pub struct Session<'s, 'b> {
     pub(crate) batch: &'s mut Batch<'b>,
     pub(crate) p: &'s mut Projections,
     pub(crate) events: &'s mut Vec<Event>,

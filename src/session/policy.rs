@@ -9,7 +9,7 @@
 //! the policy and is skipped.) The way out is a repair: while the policy is unreadable, a
 //! `config` that is itself a readable policy is judged by the last readable policy before the
 //! broken one (or the default), so a repair never grants more than was already trusted.
-//! The lookup walks `config` events newest first ([`Reads::newest_of_kind`], the store's
+//! The lookup walks `config` events newest first (`EventLog::newest_of_kind`, the store's
 //! kind index): it never scans the ledger.
 
 use crate::event::Kind;

@@ -11,9 +11,9 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-/// How many events [`Cached`] keeps at most.
+/// How many events the cache of events read by id (`Cached`) keeps at most.
 pub const CACHED_EVENTS: usize = 8192;
-/// How many bytes of event text [`Cached`] keeps at most (one larger event still goes in).
+/// How many bytes of event text that cache keeps at most (one larger event still goes in).
 pub const CACHED_BYTES: usize = 16 << 20;
 
 /// A [`Reads`] whose [`Reads::get`] remembers the events it read, oldest dropped first, at

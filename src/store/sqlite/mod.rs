@@ -1272,7 +1272,7 @@ impl Reads for Batch<'_> {
     }
 }
 
-/// The full-text index of one connection, ready for term look-ups ([`Reads::text_index`]).
+/// The full-text index of one connection, ready for term look-ups ([`crate::store::Indexes::text_index`]).
 pub struct TextIndex<'a> {
     conn: &'a Connection,
     main: bool,

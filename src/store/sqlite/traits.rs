@@ -6,8 +6,8 @@ use super::{vectors, Filter, Head, Reads, TextIndex};
 use crate::event::{Event, Kind};
 use crate::Result;
 
-/// Every SQLite reader (a [`Ledger`], a [`Batch`], a [`Cached`] one) reads the event log
-/// through [`Reads`], answering each read from an index.
+/// Every SQLite reader (a `Ledger`, a `Batch`, a `Cached` one) reads the event log
+/// through the backend's `Reads`, answering each read from an index.
 impl<T: Reads> crate::store::log::EventLog for T {
     fn head(&self) -> Result<Option<Head>> {
         Reads::head(self)
