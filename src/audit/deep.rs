@@ -44,7 +44,7 @@ use crate::canon;
 use crate::chain::root::{RootHasher, RootSnapshot};
 use crate::chain::{Digest, Finding, Problem};
 use crate::context::{embed, retrieval};
-use crate::event::{Event, Kind};
+use crate::event::{Action, Event, Kind, Source};
 use crate::formats::slot;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -712,13 +712,14 @@ impl DeepChecker {
         self.counts.tick_decisions += 1;
         let content: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
         let decision = content.as_ref().and_then(|c| c.get("decision"));
-        if !matches!(
-            decision.and_then(Value::as_str),
-            Some("idle" | "reflect" | "summarize" | "index")
-        ) {
+        if decision
+            .and_then(Value::as_str)
+            .and_then(Action::parse)
+            .is_none()
+        {
             let p = mismatch(
                 "autonomy_tick.decision",
-                "idle, reflect, summarize or index".into(),
+                Action::listed().into(),
                 decision.cloned().unwrap_or(Value::Null),
             );
             self.emit(out, ev.id, p);
@@ -740,12 +741,13 @@ impl DeepChecker {
 
     fn check_rule_table(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         self.counts.rule_tables += 1;
-        let keys = crate::event::config::THRESHOLD_KEYS;
+        let keys = crate::event::config::Threshold::ALL.map(|k| k.as_str());
         let body = ev
             .content
             .strip_prefix('{')
             .and_then(|b| b.strip_suffix('}'));
-        // The reference's four; pmm's index_threshold follows only when not the default.
+        // The reference's four; pmm's index_threshold (the last) follows only when not the
+        // default.
         let fine = body.is_some_and(|b| {
             let pairs: Vec<&str> = b.split(',').collect();
             (pairs.len() == keys.len() || pairs.len() == keys.len() - 1)
@@ -860,7 +862,7 @@ impl DeepChecker {
     ) {
         // pmm's own (the reference writes other intent/outcome reflections too, such as its
         // retrieval verifications, from other inputs).
-        if meta.and_then(|m| m.get("source")).and_then(Value::as_str) != Some("pmm-turn") {
+        if !Source::PmmTurn.is(meta.and_then(|m| m.get("source"))) {
             return;
         }
         let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {

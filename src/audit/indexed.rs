@@ -10,7 +10,7 @@
 //! concept and claim events that follow its `autonomy_tick` (after its auto-closes), up to the
 //! first event of another kind.
 
-use crate::event::{Event, Kind};
+use crate::event::{Action, Event, Kind};
 use crate::projection::concepts::ConceptGraph;
 use crate::projection::indexing::{self, Message, Planned};
 use crate::projection::mirror::Mirror;
@@ -180,7 +180,7 @@ impl IndexCheck {
         erased: &dyn Fn(i64) -> bool,
     ) -> Option<Verdict> {
         let content: Value = serde_json::from_str(&ev.content).ok()?;
-        if content.get("decision").and_then(Value::as_str) != Some("index") {
+        if content.get("decision").and_then(Value::as_str) != Some(Action::Index.as_str()) {
             return None;
         }
         let meta = ev.meta_map().unwrap_or_default();

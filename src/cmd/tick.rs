@@ -2,14 +2,15 @@
 
 use crate::cli::adapter::AdapterArgs;
 use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
-use crate::kernel::think::{self, Thought};
+use crate::event::config::Threshold;
+use crate::kernel::think::{self, Thought, BUDGET_KEYS};
 use crate::kernel::tick::{self, Ticked};
 use crate::kernel::Slot;
 use crate::llm::{Adapter, Cancel};
 use crate::store::Ledger;
 use crate::turn::{Options, TurnError};
 use crate::Error;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -145,16 +146,11 @@ pub struct Args {
     unset: Vec<String>,
 }
 
-/// The threshold keys `--set` takes (the last two are the thinking ticks' daily budget).
-pub const KEYS: [&str; 7] = [
-    "reflection_interval",
-    "summary_interval",
-    "commitment_staleness",
-    "commitment_auto_close",
-    "index_threshold",
-    think::BUDGET_KEYS[0],
-    think::BUDGET_KEYS[1],
-];
+/// The names `--set` and `--unset` take: every [`Threshold`], then the thinking ticks' daily
+/// budget ([`BUDGET_KEYS`]).
+pub fn keys() -> impl Iterator<Item = &'static str> {
+    Threshold::ALL.iter().map(|k| k.as_str()).chain(BUDGET_KEYS)
+}
 
 /// Why a `--set` or `--every` value is refused.
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -163,7 +159,7 @@ pub(crate) enum BadValue {
     #[error("'{0}' is not KEY=VALUE")]
     NotKeyValue(String),
     /// `--set` of a key that is not a threshold.
-    #[error("unknown threshold '{0}' ({keys})", keys = KEYS.join(", "))]
+    #[error("unknown threshold '{0}' ({keys})", keys = keys().collect::<Vec<_>>().join(", "))]
     UnknownThreshold(String),
     /// `--set` of a value that is not an integer.
     #[error("{key}: '{value}' is not an integer")]
@@ -202,7 +198,7 @@ fn parse_set(s: &str) -> Result<(String, i64), BadValue> {
         .split_once('=')
         .ok_or_else(|| BadValue::NotKeyValue(s.to_string()))?;
     let k = k.trim();
-    if !KEYS.contains(&k) {
+    if !keys().any(|key| key == k) {
         return Err(BadValue::UnknownThreshold(k.to_string()));
     }
     let n: i64 = v.trim().parse().map_err(|_| BadValue::NotAnInteger {
@@ -220,7 +216,7 @@ fn parse_set(s: &str) -> Result<(String, i64), BadValue> {
 
 fn parse_unset(s: &str) -> Result<String, BadValue> {
     let k = s.trim();
-    if !KEYS.contains(&k) {
+    if !keys().any(|key| key == k) {
         return Err(BadValue::UnknownThreshold(k.to_string()));
     }
     Ok(k.to_string())
@@ -310,19 +306,14 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         for e in &events {
             out.event(e)?;
         }
-        out.record(&json!({
-            "type": "thresholds",
-            "changed": !events.is_empty(),
-            "reflection_interval": th.reflection_interval,
-            "summary_interval": th.summary_interval,
-            "commitment_staleness": th.commitment_staleness,
-            "commitment_auto_close": th.commitment_auto_close,
-            "index_threshold": th.index_threshold,
-            "think_calls_per_day": budget.calls_per_day,
-            "think_tokens_per_day": budget.tokens_per_day,
-            "set_by": th.set_by,
-            "pinned": th.pinned,
-        }))?;
+        let mut record = th.values();
+        record.insert("type".into(), "thresholds".into());
+        record.insert("changed".into(), json!(!events.is_empty()));
+        record.insert(BUDGET_KEYS[0].into(), json!(budget.calls_per_day));
+        record.insert(BUDGET_KEYS[1].into(), json!(budget.tokens_per_day));
+        record.insert("set_by".into(), json!(th.set_by));
+        record.insert("pinned".into(), json!(th.pinned));
+        out.record(&Value::Object(record))?;
         out.flush()?;
         return Ok(Outcome::Success);
     }

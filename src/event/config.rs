@@ -1,4 +1,4 @@
-//! The ranges of the `config` values the runtime reads (issue 13 item 10): a retrieval
+//! The ranges of the `config` values the runtime reads: a retrieval
 //! config's `dims` and `limit`, the autonomy thresholds. A write outside them is refused
 //! (`store::Batch::append` records a `violation`, as for a policy refusal), and a reader that
 //! meets one anyway (an imported ledger, the reference's) keeps its default instead, so no
@@ -55,14 +55,23 @@ impl std::fmt::Display for Strategy {
     }
 }
 
-/// The threshold keys of an `autonomy_thresholds` config.
-pub const THRESHOLD_KEYS: [&str; 5] = [
-    "reflection_interval",
-    "summary_interval",
-    "commitment_staleness",
-    "commitment_auto_close",
-    "index_threshold",
-];
+super::vocab::vocabulary! {
+    /// An autonomy threshold (FORMATS.md §8.3): the keys of an `autonomy_thresholds` config,
+    /// of a `policy_update`'s `thresholds`, of `pmm-tick --set` and of the state record, in
+    /// the order of the reference's `autonomy_rule_table` text (pmm's `index_threshold` last).
+    pub enum Threshold {
+        /// Events between autonomous reflections.
+        ReflectionInterval = "reflection_interval",
+        /// Events between summaries.
+        SummaryInterval = "summary_interval",
+        /// Events after which an open commitment counts as stalled.
+        CommitmentStaleness = "commitment_staleness",
+        /// Events after which a stale commitment may be auto-closed.
+        CommitmentAutoClose = "commitment_auto_close",
+        /// Unindexed messages that call for an `index` tick (pmm's; not in the reference).
+        IndexThreshold = "index_threshold",
+    }
+}
 
 /// A `config` value the runtime must not use, named with its key and the range it must be in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,9 +129,9 @@ pub fn out_of_range(content: &str) -> Option<OutOfRange> {
                 Some(s) => Err(OutOfRange::Strategy(s.clone())),
             }
         })(),
-        Some("autonomy_thresholds") => THRESHOLD_KEYS
+        Some("autonomy_thresholds") => Threshold::ALL
             .iter()
-            .filter_map(|k| c.get(*k).map(|v| (*k, v)))
+            .filter_map(|k| c.get(k.as_str()).map(|v| (k.as_str(), v)))
             .try_for_each(|(k, v)| int_in(v, k, *THRESHOLD_RANGE.start(), *THRESHOLD_RANGE.end())),
         _ => Ok(()),
     };

@@ -102,6 +102,10 @@ kinds! {
     Erasure = "erasure",
 }
 
+/// The conversation's messages, by kind name: what a turn's retrieval and recall's
+/// neighbours draw from.
+pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
+
 /// The name of a kind pmm does not know. Only [`Kind::from`] makes one, so it is never the
 /// name of a known kind and equal kinds are equal values.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -8,7 +8,7 @@
 //! recomputes every index tick with the rule it was written with.
 
 use crate::canon;
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Source};
 use crate::projection::indexing::{self, Message};
 use crate::store::Reads;
 use crate::turn::{meta, Sink};
@@ -58,11 +58,8 @@ fn put_c(
 /// is evidence of, with the relation.
 fn maintained(ev: &Event) -> Option<(&'static [&'static str], &'static str)> {
     let kernel = || {
-        ev.meta_map().ok().and_then(|m| {
-            m.get("source")
-                .and_then(Value::as_str)
-                .map(|s| s == "autonomy_kernel")
-        }) == Some(true)
+        ev.meta_map()
+            .is_ok_and(|m| Source::AutonomyKernel.is(m.get("source")))
     };
     Some(match ev.kind {
         Kind::StabilityMetrics => (
@@ -127,7 +124,7 @@ pub(crate) fn maintain(s: &mut Sink<'_, '_>, from: usize) -> crate::Result<()> {
         let id = crate::chain::Digest::of(canon::to_string(&v).unwrap_or_default().as_bytes());
         let m = [
             ("binding_id", id.to_string().into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
         ];
         put_c(s, Kind::ConceptBindEvent, &v, &m)?;
     }

@@ -27,7 +27,7 @@ use super::tick::{self, Mode, Ticked};
 use super::{decide, goals, Action, Slot, View};
 use crate::context::embed::py_split;
 use crate::context::select::{self, RetrievalConfig};
-use crate::event::{Clock, Event, Kind};
+use crate::event::{Clock, Event, Kind, Source};
 use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
 use crate::projection::state::Projections;
@@ -36,7 +36,7 @@ use crate::turn::{self, catch_up, ensure_defaults, Options, Sink, TurnError};
 use serde_json::{json, Value};
 
 /// `meta.source` of everything a thinking tick writes on the model's behalf.
-pub const SOURCE: &str = "autonomy_kernel";
+pub const SOURCE: Source = Source::AutonomyKernel;
 
 /// `meta.prompt_format` of a thinking tick's reply (a turn's is [`turn::PROMPT_FORMAT`]):
 /// `think.2` records what recall selected (`meta.selected`, `meta.via`), which [`rebuild`]
@@ -112,7 +112,7 @@ pub fn rebuild<R: Reads>(
     if !THINK_FORMATS.contains(&format.as_str()) {
         return Ok(None);
     }
-    if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE) {
+    if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE.as_str()) {
         return Ok(None);
     }
     let n = |k: &str| m.get(k).and_then(Value::as_i64);
@@ -641,8 +641,8 @@ fn append_reply(
     let assistant = s.put(Kind::AssistantMessage, reply.text.as_str(), m)?;
     let (markers, _echoed) = marker::parse_unechoed(&reply.text, &req.system);
     let (claims, failed) = turn::append_claims(s, &markers)?;
-    let opened = turn::append_opens(s, &markers, &[], SOURCE)?;
-    let closed = turn::append_closes(s, &markers, SOURCE)?;
+    let opened = turn::append_opens(s, &markers, &[], SOURCE.as_str())?;
+    let closed = turn::append_closes(s, &markers, SOURCE.as_str())?;
     turn::append_delta_reflection(s, &markers, &failed, &opened, &closed, assistant.id)?;
     Ok(Done {
         reply: assistant.id,

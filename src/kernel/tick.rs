@@ -14,7 +14,8 @@
 
 use super::{decide, Action, Decision, Slot, View};
 use crate::canon;
-use crate::event::{Clock, Event, Kind};
+use crate::event::config::Threshold;
+use crate::event::{Clock, Event, Kind, Source};
 use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
 use crate::store::{self, Ledger, Reads};
@@ -271,7 +272,7 @@ pub(super) fn append_stimulus_with(
     );
     let mut pairs = vec![
         ("slot_id", slot.slot_id.clone().into()),
-        ("source", "autonomy_supervisor".into()),
+        ("source", Source::AutonomySupervisor.into()),
     ];
     pairs.extend(extra.iter().cloned());
     s.put(Kind::AutonomyStimulus, stimulus, slot_meta(slot, &pairs))
@@ -290,7 +291,7 @@ fn append_decision(
         s.put(
             Kind::AutonomyRuleTable,
             rule_table,
-            meta(&[("source", "autonomy_kernel".into())]),
+            meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
     }
     let mut m = slot_meta(
@@ -298,7 +299,7 @@ fn append_decision(
         &[
             ("slot", slot.slot.into()),
             ("slot_id", slot.slot_id.clone().into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
         ],
     );
     if let Some(n) = note {
@@ -326,7 +327,7 @@ fn append_auto_closes(
             ("cid", c.cid.clone().into()),
             ("origin", c.origin.clone().into()),
             ("reason", "auto_close_idle_opt".into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
             ("threshold", th.commitment_auto_close.into()),
         ]);
         s.put(
@@ -356,7 +357,7 @@ fn append_action(
                 ),
                 ("delta_hash", delta.into()),
                 ("slot_id", slot.slot_id.clone().into()),
-                ("source", "autonomy_kernel".into()),
+                ("source", Source::AutonomyKernel.into()),
                 (
                     "staleness_threshold",
                     th.commitment_staleness.to_string().into(),
@@ -390,11 +391,11 @@ fn append_adaptive(
         &[
             ("slot", slot.slot.into()),
             ("slot_id", slot.slot_id.clone().into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
         ],
     );
     s.put(Kind::OutcomeObservation, content, m)?;
-    let kernel = || meta(&[("source", "autonomy_kernel".into())]);
+    let kernel = || meta(&[("source", Source::AutonomyKernel.into())]);
     if let Some(c) = s.p.adapt.stability_due() {
         s.put(Kind::StabilityMetrics, c, kernel())?;
     }
@@ -422,7 +423,7 @@ fn append_bookkeeping(s: &mut Sink<'_, '_>) -> crate::Result<()> {
         s.put(
             Kind::AutonomyMetrics,
             content,
-            meta(&[("source", "autonomy_tracker".into())]),
+            meta(&[("source", Source::AutonomyTracker.into())]),
         )?;
     }
     if let Some((content, m)) = manifest(s.p) {
@@ -470,7 +471,7 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
         json!({"covers": ["rsm_state", "open_commitments"], "root_hash": root, "up_to_id": up_to});
     Some((
         canon::to_string(&v).ok()?,
-        meta(&[("source", "autonomy_kernel".into())]),
+        meta(&[("source", Source::AutonomyKernel.into())]),
     ))
 }
 
@@ -499,7 +500,8 @@ fn set_inner(
     catch_up(&batch, &mut p)?;
     let mut events = Vec::new();
     let current = p.mirror.thresholds.clone();
-    let value = |k: &str| current.get(k);
+    // A budget key is no threshold: its change is always written.
+    let value = |k: &str| Threshold::parse(k).map(|k| current.get(k));
     let unset: Vec<&String> = unset
         .iter()
         .filter(|k| current.pinned.contains(*k))
@@ -507,7 +509,7 @@ fn set_inner(
     if unset.is_empty()
         && changes
             .iter()
-            .all(|(k, v)| value(k) == *v && current.pinned.contains(k))
+            .all(|(k, v)| value(k) == Some(*v) && current.pinned.contains(k))
     {
         return Ok((current, events));
     }
@@ -522,12 +524,12 @@ fn set_inner(
     let ev = new_event(
         Kind::Config,
         canon::to_string(&Value::Object(content)).unwrap_or_default(),
-        meta(&[("source", "pmm-tick".into())]),
+        meta(&[("source", Source::PmmTick.into())]),
     )?;
     put(&mut batch, &mut p, &mut events, ev, clock)?;
     let text = p.mirror.thresholds.rule_table_text();
     if p.autonomy.last_rule_table.as_deref() != Some(text.as_str()) {
-        let m = meta(&[("source", "autonomy_kernel".into())]);
+        let m = meta(&[("source", Source::AutonomyKernel.into())]);
         put(
             &mut batch,
             &mut p,

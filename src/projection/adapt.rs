@@ -11,6 +11,7 @@
 //! nothing acts (idle ticks only) never learns anything.
 
 use crate::canon;
+use crate::event::config::Threshold;
 use crate::event::{Event, Kind};
 use crate::projection::mirror::Thresholds;
 use crate::pystr;
@@ -28,9 +29,9 @@ pub const LEARN_BATCH: usize = 5;
 pub const META_BATCH: usize = 3;
 
 /// The action kinds learning adjusts, with the threshold each moves.
-pub const LEARNED: [(&str, &str); 2] = [
-    ("autonomy_reflect", "reflection_interval"),
-    ("autonomy_summarize", "summary_interval"),
+pub const LEARNED: [(&str, Threshold); 2] = [
+    ("autonomy_reflect", Threshold::ReflectionInterval),
+    ("autonomy_summarize", Threshold::SummaryInterval),
 ];
 
 const F_POLICY: u8 = 1;
@@ -513,9 +514,9 @@ pub fn meta_due(a: &AdaptLog, th: &Thresholds, head: i64) -> Option<String> {
         return None;
     };
     let mut v = json!({
-        "changes": {"reflection_interval": change},
+        "changes": {(Threshold::ReflectionInterval.as_str()): change},
         "evidence": batch.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        "suggestions": [{"param": "reflection_interval", "reason": reason, "suggested_change": change}],
+        "suggestions": [{"param": Threshold::ReflectionInterval, "reason": reason, "suggested_change": change}],
         "type": "meta_learning",
     });
     let mut after = th.clone();

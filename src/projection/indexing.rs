@@ -30,7 +30,7 @@
 
 use super::concepts::ConceptGraph;
 use crate::canon;
-use crate::event::Kind;
+use crate::event::{Kind, Source};
 use crate::formats::stop::is_stop_word;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,9 +53,9 @@ pub const MAX_RELATES: usize = 8;
 pub const CO_OCCURS: &str = "co_occurs_with";
 
 /// The `source` of the indexer's events, as the reference names it.
-pub const SOURCE: &str = "autonomy_kernel.indexer";
+pub const SOURCE: Source = Source::Indexer;
 /// The source of the thread backfill's bindings, as the reference names it.
-pub const BACKFILL: &str = "indexer.backfill";
+pub const BACKFILL: Source = Source::IndexerBackfill;
 
 /// A message of the batch.
 #[derive(Debug, Clone, Copy)]

@@ -7,15 +7,13 @@
 
 use super::{meta, Sink};
 use crate::canon;
-use crate::event::Kind;
+use crate::event::{Kind, Source};
 use serde_json::{json, Value};
 
 /// The most concepts one turn binds (the reply header's first ones, then the mentioned ones).
 pub const MAX_TURN_CONCEPTS: usize = 12;
 /// The longest token accepted from a reply header.
 pub const MAX_TOKEN_CHARS: usize = 80;
-/// The `source` of the turn's own bindings (the reference's).
-pub const ACTIVE_INDEXING: &str = "active_indexing";
 
 /// A reply header's concept, if it is a token: trimmed, 1 to [`MAX_TOKEN_CHARS`] characters
 /// of letters, digits and `._-:`, starting with a letter or digit. A model may put anything in
@@ -74,7 +72,7 @@ pub(crate) fn ensure_defined(
     s: &mut Sink<'_, '_>,
     token: &str,
     definition: &str,
-    source: &str,
+    source: Source,
 ) -> crate::Result<()> {
     if s.p.concepts.definition(token).is_some() {
         return Ok(());
@@ -107,10 +105,15 @@ pub(crate) fn define_then_bind(
     event_id: i64,
     tokens: &[String],
     relation: &str,
-    source: &str,
+    source: Source,
 ) -> crate::Result<()> {
     for tok in tokens {
-        ensure_defined(s, tok, &default_definition(tok, event_id, source), source)?;
+        ensure_defined(
+            s,
+            tok,
+            &default_definition(tok, event_id, source.as_str()),
+            source,
+        )?;
         if s.p.concepts.is_bound(tok, event_id) {
             continue;
         }
@@ -131,10 +134,15 @@ pub(crate) fn bind_thread(
     cid: &str,
     at: i64,
     tokens: &[String],
-    source: &str,
+    source: Source,
 ) -> crate::Result<()> {
     for tok in tokens {
-        ensure_defined(s, tok, &default_definition(tok, at, source), source)?;
+        ensure_defined(
+            s,
+            tok,
+            &default_definition(tok, at, source.as_str()),
+            source,
+        )?;
         if s.p.concepts.is_bound_to_thread(tok, cid) {
             continue;
         }

@@ -6,7 +6,7 @@
 
 use crate::canon;
 use crate::context::render::truncate_chars;
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Source};
 use crate::marker::py_strip;
 use crate::projection::state::Projections;
 use serde_json::{json, Map, Value};
@@ -45,7 +45,7 @@ pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<Strin
         .mirror
         .open_in_order()
         .into_iter()
-        .filter(|c| c.origin == "autonomy_kernel")
+        .filter(|c| c.origin == Source::AutonomyKernel)
         .map(|c| Value::String(format!("{} ({})", c.cid, c.text)))
         .collect();
     if !goals.is_empty() {

@@ -27,7 +27,7 @@ use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
 use crate::error::ExitStatus;
 use crate::event::config::Strategy;
-use crate::event::{Clock, Event, Kind, NewEvent};
+use crate::event::{Clock, Event, Kind, NewEvent, Source};
 use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
 use crate::projection::graph::NodeKind;
@@ -226,7 +226,7 @@ pub(crate) fn ensure_defaults(
         let ev = new_event(
             Kind::Config,
             DEFAULT_POLICY,
-            meta(&[("source", "autonomy_kernel".into())]),
+            meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
         put(batch, p, events, ev, clock)?;
     }
@@ -234,7 +234,7 @@ pub(crate) fn ensure_defaults(
         let ev = new_event(
             Kind::Config,
             RetrievalConfig::DEFAULT_CONTENT,
-            meta(&[("source", "autonomy_kernel".into())]),
+            meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
         put(batch, p, events, ev, clock)?;
     }
@@ -546,7 +546,7 @@ fn record_failure(
         ("error", error.to_string().into()),
         ("model", adapter.model().into()),
         ("provider", adapter.provider().into()),
-        ("source", "pmm-turn".into()),
+        ("source", Source::PmmTurn.into()),
     ]);
     if let Some(reason) = error.reason() {
         m.insert("reason".into(), reason.into());
@@ -576,8 +576,8 @@ fn write_consequences(s: &mut Sink<'_, '_>, said: &Said<'_>) -> crate::Result<Co
         marker::parse_unechoed(&said.reply.text, &said.prompt.request.system);
     let (valid_claims, failed_claims) = append_claims(s, &markers)?;
     append_identity_adoptions(s)?;
-    let opened = append_opens(s, &markers, &about, "assistant")?;
-    let closed = append_closes(s, &markers, "assistant")?;
+    let opened = append_opens(s, &markers, &about, Source::Assistant.as_str())?;
+    let closed = append_closes(s, &markers, Source::Assistant.as_str())?;
     for r in &markers.refs {
         append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
     }
@@ -662,7 +662,7 @@ pub(crate) fn append_claims(
         s.put(
             Kind::ConceptBindEvent,
             canon::to_string(&bind).unwrap_or_default(),
-            meta(&[("source", "auto_binder".into())]),
+            meta(&[("source", Source::AutoBinder.into())]),
         )?;
         records.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
     }
@@ -678,7 +678,7 @@ fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
         let m = meta(&[
             ("proposal_event_id", proposal.into()),
             ("ratify_event_id", ratify.into()),
-            ("source", "identity_manager".into()),
+            ("source", Source::IdentityManager.into()),
         ]);
         s.put(Kind::IdentityAdoption, content, m)?;
     }
@@ -699,7 +699,7 @@ fn append_active_indexing(
     for tok in &about {
         for id in [said.user_id, assistant_id] {
             let one = std::slice::from_ref(tok);
-            concepts::define_then_bind(s, id, one, "relevant_to", concepts::ACTIVE_INDEXING)?;
+            concepts::define_then_bind(s, id, one, "relevant_to", Source::ActiveIndexing)?;
         }
     }
     Ok(about)
@@ -722,7 +722,7 @@ pub(crate) fn append_opens(
         let m = meta(&[
             ("cid", cid.clone().into()),
             ("impact_score", json!(score)),
-            ("origin", "assistant".into()),
+            ("origin", Source::Assistant.into()),
             ("source", source.into()),
             ("text", c.value.clone().into()),
         ]);
@@ -731,7 +731,7 @@ pub(crate) fn append_opens(
             format!("Commitment opened: {}", c.value),
             m,
         )?;
-        concepts::bind_thread(s, &cid, open.id, about, "loop")?;
+        concepts::bind_thread(s, &cid, open.id, about, Source::Loop)?;
         opened.push(cid);
     }
     Ok(opened)
@@ -751,7 +751,7 @@ pub(crate) fn append_closes(
         }
         let m = meta(&[
             ("cid", c.value.clone().into()),
-            ("origin", "assistant".into()),
+            ("origin", Source::Assistant.into()),
             ("source", source.into()),
         ]);
         s.put(
@@ -832,7 +832,7 @@ fn append_reflections(
 ) -> crate::Result<()> {
     let mut window = s.batch.tail(&Filter::default(), derive::WINDOW)?;
     if let Some(content) = derive::synthesized_reflection(&window, s.p) {
-        let m = meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]);
+        let m = meta(&[("source", Source::PmmTurn.into()), ("synth", "pmm".into())]);
         let refl = s.put(Kind::Reflection, content, m)?;
         if window.len() >= derive::WINDOW {
             window.remove(0);
@@ -841,7 +841,7 @@ fn append_reflections(
         let content = derive::meta_summary(&window, s.p, s.head_id());
         let m = meta(&[
             ("about_event", refl.id.into()),
-            ("source", "meta_reflection_engine".into()),
+            ("source", Source::MetaReflectionEngine.into()),
         ]);
         s.put(Kind::MetaSummary, content, m)?;
     }

@@ -1900,7 +1900,7 @@ impl Batch<'_> {
         let mut meta = Map::new();
         meta.insert("actor".into(), Value::String(v.actor.clone()));
         meta.insert("attempt_kind".into(), Value::String(v.kind.clone()));
-        meta.insert("source".into(), Value::String("runtime".into()));
+        meta.insert("source".into(), crate::event::Source::Runtime.into());
         if let Some((id, why)) = &v.unreadable {
             meta.insert(
                 "policy_unreadable".into(),
