@@ -41,7 +41,7 @@ pub fn outcome_content(decision: &Decision, tick: i64, written: &[Event]) -> Str
         "evidence_event_ids": &evidence[skip..],
         "observed_result": if success { "success" } else { "no_delta" },
     });
-    canon::to_string(&v).unwrap_or_default()
+    canon::built(&v)
 }
 
 /// What the adaptive loop shows of a ledger (`pmm-replay --state`, `pmm-metrics`).

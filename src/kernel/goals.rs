@@ -83,11 +83,7 @@ fn run_goal(
         ("goal", goal.into()),
         ("source", Source::InternalGoal.into()),
     ]);
-    s.put(
-        Kind::Reflection,
-        canon::to_string(work).unwrap_or_default(),
-        m,
-    )?;
+    s.put(Kind::Reflection, canon::built(work), m)?;
     let mut m = meta(&[
         ("cid", cid.clone().into()),
         ("goal", goal.into()),

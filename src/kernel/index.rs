@@ -49,7 +49,7 @@ fn put_c(
     v: &Value,
     pairs: &[(&str, Value)],
 ) -> crate::Result<()> {
-    let content = canon::to_string(v).unwrap_or_default();
+    let content = canon::built(v);
     s.put(kind, content, meta(pairs))?;
     Ok(())
 }
@@ -121,7 +121,7 @@ pub(crate) fn maintain(s: &mut Sink<'_, '_>, from: usize) -> crate::Result<()> {
             continue;
         }
         let v = json!({"event_id": ev.id, "relation": relation, "tokens": tokens, "weight": 1.0});
-        let id = crate::chain::Digest::of(canon::to_string(&v).unwrap_or_default().as_bytes());
+        let id = crate::chain::Digest::of(canon::built(&v).as_bytes());
         let m = [
             ("binding_id", id.to_string().into()),
             ("source", Source::AutonomyKernel.into()),

@@ -140,7 +140,10 @@ fn delta_hash<R: Reads>(r: &R, ids: &[i64]) -> crate::Result<String> {
             items.push(json!({"content": e.content, "kind": e.kind, "meta": meta}));
         }
     }
-    let text = canon::to_string(&Value::Array(items)).unwrap_or_default();
+    // Stored events are read from outside: a meta with a number out of range (an imported
+    // ledger's) is an error, not the digest of nothing.
+    let text = canon::to_string(&Value::Array(items))
+        .map_err(|e| crate::Error::bad_input(None, format!("delta_hash of events {ids:?}: {e}")))?;
     Ok(crate::chain::Digest::of(text.as_bytes()).to_string())
 }
 
@@ -310,7 +313,7 @@ fn append_decision(
         let rule = crate::projection::indexing::RULE;
         m.insert("index_rule".into(), rule.into());
     }
-    let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
+    let content = canon::built(&decision.tick_content());
     s.put(Kind::AutonomyTick, content, m)?;
     Ok(())
 }
@@ -364,7 +367,7 @@ fn append_action(
                 ),
                 ("synth", "pmm".into()),
             ]);
-            let content = canon::to_string(&payload).unwrap_or_default();
+            let content = canon::built(&payload);
             s.put(Kind::Reflection, content, m)?;
         }
         Action::Summarize => append_summary(s.batch, s.p, s.events, s.clock, true)?,
@@ -444,7 +447,7 @@ pub fn metrics_content(p: &Projections) -> String {
         "summarize_count": a.summarize_count,
         "ticks_total": a.ticks_total,
     });
-    canon::to_string(&v).unwrap_or_default()
+    canon::built(&v)
 }
 
 /// A `checkpoint_manifest` when one is due (FORMATS.md §8.9): there is a summary, and either
@@ -470,7 +473,7 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
     let v =
         json!({"covers": ["rsm_state", "open_commitments"], "root_hash": root, "up_to_id": up_to});
     Some((
-        canon::to_string(&v).ok()?,
+        canon::built(&v),
         meta(&[("source", Source::AutonomyKernel.into())]),
     ))
 }
@@ -523,7 +526,7 @@ fn set_inner(
     }
     let ev = new_event(
         Kind::Config,
-        canon::to_string(&Value::Object(content)).unwrap_or_default(),
+        canon::built(&Value::Object(content)),
         meta(&[("source", Source::PmmTick.into())]),
     )?;
     put(&mut batch, &mut p, &mut events, ev, clock)?;

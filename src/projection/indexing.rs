@@ -249,7 +249,7 @@ struct Plan<'g> {
 
 impl Plan<'_> {
     fn push(&mut self, kind: Kind, v: &Value, m: Map<String, Value>) {
-        let content = canon::to_string(v).unwrap_or_default();
+        let content = canon::built(v);
         self.out.push(Planned {
             kind,
             content,
@@ -267,7 +267,7 @@ impl Plan<'_> {
             "attributes": {}, "concept_kind": kind, "definition": definition,
             "token": token, "version": 1,
         });
-        let id = crate::chain::Digest::of(canon::to_string(&def).unwrap_or_default().as_bytes());
+        let id = crate::chain::Digest::of(canon::built(&def).as_bytes());
         let m = meta(&[
             ("concept_id", id.to_string().into()),
             ("source", SOURCE.into()),

@@ -77,14 +77,13 @@ pub(crate) fn ensure_defined(
     if s.p.concepts.definition(token).is_some() {
         return Ok(());
     }
-    let content = canon::to_string(&json!({
+    let content = canon::built(&json!({
         "attributes": {},
         "concept_kind": kind_of(token),
         "definition": definition,
         "token": token,
         "version": 1,
-    }))
-    .unwrap_or_default();
+    }));
     let id = {
         use sha2::Digest as _;
         format!("{:x}", sha2::Sha256::digest(content.as_bytes()))
@@ -120,7 +119,7 @@ pub(crate) fn define_then_bind(
         let content = json!({"event_id": event_id, "relation": relation, "tokens": [tok]});
         s.put(
             Kind::ConceptBindEvent,
-            canon::to_string(&content).unwrap_or_default(),
+            canon::built(&content),
             meta(&[("source", source.into())]),
         )?;
     }
@@ -149,7 +148,7 @@ pub(crate) fn bind_thread(
         let content = json!({"cid": cid, "relation": "relevant_to", "tokens": [tok]});
         s.put(
             Kind::ConceptBindThread,
-            canon::to_string(&content).unwrap_or_default(),
+            canon::built(&content),
             meta(&[("source", source.into())]),
         )?;
     }

@@ -661,7 +661,7 @@ pub(crate) fn append_claims(
         let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
         s.put(
             Kind::ConceptBindEvent,
-            canon::to_string(&bind).unwrap_or_default(),
+            canon::built(&bind),
             meta(&[("source", Source::AutoBinder.into())]),
         )?;
         records.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
@@ -673,8 +673,7 @@ pub(crate) fn append_claims(
 fn append_identity_adoptions(s: &mut Sink<'_, '_>) -> crate::Result<()> {
     for (token, proposal, ratify) in s.p.mirror.identity.pending_adoptions() {
         let content =
-            canon::to_string(&json!({"reason": "identity_proposal+ratification", "token": token}))
-                .unwrap_or_default();
+            canon::built(&json!({"reason": "identity_proposal+ratification", "token": token}));
         let m = meta(&[
             ("proposal_event_id", proposal.into()),
             ("ratify_event_id", ratify.into()),
@@ -798,7 +797,7 @@ fn append_retrieval_record(
     );
     s.put(
         Kind::RetrievalSelection,
-        canon::to_string(&content).unwrap_or_default(),
+        canon::built(&content),
         meta(&[("digest", digest.into())]),
     )?;
     Ok(())
