@@ -552,18 +552,18 @@ impl DeepChecker {
         self.index_verdicts(verdicts, out);
     }
 
-    fn index_verdicts(&mut self, verdicts: Vec<super::indexed::Verdict>, out: &mut Vec<Finding>) {
-        use super::indexed::Verdict;
+    fn index_verdicts(&mut self, verdicts: Vec<super::indexed::IndexVerdict>, out: &mut Vec<Finding>) {
+        use super::indexed::IndexVerdict;
         for v in verdicts {
             match v {
-                Verdict::None => {}
-                Verdict::Same => self.counts.index_events += 1,
-                Verdict::Differs(id, what, expected, found) => {
+                IndexVerdict::None => {}
+                IndexVerdict::Same => self.counts.index_events += 1,
+                IndexVerdict::Differs(id, what, expected, found) => {
                     self.counts.index_events += 1;
                     self.emit(out, id, mismatch(what, expected, found));
                 }
-                Verdict::Unresolved => self.counts.unresolved += 1,
-                Verdict::Erased(tick, input) => self.skip(tick, "autonomy_tick.index", input),
+                IndexVerdict::Unresolved => self.counts.unresolved += 1,
+                IndexVerdict::Erased(tick, input) => self.skip(tick, "autonomy_tick.index", input),
             }
         }
     }
@@ -571,35 +571,35 @@ impl DeepChecker {
     /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.
     fn check_adaptive(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         self.check_goal(ev, out);
-        use super::adaptive::Verdict;
+        use super::adaptive::AdaptiveVerdict;
         match self.adaptive.check(ev) {
-            Verdict::NotChecked => {}
-            Verdict::Same { repeat } => {
+            AdaptiveVerdict::NotChecked => {}
+            AdaptiveVerdict::Same { repeat } => {
                 self.counts.adaptive_events += 1;
                 self.counts.adaptive_repeats += u64::from(repeat);
             }
-            Verdict::Differs(what, expected) => {
+            AdaptiveVerdict::Differs(what, expected) => {
                 self.counts.adaptive_events += 1;
                 let expected = expected.map_or(Value::Null, Value::String);
                 let found = Value::String(ev.content.clone());
                 self.emit(out, ev.id, mismatch(what, expected, found));
             }
-            Verdict::Erased(what, erased) => self.skip(ev.id, what, erased),
+            AdaptiveVerdict::Erased(what, erased) => self.skip(ev.id, what, erased),
         }
     }
 
     /// A goal that stays open ([`super::goals`]), against the mirror before `ev`.
     fn check_goal(&mut self, ev: &Event, out: &mut Vec<Finding>) {
-        use super::goals::Verdict;
+        use super::goals::GoalVerdict;
         match self.goals.check(ev, self.adaptive.mirror()) {
-            Verdict::NotChecked => {}
-            Verdict::Same => self.counts.open_goals += 1,
-            Verdict::Differs(expected, found) => {
+            GoalVerdict::NotChecked => {}
+            GoalVerdict::Same => self.counts.open_goals += 1,
+            GoalVerdict::Differs(expected, found) => {
                 self.counts.open_goals += 1;
                 let p = mismatch("commitment_open.goal", expected, found);
                 self.emit(out, ev.id, p);
             }
-            Verdict::Erased(erased) => self.skip(ev.id, "commitment_open.goal", erased),
+            GoalVerdict::Erased(erased) => self.skip(ev.id, "commitment_open.goal", erased),
         }
     }
 

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 /// How a program ended when it did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Exit {
     /// Exit 0.
     Success,
     /// Exit 1: the tool worked and the answer is negative (findings, a refused write).
@@ -122,7 +122,7 @@ pub trait Program: clap::Parser {
 
 /// Runs a program: loads `.env`, parses arguments, runs, reports, and turns the result into
 /// the exit status of SPEC §3.
-pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> ExitCode {
+pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Exit>) -> ExitCode {
     // A .env file in the current directory fills in variables that are not set; it never
     // overrides the environment.
     let from_dotenv = match load_dotenv(Path::new(".env")) {
@@ -159,8 +159,8 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
         return ExitCode::SUCCESS;
     }
     match run(args) {
-        Ok(Outcome::Success) => ExitCode::SUCCESS,
-        Ok(Outcome::Negative) => ExitCode::from(1),
+        Ok(Exit::Success) => ExitCode::SUCCESS,
+        Ok(Exit::Negative) => ExitCode::from(1),
         Err(e) => report(name, &e),
     }
 }

@@ -1,7 +1,7 @@
 //! `pmm-tick`: one autonomy tick per run, or a supervisor loop (`--every`).
 
 use crate::cli::adapter::AdapterArgs;
-use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::cli::{self, ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::event::config::Threshold;
 use crate::kernel::think::{self, Thought, BUDGET_KEYS};
 use crate::kernel::tick::{self, Ticked};
@@ -263,7 +263,7 @@ fn print(out: &mut Out, t: &Ticked) -> std::io::Result<()> {
 }
 
 /// Runs `pmm-tick`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     let path = args.ledger.path();
     let clock = args.clock.clock();
     let mut out = Out::new();
@@ -292,7 +292,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         out.record(&v)?;
         out.flush()?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
 
     let signer = checkpoint_signer(&args, &path)?;
@@ -315,7 +315,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         record.insert("pinned".into(), json!(th.pinned));
         out.record(&Value::Object(record))?;
         out.flush()?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
 
     let embedder = args.embed.open(&ledger)?;
@@ -324,7 +324,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         print_tick(&mut out, &t)?;
         embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
         sign_step(&ledger, signer.as_ref(), &mut out)?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     };
 
     // The supervisor: a tick, then a sleep that a signal cuts short. A signal during a tick
@@ -347,13 +347,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         while !stop.load(Ordering::SeqCst) && started.elapsed() < every {
             if cli::stdout_closed() {
-                return Ok(Outcome::Success);
+                return Ok(Exit::Success);
             }
             let left = every.saturating_sub(started.elapsed());
             std::thread::sleep(left.min(Duration::from_millis(100)));
         }
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// A tick's result: today's tick, or a thinking tick's.

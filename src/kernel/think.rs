@@ -369,7 +369,7 @@ fn run_inner(
         "prompt_sha256": request.sha256,
     });
     Ok(Thought {
-        ticked: Ticked::Done(tick::Outcome {
+        ticked: Ticked::Done(tick::TickDone {
             slot: slot.clone(),
             decision,
             events: all,

@@ -37,7 +37,7 @@ pub const MANIFEST_EVERY: i64 = 50;
 
 /// What a tick did.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct TickDone {
     /// The slot.
     pub slot: Slot,
     /// The decision.
@@ -52,7 +52,7 @@ pub struct Outcome {
 #[derive(Debug, Clone)]
 pub enum Ticked {
     /// The tick was written.
-    Done(Outcome),
+    Done(TickDone),
     /// The slot already has a stimulus (cron fired twice): nothing was written.
     AlreadyTicked {
         /// The slot.
@@ -208,7 +208,7 @@ fn run_inner(
     if projected.folded >= store::CHECKPOINT_EVERY / 4 {
         store::save_projection_checkpoint(ledger.path(), &p);
     }
-    Ok(Ticked::Done(Outcome {
+    Ok(Ticked::Done(TickDone {
         slot: slot.clone(),
         decision,
         events,

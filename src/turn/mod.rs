@@ -86,7 +86,7 @@ pub use crate::formats::reply::TRUNCATED;
 
 /// What a turn did.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct TurnDone {
     /// Every event the turn appended, in order.
     pub events: Vec<Event>,
     /// The model's reply, unmodified.
@@ -110,7 +110,7 @@ pub struct Outcome {
     pub echoed_markers: usize,
 }
 
-impl Outcome {
+impl TurnDone {
     /// The `{"type":"turn",…}` record.
     pub fn record(&self) -> Value {
         let mut record = json!({
@@ -349,7 +349,7 @@ pub fn run(
     adapter: &mut dyn Adapter,
     message: &str,
     opts: &Options,
-) -> Result<Outcome, TurnError> {
+) -> Result<TurnDone, TurnError> {
     match run_inner(ledger, adapter, message, opts) {
         Err(TurnError::Store(e)) => Err(TurnError::Store(record_refusal(ledger, e, &opts.clock))),
         other => other,
@@ -362,7 +362,7 @@ fn run_inner(
     adapter: &mut dyn Adapter,
     message: &str,
     opts: &Options,
-) -> Result<Outcome, TurnError> {
+) -> Result<TurnDone, TurnError> {
     let rows_at_start = store::rows_read();
     let mut events = Vec::new();
     let mut dense = dense::Dense::for_message(&*ledger, opts.embedder.as_ref(), message)?;
@@ -432,7 +432,7 @@ fn run_inner(
         store::save_projection_checkpoint(ledger.path(), &p);
     }
     let truncated = reply.truncated();
-    Ok(Outcome {
+    Ok(TurnDone {
         events,
         reply: reply.text,
         opened: done.opened,

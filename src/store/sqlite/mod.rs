@@ -30,7 +30,7 @@ pub use checkpoint::{
     CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
 };
 
-pub use policy::{Policy, Verdict};
+pub use policy::{Policy, PolicyVerdict};
 
 pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
@@ -806,9 +806,9 @@ impl Ledger {
             reason: None,
         };
         let violation = match policy.erasure_verdict(actor) {
-            Verdict::Allowed => None,
-            Verdict::Forbidden => Some(refused(None)),
-            Verdict::Unreadable(id, why) => Some(refused(Some((id, why)))),
+            PolicyVerdict::Allowed => None,
+            PolicyVerdict::Forbidden => Some(refused(None)),
+            PolicyVerdict::Unreadable(id, why) => Some(refused(Some((id, why)))),
         };
         if let Some(v) = violation {
             let event = batch.append_violation(&v, clock)?;
@@ -1769,8 +1769,8 @@ impl Batch<'_> {
             let actor = ev.actor();
             let policy = Policy::current(&self.tx).map_err(|e| self.err(e))?;
             match policy.verdict_for(&actor, &ev.kind, &ev.content) {
-                Verdict::Allowed => {}
-                Verdict::Forbidden => {
+                PolicyVerdict::Allowed => {}
+                PolicyVerdict::Forbidden => {
                     return Err(Refusal::Policy(Violation {
                         actor,
                         kind: ev.kind.to_string(),
@@ -1778,7 +1778,7 @@ impl Batch<'_> {
                         reason: None,
                     }))
                 }
-                Verdict::Unreadable(id, why) => {
+                PolicyVerdict::Unreadable(id, why) => {
                     return Err(Refusal::Policy(Violation {
                         actor,
                         kind: ev.kind.to_string(),
