@@ -113,7 +113,12 @@ impl AdaptiveCheck {
     }
 
     /// A difference the erased text can account for becomes [`AdaptiveVerdict::Erased`].
-    fn explained(&self, ev: &Event, what: &'static str, expected: Option<String>) -> AdaptiveVerdict {
+    fn explained(
+        &self,
+        ev: &Event,
+        what: &'static str,
+        expected: Option<String>,
+    ) -> AdaptiveVerdict {
         if ev.kind == Kind::StabilityMetrics {
             // Each erased event of the window may have had a COMMIT: and a CLOSE: line.
             if let Some(&(_, first)) = self.erased_recent.front() {

@@ -552,7 +552,11 @@ impl DeepChecker {
         self.index_verdicts(verdicts, out);
     }
 
-    fn index_verdicts(&mut self, verdicts: Vec<super::indexed::IndexVerdict>, out: &mut Vec<Finding>) {
+    fn index_verdicts(
+        &mut self,
+        verdicts: Vec<super::indexed::IndexVerdict>,
+        out: &mut Vec<Finding>,
+    ) {
         use super::indexed::IndexVerdict;
         for v in verdicts {
             match v {

@@ -161,7 +161,12 @@ impl IndexCheck {
         let Some(want) = run.expected.get(i) else {
             run.done = true;
             let what = "index tick: an event the indexer does not derive";
-            return Some(IndexVerdict::Differs(ev.id, what.into(), Value::Null, found()));
+            return Some(IndexVerdict::Differs(
+                ev.id,
+                what.into(),
+                Value::Null,
+                found(),
+            ));
         };
         if want.kind == ev.kind && want.content == ev.content && want.meta == found_meta {
             self.checked += 1;
@@ -169,7 +174,12 @@ impl IndexCheck {
         }
         run.done = true;
         let what = format!("index tick {}: {}", run.tick, want.kind.as_str());
-        Some(IndexVerdict::Differs(ev.id, what, planned_value(want), found()))
+        Some(IndexVerdict::Differs(
+            ev.id,
+            what,
+            planned_value(want),
+            found(),
+        ))
     }
 
     /// An `autonomy_tick`: when it is an index tick, recomputes its events.

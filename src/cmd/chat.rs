@@ -615,7 +615,7 @@ pub fn run(
     // The session may switch models (/model, /adapter, /endpoint): it owns its adapter.
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg).map_err(crate::Error::from)?;
     // Ctrl-C (SIGINT) and SIGTERM during a model call cancel that call; at the prompt the line
-    // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.
+    // editor reads Ctrl-C as a key, and elsewhere they end the session.
     let cancel = Cancel::new();
     cancel.on_signals()?;
     let mut input = Input::open()?;

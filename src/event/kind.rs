@@ -113,6 +113,7 @@ pub struct OtherKind(String);
 
 impl Kind {
     /// Whether pmm knows this kind (only known kinds may be appended).
+    #[cfg(test)]
     pub fn is_known(&self) -> bool {
         !matches!(self, Kind::Other(_))
     }

@@ -269,6 +269,7 @@ impl EventGraph {
     }
 
     /// The graph of `events` (in id order).
+    #[cfg(test)]
     pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> EventGraph {
         let mut g = EventGraph::default();
         for ev in events {

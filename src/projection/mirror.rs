@@ -504,7 +504,7 @@ impl Mirror {
 #[cfg(test)]
 mod tests {
 
-    /// Issue 21 item 2: the claim header is Python-stripped (\x1c is whitespace to Python's
+    /// The claim header is Python-stripped (\x1c is whitespace to Python's
     /// str.strip and not to Rust's trim), as claim::adoptions and the reference read it.
     #[test]
     fn identity_claims_strip_as_python_does() {

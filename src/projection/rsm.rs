@@ -483,6 +483,7 @@ impl Rsm {
     }
 
     /// The number of events folded.
+    #[cfg(test)]
     pub fn events_folded(&self) -> u64 {
         self.events
     }

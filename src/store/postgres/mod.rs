@@ -1,4 +1,4 @@
-//! The ledger in PostgreSQL (issue 35): the event log of [`super::log`] on a shared server, so
+//! The ledger in PostgreSQL: the event log of [`super::log`] on a shared server, so
 //! that writers on several hosts append to one chain.
 //!
 //! # What is here
@@ -352,7 +352,8 @@ impl PgLog {
 
     /// Runs this connection's write transactions at `level` instead of READ COMMITTED: what a
     /// pooler or a server policy that forces a stricter level does. Appends stay correct
-    /// (retried on serialization failures); for tests and the benchmark.
+    /// (retried on serialization failures).
+    #[cfg(test)]
     pub fn force_isolation(&mut self, level: IsolationLevel) {
         self.isolation = level;
     }

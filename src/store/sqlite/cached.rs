@@ -139,6 +139,7 @@ impl<'a, R: Reads> Cached<'a, R> {
     }
 
     /// How many reads by id the cache answered, and how many went to the store.
+    #[cfg(test)]
     pub fn hits_and_misses(&self) -> (u64, u64) {
         let c = self.cache.borrow();
         (c.hits, c.misses)
@@ -239,8 +240,8 @@ mod tests {
         assert_eq!((cache.order.len(), cache.bytes), (1, size(&e)));
     }
 
-    /// Issue 34: a reader that keeps events read by id answered an event from memory after
-    /// another process had erased it.
+    /// A reader that keeps events read by id must not answer an event from memory after
+    /// another process has erased it.
     #[test]
     fn an_event_erased_by_another_process_is_not_answered_from_the_cache() {
         let dir = tempfile::tempdir().unwrap();

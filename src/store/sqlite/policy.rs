@@ -243,7 +243,10 @@ mod tests {
         let fs: serde_json::Map<String, Value> =
             serde_json::from_str(r#"{"bot":["embedding_add"],"odd":"config"}"#).unwrap();
         let p = Policy::Found(7, fs);
-        assert_eq!(p.verdict("bot", &Kind::EmbeddingAdd), PolicyVerdict::Forbidden);
+        assert_eq!(
+            p.verdict("bot", &Kind::EmbeddingAdd),
+            PolicyVerdict::Forbidden
+        );
         assert_eq!(p.verdict("bot", &Kind::Config), PolicyVerdict::Allowed);
         assert_eq!(p.verdict("cli", &Kind::Config), PolicyVerdict::Allowed);
         assert!(matches!(
