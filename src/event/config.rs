@@ -18,40 +18,16 @@ pub const MAX_BUDGET: i64 = 1_000_000;
 /// The range of every autonomy threshold (the same as `pmm-tick --set`).
 pub const THRESHOLD_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000;
 
-/// How a turn chooses the past events it shows the model: a `retrieval` config's `strategy`
-/// (FORMATS.md §9.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strategy {
-    /// Whole-ledger recall (`crate::recall`) within a character budget.
-    Hybrid,
-    /// The reference's: hash64 scores over a bounded window of recent messages.
-    Vector,
-    /// The reference's: the newest `limit` messages.
-    Fixed,
-}
-
-impl Strategy {
-    /// Every strategy.
-    pub const ALL: [Strategy; 3] = [Strategy::Hybrid, Strategy::Vector, Strategy::Fixed];
-
-    /// The name a config uses.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Hybrid => "hybrid",
-            Strategy::Vector => "vector",
-            Strategy::Fixed => "fixed",
-        }
-    }
-
-    /// The strategy named `name`, if it is one.
-    pub fn parse(name: &str) -> Option<Strategy> {
-        Strategy::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+super::vocab::vocabulary! {
+    /// How a turn chooses the past events it shows the model: a `retrieval` config's
+    /// `strategy` (FORMATS.md §9.1).
+    pub enum Strategy {
+        /// Whole-ledger recall (`crate::recall`) within a character budget.
+        Hybrid = "hybrid",
+        /// The reference's: hash64 scores over a bounded window of recent messages.
+        Vector = "vector",
+        /// The reference's: the newest `limit` messages.
+        Fixed = "fixed",
     }
 }
 
