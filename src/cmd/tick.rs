@@ -262,6 +262,53 @@ fn print(out: &mut Out, t: &Ticked) -> std::io::Result<()> {
     out.flush()
 }
 
+/// `--dry-run`: the decision for `slot` as JSON, nothing written.
+fn dry_run(path: &std::path::Path, slot: &Slot, out: &mut Out) -> anyhow::Result<Exit> {
+    if !crate::store::exists(path) {
+        return Err(Error::bad_input(
+            Some(path.display().to_string()),
+            "no such ledger (a dry run creates nothing)",
+        )
+        .into());
+    }
+    let ledger = Ledger::open_reader(path)?;
+    let (d, already) = tick::dry_run(&ledger, slot)?;
+    let mut v = serde_json::to_value(&d)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("type".into(), "decision".into());
+        o.insert("slot".into(), slot.slot.into());
+        o.insert("slot_id".into(), slot.slot_id.clone().into());
+        o.insert("already_ticked".into(), json!(already));
+    }
+    out.record(&v)?;
+    out.flush()?;
+    Ok(Exit::Success)
+}
+
+/// `--set`/`--unset`: the events written, then the thresholds and budget in force.
+fn set_step(
+    args: &Args,
+    ledger: &mut Ledger,
+    clock: &crate::event::Clock,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
+    let (th, events) = tick::set_thresholds(ledger, &args.set, &args.unset, clock)?;
+    let budget = think::budget(&crate::store::project(&*ledger, None, true)?.projections);
+    for e in &events {
+        out.event(e)?;
+    }
+    let mut record = th.values();
+    record.insert("type".into(), "thresholds".into());
+    record.insert("changed".into(), json!(!events.is_empty()));
+    record.insert(BUDGET_KEYS[0].into(), json!(budget.calls_per_day));
+    record.insert(BUDGET_KEYS[1].into(), json!(budget.tokens_per_day));
+    record.insert("set_by".into(), json!(th.set_by));
+    record.insert("pinned".into(), json!(th.pinned));
+    out.record(&Value::Object(record))?;
+    out.flush()?;
+    Ok(Exit::Success)
+}
+
 /// Runs `pmm-tick`.
 pub fn run(args: Args) -> anyhow::Result<Exit> {
     let path = args.ledger.path();
@@ -273,26 +320,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     };
 
     if args.dry_run {
-        if !crate::store::exists(&path) {
-            return Err(Error::bad_input(
-                Some(path.display().to_string()),
-                "no such ledger (a dry run creates nothing)",
-            )
-            .into());
-        }
-        let ledger = Ledger::open_reader(&path)?;
-        let slot = slot_now();
-        let (d, already) = tick::dry_run(&ledger, &slot)?;
-        let mut v = serde_json::to_value(&d)?;
-        if let Some(o) = v.as_object_mut() {
-            o.insert("type".into(), "decision".into());
-            o.insert("slot".into(), slot.slot.into());
-            o.insert("slot_id".into(), slot.slot_id.clone().into());
-            o.insert("already_ticked".into(), json!(already));
-        }
-        out.record(&v)?;
-        out.flush()?;
-        return Ok(Exit::Success);
+        return dry_run(&path, &slot_now(), &mut out);
     }
 
     let signer = checkpoint_signer(&args, &path)?;
@@ -301,21 +329,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     let mut thinker = Thinker::new(&args)?;
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() || !args.unset.is_empty() {
-        let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
-        let budget = think::budget(&crate::store::project(&ledger, None, true)?.projections);
-        for e in &events {
-            out.event(e)?;
-        }
-        let mut record = th.values();
-        record.insert("type".into(), "thresholds".into());
-        record.insert("changed".into(), json!(!events.is_empty()));
-        record.insert(BUDGET_KEYS[0].into(), json!(budget.calls_per_day));
-        record.insert(BUDGET_KEYS[1].into(), json!(budget.tokens_per_day));
-        record.insert("set_by".into(), json!(th.set_by));
-        record.insert("pinned".into(), json!(th.pinned));
-        out.record(&Value::Object(record))?;
-        out.flush()?;
-        return Ok(Exit::Success);
+        return set_step(&args, &mut ledger, &clock, &mut out);
     }
 
     let embedder = args.embed.open(&ledger)?;
@@ -521,6 +535,21 @@ fn embed_step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--set`'s help spells the keys out; the table of thresholds is what `--set` takes.
+    #[test]
+    fn the_help_of_set_names_every_key() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let set = cmd.get_arguments().find(|a| a.get_id() == "set").unwrap();
+        let help = set.get_long_help().or(set.get_help()).unwrap().to_string();
+        for key in keys() {
+            assert!(
+                help.contains(key),
+                "--set's help does not name {key}: {help}"
+            );
+        }
+    }
 
     #[test]
     fn set_takes_known_keys_and_positive_integers() {
