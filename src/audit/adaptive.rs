@@ -9,7 +9,7 @@
 //! equals the newest one of its kind before it is a *repeat*: pmm writes none, the reference
 //! re-emitted them (§17 item 17); repeats are counted, not reported as mismatches.
 
-use crate::event::{Event, Kind};
+use crate::event::{Action, Event, Kind};
 use crate::projection::adapt::{self, AdaptLog};
 use crate::projection::mirror::Mirror;
 use serde_json::Value;
@@ -207,13 +207,11 @@ impl AdaptiveCheck {
         }
         let c: Value = serde_json::from_str(&ev.content).unwrap_or(Value::Null);
         let kind = c.get("action_kind").and_then(Value::as_str);
-        if kind == Some(format!("autonomy_{d}").as_str()) {
+        let expected = Action::outcome_kind(d);
+        if kind == Some(expected.as_str()) {
             AdaptiveVerdict::Same { repeat: false }
         } else {
-            AdaptiveVerdict::Differs(
-                "outcome_observation.action_kind",
-                Some(format!("autonomy_{d}")),
-            )
+            AdaptiveVerdict::Differs("outcome_observation.action_kind", Some(expected))
         }
     }
 }

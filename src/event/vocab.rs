@@ -111,6 +111,8 @@ vocabulary! {
         Indexer = "autonomy_kernel.indexer",
         /// The indexer's backfill of a ledger indexed before it existed.
         IndexerBackfill = "indexer.backfill",
+        /// The `meta.origin` of the indexer's bindings and claims (the reference's).
+        Async = "async",
         /// An internal goal's `internal_goal_created`.
         InternalGoal = "internal_goal",
         /// `pmm-turn`: generation failures, synthesized reflections.
@@ -149,6 +151,15 @@ vocabulary! {
         Summarize = "summarize",
         /// A batch of the indexer (`concept_bind_async`, `claim_from_text`).
         Index = "index",
+    }
+}
+
+impl Action {
+    /// The `action_kind` of the `outcome_observation` after a tick that decided `decision`
+    /// (`autonomy_reflect`): what the tick writes and what `--deep` expects of it. A string,
+    /// not an [`Action`]: a ledger's tick may hold a decision pmm does not make.
+    pub fn outcome_kind(decision: &str) -> String {
+        format!("autonomy_{decision}")
     }
 }
 

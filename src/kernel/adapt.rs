@@ -35,7 +35,7 @@ pub fn outcome_content(decision: &Decision, tick: i64, written: &[Event]) -> Str
     let skip = evidence.len().saturating_sub(EVIDENCE_MAX);
     let d = decision.decision.as_str();
     let v = json!({
-        "action_kind": format!("autonomy_{d}"),
+        "action_kind": Action::outcome_kind(d),
         "action_payload": format!("decision={d}"),
         "commitment_id": "",
         "evidence_event_ids": &evidence[skip..],

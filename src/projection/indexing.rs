@@ -279,7 +279,7 @@ impl Plan<'_> {
 
     fn bind(&mut self, m: &Message<'_>, tokens: &[String]) {
         let v = json!({"confidence": 0.75, "event_id": m.id, "relation": "inferred_topic", "tokens": tokens});
-        let pairs = [("origin", Value::from("async")), ("source", SOURCE.into())];
+        let pairs = [("origin", Source::Async.into()), ("source", SOURCE.into())];
         self.push(Kind::ConceptBindAsync, &v, meta(&pairs));
     }
 
@@ -306,7 +306,7 @@ impl Plan<'_> {
                 "claim_type": claim_type, "confidence": confidence, "evidence_text": evidence,
                 "source_event_id": m.id, "value": value,
             });
-            let pairs = [("origin", Value::from("async")), ("source", SOURCE.into())];
+            let pairs = [("origin", Source::Async.into()), ("source", SOURCE.into())];
             self.push(Kind::ClaimFromText, &v, meta(&pairs));
         }
     }
