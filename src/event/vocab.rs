@@ -174,24 +174,33 @@ impl Source {
 mod tests {
     use super::*;
 
-    #[test]
-    fn names_round_trip_and_are_unique() {
-        for s in Source::ALL {
-            assert_eq!(Source::parse(s.as_str()), Some(s));
-        }
-        for a in Action::ALL {
-            assert_eq!(Action::parse(a.as_str()), Some(a));
-        }
-        let mut names: Vec<&str> = Source::ALL.iter().map(|s| s.as_str()).collect();
+    /// Each name gives its value back, and no two values share a name.
+    fn round_trip<T: Copy + PartialEq + std::fmt::Debug>(
+        all: &[T],
+        name: fn(T) -> &'static str,
+        parse: fn(&str) -> Option<T>,
+    ) {
+        let mut names: Vec<&str> = all.iter().map(|v| name(*v)).collect();
+        assert!(all.iter().all(|v| parse(name(*v)) == Some(*v)), "{names:?}");
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), Source::ALL.len());
-        assert_eq!(Source::parse("nobody"), None);
+        assert_eq!(names.len(), all.len());
+        assert_eq!(parse("nobody"), None);
+    }
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        use crate::event::config::{Strategy, Threshold};
+        round_trip(&Source::ALL, Source::as_str, Source::parse);
+        round_trip(&Action::ALL, Action::as_str, Action::parse);
+        round_trip(&Threshold::ALL, Threshold::as_str, Threshold::parse);
+        round_trip(&Strategy::ALL, Strategy::as_str, Strategy::parse);
         assert_eq!(
             serde_json::to_string(&Action::Summarize).unwrap(),
             r#""summarize""#
         );
         assert!("autonomy_kernel" == Source::AutonomyKernel);
         assert_eq!(Action::listed(), "idle, reflect, summarize or index");
+        assert_eq!(Action::outcome_kind("reflect"), "autonomy_reflect");
     }
 }
