@@ -203,4 +203,63 @@ mod tests {
         assert_eq!(Action::listed(), "idle, reflect, summarize or index");
         assert_eq!(Action::outcome_kind("reflect"), "autonomy_reflect");
     }
+
+    /// The library's code outside its tests, file by file (`path`, text).
+    fn library_code() -> Vec<(String, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<(String, String)>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs")
+                {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    let code = match text.find("#[cfg(test)]\nmod tests") {
+                        Some(at) => text[..at].to_string(),
+                        None => text,
+                    };
+                    out.push((path.display().to_string(), code));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut out,
+        );
+        out
+    }
+
+    /// Writers and readers name a source or a threshold by its value, never by spelling it:
+    /// the tables above (and `Kind`'s, which has `autonomy_kernel` too) are the only places.
+    #[test]
+    fn sources_and_thresholds_are_spelled_only_in_their_tables() {
+        use crate::event::config::Threshold;
+        let names: Vec<&str> = Source::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .filter(|n| n.contains(['_', '.']))
+            .chain(Threshold::ALL.iter().map(|t| t.as_str()))
+            .collect();
+        let mut found = Vec::new();
+        for (path, code) in library_code() {
+            if path.ends_with("vocab.rs")
+                || path.ends_with("config.rs")
+                || path.ends_with("kind.rs")
+            {
+                continue;
+            }
+            for (n, line) in code.lines().enumerate() {
+                let quoted = |name: &&str| line.contains(&format!("\"{name}\""));
+                if !line.trim_start().starts_with("//") && names.iter().any(quoted) {
+                    found.push(format!("{path}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "spelled outside the tables:\n{}",
+            found.join("\n")
+        );
+    }
 }
