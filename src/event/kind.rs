@@ -112,12 +112,6 @@ pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::Assistan
 pub struct OtherKind(String);
 
 impl Kind {
-    /// Whether pmm knows this kind (only known kinds may be appended).
-    #[cfg(test)]
-    pub fn is_known(&self) -> bool {
-        !matches!(self, Kind::Other(_))
-    }
-
     /// Whether writes of this kind are checked against the write policy (SPEC §2.5).
     pub fn is_sensitive(&self) -> bool {
         matches!(
@@ -190,6 +184,14 @@ impl Serialize for Kind {
 impl<'de> Deserialize<'de> for Kind {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Kind, D::Error> {
         String::deserialize(d).map(Kind::from)
+    }
+}
+
+#[cfg(test)]
+impl Kind {
+    /// Whether pmm knows this kind (only known kinds may be appended).
+    pub fn is_known(&self) -> bool {
+        !matches!(self, Kind::Other(_))
     }
 }
 

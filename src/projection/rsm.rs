@@ -482,12 +482,6 @@ impl Rsm {
         self.intents.iter().collect()
     }
 
-    /// The number of events folded.
-    #[cfg(test)]
-    pub fn events_folded(&self) -> u64 {
-        self.events
-    }
-
     /// The id of the last folded event.
     pub fn last_event_id(&self) -> Option<i64> {
         self.last_id
@@ -640,6 +634,14 @@ pub fn diff_marks(a: &RsmMark, b: &RsmMark) -> RsmDiff {
         tendencies_delta,
         gaps_added: b.gaps.difference(&a.gaps).cloned().collect(),
         gaps_resolved: a.gaps.difference(&b.gaps).cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+impl Rsm {
+    /// The number of events folded.
+    pub fn events_folded(&self) -> u64 {
+        self.events
     }
 }
 

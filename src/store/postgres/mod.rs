@@ -350,14 +350,6 @@ impl PgLog {
         self.retries
     }
 
-    /// Runs this connection's write transactions at `level` instead of READ COMMITTED: what a
-    /// pooler or a server policy that forces a stricter level does. Appends stay correct
-    /// (retried on serialization failures).
-    #[cfg(test)]
-    pub fn force_isolation(&mut self, level: IsolationLevel) {
-        self.isolation = level;
-    }
-
     /// Runs `sql` on this connection as it is (tests and tools: a role, a grant).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         self.client
@@ -1113,6 +1105,16 @@ macro_rules! pg_event_log {
 
 pg_event_log!(PgLog, client);
 pg_event_log!(PgTxn<'_>, tx);
+
+#[cfg(test)]
+impl PgLog {
+    /// Runs this connection's write transactions at `level` instead of READ COMMITTED: what a
+    /// pooler or a server policy that forces a stricter level does. Appends stay correct
+    /// (retried on serialization failures).
+    pub fn force_isolation(&mut self, level: IsolationLevel) {
+        self.isolation = level;
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -137,13 +137,6 @@ impl<'a, R: Reads> Cached<'a, R> {
         self.seen.set(Some((version, erasure)));
         Ok(())
     }
-
-    /// How many reads by id the cache answered, and how many went to the store.
-    #[cfg(test)]
-    pub fn hits_and_misses(&self) -> (u64, u64) {
-        let c = self.cache.borrow();
-        (c.hits, c.misses)
-    }
 }
 
 impl<R: Reads> Reads for Cached<'_, R> {
@@ -178,6 +171,15 @@ impl<R: Reads> Reads for Cached<'_, R> {
 
     fn remember(&self, event: Arc<Event>) {
         self.cache.borrow_mut().insert(&event);
+    }
+}
+
+#[cfg(test)]
+impl<R: Reads> Cached<'_, R> {
+    /// How many reads by id the cache answered, and how many went to the store.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        let c = self.cache.borrow();
+        (c.hits, c.misses)
     }
 }
 
