@@ -438,6 +438,24 @@ mod tests {
         assert_eq!(built(&outside), r#"{"x":null}"#);
     }
 
+    /// A canonical text is never replaced by an empty one: code that builds a payload calls
+    /// [`built`], which cannot fail, and a value read from outside keeps its error.
+    #[test]
+    fn no_canonical_text_falls_back_to_nothing() {
+        let mut found = Vec::new();
+        for (path, code) in crate::event::vocab::tests::library_code() {
+            let lines: Vec<&str> = code.lines().map(str::trim).collect();
+            for (n, pair) in lines.windows(2).enumerate() {
+                let call = pair[0].contains("canon::to_string(");
+                let fallback = |l: &str| l.contains(".unwrap_or_default()");
+                if call && (fallback(pair[0]) || (fallback(pair[1]) && pair[1].starts_with('.'))) {
+                    found.push(format!("{path}:{}: {}", n + 1, pair[0]));
+                }
+            }
+        }
+        assert!(found.is_empty(), "{}", found.join("\n"));
+    }
+
     #[test]
     fn floats_follow_python_repr() {
         for (f, want) in [

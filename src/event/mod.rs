@@ -2,7 +2,7 @@
 
 pub mod config;
 mod kind;
-mod vocab;
+pub(crate) mod vocab;
 
 pub use kind::{Kind, OtherKind, UnknownKind, MESSAGE_KINDS};
 pub use vocab::{Action, Source};

@@ -171,7 +171,7 @@ impl Source {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Each name gives its value back, and no two values share a name.
@@ -204,8 +204,9 @@ mod tests {
         assert_eq!(Action::outcome_kind("reflect"), "autonomy_reflect");
     }
 
-    /// The library's code outside its tests, file by file (`path`, text).
-    fn library_code() -> Vec<(String, String)> {
+    /// The library's code outside its tests, file by file (`path`, text): what the tests that
+    /// guard a single authority read.
+    pub(crate) fn library_code() -> Vec<(String, String)> {
         fn walk(dir: &std::path::Path, out: &mut Vec<(String, String)>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
