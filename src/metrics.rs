@@ -5,7 +5,7 @@
 //! counts (but not out of the chain check), so that appending one does not change the metrics
 //! it records and `pmm-metrics --append` is idempotent.
 
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Source};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -91,8 +91,8 @@ impl MetricsFold {
                 let meta = ev.meta_map().unwrap_or_default();
                 if let Some(cid) = meta_str(&meta, "cid") {
                     if ev.kind == Kind::CommitmentOpen {
-                        let internal =
-                            meta_str(&meta, "origin").as_deref() == Some("autonomy_kernel");
+                        let internal = meta_str(&meta, "origin").as_deref()
+                            == Some(Source::AutonomyKernel.as_str());
                         self.closed.remove(&cid);
                         self.open.insert(cid, (self.seq, internal));
                     } else if let Some((_, internal)) = self.open.remove(&cid) {
@@ -115,7 +115,7 @@ impl MetricsFold {
             }
             Kind::Reflection => {
                 let meta = ev.meta_map().unwrap_or_default();
-                if meta_str(&meta, "source").as_deref() == Some("autonomy_kernel") {
+                if meta_str(&meta, "source").as_deref() == Some(Source::AutonomyKernel.as_str()) {
                     m.autonomy.last_reflection_id = Some(ev.id);
                 }
             }

@@ -9,14 +9,14 @@
 //! equals the newest one of its kind before it is a *repeat*: pmm writes none, the reference
 //! re-emitted them (§17 item 17); repeats are counted, not reported as mismatches.
 
-use crate::event::{Event, Kind};
+use crate::event::{Action, Event, Kind};
 use crate::projection::adapt::{self, AdaptLog};
 use crate::projection::mirror::Mirror;
 use serde_json::Value;
 
-/// What checking one event found.
+/// What recomputing one event of the adaptive loop found.
 #[derive(Debug)]
-pub enum Verdict {
+pub enum AdaptiveVerdict {
     /// Not an adaptive event.
     NotChecked,
     /// Recomputed and equal; `repeat` when it equals the newest one of its kind before it.
@@ -89,9 +89,9 @@ impl AdaptiveCheck {
     }
 
     /// Checks `ev` against the events before it, then folds it in.
-    pub fn check(&mut self, ev: &Event) -> Verdict {
+    pub fn check(&mut self, ev: &Event) -> AdaptiveVerdict {
         let v = match self.verdict(ev) {
-            Verdict::Differs(what, expected) => self.explained(ev, what, expected),
+            AdaptiveVerdict::Differs(what, expected) => self.explained(ev, what, expected),
             v => v,
         };
         self.fold(ev);
@@ -112,22 +112,27 @@ impl AdaptiveCheck {
         self.fold(ev);
     }
 
-    /// A difference the erased text can account for becomes [`Verdict::Erased`].
-    fn explained(&self, ev: &Event, what: &'static str, expected: Option<String>) -> Verdict {
+    /// A difference the erased text can account for becomes [`AdaptiveVerdict::Erased`].
+    fn explained(
+        &self,
+        ev: &Event,
+        what: &'static str,
+        expected: Option<String>,
+    ) -> AdaptiveVerdict {
         if ev.kind == Kind::StabilityMetrics {
             // Each erased event of the window may have had a COMMIT: and a CLOSE: line.
             if let Some(&(_, first)) = self.erased_recent.front() {
                 let most = 2 * self.erased_recent.len();
                 if (1..=most).any(|x| self.adapt.stability_content_with_churn(x) == ev.content) {
-                    return Verdict::Erased(what, first);
+                    return AdaptiveVerdict::Erased(what, first);
                 }
             }
-            return Verdict::Differs(what, expected);
+            return AdaptiveVerdict::Differs(what, expected);
         }
         let inputs = text_inputs(&ev.kind);
         match self.erased_kinds.iter().find(|(k, _)| inputs.contains(k)) {
-            Some(&(_, id)) => Verdict::Erased(what, id),
-            None => Verdict::Differs(what, expected),
+            Some(&(_, id)) => AdaptiveVerdict::Erased(what, id),
+            None => AdaptiveVerdict::Differs(what, expected),
         }
     }
 
@@ -150,7 +155,7 @@ impl AdaptiveCheck {
         }
     }
 
-    fn verdict(&self, ev: &Event) -> Verdict {
+    fn verdict(&self, ev: &Event) -> AdaptiveVerdict {
         let a = &self.adapt;
         let th = &self.mirror.thresholds;
         let (what, expected, prev) = match ev.kind {
@@ -180,35 +185,33 @@ impl AdaptiveCheck {
                 newest(&a.last_meta),
             ),
             Kind::OutcomeObservation => return self.outcome_verdict(ev),
-            _ => return Verdict::NotChecked,
+            _ => return AdaptiveVerdict::NotChecked,
         };
         if expected.as_deref() == Some(ev.content.as_str()) {
-            Verdict::Same {
+            AdaptiveVerdict::Same {
                 repeat: prev == Some(ev.content.as_str()),
             }
         } else {
-            Verdict::Differs(what, expected)
+            AdaptiveVerdict::Differs(what, expected)
         }
     }
 
     /// A tick's outcome (the newest tick's `slot_id` in its meta) names that tick's decision:
     /// `autonomy_<decision>`. Outcomes appended otherwise are not a tick's.
-    fn outcome_verdict(&self, ev: &Event) -> Verdict {
+    fn outcome_verdict(&self, ev: &Event) -> AdaptiveVerdict {
         let Some((d, tick_slot)) = &self.last_decision else {
-            return Verdict::NotChecked;
+            return AdaptiveVerdict::NotChecked;
         };
         if tick_slot.is_none() || slot_id(ev) != *tick_slot {
-            return Verdict::NotChecked;
+            return AdaptiveVerdict::NotChecked;
         }
         let c: Value = serde_json::from_str(&ev.content).unwrap_or(Value::Null);
         let kind = c.get("action_kind").and_then(Value::as_str);
-        if kind == Some(format!("autonomy_{d}").as_str()) {
-            Verdict::Same { repeat: false }
+        let expected = Action::outcome_kind(d);
+        if kind == Some(expected.as_str()) {
+            AdaptiveVerdict::Same { repeat: false }
         } else {
-            Verdict::Differs(
-                "outcome_observation.action_kind",
-                Some(format!("autonomy_{d}")),
-            )
+            AdaptiveVerdict::Differs("outcome_observation.action_kind", Some(expected))
         }
     }
 }
@@ -226,20 +229,20 @@ mod tests {
         let mut c = AdaptiveCheck::default();
         let mut tick = ev(1, "autonomy_tick", r#"{"decision":"idle"}"#);
         tick.meta = r#"{"slot_id":"s"}"#.into();
-        assert!(matches!(c.check(&tick), Verdict::NotChecked));
+        assert!(matches!(c.check(&tick), AdaptiveVerdict::NotChecked));
         let appended = ev(
             2,
             "outcome_observation",
             r#"{"action_kind":"autonomy_reflect"}"#,
         );
         assert!(
-            matches!(c.check(&appended), Verdict::NotChecked),
+            matches!(c.check(&appended), AdaptiveVerdict::NotChecked),
             "not a tick's"
         );
         let mut forged = appended.clone();
         forged.id = 3;
         forged.meta = r#"{"slot_id":"s"}"#.into();
-        assert!(matches!(c.check(&forged), Verdict::Differs(..)));
+        assert!(matches!(c.check(&forged), AdaptiveVerdict::Differs(..)));
         let mut with_two = AdaptLog::default();
         with_two.apply(&tick);
         with_two.apply(&appended);
@@ -247,18 +250,18 @@ mod tests {
         let right = with_two.stability_content();
         assert!(matches!(
             c.check(&ev(4, "stability_metrics", &right)),
-            Verdict::Same { repeat: false }
+            AdaptiveVerdict::Same { repeat: false }
         ));
         let wrong = right.replace("\"stability_score\":1.0", "\"stability_score\":0.5");
         assert!(matches!(
             c.check(&ev(5, "stability_metrics", &wrong)),
-            Verdict::Differs("stability_metrics", Some(_))
+            AdaptiveVerdict::Differs("stability_metrics", Some(_))
         ));
         let coherence = AdaptLog::default().coherence_content();
         c.check(&ev(6, "coherence_check", &coherence));
         assert!(matches!(
             c.check(&ev(7, "coherence_check", &coherence)),
-            Verdict::Same { repeat: true }
+            AdaptiveVerdict::Same { repeat: true }
         ));
     }
 
@@ -286,12 +289,12 @@ mod tests {
         // Written before the erasure: its text accounts for it.
         assert!(matches!(
             c.check(&ev(3, "stability_metrics", &before)),
-            Verdict::Erased("stability_metrics", 2)
+            AdaptiveVerdict::Erased("stability_metrics", 2)
         ));
         // Written after it: checked, and the erased event still counts in the window.
         assert!(matches!(
             c.check(&ev(4, "stability_metrics", &since)),
-            Verdict::Same { .. }
+            AdaptiveVerdict::Same { .. }
         ));
         // A value no text could give is still a mismatch.
         let forged = since.replace("\"stability_score\":1.0", "\"stability_score\":0.25");
@@ -301,7 +304,7 @@ mod tests {
         );
         assert!(matches!(
             c.check(&ev(5, "stability_metrics", &forged)),
-            Verdict::Differs("stability_metrics", _)
+            AdaptiveVerdict::Differs("stability_metrics", _)
         ));
     }
 }

@@ -44,7 +44,7 @@ use crate::canon;
 use crate::chain::root::{RootHasher, RootSnapshot};
 use crate::chain::{Digest, Finding, Problem};
 use crate::context::{embed, retrieval};
-use crate::event::{Event, Kind};
+use crate::event::{Action, Event, Kind, Source};
 use crate::formats::slot;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -552,18 +552,22 @@ impl DeepChecker {
         self.index_verdicts(verdicts, out);
     }
 
-    fn index_verdicts(&mut self, verdicts: Vec<super::indexed::Verdict>, out: &mut Vec<Finding>) {
-        use super::indexed::Verdict;
+    fn index_verdicts(
+        &mut self,
+        verdicts: Vec<super::indexed::IndexVerdict>,
+        out: &mut Vec<Finding>,
+    ) {
+        use super::indexed::IndexVerdict;
         for v in verdicts {
             match v {
-                Verdict::None => {}
-                Verdict::Same => self.counts.index_events += 1,
-                Verdict::Differs(id, what, expected, found) => {
+                IndexVerdict::None => {}
+                IndexVerdict::Same => self.counts.index_events += 1,
+                IndexVerdict::Differs(id, what, expected, found) => {
                     self.counts.index_events += 1;
                     self.emit(out, id, mismatch(what, expected, found));
                 }
-                Verdict::Unresolved => self.counts.unresolved += 1,
-                Verdict::Erased(tick, input) => self.skip(tick, "autonomy_tick.index", input),
+                IndexVerdict::Unresolved => self.counts.unresolved += 1,
+                IndexVerdict::Erased(tick, input) => self.skip(tick, "autonomy_tick.index", input),
             }
         }
     }
@@ -571,35 +575,35 @@ impl DeepChecker {
     /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.
     fn check_adaptive(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         self.check_goal(ev, out);
-        use super::adaptive::Verdict;
+        use super::adaptive::AdaptiveVerdict;
         match self.adaptive.check(ev) {
-            Verdict::NotChecked => {}
-            Verdict::Same { repeat } => {
+            AdaptiveVerdict::NotChecked => {}
+            AdaptiveVerdict::Same { repeat } => {
                 self.counts.adaptive_events += 1;
                 self.counts.adaptive_repeats += u64::from(repeat);
             }
-            Verdict::Differs(what, expected) => {
+            AdaptiveVerdict::Differs(what, expected) => {
                 self.counts.adaptive_events += 1;
                 let expected = expected.map_or(Value::Null, Value::String);
                 let found = Value::String(ev.content.clone());
                 self.emit(out, ev.id, mismatch(what, expected, found));
             }
-            Verdict::Erased(what, erased) => self.skip(ev.id, what, erased),
+            AdaptiveVerdict::Erased(what, erased) => self.skip(ev.id, what, erased),
         }
     }
 
     /// A goal that stays open ([`super::goals`]), against the mirror before `ev`.
     fn check_goal(&mut self, ev: &Event, out: &mut Vec<Finding>) {
-        use super::goals::Verdict;
+        use super::goals::GoalVerdict;
         match self.goals.check(ev, self.adaptive.mirror()) {
-            Verdict::NotChecked => {}
-            Verdict::Same => self.counts.open_goals += 1,
-            Verdict::Differs(expected, found) => {
+            GoalVerdict::NotChecked => {}
+            GoalVerdict::Same => self.counts.open_goals += 1,
+            GoalVerdict::Differs(expected, found) => {
                 self.counts.open_goals += 1;
                 let p = mismatch("commitment_open.goal", expected, found);
                 self.emit(out, ev.id, p);
             }
-            Verdict::Erased(erased) => self.skip(ev.id, "commitment_open.goal", erased),
+            GoalVerdict::Erased(erased) => self.skip(ev.id, "commitment_open.goal", erased),
         }
     }
 
@@ -712,13 +716,14 @@ impl DeepChecker {
         self.counts.tick_decisions += 1;
         let content: Option<Map<String, Value>> = serde_json::from_str(&ev.content).ok();
         let decision = content.as_ref().and_then(|c| c.get("decision"));
-        if !matches!(
-            decision.and_then(Value::as_str),
-            Some("idle" | "reflect" | "summarize" | "index")
-        ) {
+        if decision
+            .and_then(Value::as_str)
+            .and_then(Action::parse)
+            .is_none()
+        {
             let p = mismatch(
                 "autonomy_tick.decision",
-                "idle, reflect, summarize or index".into(),
+                Action::listed().into(),
                 decision.cloned().unwrap_or(Value::Null),
             );
             self.emit(out, ev.id, p);
@@ -740,12 +745,13 @@ impl DeepChecker {
 
     fn check_rule_table(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         self.counts.rule_tables += 1;
-        let keys = crate::event::config::THRESHOLD_KEYS;
+        let keys = crate::event::config::Threshold::ALL.map(|k| k.as_str());
         let body = ev
             .content
             .strip_prefix('{')
             .and_then(|b| b.strip_suffix('}'));
-        // The reference's four; pmm's index_threshold follows only when not the default.
+        // The reference's four; pmm's index_threshold (the last) follows only when not the
+        // default.
         let fine = body.is_some_and(|b| {
             let pairs: Vec<&str> = b.split(',').collect();
             (pairs.len() == keys.len() || pairs.len() == keys.len() - 1)
@@ -860,7 +866,7 @@ impl DeepChecker {
     ) {
         // pmm's own (the reference writes other intent/outcome reflections too, such as its
         // retrieval verifications, from other inputs).
-        if meta.and_then(|m| m.get("source")).and_then(Value::as_str) != Some("pmm-turn") {
+        if !Source::PmmTurn.is(meta.and_then(|m| m.get("source"))) {
             return;
         }
         let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {

@@ -22,9 +22,9 @@ pub struct GoalCheck {
     erased: Option<i64>,
 }
 
-/// What checking one event found.
+/// What recomputing one goal that stays open found.
 #[derive(Debug, PartialEq)]
-pub enum Verdict {
+pub enum GoalVerdict {
     /// Not a goal that stays open.
     NotChecked,
     /// Recomputed and equal.
@@ -37,7 +37,7 @@ pub enum Verdict {
 
 impl GoalCheck {
     /// Checks `ev` against `before`, the mirror of the events before it, then folds it in.
-    pub fn check(&mut self, ev: &Event, before: &Mirror) -> Verdict {
+    pub fn check(&mut self, ev: &Event, before: &Mirror) -> GoalVerdict {
         let v = self.verdict(ev, before);
         self.fold(ev);
         v
@@ -60,13 +60,13 @@ impl GoalCheck {
         }
     }
 
-    fn verdict(&self, ev: &Event, before: &Mirror) -> Verdict {
+    fn verdict(&self, ev: &Event, before: &Mirror) -> GoalVerdict {
         if ev.kind != Kind::CommitmentOpen {
-            return Verdict::NotChecked;
+            return GoalVerdict::NotChecked;
         }
         let m = ev.meta_map().unwrap_or_default();
         let Some(cause) = m.get("cause") else {
-            return Verdict::NotChecked;
+            return GoalVerdict::NotChecked;
         };
         let found = json!({
             "cause": cause,
@@ -81,9 +81,9 @@ impl GoalCheck {
             })
         });
         match self.erased {
-            _ if expected == found => Verdict::Same,
-            Some(erased) => Verdict::Erased(erased),
-            None => Verdict::Differs(expected, found),
+            _ if expected == found => GoalVerdict::Same,
+            Some(erased) => GoalVerdict::Erased(erased),
+            None => GoalVerdict::Differs(expected, found),
         }
     }
 }
@@ -111,7 +111,7 @@ mod tests {
     }
 
     /// Checks each event against the mirror before it, folding as the deep checker does.
-    fn verdicts(events: &[Event]) -> Vec<Verdict> {
+    fn verdicts(events: &[Event]) -> Vec<GoalVerdict> {
         let (mut check, mut mirror) = (GoalCheck::default(), Mirror::default());
         let mut out = Vec::new();
         for e in events {
@@ -130,9 +130,9 @@ mod tests {
         // Not due: one is open (and its cause is used).
         events.push(goal(23, "idle_since:1"));
         let v = verdicts(&events);
-        assert_eq!(v[21], Verdict::Same);
+        assert_eq!(v[21], GoalVerdict::Same);
         assert!(
-            matches!(&v[22], Verdict::Differs(Value::Null, _)),
+            matches!(&v[22], GoalVerdict::Differs(Value::Null, _)),
             "{:?}",
             v[22]
         );
@@ -144,7 +144,7 @@ mod tests {
             .collect();
         assert!(matches!(
             verdicts(&early)[20],
-            Verdict::Differs(Value::Null, _)
+            GoalVerdict::Differs(Value::Null, _)
         ));
     }
 }

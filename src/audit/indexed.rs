@@ -10,7 +10,7 @@
 //! concept and claim events that follow its `autonomy_tick` (after its auto-closes), up to the
 //! first event of another kind.
 
-use crate::event::{Event, Kind};
+use crate::event::{Action, Event, Kind};
 use crate::projection::concepts::ConceptGraph;
 use crate::projection::indexing::{self, Message, Planned};
 use crate::projection::mirror::Mirror;
@@ -29,9 +29,9 @@ const INDEX_KINDS: [Kind; 5] = [
     Kind::ClaimFromText,
 ];
 
-/// What checking one event found.
+/// What recomputing one event of an index tick found.
 #[derive(Debug, PartialEq)]
-pub enum Verdict {
+pub enum IndexVerdict {
     /// Nothing to check.
     None,
     /// An index tick's event, recomputed and equal.
@@ -82,7 +82,7 @@ impl IndexCheck {
         ev: &Event,
         text: &dyn Fn(i64) -> Option<String>,
         erased: &dyn Fn(i64) -> bool,
-    ) -> Vec<Verdict> {
+    ) -> Vec<IndexVerdict> {
         let mut out = Vec::new();
         if let Some(v) = self.compare(ev) {
             out.push(v);
@@ -98,14 +98,14 @@ impl IndexCheck {
 
     /// An erased event: one of an index tick's ends comparing that tick (its content is
     /// gone); any other ends the tick's events, as in [`IndexCheck::check`]. Folded in.
-    pub fn erased(&mut self, ev: &Event) -> Vec<Verdict> {
+    pub fn erased(&mut self, ev: &Event) -> Vec<IndexVerdict> {
         let mut out = Vec::new();
         if let Some(run) = self.run.as_mut() {
             if INDEX_KINDS.contains(&ev.kind) {
                 run.next += 1;
                 if !run.done {
                     run.done = true;
-                    out.push(Verdict::Erased(run.tick, ev.id));
+                    out.push(IndexVerdict::Erased(run.tick, ev.id));
                 }
             } else if ev.kind != Kind::CommitmentClose || run.next > 0 {
                 out.extend(self.end());
@@ -128,11 +128,11 @@ impl IndexCheck {
     }
 
     /// The run ends: the expected events it did not find are reported on the tick.
-    fn end(&mut self) -> Option<Verdict> {
+    fn end(&mut self) -> Option<IndexVerdict> {
         let run = self.run.take()?;
         (!run.done && run.next < run.expected.len()).then(|| {
             let missing: Vec<Value> = run.expected[run.next..].iter().map(planned_value).collect();
-            Verdict::Differs(
+            IndexVerdict::Differs(
                 run.tick,
                 "index tick: events the indexer derives are missing".into(),
                 Value::Array(missing),
@@ -143,7 +143,7 @@ impl IndexCheck {
 
     /// Compares `ev` with the next expected event of the current run, if it is one of the
     /// run's; ends the run at the first event that is not.
-    fn compare(&mut self, ev: &Event) -> Option<Verdict> {
+    fn compare(&mut self, ev: &Event) -> Option<IndexVerdict> {
         let run = self.run.as_mut()?;
         if ev.kind == Kind::CommitmentClose && run.next == 0 {
             return None; // the tick's auto-closes come before the index events
@@ -161,15 +161,25 @@ impl IndexCheck {
         let Some(want) = run.expected.get(i) else {
             run.done = true;
             let what = "index tick: an event the indexer does not derive";
-            return Some(Verdict::Differs(ev.id, what.into(), Value::Null, found()));
+            return Some(IndexVerdict::Differs(
+                ev.id,
+                what.into(),
+                Value::Null,
+                found(),
+            ));
         };
         if want.kind == ev.kind && want.content == ev.content && want.meta == found_meta {
             self.checked += 1;
-            return Some(Verdict::Same);
+            return Some(IndexVerdict::Same);
         }
         run.done = true;
         let what = format!("index tick {}: {}", run.tick, want.kind.as_str());
-        Some(Verdict::Differs(ev.id, what, planned_value(want), found()))
+        Some(IndexVerdict::Differs(
+            ev.id,
+            what,
+            planned_value(want),
+            found(),
+        ))
     }
 
     /// An `autonomy_tick`: when it is an index tick, recomputes its events.
@@ -178,9 +188,9 @@ impl IndexCheck {
         ev: &Event,
         text: &dyn Fn(i64) -> Option<String>,
         erased: &dyn Fn(i64) -> bool,
-    ) -> Option<Verdict> {
+    ) -> Option<IndexVerdict> {
         let content: Value = serde_json::from_str(&ev.content).ok()?;
-        if content.get("decision").and_then(Value::as_str) != Some("index") {
+        if content.get("decision").and_then(Value::as_str) != Some(Action::Index.as_str()) {
             return None;
         }
         let meta = ev.meta_map().unwrap_or_default();
@@ -197,19 +207,19 @@ impl IndexCheck {
         let mut read: Vec<(i64, Kind, String)> = Vec::new();
         for &id in evidence.iter().take(indexing::BATCH) {
             if erased(id) {
-                return Some(Verdict::Erased(ev.id, id));
+                return Some(IndexVerdict::Erased(ev.id, id));
             }
             let found = self.messages.binary_search_by_key(&id, |(i, _)| *i);
             let Ok(at) = found else {
                 let before_window = self.messages.front().is_none_or(|(f, _)| id < *f);
                 if self.truncated && before_window {
-                    return Some(Verdict::Unresolved);
+                    return Some(IndexVerdict::Unresolved);
                 }
                 continue; // not a message: the indexer passes over it
             };
             match text(id) {
                 Some(t) => read.push((id, self.messages[at].1.clone(), t)),
-                None => return Some(Verdict::Unresolved),
+                None => return Some(IndexVerdict::Unresolved),
             }
         }
         let batch: Vec<Message<'_>> = read
@@ -223,7 +233,7 @@ impl IndexCheck {
         let mirror = &self.mirror;
         let known = |cid: &str| mirror.open.contains_key(cid) || mirror.closed.contains_key(cid);
         let Some(expected) = indexing::plan(rule, &self.concepts, &known, &batch) else {
-            return Some(Verdict::Unresolved);
+            return Some(IndexVerdict::Unresolved);
         };
         self.run = Some(Run {
             tick: ev.id,

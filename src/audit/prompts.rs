@@ -260,7 +260,8 @@ fn check_paged<R: Indexes>(
 
 /// Whether `e` may be a thinking tick's reply (its format says so; [`think::rebuild`] decides).
 fn is_thinking(e: &Event) -> bool {
-    think::THINK_FORMATS.iter().any(|f| e.meta.contains(f)) && e.meta.contains(think::SOURCE)
+    think::THINK_FORMATS.iter().any(|f| e.meta.contains(f))
+        && e.meta.contains(think::SOURCE.as_str())
 }
 
 /// Rebuilds the prompt of each thinking reply in `ids` ([`think::rebuild`]) and compares its

@@ -35,13 +35,46 @@ pub enum CanonError {
     NonFinite(String),
 }
 
+/// What the writer does with a number that is out of range: the one way canonical JSON can
+/// fail. Values read from outside refuse it ([`Refuse`]); values built in code cannot hold one
+/// ([`built`]).
+trait OutOfRange {
+    type Error;
+    fn number(out: &mut Vec<u8>, text: String) -> Result<(), Self::Error>;
+}
+
+/// A value read from outside: an out-of-range number has no canonical form.
+enum Refuse {}
+
+impl OutOfRange for Refuse {
+    type Error = CanonError;
+    fn number(_: &mut Vec<u8>, text: String) -> Result<(), CanonError> {
+        Err(CanonError::NonFinite(text))
+    }
+}
+
+/// A value built in code: see [`built`].
+enum AsNull {}
+
+impl OutOfRange for AsNull {
+    type Error = std::convert::Infallible;
+    fn number(out: &mut Vec<u8>, _: String) -> Result<(), Self::Error> {
+        out.extend_from_slice(b"null");
+        Ok(())
+    }
+}
+
 /// Appends the canonical form of `v` to `out`.
 pub fn write(out: &mut Vec<u8>, v: &Value) -> Result<(), CanonError> {
+    write_value::<Refuse>(out, v)
+}
+
+fn write_value<R: OutOfRange>(out: &mut Vec<u8>, v: &Value) -> Result<(), R::Error> {
     match v {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => write_number(out, n)?,
+        Value::Number(n) => write_number::<R>(out, n)?,
         Value::String(s) => write_str(out, s),
         Value::Array(items) => {
             out.push(b'[');
@@ -49,11 +82,11 @@ pub fn write(out: &mut Vec<u8>, v: &Value) -> Result<(), CanonError> {
                 if i > 0 {
                     out.push(b',');
                 }
-                write(out, item)?;
+                write_value::<R>(out, item)?;
             }
             out.push(b']');
         }
-        Value::Object(map) => write_object(out, map)?,
+        Value::Object(map) => write_map::<R>(out, map)?,
     }
     Ok(())
 }
@@ -61,6 +94,10 @@ pub fn write(out: &mut Vec<u8>, v: &Value) -> Result<(), CanonError> {
 /// Appends the canonical form of an object (keys are already in code-point order in a
 /// `serde_json::Map` without `preserve_order`).
 pub fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) -> Result<(), CanonError> {
+    write_map::<Refuse>(out, map)
+}
+
+fn write_map<R: OutOfRange>(out: &mut Vec<u8>, map: &Map<String, Value>) -> Result<(), R::Error> {
     out.push(b'{');
     for (i, (k, v)) in map.iter().enumerate() {
         if i > 0 {
@@ -68,18 +105,40 @@ pub fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) -> Result<(), C
         }
         write_str(out, k);
         out.push(b':');
-        write(out, v)?;
+        write_value::<R>(out, v)?;
     }
     out.push(b'}');
     Ok(())
 }
 
-/// The canonical text of `v`.
+/// The canonical text of `v`, a value read from outside (a reply's marker data, a stored
+/// event's meta): it fails on a number out of range.
 pub fn to_string(v: &Value) -> Result<String, CanonError> {
     let mut out = Vec::with_capacity(128);
     write(&mut out, v)?;
-    // Canonical output is ASCII by construction.
-    Ok(String::from_utf8(out).unwrap_or_default())
+    Ok(ascii(out))
+}
+
+/// The canonical text of `v`, a payload built in code, which cannot fail: its numbers come
+/// from Rust integers and floats, and `serde_json` makes a float that is not finite `null`
+/// (`json!(f64::NAN)` is `null`), so none is out of range. Were one copied in from outside,
+/// it would be written as that `null` too, never as nothing. A value that holds anything read
+/// from outside goes through [`to_string`] instead.
+pub fn built(v: &Value) -> String {
+    let mut out = Vec::with_capacity(128);
+    match write_value::<AsNull>(&mut out, v) {
+        Ok(()) => {}
+        Err(never) => match never {},
+    }
+    ascii(out)
+}
+
+/// Canonical output is ASCII by construction, so this never replaces a byte.
+fn ascii(out: Vec<u8>) -> String {
+    match String::from_utf8(out) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -169,17 +228,14 @@ pub fn is_float_literal(text: &str) -> bool {
     text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
 }
 
-fn write_number(out: &mut Vec<u8>, n: &Number) -> Result<(), CanonError> {
+fn write_number<R: OutOfRange>(out: &mut Vec<u8>, n: &Number) -> Result<(), R::Error> {
     // With `arbitrary_precision` the Display form is the literal as parsed.
     let text = n.to_string();
     if is_float_literal(&text) {
-        let f: f64 = text
-            .parse()
-            .map_err(|_| CanonError::NonFinite(text.clone()))?;
-        if !f.is_finite() {
-            return Err(CanonError::NonFinite(text));
+        match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => out.extend_from_slice(float_repr(f).as_bytes()),
+            _ => R::number(out, text)?,
         }
-        out.extend_from_slice(float_repr(f).as_bytes());
     } else if text.trim_start_matches('-').bytes().all(|b| b == b'0') {
         out.push(b'0');
     } else {
@@ -365,6 +421,39 @@ mod tests {
             canon(r#"{"é":1,"z":2,"A":3,"😀":4,"ﬀ":5}"#),
             "{\"A\":3,\"z\":2,\"\\u00e9\":1,\"\\ufb00\":5,\"\\ud83d\\ude00\":4}"
         );
+    }
+
+    #[test]
+    fn a_built_payload_has_the_same_text_and_cannot_fail() {
+        let v = serde_json::json!({"b": [1, 2.5, "x\u{e9}"], "a": {"n": null, "f": 1e-5}, "nan": f64::NAN});
+        assert_eq!(built(&v), to_string(&v).unwrap());
+        assert_eq!(
+            built(&v),
+            r#"{"a":{"f":1e-05,"n":null},"b":[1,2.5,"x\u00e9"],"nan":null}"#
+        );
+        // Copied in from outside, an out-of-range number is refused by `to_string`, and
+        // written as null (never as nothing) by `built`.
+        let outside: Value = serde_json::from_str(r#"{"x":1e400}"#).unwrap();
+        assert!(to_string(&outside).is_err());
+        assert_eq!(built(&outside), r#"{"x":null}"#);
+    }
+
+    /// A canonical text is never replaced by an empty one: code that builds a payload calls
+    /// [`built`], which cannot fail, and a value read from outside keeps its error.
+    #[test]
+    fn no_canonical_text_falls_back_to_nothing() {
+        let mut found = Vec::new();
+        for (path, code) in crate::event::vocab::tests::library_code() {
+            let lines: Vec<&str> = code.lines().map(str::trim).collect();
+            for (n, pair) in lines.windows(2).enumerate() {
+                let call = pair[0].contains("canon::to_string(");
+                let fallback = |l: &str| l.contains(".unwrap_or_default()");
+                if call && (fallback(pair[0]) || (fallback(pair[1]) && pair[1].starts_with('.'))) {
+                    found.push(format!("{path}:{}: {}", n + 1, pair[0]));
+                }
+            }
+        }
+        assert!(found.is_empty(), "{}", found.join("\n"));
     }
 
     #[test]

@@ -186,7 +186,9 @@ fn commitment_claim(data: &Value, ctx: &dyn ClaimContext) -> Result<(), ClaimFai
         Some(Value::String(s)) => py_strip(s).to_string(),
         // str() of a scalar, as the reference; a number's text is its canonical form (Python's
         // repr), so `{"cid":12}` asks about cid "12".
-        Some(v @ Value::Number(_)) => canon::to_string(v).unwrap_or_default(),
+        Some(v @ Value::Number(_)) => {
+            canon::to_string(v).map_err(|e| ClaimFailure::InvalidData(format!("\"cid\": {e}")))?
+        }
         Some(other) => {
             return Err(ClaimFailure::InvalidData(format!(
                 "\"cid\" must be a string, not {}",

@@ -3,7 +3,7 @@
 //!
 //! The flags win, then the environment (`PMM_EMBED_PROVIDER`, `PMM_EMBED_MODEL`, `PMM_EMBED_URL`,
 //! `PMM_EMBED_API_KEY`), then the ledger's retrieval config (`embed`, `embed_model`,
-//! `embed_url`). Without any of them there is no dense source, and recall works as before.
+//! `embed_url`). Without any of them there is no dense source, and recall fuses the others.
 
 use crate::llm::embed::{self, EmbedConfig, Provider, Shared};
 use crate::store::EventLog;

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 /// How a program ended when it did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Exit {
     /// Exit 0.
     Success,
     /// Exit 1: the tool worked and the answer is negative (findings, a refused write).
@@ -122,7 +122,7 @@ pub trait Program: clap::Parser {
 
 /// Runs a program: loads `.env`, parses arguments, runs, reports, and turns the result into
 /// the exit status of SPEC §3.
-pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> ExitCode {
+pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Exit>) -> ExitCode {
     // A .env file in the current directory fills in variables that are not set; it never
     // overrides the environment.
     let from_dotenv = match load_dotenv(Path::new(".env")) {
@@ -159,21 +159,25 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Outcome>) -> Ex
         return ExitCode::SUCCESS;
     }
     match run(args) {
-        Ok(Outcome::Success) => ExitCode::SUCCESS,
-        Ok(Outcome::Negative) => ExitCode::from(1),
+        Ok(Exit::Success) => ExitCode::SUCCESS,
+        Ok(Exit::Negative) => ExitCode::from(1),
         Err(e) => report(name, &e),
     }
 }
 
 /// Loads `.env` (when there is one) for the variables that are not set, reading it through the
 /// bounded whole-file reader: a line longer than `$PMM_MAX_LINE` (a `.env` linked to
-/// `/dev/zero`), or a file longer than that in all, is bad input, exit 2. Lines `dotenvy`
-/// cannot parse end the loading quietly, as they always did. The names the file sets (whether
-/// or not the environment already had them).
+/// `/dev/zero`), or a file longer than that in all, is bad input, exit 2. A `.env` that exists
+/// but cannot be read, or has a line `dotenvy` cannot parse, is an error naming the file (and
+/// the line), exit 2, and nothing of it is loaded: a setting silently dropped would send a
+/// program to the wrong ledger or model. A directory named `.env` (a Python virtualenv's
+/// usual name) is no file of settings. The names the file sets (whether or not the
+/// environment already had them).
 fn load_dotenv(path: &Path) -> crate::Result<Vec<String>> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(_) => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(crate::Error::io(path, e)),
     };
     if file.metadata().is_ok_and(|m| m.is_dir()) {
         return Ok(Vec::new());
@@ -181,17 +185,49 @@ fn load_dotenv(path: &Path) -> crate::Result<Vec<String>> {
     let limit = crate::lines::max_line();
     let text =
         crate::lines::read_bounded(&mut io::BufReader::new(file), limit, limit).map_err(|e| {
-            crate::Error::bad_input(Some(e.at(&path.display().to_string())), e.to_string())
+            if e.over_limit() {
+                crate::Error::bad_input(Some(e.at(&path.display().to_string())), e.to_string())
+            } else {
+                crate::Error::io(path, e.error)
+            }
         })?;
     let text = crate::lines::lines_of(&text)
         .collect::<Vec<_>>()
         .join(&b'\n');
-    let names = dotenvy::from_read_iter(&text[..])
-        .map_while(Result::ok)
-        .map(|(k, _)| k)
-        .collect();
-    let _ = dotenvy::from_read(&text[..]);
+    // `dotenvy::from_read` skips a byte-order mark; its iterator does not.
+    let text = text.strip_prefix("\u{feff}".as_bytes()).unwrap_or(&text);
+    let mut names = Vec::new();
+    for item in dotenvy::from_read_iter(text) {
+        match item {
+            Ok((name, _)) => names.push(name),
+            Err(e) => return Err(dotenv_error(path, text, e)),
+        }
+    }
+    dotenvy::from_read(text).map_err(|e| dotenv_error(path, text, e))?;
     Ok(names)
+}
+
+/// A `.env` that `dotenvy` refused, named with the line where it failed.
+fn dotenv_error(path: &Path, text: &[u8], e: dotenvy::Error) -> crate::Error {
+    match e {
+        dotenvy::Error::LineParse(line, _) => {
+            // The logical line as dotenvy read it (several lines when a quote is left open):
+            // its first line's number in the file.
+            let text = String::from_utf8_lossy(text);
+            let first = line.lines().next().unwrap_or_default();
+            let number = text
+                .lines()
+                .position(|l| l == first)
+                .map_or(String::new(), |n| format!(":{}", n + 1));
+            let shown: String = first.chars().take(80).collect();
+            crate::Error::bad_input(
+                Some(format!("{}{number}", path.display())),
+                format!("cannot parse '{shown}' (a line is NAME=value, a # comment or empty)"),
+            )
+        }
+        dotenvy::Error::Io(io) => crate::Error::io(path, io),
+        other => crate::Error::bad_input(Some(path.display().to_string()), other),
+    }
 }
 
 /// A key, signed checkpoint or proof file named by a flag (`-`: stdin), read whole through

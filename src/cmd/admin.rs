@@ -296,7 +296,7 @@ pub fn config(ledger: &mut Ledger, args: &[&str], clock: &Clock) -> anyhow::Resu
     }
     let content = crate::canon::to_string(&next)?;
     let mut m = Map::new();
-    m.insert("source".into(), "chat".into());
+    m.insert("source".into(), crate::event::Source::Chat.into());
     let ev = NewEvent::new(Kind::Config, content.clone(), m)
         .map_err(|e| crate::Error::bad_input(None, e))?;
     match crate::session::append(ledger, &ev, clock) {

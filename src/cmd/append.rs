@@ -1,6 +1,6 @@
 //! `pmm-append`: append events; import a reference export or another ledger.
 
-use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input};
 use crate::session::{self, Refusal};
@@ -153,7 +153,7 @@ impl Program for Args {
 }
 
 /// Runs `pmm-append`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     // A closed stdout stops the printing, never the appending (see Out::for_writer).
     let mut out = Out::for_writer();
     if args.list_kinds {
@@ -161,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             out.raw(format!("{k}\n").as_bytes())?;
         }
         out.flush()?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     if let Some(source) = &args.import {
         return import(&args, source, &mut out);
@@ -201,7 +201,7 @@ fn print_violation(ledger: &Ledger, e: &anyhow::Error, out: &mut Out) -> anyhow:
     Ok(())
 }
 
-fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
+fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
     if let Some(id) = args.erase {
         return erase(args, id, out);
     }
@@ -238,7 +238,7 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Outcome> {
             .and_then(|event| {
                 out.event(&event)?;
                 out.flush()?;
-                Ok(Outcome::Success)
+                Ok(Exit::Success)
             }),
         None => {
             let stdin = std::io::stdin();
@@ -287,13 +287,13 @@ fn streaming(
     input: &mut dyn BufRead,
     clock: &event::Clock,
     out: &mut Out,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     let mut buf = String::new();
     let mut n = 0;
     loop {
         n += 1;
         if !read_line(input, &mut buf, n)? {
-            return Ok(Outcome::Success);
+            return Ok(Exit::Success);
         }
         let ev = parse(&buf, n)?;
         let event = session::append(ledger, &ev, clock).with_context(|| format!("<stdin>:{n}"))?;
@@ -337,7 +337,7 @@ fn batch(
     input: &mut dyn BufRead,
     clock: &event::Clock,
     out: &mut Out,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     let mut buf = String::new();
     let mut n = 0;
     let mut tx = ledger.begin()?;
@@ -364,7 +364,7 @@ fn batch(
 
 /// Prints the events `first..=last`, after the commit, from the ledger, so that only durable
 /// events are reported and memory does not grow with the batch.
-fn print_range(ledger: &Ledger, first: i64, last: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+fn print_range(ledger: &Ledger, first: i64, last: i64, out: &mut Out) -> anyhow::Result<Exit> {
     let filter = Filter {
         since: Some(first),
         until: Some(last),
@@ -382,7 +382,7 @@ fn print_range(ledger: &Ledger, first: i64, last: i64, out: &mut Out) -> anyhow:
         return Err(e.into());
     }
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// The `ts` of a `--keep-ts` line, in UTC.
@@ -412,7 +412,7 @@ fn keep_ts(
     input: &mut dyn BufRead,
     clock: &event::Clock,
     out: &mut Out,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     let mut buf = String::new();
     let mut n = 0;
     let mut events: Vec<(u64, NewEvent, DateTime<Utc>)> = Vec::new();
@@ -477,7 +477,7 @@ fn keep_ts(
 
 /// `--import`: into a path that holds no ledger yet, a new ledger built beside it and put
 /// in place whole ([`Fresh`]); into an existing ledger, one write transaction in its WAL.
-fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Result<Outcome> {
+fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Result<Exit> {
     let input = Input::new(source);
     let path = args.ledger.path();
     let summary = match Fresh::start(&path, args.write.busy_timeout)? {
@@ -499,7 +499,7 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
     };
     out.record(&summary)?;
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// The import itself, with its progress bar.
@@ -535,7 +535,7 @@ struct EraseRecord {
     wal_truncated: bool,
 }
 
-fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Exit> {
     let reason = args.reason.as_deref().unwrap_or_default();
     if crate::pystr::strip(reason).is_empty() {
         return Err(Error::bad_input(Some("--reason".into()), "the reason is empty").into());
@@ -572,5 +572,5 @@ fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
         wal_truncated: erased.wal_truncated,
     })?;
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }

@@ -11,7 +11,7 @@
 //! flight, and waits for it.
 
 use super::admin;
-use crate::cli::Outcome;
+use crate::cli::Exit;
 use crate::event::{Event, Kind};
 use crate::llm::{self, Adapter, AdapterKind, Cancel, Config, TextSink};
 use crate::store::{self, EventLog, Filter, Ledger};
@@ -611,11 +611,11 @@ pub fn run(
     opts: &Options,
     stream: bool,
     autonomy: Option<Autonomy>,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     // The session may switch models (/model, /adapter, /endpoint): it owns its adapter.
     let mut own: Box<dyn Adapter> = llm::adapter(&cfg).map_err(crate::Error::from)?;
     // Ctrl-C (SIGINT) and SIGTERM during a model call cancel that call; at the prompt the line
-    // editor reads Ctrl-C as a key, and elsewhere they end the session as they always did.
+    // editor reads Ctrl-C as a key, and elsewhere they end the session.
     let cancel = Cancel::new();
     cancel.on_signals()?;
     let mut input = Input::open()?;
@@ -659,7 +659,7 @@ fn session(
     input: &mut Input,
     raw: &mut bool,
     gate: &Mutex<()>,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     while let Some(line) = input.next_line()? {
         if line.trim().is_empty() {
             continue;
@@ -680,7 +680,7 @@ fn session(
             input.save();
         }
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// `--autonomy`: how often the background ticks come, and how long a tick waits for a
@@ -799,7 +799,7 @@ impl Replies {
         line: &str,
         opts: &Options,
         cancel: &Cancel,
-    ) -> (Result<turn::Outcome, TurnError>, bool) {
+    ) -> (Result<turn::TurnDone, TurnError>, bool) {
         cancel.reset();
         let live = self
             .stream
@@ -822,7 +822,7 @@ impl Replies {
 
     /// Shows a turn's result: the reply (unless `streamed`) and what it changed, or why it
     /// failed. True when the model call was interrupted.
-    fn report(self, result: Result<turn::Outcome, TurnError>, streamed: bool) -> bool {
+    fn report(self, result: Result<turn::TurnDone, TurnError>, streamed: bool) -> bool {
         match result {
             Ok(o) => {
                 if !streamed {

@@ -1,7 +1,7 @@
 //! `pmm-export`: export a ledger.
 
 use crate::chain::note::SignerKey;
-use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Outcome, Program};
+use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Program};
 use crate::interchange::{self, ExportContext, ExportFormat};
 use crate::outfile::OutputFile;
 use crate::store::EventLog;
@@ -155,7 +155,7 @@ impl From<FormatArg> for ExportFormat {
 }
 
 /// Runs `pmm-export`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     if let (Some(name), Some(key)) = (&args.keygen, &args.key) {
         return keygen(name, key, &args.ledger.path());
     }
@@ -242,7 +242,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     }
     bar.finish_and_clear();
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// Streams the selected events through the format's writer into `out`; returns `out`.
@@ -313,7 +313,7 @@ impl<W: Write> Write for Shared<W> {
 
 /// `--keygen NAME --key FILE`: a new key from the OS's random source, written with mode 0600
 /// to a file that must not exist yet; the verifier key on stdout.
-fn keygen(name: &str, path: &Path, db: &Path) -> anyhow::Result<Outcome> {
+fn keygen(name: &str, path: &Path, db: &Path) -> anyhow::Result<Exit> {
     use std::os::unix::fs::OpenOptionsExt;
     crate::outfile::check_not_ledger(path, db)?;
     let mut seed = [0u8; 32];
@@ -333,16 +333,16 @@ fn keygen(name: &str, path: &Path, db: &Path) -> anyhow::Result<Outcome> {
         .map_err(|e| Error::io(path, e))?;
     let mut out = io::stdout().lock();
     writeln!(out, "{}", signer.verifier().to_text())?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// `--checkpoint --key FILE`: the signed checkpoint of the ledger's tree as it is now.
-fn checkpoint(key: &Path, db: &Path) -> anyhow::Result<Outcome> {
+fn checkpoint(key: &Path, db: &Path) -> anyhow::Result<Exit> {
     let text = crate::cli::read_small_file(key)?;
     let signer = SignerKey::parse(&text)
         .map_err(|e| Error::bad_input(Some(key.display().to_string()), e.to_string()))?;
     let ledger = Ledger::open_reader(db)?;
     let (note, _) = crate::audit::prove::signed_checkpoint(&ledger, &signer)?;
     io::stdout().lock().write_all(note.as_bytes())?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }

@@ -1,6 +1,6 @@
 //! `pmm-graph`: query the event graph.
 
-use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::cli::{CommonArgs, Exit, LedgerArgs, Out, Program};
 use crate::event::{Event, Kind};
 use crate::marker;
 use crate::projection::graph::{
@@ -287,7 +287,7 @@ fn print_stats(s: &GraphStats, text: bool, out: &mut Out) -> std::io::Result<()>
 }
 
 /// Runs `pmm-graph`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     // Validate everything before reading the ledger. The query is optional to clap only so
     // that `--completions` works without one.
     let Some(query) = args.query.clone() else {
@@ -310,7 +310,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     if matches!(query, Query::Concepts) {
         concepts(&ledger, args.text, &mut out)?;
         out.flush()?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     let mut graph = GraphFold::new(graph_query);
     fold(&ledger, args.common.quiet, |ev| graph.apply(ev))?;
@@ -330,7 +330,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
     }
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// `concepts`: one `{"type":"concept"}` line per defined concept (token order), or a text

@@ -1,6 +1,6 @@
 //! `pmm-mcp`: the ledger as memory for any Model Context Protocol client.
 
-use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Outcome, Program, WriteArgs};
+use crate::cli::{self, ClockArgs, CommonArgs, Exit, LedgerArgs, Program, WriteArgs};
 use crate::mcp::framing::{self, Frame};
 use crate::mcp::{Config, Server};
 use crate::store::Ledger;
@@ -133,9 +133,9 @@ impl Program for Args {
 }
 
 /// Runs `pmm-mcp`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     if super::mcp_http::manage_tokens(&args.http, &args.clock.clock())? {
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     let http = super::mcp_http::plan(&args.http)?;
     let path = args.ledger.path();
@@ -159,7 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     cfg.embedder = embedder;
     if let Some(plan) = http {
         super::mcp_http::serve(&args.http, plan, cfg, args.common.quiet)?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     if !args.common.quiet {
         eprintln!(
@@ -199,7 +199,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     })?;
     // Blocking reads of stdin may still be parked on the pool; they end with the process.
     rt.shutdown_background();
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// A line for stdout, and who waits for it to be written.

@@ -1,6 +1,6 @@
 //! `pmm-metrics`: deterministic ledger metrics.
 
-use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::event::{Kind, NewEvent};
 use crate::store::EventLog;
 use crate::store::Ledger;
@@ -84,7 +84,7 @@ pub fn compute(
 }
 
 /// Runs `pmm-metrics`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     let mut out = Out::new();
     let path = args.ledger.path();
     if args.diag {
@@ -95,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             out.event(ev)?;
         }
         out.flush()?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     let ledger = if args.append {
         crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?
@@ -129,5 +129,5 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         out.event(&ev)?;
     }
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }

@@ -1,7 +1,7 @@
 //! `pmm-recall`: what the ledger remembers about a text.
 
 use crate::cli::embed::EmbedArgs;
-use crate::cli::{self, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::cli::{self, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::event::Clock;
 use crate::llm::embed::Shared;
 use crate::projection::state::Projections;
@@ -204,7 +204,7 @@ fn parse_time(s: &str) -> Result<String, BadTime> {
 }
 
 /// Runs `pmm-recall`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     let path = args.ledger.path();
     if args.reindex {
         let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
@@ -212,7 +212,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         let mut out = Out::new();
         out.record(&json!({"type": "reindex", "events": events, "through": ledger.max_id()?}))?;
         out.flush()?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     if args.check {
         return check(&args, &Ledger::open_for_check(&path)?);
@@ -270,7 +270,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             " (pmm-recall --embed embeds the events for this one)",
         )?;
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// A note on stderr for each other vector space of the model's name with more vectors than
@@ -286,7 +286,7 @@ fn note_other_spaces(ledger: &Ledger, e: &Shared, hint: &str) -> anyhow::Result<
 }
 
 /// `--lines`: every line of stdin is a text to recall, against one loaded state and model.
-fn ask_lines(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
+fn ask_lines(args: &Args, path: &std::path::Path) -> anyhow::Result<Exit> {
     let mut ledger = Ledger::open_reader(path)?;
     ledger.keep_vector_packs(Default::default());
     let started = std::time::Instant::now();
@@ -331,7 +331,7 @@ fn ask_lines(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
             break;
         }
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// The time spent before the first text: loading the state, loading the model.
@@ -473,7 +473,7 @@ fn query_vector(
 }
 
 /// `--embed`: the backfill.
-fn embed(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
+fn embed(args: &Args, path: &std::path::Path) -> anyhow::Result<Exit> {
     let mut ledger = Ledger::open_writer(path, args.write.busy_timeout)?;
     let Some(e) = args.model.open(&ledger)? else {
         return Err(Error::bad_input(
@@ -506,7 +506,7 @@ fn embed(args: &Args, path: &std::path::Path) -> anyhow::Result<Outcome> {
     if let Some(signal) = cancel.signal().filter(|_| done.interrupted) {
         std::process::exit(128 + signal);
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// A failed backfill or check: a setup mistake is bad input, a server's failure its own error.
@@ -537,7 +537,7 @@ fn backfill_error(e: recall::vectors::BackfillError) -> anyhow::Error {
 
 /// `--check`: the index against the ledger, and the embedding model's vectors against a
 /// recomputation when a model is configured.
-fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
+fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Exit> {
     let mut findings = ledger.check_derived()?;
     let mut out = Out::new();
     for f in &findings {
@@ -573,9 +573,9 @@ fn check(args: &Args, ledger: &Ledger) -> anyhow::Result<Outcome> {
     }))?;
     out.flush()?;
     Ok(if findings.is_empty() {
-        Outcome::Success
+        Exit::Success
     } else {
-        Outcome::Negative
+        Exit::Negative
     })
 }
 

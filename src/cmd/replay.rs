@@ -1,6 +1,6 @@
 //! `pmm-replay`: stream events; project state at any event; follow new events.
 
-use crate::cli::{CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::cli::{CommonArgs, Exit, LedgerArgs, Out, Program};
 use crate::event::Event;
 use crate::store::{project, save_reader_checkpoint, EventLog, CHECKPOINT_EVERY};
 use crate::store::{Filter, Ledger};
@@ -141,7 +141,7 @@ fn narrate_line(ev: &Event) -> String {
 }
 
 /// Runs `pmm-replay`: one of its modes.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     for k in &args.kind {
         crate::event::check_kind(k).map_err(|e| Error::bad_input(Some("--kind".into()), e))?;
     }
@@ -171,11 +171,11 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             out.raw(b"\n")?;
         }
         out.flush()?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     let next = stream(&args, &ledger, &filter, last, &mut out)?;
     if !args.follow {
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     follow(&args, &mut ledger, next, &mut out)
 }
@@ -194,7 +194,7 @@ fn in_ledger(flag: &str, id: i64, last: i64) -> anyhow::Result<()> {
 
 /// `--state [--at ID]`: the projections as one JSON line (saving a checkpoint only where a
 /// pmm writer made the cache table).
-fn state(args: &Args, ledger: &Ledger, last: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+fn state(args: &Args, ledger: &Ledger, last: i64, out: &mut Out) -> anyhow::Result<Exit> {
     if let Some(at) = args.at {
         in_ledger("--at", at, last)?;
     }
@@ -207,11 +207,11 @@ fn state(args: &Args, ledger: &Ledger, last: i64, out: &mut Out) -> anyhow::Resu
     if projected.folded >= CHECKPOINT_EVERY {
         save_reader_checkpoint(&args.ledger.path(), &projected.projections);
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// `--diff A B`: how the self-model changed between two events.
-fn diff(ledger: &Ledger, ab: &[i64], last: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+fn diff(ledger: &Ledger, ab: &[i64], last: i64, out: &mut Out) -> anyhow::Result<Exit> {
     for &id in ab {
         in_ledger("--diff", id, last)?;
     }
@@ -227,11 +227,11 @@ fn diff(ledger: &Ledger, ab: &[i64], last: i64, out: &mut Out) -> anyhow::Result
         "gaps_resolved": d.gaps_resolved,
     }))?;
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// `--check-fast`: the checkpointed projections against a full rebuild (exit 1 if they differ).
-fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Outcome> {
+fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Exit> {
     let fast = project(ledger, None, true)?;
     let full = project(ledger, None, false)?;
     let identical = fast.projections == full.projections;
@@ -244,16 +244,16 @@ fn check_fast(ledger: &Ledger, out: &mut Out) -> anyhow::Result<Outcome> {
     }))?;
     out.flush()?;
     Ok(if identical {
-        Outcome::Success
+        Exit::Success
     } else {
-        Outcome::Negative
+        Exit::Negative
     })
 }
 
 /// `--prompt ID`: the turn's prompt rebuilt from the ledger, as one `{"type":"prompt"}` record
 /// (exit 1 when its digest differs from the recorded one; exit 2 when event ID is not a turn
 /// of a prompt format this build rebuilds).
-fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
+fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Exit> {
     use crate::context::prompt as cp;
     let bad = |e: cp::RebuildError| Error::bad_input(Some("--prompt".into()), e.to_string());
     if let Some(reply) = ledger.get(id)? {
@@ -278,13 +278,13 @@ fn prompt(ledger: &Ledger, id: i64, out: &mut Out) -> anyhow::Result<Outcome> {
     out.record(&record)?;
     out.flush()?;
     if matches {
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     eprintln!(
         "pmm-replay: the prompt of turn {} rebuilt from the ledger hashes to {sha}, but the reply records prompt_sha256 {}: the ledger no longer gives the prompt that was sent",
         turn.reply, turn.recorded
     );
-    Ok(Outcome::Negative)
+    Ok(Exit::Negative)
 }
 
 /// `--prompt ID` of a thinking tick's reply (`kernel::think`): its prompt rebuilt from the
@@ -295,7 +295,7 @@ fn thought_prompt(
     recorded: &str,
     format: serde_json::Value,
     out: &mut Out,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     let sha = rebuilt.sha256();
     let matches = sha == recorded;
     let mut record = rebuilt.to_json();
@@ -308,12 +308,12 @@ fn thought_prompt(
     out.record(&record)?;
     out.flush()?;
     if matches {
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     eprintln!(
         "pmm-replay: the prompt of thinking tick reply {id} rebuilt from the ledger hashes to {sha}, but the reply records prompt_sha256 {recorded}: the ledger no longer gives the prompt that was sent"
     );
-    Ok(Outcome::Negative)
+    Ok(Exit::Negative)
 }
 
 /// The events (all, `--tail N`, or a range), as JSON Lines; the id to follow from (`None`
@@ -359,11 +359,11 @@ fn follow(
     ledger: &mut Ledger,
     mut next: Option<i64>,
     out: &mut Out,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     let stop = crate::cli::stop_flag()?;
     while !stop.load(Ordering::Relaxed) {
         if crate::cli::stdout_closed() {
-            return Ok(Outcome::Success);
+            return Ok(Exit::Success);
         }
         // A PostgreSQL ledger's cache catches up with the server first (polled, as a file is).
         ledger.refresh()?;
@@ -383,5 +383,5 @@ fn follow(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }

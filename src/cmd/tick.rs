@@ -1,15 +1,16 @@
 //! `pmm-tick`: one autonomy tick per run, or a supervisor loop (`--every`).
 
 use crate::cli::adapter::AdapterArgs;
-use crate::cli::{self, ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
-use crate::kernel::think::{self, Thought};
+use crate::cli::{self, ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
+use crate::event::config::Threshold;
+use crate::kernel::think::{self, Thought, BUDGET_KEYS};
 use crate::kernel::tick::{self, Ticked};
 use crate::kernel::Slot;
 use crate::llm::{Adapter, Cancel};
 use crate::session::{Options, TurnError};
 use crate::store::Ledger;
 use crate::Error;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -145,16 +146,11 @@ pub struct Args {
     unset: Vec<String>,
 }
 
-/// The threshold keys `--set` takes (the last two are the thinking ticks' daily budget).
-pub const KEYS: [&str; 7] = [
-    "reflection_interval",
-    "summary_interval",
-    "commitment_staleness",
-    "commitment_auto_close",
-    "index_threshold",
-    think::BUDGET_KEYS[0],
-    think::BUDGET_KEYS[1],
-];
+/// The names `--set` and `--unset` take: every [`Threshold`], then the thinking ticks' daily
+/// budget ([`BUDGET_KEYS`]).
+pub fn keys() -> impl Iterator<Item = &'static str> {
+    Threshold::ALL.iter().map(|k| k.as_str()).chain(BUDGET_KEYS)
+}
 
 /// Why a `--set` or `--every` value is refused.
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -163,7 +159,7 @@ pub(crate) enum BadValue {
     #[error("'{0}' is not KEY=VALUE")]
     NotKeyValue(String),
     /// `--set` of a key that is not a threshold.
-    #[error("unknown threshold '{0}' ({keys})", keys = KEYS.join(", "))]
+    #[error("unknown threshold '{0}' ({keys})", keys = keys().collect::<Vec<_>>().join(", "))]
     UnknownThreshold(String),
     /// `--set` of a value that is not an integer.
     #[error("{key}: '{value}' is not an integer")]
@@ -202,7 +198,7 @@ fn parse_set(s: &str) -> Result<(String, i64), BadValue> {
         .split_once('=')
         .ok_or_else(|| BadValue::NotKeyValue(s.to_string()))?;
     let k = k.trim();
-    if !KEYS.contains(&k) {
+    if !keys().any(|key| key == k) {
         return Err(BadValue::UnknownThreshold(k.to_string()));
     }
     let n: i64 = v.trim().parse().map_err(|_| BadValue::NotAnInteger {
@@ -220,7 +216,7 @@ fn parse_set(s: &str) -> Result<(String, i64), BadValue> {
 
 fn parse_unset(s: &str) -> Result<String, BadValue> {
     let k = s.trim();
-    if !KEYS.contains(&k) {
+    if !keys().any(|key| key == k) {
         return Err(BadValue::UnknownThreshold(k.to_string()));
     }
     Ok(k.to_string())
@@ -266,8 +262,55 @@ fn print(out: &mut Out, t: &Ticked) -> std::io::Result<()> {
     out.flush()
 }
 
+/// `--dry-run`: the decision for `slot` as JSON, nothing written.
+fn dry_run(path: &std::path::Path, slot: &Slot, out: &mut Out) -> anyhow::Result<Exit> {
+    if !crate::store::exists(path) {
+        return Err(Error::bad_input(
+            Some(path.display().to_string()),
+            "no such ledger (a dry run creates nothing)",
+        )
+        .into());
+    }
+    let ledger = Ledger::open_reader(path)?;
+    let (d, already) = tick::dry_run(&ledger, slot)?;
+    let mut v = serde_json::to_value(&d)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("type".into(), "decision".into());
+        o.insert("slot".into(), slot.slot.into());
+        o.insert("slot_id".into(), slot.slot_id.clone().into());
+        o.insert("already_ticked".into(), json!(already));
+    }
+    out.record(&v)?;
+    out.flush()?;
+    Ok(Exit::Success)
+}
+
+/// `--set`/`--unset`: the events written, then the thresholds and budget in force.
+fn set_step(
+    args: &Args,
+    ledger: &mut Ledger,
+    clock: &crate::event::Clock,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
+    let (th, events) = tick::set_thresholds(ledger, &args.set, &args.unset, clock)?;
+    let budget = think::budget(&crate::store::project(&*ledger, None, true)?.projections);
+    for e in &events {
+        out.event(e)?;
+    }
+    let mut record = th.values();
+    record.insert("type".into(), "thresholds".into());
+    record.insert("changed".into(), json!(!events.is_empty()));
+    record.insert(BUDGET_KEYS[0].into(), json!(budget.calls_per_day));
+    record.insert(BUDGET_KEYS[1].into(), json!(budget.tokens_per_day));
+    record.insert("set_by".into(), json!(th.set_by));
+    record.insert("pinned".into(), json!(th.pinned));
+    out.record(&Value::Object(record))?;
+    out.flush()?;
+    Ok(Exit::Success)
+}
+
 /// Runs `pmm-tick`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     let path = args.ledger.path();
     let clock = args.clock.clock();
     let mut out = Out::new();
@@ -277,26 +320,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     };
 
     if args.dry_run {
-        if !crate::store::exists(&path) {
-            return Err(Error::bad_input(
-                Some(path.display().to_string()),
-                "no such ledger (a dry run creates nothing)",
-            )
-            .into());
-        }
-        let ledger = Ledger::open_reader(&path)?;
-        let slot = slot_now();
-        let (d, already) = tick::dry_run(&ledger, &slot)?;
-        let mut v = serde_json::to_value(&d)?;
-        if let Some(o) = v.as_object_mut() {
-            o.insert("type".into(), "decision".into());
-            o.insert("slot".into(), slot.slot.into());
-            o.insert("slot_id".into(), slot.slot_id.clone().into());
-            o.insert("already_ticked".into(), json!(already));
-        }
-        out.record(&v)?;
-        out.flush()?;
-        return Ok(Outcome::Success);
+        return dry_run(&path, &slot_now(), &mut out);
     }
 
     let signer = checkpoint_signer(&args, &path)?;
@@ -305,26 +329,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
     let mut thinker = Thinker::new(&args)?;
     let mut ledger = crate::cli::open_writer(&path, args.write.busy_timeout, args.common.quiet)?;
     if !args.set.is_empty() || !args.unset.is_empty() {
-        let (th, events) = tick::set_thresholds(&mut ledger, &args.set, &args.unset, &clock)?;
-        let budget = think::budget(&crate::store::project(&ledger, None, true)?.projections);
-        for e in &events {
-            out.event(e)?;
-        }
-        out.record(&json!({
-            "type": "thresholds",
-            "changed": !events.is_empty(),
-            "reflection_interval": th.reflection_interval,
-            "summary_interval": th.summary_interval,
-            "commitment_staleness": th.commitment_staleness,
-            "commitment_auto_close": th.commitment_auto_close,
-            "index_threshold": th.index_threshold,
-            "think_calls_per_day": budget.calls_per_day,
-            "think_tokens_per_day": budget.tokens_per_day,
-            "set_by": th.set_by,
-            "pinned": th.pinned,
-        }))?;
-        out.flush()?;
-        return Ok(Outcome::Success);
+        return set_step(&args, &mut ledger, &clock, &mut out);
     }
 
     let embedder = args.embed.open(&ledger)?;
@@ -333,7 +338,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         print_tick(&mut out, &t)?;
         embed_step(&mut ledger, embedder.as_ref(), &mut out)?;
         sign_step(&ledger, signer.as_ref(), &mut out)?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     };
 
     // The supervisor: a tick, then a sleep that a signal cuts short. A signal during a tick
@@ -356,13 +361,13 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         while !stop.load(Ordering::SeqCst) && started.elapsed() < every {
             if cli::stdout_closed() {
-                return Ok(Outcome::Success);
+                return Ok(Exit::Success);
             }
             let left = every.saturating_sub(started.elapsed());
             std::thread::sleep(left.min(Duration::from_millis(100)));
         }
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// A tick's result: today's tick, or a thinking tick's.
@@ -530,6 +535,21 @@ fn embed_step(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--set`'s help spells the keys out; the table of thresholds is what `--set` takes.
+    #[test]
+    fn the_help_of_set_names_every_key() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let set = cmd.get_arguments().find(|a| a.get_id() == "set").unwrap();
+        let help = set.get_long_help().or(set.get_help()).unwrap().to_string();
+        for key in keys() {
+            assert!(
+                help.contains(key),
+                "--set's help does not name {key}: {help}"
+            );
+        }
+    }
 
     #[test]
     fn set_takes_known_keys_and_positive_integers() {

@@ -2,7 +2,7 @@
 
 use super::chat::{Live, Screen};
 use crate::cli::adapter::AdapterArgs;
-use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program, WriteArgs};
+use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::llm::{Adapter, Cancel, Config};
 use crate::store::Ledger;
 use crate::turn::{self, Options, TurnError};
@@ -218,7 +218,7 @@ fn print(
     out: &mut Out,
     text_only: bool,
     streamed: bool,
-    outcome: &turn::Outcome,
+    outcome: &turn::TurnDone,
 ) -> std::io::Result<()> {
     if text_only && streamed {
         // The reply is on stdout already, its line ended.
@@ -260,7 +260,7 @@ fn message_of(line: &str, plain: bool, at: String) -> Result<String, Error> {
 }
 
 /// Runs `pmm-turn`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     if let Some(msg) = &args.message {
         check_message(msg, None)?;
     }
@@ -302,7 +302,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
             turns.one(&msg, &mut out)
         })?,
     }
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 impl Args {
@@ -399,7 +399,7 @@ impl<'a> Turns<'a> {
 
     /// Prints a turn's result: the turn, or the events a failed model call left (not with
     /// `--text`) before its error is returned.
-    fn emit(&self, out: &mut Out, result: Result<turn::Outcome, TurnError>) -> anyhow::Result<()> {
+    fn emit(&self, out: &mut Out, result: Result<turn::TurnDone, TurnError>) -> anyhow::Result<()> {
         match result {
             Ok(o) => Ok(print(out, self.text, self.stream, &o)?),
             Err(TurnError::Generation {

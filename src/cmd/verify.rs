@@ -4,7 +4,7 @@ use crate::chain::merkle;
 use crate::chain::note::{self, Checkpoint, NoteError, SignerKey, VerifierKey, WitnessKey};
 use crate::chain::proof::{self, Hex, Proof, Trusted};
 use crate::chain::{Anchor, AnchorError, Digest, Summary};
-use crate::cli::{ClockArgs, CommonArgs, LedgerArgs, Out, Outcome, Program};
+use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program};
 use crate::interchange::Input;
 use crate::store::Ledger;
 use crate::Error;
@@ -284,7 +284,7 @@ pub fn verify_input(
 }
 
 /// Runs `pmm-verify`.
-pub fn run(args: Args) -> anyhow::Result<Outcome> {
+pub fn run(args: Args) -> anyhow::Result<Exit> {
     if let Some(outcome) = run_proofs(&ProofArgs {
         db: args.ledger.path(),
         root: args.root,
@@ -337,11 +337,7 @@ pub fn run(args: Args) -> anyhow::Result<Outcome> {
         )?
         .ok;
     }
-    Ok(if ok {
-        Outcome::Success
-    } else {
-        Outcome::Negative
-    })
+    Ok(if ok { Exit::Success } else { Exit::Negative })
 }
 
 /// The proof options, apart from the chain verification's.
@@ -412,7 +408,7 @@ fn tree_size(tree: &crate::store::Tree<'_>, size: Option<u64>) -> crate::Result<
 }
 
 /// The proof modes of `pmm-verify`: `None` when none was asked for.
-fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
+fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Exit>> {
     if !proof_mode(a)? {
         return Ok(None);
     }
@@ -431,12 +427,12 @@ fn run_proofs(a: &ProofArgs) -> anyhow::Result<Option<Outcome>> {
                 size,
                 root: Hex(root),
             })?;
-            Outcome::Success
+            Exit::Success
         } else if let Some(id) = a.prove {
             out.record(&crate::audit::prove::inclusion(
                 &ledger, id, a.size, "--size",
             )?)?;
-            Outcome::Success
+            Exit::Success
         } else if let Some((from, to)) = a.consistency {
             consistency(&ledger, from, to, &mut out)?
         } else {
@@ -489,7 +485,7 @@ fn proof_mode(a: &ProofArgs) -> anyhow::Result<bool> {
 
 /// `--check-proof FILE`: a proof record checked offline against `--root-hex` or a signed
 /// `--checkpoint`, as one `proof_check` record.
-fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result<Outcome> {
+fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result<Exit> {
     let trusted = match (&a.root_hex, &a.checkpoint, &a.key) {
         (Some(hex), None, _) => Trusted::Root(Digest::from_hex(hex).ok_or_else(|| {
             Error::bad_input(Some("--root-hex".into()), "expected 64 hex digits")
@@ -500,7 +496,7 @@ fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result
                 out.record(&serde_json::json!({
                     "type": "proof_check", "ok": false, "error": e.to_string()
                 }))?;
-                return Ok(Outcome::Negative);
+                return Ok(Exit::Negative);
             }
         },
         _ => {
@@ -536,12 +532,12 @@ fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result
             if let Some(size) = size {
                 record["trusted_size"] = size.into();
             }
-            (record, Outcome::Success)
+            (record, Exit::Success)
         }
         Err(e) => (
             serde_json::json!({"type": "proof_check", "ok": false, "proof": kind,
                 "against": against, "error": e.to_string()}),
-            Outcome::Negative,
+            Exit::Negative,
         ),
     };
     out.record(&record)?;
@@ -549,7 +545,7 @@ fn check_proof_file(a: &ProofArgs, file: &Path, out: &mut Out) -> anyhow::Result
 }
 
 /// `--rebuild-tree`: the stored tree rebuilt from the ledger; prints its root.
-fn rebuild_tree(a: &ProofArgs, out: &mut Out) -> anyhow::Result<Outcome> {
+fn rebuild_tree(a: &ProofArgs, out: &mut Out) -> anyhow::Result<Exit> {
     let mut ledger = Ledger::open_writer(&a.db, crate::store::DEFAULT_BUSY_TIMEOUT_MS)?;
     ledger.rebuild(&[crate::store::Derived::Tree])?;
     let mut tree = ledger.tree()?;
@@ -559,11 +555,11 @@ fn rebuild_tree(a: &ProofArgs, out: &mut Out) -> anyhow::Result<Outcome> {
         size,
         root: Hex(root),
     })?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// `--consistency M N`: the proof that the tree of N events extends the tree of M.
-fn consistency(ledger: &Ledger, from: u64, to: u64, out: &mut Out) -> anyhow::Result<Outcome> {
+fn consistency(ledger: &Ledger, from: u64, to: u64, out: &mut Out) -> anyhow::Result<Exit> {
     if from > to {
         return Err(Error::bad_input(
             Some("--consistency".into()),
@@ -584,7 +580,7 @@ fn consistency(ledger: &Ledger, from: u64, to: u64, out: &mut Out) -> anyhow::Re
         root_to: Hex(root_to),
         path: hexes(&path),
     })?;
-    Ok(Outcome::Success)
+    Ok(Exit::Success)
 }
 
 /// `--checkpoint FILE --key KEY` alone: the ledger's tree at the checkpoint's size has its
@@ -595,7 +591,7 @@ fn check_against_checkpoint(
     key: &str,
     w: &Witnessing,
     out: &mut Out,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Exit> {
     // Keys and files first: a bad one is exit 2 whatever the checkpoint says.
     let witness_signer = match &w.cosign {
         Some(path) => Some(
@@ -618,7 +614,7 @@ fn check_against_checkpoint(
             out.record(&serde_json::json!({
                 "type": "checkpoint_check", "ok": false, "error": err.to_string()
             }))?;
-            return Ok(Outcome::Negative);
+            return Ok(Exit::Negative);
         }
     };
     // What the checkpoint vouches for is recomputed from the events (crate::audit::checkpoint).
@@ -647,13 +643,13 @@ fn check_against_checkpoint(
             .cosign(&note, now)
             .map_err(|e| Error::bad_input(Some(cp_path.display().to_string()), e.to_string()))?;
         out.raw(cosigned.as_bytes())?;
-        return Ok(Outcome::Success);
+        return Ok(Exit::Success);
     }
     out.record(&record)?;
     Ok(if problem.is_some() {
-        Outcome::Negative
+        Exit::Negative
     } else {
-        Outcome::Success
+        Exit::Success
     })
 }
 

@@ -341,7 +341,7 @@ mod tests {
     }
 
     /// A model that repeats its instructions must not act on them: no line of the rules
-    /// is a marker (issue 15 item 6).
+    /// is a marker.
     #[test]
     fn the_rules_hold_no_marker_line() {
         let m = crate::marker::parse(RULES);

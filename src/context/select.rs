@@ -8,7 +8,7 @@
 
 use super::embed::{self, Hash64};
 use crate::event::config::Strategy;
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, MESSAGE_KINDS};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
 use crate::store::{Filter, Indexes};
@@ -21,8 +21,6 @@ use std::sync::Arc;
 pub const VECTOR_WINDOW: usize = 100;
 /// How many of the newest lifetime-memory chunks the vector strategy always includes.
 pub const PINNED_MEMORIES: usize = 2;
-/// The messages retrieval draws from.
-pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
 
 /// The retrieval config in force (the newest `config` of type `retrieval`, FORMATS.md §9.1).
 #[derive(Debug, Clone, PartialEq)]

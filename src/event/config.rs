@@ -1,4 +1,4 @@
-//! The ranges of the `config` values the runtime reads (issue 13 item 10): a retrieval
+//! The ranges of the `config` values the runtime reads: a retrieval
 //! config's `dims` and `limit`, the autonomy thresholds. A write outside them is refused
 //! (the write session, `session::refusal`, records a `violation`, as for a policy refusal), and a reader that
 //! meets one anyway (an imported ledger, the reference's) keeps its default instead, so no
@@ -18,51 +18,36 @@ pub const MAX_BUDGET: i64 = 1_000_000;
 /// The range of every autonomy threshold (the same as `pmm-tick --set`).
 pub const THRESHOLD_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000;
 
-/// How a turn chooses the past events it shows the model: a `retrieval` config's `strategy`
-/// (FORMATS.md §9.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strategy {
-    /// Whole-ledger recall (`crate::recall`) within a character budget.
-    Hybrid,
-    /// The reference's: hash64 scores over a bounded window of recent messages.
-    Vector,
-    /// The reference's: the newest `limit` messages.
-    Fixed,
-}
-
-impl Strategy {
-    /// Every strategy.
-    pub const ALL: [Strategy; 3] = [Strategy::Hybrid, Strategy::Vector, Strategy::Fixed];
-
-    /// The name a config uses.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Hybrid => "hybrid",
-            Strategy::Vector => "vector",
-            Strategy::Fixed => "fixed",
-        }
-    }
-
-    /// The strategy named `name`, if it is one.
-    pub fn parse(name: &str) -> Option<Strategy> {
-        Strategy::ALL.into_iter().find(|s| s.as_str() == name)
+super::vocab::vocabulary! {
+    /// How a turn chooses the past events it shows the model: a `retrieval` config's
+    /// `strategy` (FORMATS.md §9.1).
+    pub enum Strategy {
+        /// Whole-ledger recall (`crate::recall`) within a character budget.
+        Hybrid = "hybrid",
+        /// The reference's: hash64 scores over a bounded window of recent messages.
+        Vector = "vector",
+        /// The reference's: the newest `limit` messages.
+        Fixed = "fixed",
     }
 }
 
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+super::vocab::vocabulary! {
+    /// An autonomy threshold (FORMATS.md §8.3): the keys of an `autonomy_thresholds` config,
+    /// of a `policy_update`'s `thresholds`, of `pmm-tick --set` and of the state record, in
+    /// the order of the reference's `autonomy_rule_table` text (pmm's `index_threshold` last).
+    pub enum Threshold {
+        /// Events between autonomous reflections.
+        ReflectionInterval = "reflection_interval",
+        /// Events between summaries.
+        SummaryInterval = "summary_interval",
+        /// Events after which an open commitment counts as stalled.
+        CommitmentStaleness = "commitment_staleness",
+        /// Events after which a stale commitment may be auto-closed.
+        CommitmentAutoClose = "commitment_auto_close",
+        /// Unindexed messages that call for an `index` tick (pmm's; not in the reference).
+        IndexThreshold = "index_threshold",
     }
 }
-
-/// The threshold keys of an `autonomy_thresholds` config.
-pub const THRESHOLD_KEYS: [&str; 5] = [
-    "reflection_interval",
-    "summary_interval",
-    "commitment_staleness",
-    "commitment_auto_close",
-    "index_threshold",
-];
 
 /// A `config` value the runtime must not use, named with its key and the range it must be in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,9 +105,9 @@ pub fn out_of_range(content: &str) -> Option<OutOfRange> {
                 Some(s) => Err(OutOfRange::Strategy(s.clone())),
             }
         })(),
-        Some("autonomy_thresholds") => THRESHOLD_KEYS
+        Some("autonomy_thresholds") => Threshold::ALL
             .iter()
-            .filter_map(|k| c.get(*k).map(|v| (*k, v)))
+            .filter_map(|k| c.get(k.as_str()).map(|v| (k.as_str(), v)))
             .try_for_each(|(k, v)| int_in(v, k, *THRESHOLD_RANGE.start(), *THRESHOLD_RANGE.end())),
         _ => Ok(()),
     };

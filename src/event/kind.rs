@@ -102,17 +102,16 @@ kinds! {
     Erasure = "erasure",
 }
 
+/// The conversation's messages, by kind name: what a turn's retrieval and recall's
+/// neighbours draw from.
+pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
+
 /// The name of a kind pmm does not know. Only [`Kind::from`] makes one, so it is never the
 /// name of a known kind and equal kinds are equal values.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OtherKind(String);
 
 impl Kind {
-    /// Whether pmm knows this kind (only known kinds may be appended).
-    pub fn is_known(&self) -> bool {
-        !matches!(self, Kind::Other(_))
-    }
-
     /// Whether writes of this kind are checked against the write policy (SPEC §2.5).
     pub fn is_sensitive(&self) -> bool {
         matches!(
@@ -185,6 +184,14 @@ impl Serialize for Kind {
 impl<'de> Deserialize<'de> for Kind {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Kind, D::Error> {
         String::deserialize(d).map(Kind::from)
+    }
+}
+
+#[cfg(test)]
+impl Kind {
+    /// Whether pmm knows this kind (only known kinds may be appended).
+    pub fn is_known(&self) -> bool {
+        !matches!(self, Kind::Other(_))
     }
 }
 

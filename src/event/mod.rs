@@ -2,8 +2,10 @@
 
 pub mod config;
 mod kind;
+pub(crate) mod vocab;
 
-pub use kind::{Kind, OtherKind, UnknownKind};
+pub use kind::{Kind, OtherKind, UnknownKind, MESSAGE_KINDS};
+pub use vocab::{Action, Source};
 
 use crate::canon;
 use chrono::{DateTime, SecondsFormat, Utc};

@@ -9,7 +9,7 @@
 //! joining its pieces with `\n`, `textwrap.dedent` + `strip`, `splitlines` — follows the
 //! reference's Python string semantics (FORMATS.md §1.11), so turns read the same.
 //!
-//! Also on purpose (issue 15 item 5): turns number exchanges, not messages (a user's message
+//! Also on purpose: turns number exchanges, not messages (a user's message
 //! starts turn N, the reply to it is turn N too); each reply names the provider and model
 //! that wrote it (from its meta); a turn the model failed or that was interrupted
 //! (`generation_failure`) is shown, with the error, instead of vanishing; a reply cut by a

@@ -35,13 +35,13 @@ pub fn outcome_content(decision: &Decision, tick: i64, written: &[Event]) -> Str
     let skip = evidence.len().saturating_sub(EVIDENCE_MAX);
     let d = decision.decision.as_str();
     let v = json!({
-        "action_kind": format!("autonomy_{d}"),
+        "action_kind": Action::outcome_kind(d),
         "action_payload": format!("decision={d}"),
         "commitment_id": "",
         "evidence_event_ids": &evidence[skip..],
         "observed_result": if success { "success" } else { "no_delta" },
     });
-    canon::to_string(&v).unwrap_or_default()
+    canon::built(&v)
 }
 
 /// What the adaptive loop shows of a ledger (`pmm-replay --state`, `pmm-metrics`).

@@ -29,7 +29,7 @@
 //! At most one is open at a time, and a cause is never opened twice.
 
 use crate::canon;
-use crate::event::Kind;
+use crate::event::{Kind, Source};
 use crate::projection::mirror::{Commitment, Mirror};
 use crate::projection::rsm;
 use crate::session::{meta, Session};
@@ -50,7 +50,7 @@ fn last_closed<'a>(s: &'a Session<'_, '_>, goal: &str) -> Option<&'a Commitment>
     s.p.mirror
         .closed
         .values()
-        .filter(|c| c.origin == "autonomy_kernel" && c.text == goal)
+        .filter(|c| c.origin == Source::AutonomyKernel && c.text == goal)
         .max_by_key(|c| c.closed_at)
 }
 
@@ -68,9 +68,9 @@ fn run_goal(
     let m = meta(&[
         ("cid", cid.clone().into()),
         ("goal", goal.into()),
-        ("origin", "autonomy_kernel".into()),
+        ("origin", Source::AutonomyKernel.into()),
         ("reason", reason.into()),
-        ("source", "autonomy_kernel".into()),
+        ("source", Source::AutonomyKernel.into()),
     ]);
     s.put(
         Kind::CommitmentOpen,
@@ -79,18 +79,17 @@ fn run_goal(
     )?;
     // Not `autonomy_kernel`: that source marks the kernel's own reflections, which its rules
     // and `autonomy_metrics` count; a goal's work is not one of them.
-    let m = meta(&[("goal", goal.into()), ("source", "internal_goal".into())]);
-    s.put(
-        Kind::Reflection,
-        canon::to_string(work).unwrap_or_default(),
-        m,
-    )?;
+    let m = meta(&[
+        ("goal", goal.into()),
+        ("source", Source::InternalGoal.into()),
+    ]);
+    s.put(Kind::Reflection, canon::built(work), m)?;
     let mut m = meta(&[
         ("cid", cid.clone().into()),
         ("goal", goal.into()),
-        ("origin", "autonomy_kernel".into()),
+        ("origin", Source::AutonomyKernel.into()),
         ("outcome", outcome.into()),
-        ("source", "autonomy_kernel".into()),
+        ("source", Source::AutonomyKernel.into()),
     ]);
     m.extend(close_extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
     s.put(
@@ -191,7 +190,7 @@ pub fn to_open(m: &Mirror, last_turn: Option<i64>) -> Option<NewGoal> {
     let mut stalled: Vec<&Commitment> = m
         .open
         .values()
-        .filter(|c| c.origin != "autonomy_kernel" && head - c.opened_at >= after)
+        .filter(|c| c.origin != Source::AutonomyKernel && head - c.opened_at >= after)
         .collect();
     stalled.sort_by(|a, b| a.opened_at.cmp(&b.opened_at).then(a.cid.cmp(&b.cid)));
     let review = stalled.into_iter().find_map(|c| {
@@ -231,9 +230,9 @@ fn open_goal(s: &mut Session<'_, '_>, g: &NewGoal) -> crate::Result<()> {
         ("cause", g.cause.clone().into()),
         ("cid", cid.into()),
         ("goal", g.goal.into()),
-        ("origin", "autonomy_kernel".into()),
+        ("origin", Source::AutonomyKernel.into()),
         ("reason", g.reason.clone().into()),
-        ("source", "autonomy_kernel".into()),
+        ("source", Source::AutonomyKernel.into()),
     ]);
     s.put(
         Kind::CommitmentOpen,
@@ -263,10 +262,10 @@ pub(crate) fn close_worked(
     let m = meta(&[
         ("cid", cid.into()),
         ("goal", goal.into()),
-        ("origin", "autonomy_kernel".into()),
+        ("origin", Source::AutonomyKernel.into()),
         ("outcome", outcome.into()),
         ("reply", reply.into()),
-        ("source", "autonomy_kernel".into()),
+        ("source", Source::AutonomyKernel.into()),
     ]);
     s.put(
         Kind::CommitmentClose,

@@ -8,7 +8,7 @@
 //! recomputes every index tick with the rule it was written with.
 
 use crate::canon;
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Source};
 use crate::projection::indexing::{self, Message};
 use crate::session::{meta, Session};
 use crate::store::EventLog;
@@ -49,7 +49,7 @@ fn put_c(
     v: &Value,
     pairs: &[(&str, Value)],
 ) -> crate::Result<()> {
-    let content = canon::to_string(v).unwrap_or_default();
+    let content = canon::built(v);
     s.put(kind, content, meta(pairs))?;
     Ok(())
 }
@@ -58,11 +58,8 @@ fn put_c(
 /// is evidence of, with the relation.
 fn maintained(ev: &Event) -> Option<(&'static [&'static str], &'static str)> {
     let kernel = || {
-        ev.meta_map().ok().and_then(|m| {
-            m.get("source")
-                .and_then(Value::as_str)
-                .map(|s| s == "autonomy_kernel")
-        }) == Some(true)
+        ev.meta_map()
+            .is_ok_and(|m| Source::AutonomyKernel.is(m.get("source")))
     };
     Some(match ev.kind {
         Kind::StabilityMetrics => (
@@ -124,10 +121,10 @@ pub(crate) fn maintain(s: &mut Session<'_, '_>, from: usize) -> crate::Result<()
             continue;
         }
         let v = json!({"event_id": ev.id, "relation": relation, "tokens": tokens, "weight": 1.0});
-        let id = crate::chain::Digest::of(canon::to_string(&v).unwrap_or_default().as_bytes());
+        let id = crate::chain::Digest::of(canon::built(&v).as_bytes());
         let m = [
             ("binding_id", id.to_string().into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
         ];
         put_c(s, Kind::ConceptBindEvent, &v, &m)?;
     }

@@ -31,6 +31,7 @@ pub mod index;
 pub mod think;
 pub mod tick;
 
+use crate::event::config::Threshold;
 use crate::projection::autonomy::KernelReflection;
 use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
@@ -64,31 +65,9 @@ impl Slot {
     }
 }
 
-/// What a tick does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// Nothing (besides auto-closes).
-    Idle,
-    /// A kernel reflection.
-    Reflect,
-    /// A `summary_update`.
-    Summarize,
-    /// A batch of the indexer (`concept_bind_async`, `claim_from_text`).
-    Index,
-}
-
-impl Action {
-    /// `idle`, `reflect` or `summarize`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Idle => "idle",
-            Action::Reflect => "reflect",
-            Action::Summarize => "summarize",
-            Action::Index => "index",
-        }
-    }
-}
+/// What a tick does: a closed vocabulary of the ledger, declared where the folds and the
+/// verifier read it.
+pub use crate::event::Action;
 
 /// An open commitment, as the kernel sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +148,7 @@ pub struct AutoClose {
 /// The kernel's decision.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Decision {
-    /// `idle`, `reflect` or `summarize`.
+    /// What the tick does.
     pub decision: Action,
     /// Which rule, in words.
     pub reasoning: String,
@@ -287,7 +266,7 @@ fn stalled<'v>(
 ) -> Vec<(&'v OpenCommitment, i64)> {
     let mut stalled: Vec<(&OpenCommitment, i64)> = open
         .iter()
-        .filter(|c| c.origin != "autonomy_kernel")
+        .filter(|c| c.origin != crate::event::Source::AutonomyKernel)
         .map(|c| (*c, view.head.saturating_sub(c.opened_at)))
         .filter(|(_, age)| th.commitment_staleness > 0 && *age >= th.commitment_staleness)
         .collect();
@@ -331,7 +310,7 @@ fn choose(
         .map(|r| view.head.saturating_sub(r))
         .filter(|n| *n >= th.reflection_interval)
     {
-        let why = format!("reflection_interval reached ({n})");
+        let why = format!("{} reached ({n})", Threshold::ReflectionInterval);
         if !repeat {
             c.chosen = Some((Action::Reflect, why, vec![view.head]));
             return c;
@@ -343,7 +322,7 @@ fn choose(
     if since_summary >= th.summary_interval
         && ref_id.is_some_and(|r| r > view.last_summary.unwrap_or(0))
     {
-        let why = format!("summary_interval reached ({since_summary})");
+        let why = format!("{} reached ({since_summary})", Threshold::SummaryInterval);
         c.chosen = Some((Action::Summarize, why, vec![view.head]));
         return c;
     }

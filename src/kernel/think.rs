@@ -28,7 +28,7 @@ use super::{decide, goals, Action, Slot, View};
 use crate::context::embed::py_split;
 use crate::context::prompt::HISTORY_MESSAGES;
 use crate::context::select::{self, RetrievalConfig};
-use crate::event::{Clock, Event, Kind};
+use crate::event::{Clock, Event, Kind, Source};
 use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
 use crate::projection::state::Projections;
@@ -37,7 +37,7 @@ use crate::store::{self, Filter, Indexes, Ledger};
 use serde_json::{json, Value};
 
 /// `meta.source` of everything a thinking tick writes on the model's behalf.
-pub const SOURCE: &str = "autonomy_kernel";
+pub const SOURCE: Source = Source::AutonomyKernel;
 
 /// `meta.prompt_format` of a thinking tick's reply (a turn's is [`crate::context::prompt::PROMPT_FORMAT`]):
 /// `think.2` records what recall selected (`meta.selected`, `meta.via`), which [`rebuild`]
@@ -113,7 +113,7 @@ pub fn rebuild<R: Indexes>(
     if !THINK_FORMATS.contains(&format.as_str()) {
         return Ok(None);
     }
-    if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE) {
+    if reply.kind != Kind::AssistantMessage || s("source").as_deref() != Some(SOURCE.as_str()) {
         return Ok(None);
     }
     let n = |k: &str| m.get(k).and_then(Value::as_i64);
@@ -370,7 +370,7 @@ fn run_inner(
         "prompt_sha256": request.sha256,
     });
     Ok(Thought {
-        ticked: Ticked::Done(tick::Outcome {
+        ticked: Ticked::Done(tick::TickDone {
             slot: slot.clone(),
             decision,
             events: all,
@@ -642,8 +642,8 @@ fn append_reply(
     let assistant = s.put(Kind::AssistantMessage, reply.text.as_str(), m)?;
     let (markers, _echoed) = marker::parse_unechoed(&reply.text, &req.system);
     let (claims, failed) = session::append_claims(s, &markers)?;
-    let opened = session::append_opens(s, &markers, &[], SOURCE)?;
-    let closed = session::append_closes(s, &markers, SOURCE)?;
+    let opened = session::append_opens(s, &markers, &[], SOURCE.as_str())?;
+    let closed = session::append_closes(s, &markers, SOURCE.as_str())?;
     session::append_delta_reflection(s, &markers, &failed, &opened, &closed, assistant.id)?;
     Ok(Done {
         reply: assistant.id,

@@ -14,7 +14,8 @@
 
 use super::{decide, Action, Decision, Slot, View};
 use crate::canon;
-use crate::event::{Clock, Event, Kind};
+use crate::event::config::Threshold;
+use crate::event::{Clock, Event, Kind, Source};
 use crate::projection::mirror::Thresholds;
 use crate::projection::state::Projections;
 use crate::session::{
@@ -36,7 +37,7 @@ pub const MANIFEST_EVERY: i64 = 50;
 
 /// What a tick did.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct TickDone {
     /// The slot.
     pub slot: Slot,
     /// The decision.
@@ -51,7 +52,7 @@ pub struct Outcome {
 #[derive(Debug, Clone)]
 pub enum Ticked {
     /// The tick was written.
-    Done(Outcome),
+    Done(TickDone),
     /// The slot already has a stimulus (cron fired twice): nothing was written.
     AlreadyTicked {
         /// The slot.
@@ -139,7 +140,10 @@ fn delta_hash<R: EventLog>(r: &R, ids: &[i64]) -> crate::Result<String> {
             items.push(json!({"content": e.content, "kind": e.kind, "meta": meta}));
         }
     }
-    let text = canon::to_string(&Value::Array(items)).unwrap_or_default();
+    // Stored events are read from outside: a meta with a number out of range (an imported
+    // ledger's) is an error, not the digest of nothing.
+    let text = canon::to_string(&Value::Array(items))
+        .map_err(|e| crate::Error::bad_input(None, format!("delta_hash of events {ids:?}: {e}")))?;
     Ok(crate::chain::Digest::of(text.as_bytes()).to_string())
 }
 
@@ -204,7 +208,7 @@ fn run_inner(
     if projected.folded >= store::CHECKPOINT_EVERY / 4 {
         store::save_projection_checkpoint(ledger.path(), &p);
     }
-    Ok(Ticked::Done(Outcome {
+    Ok(Ticked::Done(TickDone {
         slot: slot.clone(),
         decision,
         events,
@@ -271,7 +275,7 @@ pub(super) fn append_stimulus_with(
     );
     let mut pairs = vec![
         ("slot_id", slot.slot_id.clone().into()),
-        ("source", "autonomy_supervisor".into()),
+        ("source", Source::AutonomySupervisor.into()),
     ];
     pairs.extend(extra.iter().cloned());
     s.put(Kind::AutonomyStimulus, stimulus, slot_meta(slot, &pairs))
@@ -290,7 +294,7 @@ fn append_decision(
         s.put(
             Kind::AutonomyRuleTable,
             rule_table,
-            meta(&[("source", "autonomy_kernel".into())]),
+            meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
     }
     let mut m = slot_meta(
@@ -298,7 +302,7 @@ fn append_decision(
         &[
             ("slot", slot.slot.into()),
             ("slot_id", slot.slot_id.clone().into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
         ],
     );
     if let Some(n) = note {
@@ -309,7 +313,7 @@ fn append_decision(
         let rule = crate::projection::indexing::RULE;
         m.insert("index_rule".into(), rule.into());
     }
-    let content = canon::to_string(&decision.tick_content()).unwrap_or_default();
+    let content = canon::built(&decision.tick_content());
     s.put(Kind::AutonomyTick, content, m)?;
     Ok(())
 }
@@ -326,7 +330,7 @@ fn append_auto_closes(
             ("cid", c.cid.clone().into()),
             ("origin", c.origin.clone().into()),
             ("reason", "auto_close_idle_opt".into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
             ("threshold", th.commitment_auto_close.into()),
         ]);
         s.put(
@@ -356,14 +360,14 @@ fn append_action(
                 ),
                 ("delta_hash", delta.into()),
                 ("slot_id", slot.slot_id.clone().into()),
-                ("source", "autonomy_kernel".into()),
+                ("source", Source::AutonomyKernel.into()),
                 (
                     "staleness_threshold",
                     th.commitment_staleness.to_string().into(),
                 ),
                 ("synth", "pmm".into()),
             ]);
-            let content = canon::to_string(&payload).unwrap_or_default();
+            let content = canon::built(&payload);
             s.put(Kind::Reflection, content, m)?;
         }
         Action::Summarize => append_summary(s.batch, s.p, s.events, s.clock, true)?,
@@ -390,11 +394,11 @@ fn append_adaptive(
         &[
             ("slot", slot.slot.into()),
             ("slot_id", slot.slot_id.clone().into()),
-            ("source", "autonomy_kernel".into()),
+            ("source", Source::AutonomyKernel.into()),
         ],
     );
     s.put(Kind::OutcomeObservation, content, m)?;
-    let kernel = || meta(&[("source", "autonomy_kernel".into())]);
+    let kernel = || meta(&[("source", Source::AutonomyKernel.into())]);
     if let Some(c) = s.p.adapt.stability_due() {
         s.put(Kind::StabilityMetrics, c, kernel())?;
     }
@@ -422,7 +426,7 @@ fn append_bookkeeping(s: &mut Session<'_, '_>) -> crate::Result<()> {
         s.put(
             Kind::AutonomyMetrics,
             content,
-            meta(&[("source", "autonomy_tracker".into())]),
+            meta(&[("source", Source::AutonomyTracker.into())]),
         )?;
     }
     if let Some((content, m)) = manifest(s.p) {
@@ -443,7 +447,7 @@ pub fn metrics_content(p: &Projections) -> String {
         "summarize_count": a.summarize_count,
         "ticks_total": a.ticks_total,
     });
-    canon::to_string(&v).unwrap_or_default()
+    canon::built(&v)
 }
 
 /// A `checkpoint_manifest` when one is due (FORMATS.md §8.9): there is a summary, and either
@@ -469,8 +473,8 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
     let v =
         json!({"covers": ["rsm_state", "open_commitments"], "root_hash": root, "up_to_id": up_to});
     Some((
-        canon::to_string(&v).ok()?,
-        meta(&[("source", "autonomy_kernel".into())]),
+        canon::built(&v),
+        meta(&[("source", Source::AutonomyKernel.into())]),
     ))
 }
 
@@ -499,7 +503,8 @@ fn set_inner(
     catch_up(&batch, &mut p)?;
     let mut events = Vec::new();
     let current = p.mirror.thresholds.clone();
-    let value = |k: &str| current.get(k);
+    // A budget key is no threshold: its change is always written.
+    let value = |k: &str| Threshold::parse(k).map(|k| current.get(k));
     let unset: Vec<&String> = unset
         .iter()
         .filter(|k| current.pinned.contains(*k))
@@ -507,7 +512,7 @@ fn set_inner(
     if unset.is_empty()
         && changes
             .iter()
-            .all(|(k, v)| value(k) == *v && current.pinned.contains(k))
+            .all(|(k, v)| value(k) == Some(*v) && current.pinned.contains(k))
     {
         return Ok((current, events));
     }
@@ -521,13 +526,13 @@ fn set_inner(
     }
     let ev = new_event(
         Kind::Config,
-        canon::to_string(&Value::Object(content)).unwrap_or_default(),
-        meta(&[("source", "pmm-tick".into())]),
+        canon::built(&Value::Object(content)),
+        meta(&[("source", Source::PmmTick.into())]),
     )?;
     put(&mut batch, &mut p, &mut events, ev, clock)?;
     let text = p.mirror.thresholds.rule_table_text();
     if p.autonomy.last_rule_table.as_deref() != Some(text.as_str()) {
-        let m = meta(&[("source", "autonomy_kernel".into())]);
+        let m = meta(&[("source", Source::AutonomyKernel.into())]);
         put(
             &mut batch,
             &mut p,

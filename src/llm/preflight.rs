@@ -1,9 +1,9 @@
-//! The check before a turn (issue 15 item 4): mistakes that are known before anything is
+//! The check before a turn: mistakes that are known before anything is
 //! appended — a refused connection, an unknown model, a rejected key, a server that speaks
 //! another API — are found with one cheap request and reported as [`LlmError::Preflight`]
 //! (exit 3, nothing written), with a hint. Anything the check cannot be sure of (a timeout, a
-//! 5xx, an answer it does not understand) passes: the turn then asks, and records what
-//! happens, as before.
+//! 5xx, an answer it does not understand) passes: the turn then asks the model, and a
+//! failure of that call is recorded as a `generation_failure`.
 //!
 //! - ollama: `POST {host}/api/show {"model"}`: 200 is a model Ollama has; Ollama's own 404
 //!   (`{"error":"model '…' not found"}`) is a model to pull; any other 404 is a server that is

@@ -42,4 +42,4 @@ pub const REMEMBER_KINDS: &[&str] = &[
     Kind::AssistantMessage.as_str(),
 ];
 /// The actor (`meta.source`) of everything `pmm-mcp` writes.
-pub const SOURCE: &str = "mcp";
+pub const SOURCE: &str = crate::event::Source::Mcp.as_str();

@@ -11,6 +11,7 @@
 //! nothing acts (idle ticks only) never learns anything.
 
 use crate::canon;
+use crate::event::config::Threshold;
 use crate::event::{Event, Kind};
 use crate::projection::mirror::Thresholds;
 use crate::pystr;
@@ -28,9 +29,9 @@ pub const LEARN_BATCH: usize = 5;
 pub const META_BATCH: usize = 3;
 
 /// The action kinds learning adjusts, with the threshold each moves.
-pub const LEARNED: [(&str, &str); 2] = [
-    ("autonomy_reflect", "reflection_interval"),
-    ("autonomy_summarize", "summary_interval"),
+pub const LEARNED: [(&str, Threshold); 2] = [
+    ("autonomy_reflect", Threshold::ReflectionInterval),
+    ("autonomy_summarize", Threshold::SummaryInterval),
 ];
 
 const F_POLICY: u8 = 1;
@@ -156,14 +157,16 @@ fn domain_claim(id: i64, line: &str) -> Option<DomainClaim> {
     let Value::Object(d) = serde_json::from_str::<Value>(data).ok()? else {
         return None;
     };
+    // The data is the model's: a value with no canonical form (a number out of range) makes
+    // no domain claim.
     let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        other => crate::canon::to_string(other).unwrap_or_default(),
+        Value::String(s) => Some(s.clone()),
+        other => crate::canon::to_string(other).ok(),
     };
     Some(DomainClaim {
         id,
-        domain: text(d.get("domain")?),
-        value: crate::canon::to_string(d.get("value")?).unwrap_or_default(),
+        domain: text(d.get("domain")?)?,
+        value: crate::canon::to_string(d.get("value")?).ok()?,
     })
 }
 
@@ -275,7 +278,7 @@ impl AdaptLog {
 
     /// The `stability_metrics` content now (FORMATS.md §8.8), canonical JSON.
     pub fn stability_content(&self) -> String {
-        crate::canon::to_string(&self.stability_value()).unwrap_or_default()
+        crate::canon::built(&self.stability_value())
     }
 
     fn stability_value(&self) -> Value {
@@ -311,7 +314,7 @@ impl AdaptLog {
         let mut v = self.stability_value();
         let t = self.window.iter().filter(|x| **x != F_STABILITY).count();
         if extra == 0 || t == 0 {
-            return crate::canon::to_string(&v).unwrap_or_default();
+            return crate::canon::built(&v);
         }
         let n = |f: u8| self.window.iter().filter(|x| *x & f != 0).count() as f64;
         let t = t as f64;
@@ -319,7 +322,7 @@ impl AdaptLog {
         let churn = (n(F_COMMIT) + n(F_CLOSE) + extra as f64) / t;
         v["metrics"]["commitment_churn"] = json!(churn);
         v["stability_score"] = json!((1.0 - policy - 0.5 * churn).clamp(0.0, 1.0));
-        crate::canon::to_string(&v).unwrap_or_default()
+        crate::canon::built(&v)
     }
 
     /// The newest `stability_score`, 1.0 before any `stability_metrics`.
@@ -382,7 +385,7 @@ impl AdaptLog {
             "resolution_needed": !conflicts.is_empty(),
             "scope": by_domain.keys().collect::<Vec<_>>(),
         });
-        crate::canon::to_string(&v).unwrap_or_default()
+        crate::canon::built(&v)
     }
 
     /// The `coherence_check` to write now: its content, unless no claim came since the newest
@@ -489,7 +492,7 @@ pub fn policy_due(a: &AdaptLog, th: &Thresholds) -> Option<String> {
     let mut after = th.clone();
     after.apply_policy(&v);
     v["thresholds"] = json!({"after": after.values(), "before": th.values()});
-    canon::to_string(&v).ok()
+    Some(canon::built(&v))
 }
 
 /// The `meta_policy_update` due in a tick, if any (FORMATS.md §8.11):
@@ -513,15 +516,15 @@ pub fn meta_due(a: &AdaptLog, th: &Thresholds, head: i64) -> Option<String> {
         return None;
     };
     let mut v = json!({
-        "changes": {"reflection_interval": change},
+        "changes": {(Threshold::ReflectionInterval.as_str()): change},
         "evidence": batch.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        "suggestions": [{"param": "reflection_interval", "reason": reason, "suggested_change": change}],
+        "suggestions": [{"param": Threshold::ReflectionInterval, "reason": reason, "suggested_change": change}],
         "type": "meta_learning",
     });
     let mut after = th.clone();
     after.apply_meta_policy(&v);
     v["thresholds"] = json!({"after": after.values(), "before": th.values()});
-    canon::to_string(&v).ok()
+    Some(canon::built(&v))
 }
 
 /// The `policy_update` the reference would write now (FORMATS.md §8.11): over every
@@ -555,7 +558,7 @@ pub fn reference_policy(a: &AdaptLog) -> Option<String> {
         return None;
     }
     let v = json!({"changes": changes, "suggestions": suggestions, "type": "adaptive_learning"});
-    canon::to_string(&v).ok()
+    Some(canon::built(&v))
 }
 
 #[cfg(test)]

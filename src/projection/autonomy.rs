@@ -8,7 +8,7 @@
 //! projection checkpoint, so a tick on a ledger of any size reads only the events since it.
 
 use crate::chain::root::StoredRoot;
-use crate::event::{Event, Kind};
+use crate::event::{Action, Event, Kind, Source};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,7 +167,9 @@ impl ThinkLog {
         }
         let maybe = match ev.kind {
             Kind::AutonomyStimulus => ev.meta.contains("\"claim\""),
-            Kind::AssistantMessage | Kind::GenerationFailure => ev.meta.contains("autonomy_kernel"),
+            Kind::AssistantMessage | Kind::GenerationFailure => {
+                ev.meta.contains(Source::AutonomyKernel.as_str())
+            }
             _ => false,
         };
         if !maybe {
@@ -181,8 +183,7 @@ impl ThinkLog {
             }
             return;
         }
-        let thinking = m.get("source").and_then(Value::as_str) == Some("autonomy_kernel")
-            && m.contains_key("slot_id");
+        let thinking = Source::AutonomyKernel.is(m.get("source")) && m.contains_key("slot_id");
         if !thinking {
             return;
         }
@@ -220,7 +221,7 @@ fn meta_of(ev: &Event) -> serde_json::Map<String, Value> {
 }
 
 fn is_kernel(ev: &Event) -> bool {
-    meta_of(ev).get("source").and_then(Value::as_str) == Some("autonomy_kernel")
+    Source::AutonomyKernel.is(meta_of(ev).get("source"))
 }
 
 impl AutonomyLog {
@@ -370,12 +371,11 @@ impl AutonomyLog {
     fn apply_tick(&mut self, ev: &Event) {
         self.ticks_total += 1;
         let content = serde_json::from_str::<Value>(&ev.content).ok();
-        let decision = content.as_ref().and_then(|c| {
-            c.get("decision")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        });
-        if decision.as_deref() == Some("index") {
+        let decision = content
+            .as_ref()
+            .and_then(|c| c.get("decision")?.as_str())
+            .and_then(Action::parse);
+        if decision == Some(Action::Index) {
             let taken: Vec<i64> = content
                 .as_ref()
                 .and_then(|c| c.get("evidence")?.as_array().cloned())
@@ -385,10 +385,10 @@ impl AutonomyLog {
                 .collect();
             self.unindexed.retain(|m| !taken.contains(m));
         }
-        match decision.as_deref() {
-            Some("reflect") => self.reflect_count += 1,
-            Some("summarize") => self.intention_summarize_count += 1,
-            _ => self.idle_count += 1,
+        match decision {
+            Some(Action::Reflect) => self.reflect_count += 1,
+            Some(Action::Summarize) => self.intention_summarize_count += 1,
+            Some(Action::Idle | Action::Index) | None => self.idle_count += 1,
         }
     }
 

@@ -268,15 +268,6 @@ impl EventGraph {
         }
     }
 
-    /// The graph of `events` (in id order).
-    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> EventGraph {
-        let mut g = EventGraph::default();
-        for ev in events {
-            g.apply(ev);
-        }
-        g
-    }
-
     /// Nodes are added in rising id order, so the node list is sorted by id.
     fn index_of(&self, id: i64) -> Option<NodeIndex> {
         self.graph
@@ -717,6 +708,18 @@ impl GraphFold {
                 }),
             },
         }
+    }
+}
+
+#[cfg(test)]
+impl EventGraph {
+    /// The graph of `events` (in id order).
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a Event>) -> EventGraph {
+        let mut g = EventGraph::default();
+        for ev in events {
+            g.apply(ev);
+        }
+        g
     }
 }
 

@@ -30,7 +30,7 @@
 
 use super::concepts::ConceptGraph;
 use crate::canon;
-use crate::event::Kind;
+use crate::event::{Kind, Source};
 use crate::formats::stop::is_stop_word;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,9 +53,9 @@ pub const MAX_RELATES: usize = 8;
 pub const CO_OCCURS: &str = "co_occurs_with";
 
 /// The `source` of the indexer's events, as the reference names it.
-pub const SOURCE: &str = "autonomy_kernel.indexer";
+pub const SOURCE: Source = Source::Indexer;
 /// The source of the thread backfill's bindings, as the reference names it.
-pub const BACKFILL: &str = "indexer.backfill";
+pub const BACKFILL: Source = Source::IndexerBackfill;
 
 /// A message of the batch.
 #[derive(Debug, Clone, Copy)]
@@ -249,7 +249,7 @@ struct Plan<'g> {
 
 impl Plan<'_> {
     fn push(&mut self, kind: Kind, v: &Value, m: Map<String, Value>) {
-        let content = canon::to_string(v).unwrap_or_default();
+        let content = canon::built(v);
         self.out.push(Planned {
             kind,
             content,
@@ -267,7 +267,7 @@ impl Plan<'_> {
             "attributes": {}, "concept_kind": kind, "definition": definition,
             "token": token, "version": 1,
         });
-        let id = crate::chain::Digest::of(canon::to_string(&def).unwrap_or_default().as_bytes());
+        let id = crate::chain::Digest::of(canon::built(&def).as_bytes());
         let m = meta(&[
             ("concept_id", id.to_string().into()),
             ("source", SOURCE.into()),
@@ -279,7 +279,7 @@ impl Plan<'_> {
 
     fn bind(&mut self, m: &Message<'_>, tokens: &[String]) {
         let v = json!({"confidence": 0.75, "event_id": m.id, "relation": "inferred_topic", "tokens": tokens});
-        let pairs = [("origin", Value::from("async")), ("source", SOURCE.into())];
+        let pairs = [("origin", Source::Async.into()), ("source", SOURCE.into())];
         self.push(Kind::ConceptBindAsync, &v, meta(&pairs));
     }
 
@@ -306,7 +306,7 @@ impl Plan<'_> {
                 "claim_type": claim_type, "confidence": confidence, "evidence_text": evidence,
                 "source_event_id": m.id, "value": value,
             });
-            let pairs = [("origin", Value::from("async")), ("source", SOURCE.into())];
+            let pairs = [("origin", Source::Async.into()), ("source", SOURCE.into())];
             self.push(Kind::ClaimFromText, &v, meta(&pairs));
         }
     }

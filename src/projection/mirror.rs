@@ -6,9 +6,10 @@
 //! order, once), and thresholds are part of the projection, so replay reproduces the
 //! thresholds in force at any event (the reference keeps them in memory only).
 
-use crate::event::{Event, Kind};
+use crate::event::config::Threshold;
+use crate::event::{Event, Kind, Source};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha1::{Digest as _, Sha1};
 use std::collections::BTreeMap;
 
@@ -152,39 +153,40 @@ impl Default for Thresholds {
 }
 
 impl Thresholds {
-    fn set(&mut self, key: &str, value: i64) -> bool {
-        let slot = match key {
-            "reflection_interval" => &mut self.reflection_interval,
-            "summary_interval" => &mut self.summary_interval,
-            "commitment_staleness" => &mut self.commitment_staleness,
-            "commitment_auto_close" => &mut self.commitment_auto_close,
-            "index_threshold" => &mut self.index_threshold,
-            _ => return false,
-        };
+    fn slot(&mut self, key: Threshold) -> &mut i64 {
+        match key {
+            Threshold::ReflectionInterval => &mut self.reflection_interval,
+            Threshold::SummaryInterval => &mut self.summary_interval,
+            Threshold::CommitmentStaleness => &mut self.commitment_staleness,
+            Threshold::CommitmentAutoClose => &mut self.commitment_auto_close,
+            Threshold::IndexThreshold => &mut self.index_threshold,
+        }
+    }
+
+    fn set(&mut self, key: Threshold, value: i64) -> bool {
         // Out of range (never written by pmm; an imported ledger's): not in force.
         if !crate::event::config::THRESHOLD_RANGE.contains(&value) {
             return false;
         }
-        *slot = value;
+        *self.slot(key) = value;
         true
     }
 
-    /// The value of the threshold `key` (0 for an unknown key).
-    pub fn get(&self, key: &str) -> i64 {
+    /// The value of the threshold `key`.
+    pub fn get(&self, key: Threshold) -> i64 {
         match key {
-            "reflection_interval" => self.reflection_interval,
-            "summary_interval" => self.summary_interval,
-            "commitment_staleness" => self.commitment_staleness,
-            "commitment_auto_close" => self.commitment_auto_close,
-            "index_threshold" => self.index_threshold,
-            _ => 0,
+            Threshold::ReflectionInterval => self.reflection_interval,
+            Threshold::SummaryInterval => self.summary_interval,
+            Threshold::CommitmentStaleness => self.commitment_staleness,
+            Threshold::CommitmentAutoClose => self.commitment_auto_close,
+            Threshold::IndexThreshold => self.index_threshold,
         }
     }
 
     /// Moves the threshold `key` one step (`delta` ±1) as learning does (FORMATS.md §8.3):
     /// clamped to [`LEARN_RANGE`], never a pinned one. Whether it moved.
-    pub fn nudge(&mut self, key: &str, delta: i64) -> bool {
-        if self.pinned.contains(key) || self.get(key) == 0 {
+    pub fn nudge(&mut self, key: Threshold, delta: i64) -> bool {
+        if self.pinned.contains(key.as_str()) {
             return false;
         }
         let now = self.get(key);
@@ -192,15 +194,13 @@ impl Thresholds {
         next != now && self.set(key, next)
     }
 
-    /// The four values as a JSON object (the `thresholds` of a `policy_update`).
-    pub fn values(&self) -> Value {
-        serde_json::json!({
-            "reflection_interval": self.reflection_interval,
-            "summary_interval": self.summary_interval,
-            "commitment_staleness": self.commitment_staleness,
-            "commitment_auto_close": self.commitment_auto_close,
-            "index_threshold": self.index_threshold,
-        })
+    /// Every threshold's value as a JSON object keyed by name (the `thresholds` of a
+    /// `policy_update`, the state record's).
+    pub fn values(&self) -> Map<String, Value> {
+        Threshold::ALL
+            .iter()
+            .map(|k| (k.as_str().to_string(), self.get(*k).into()))
+            .collect()
     }
 
     /// Applies a `policy_update` of type `adaptive_learning`: each entry of `changes` whose
@@ -217,8 +217,8 @@ impl Thresholds {
             .flatten()
         {
             let key = match action.as_str() {
-                "reflect" | "autonomy_reflect" => "reflection_interval",
-                "summarize" | "autonomy_summarize" => "summary_interval",
+                "reflect" | "autonomy_reflect" => Threshold::ReflectionInterval,
+                "summarize" | "autonomy_summarize" => Threshold::SummaryInterval,
                 _ => continue,
             };
             let delta = match change.as_str() {
@@ -241,7 +241,9 @@ impl Thresholds {
             .into_iter()
             .flatten()
         {
-            if s.get("param").and_then(Value::as_str) != Some("reflection_interval") {
+            if s.get("param").and_then(Value::as_str)
+                != Some(Threshold::ReflectionInterval.as_str())
+            {
                 continue;
             }
             let delta = match s.get("suggested_change").and_then(Value::as_str) {
@@ -249,7 +251,7 @@ impl Thresholds {
                 Some("decrease") => -1,
                 _ => continue,
             };
-            moved |= self.nudge("reflection_interval", delta);
+            moved |= self.nudge(Threshold::ReflectionInterval, delta);
         }
         moved
     }
@@ -259,15 +261,14 @@ impl Thresholds {
     /// with pmm's `,index_threshold:N` before the brace when it is not the default (so that a
     /// reference ledger's rule table still reads as the thresholds in force).
     pub fn rule_table_text(&self) -> String {
-        let index = if self.index_threshold == DEFAULT_INDEX_THRESHOLD {
-            String::new()
-        } else {
-            format!(",index_threshold:{}", self.index_threshold)
-        };
-        format!(
-            "{{reflection_interval:{},summary_interval:{},commitment_staleness:{},commitment_auto_close:{}{index}}}",
-            self.reflection_interval, self.summary_interval, self.commitment_staleness, self.commitment_auto_close
-        )
+        let pairs: Vec<String> = Threshold::ALL
+            .iter()
+            .filter(|k| {
+                **k != Threshold::IndexThreshold || self.index_threshold != DEFAULT_INDEX_THRESHOLD
+            })
+            .map(|k| format!("{k}:{}", self.get(*k)))
+            .collect();
+        format!("{{{}}}", pairs.join(","))
     }
 }
 
@@ -305,7 +306,7 @@ impl Mirror {
         let worked: Vec<&Commitment> = self
             .closed
             .values()
-            .filter(|c| c.origin == "autonomy_kernel" && c.cid.starts_with("mc_"))
+            .filter(|c| c.origin == Source::AutonomyKernel && c.cid.starts_with("mc_"))
             .collect();
         let newest = worked.iter().max_by_key(|c| c.closed_at).copied();
         (worked.len(), newest)
@@ -412,9 +413,9 @@ impl Mirror {
                 Some("autonomy_thresholds") => {
                     let mut changed = false;
                     for (k, v) in &c {
-                        if let Some(n) = v.as_i64() {
-                            changed |= self.thresholds.set(k, n);
-                            if self.thresholds.get(k) == n {
+                        if let (Some(key), Some(n)) = (Threshold::parse(k), v.as_i64()) {
+                            changed |= self.thresholds.set(key, n);
+                            if self.thresholds.get(key) == n {
                                 self.thresholds.pinned.insert(k.clone());
                             }
                         }
@@ -461,15 +462,15 @@ impl Mirror {
             .trim_start_matches('{')
             .trim_end_matches('}');
         let mut changed = false;
-        if !body.contains("index_threshold") {
+        if !body.contains(Threshold::IndexThreshold.as_str()) {
             changed |= self
                 .thresholds
-                .set("index_threshold", DEFAULT_INDEX_THRESHOLD);
+                .set(Threshold::IndexThreshold, DEFAULT_INDEX_THRESHOLD);
         }
         for pair in body.split(',') {
             if let Some((k, v)) = pair.split_once(':') {
-                if let Ok(n) = v.trim().parse::<i64>() {
-                    changed |= self.thresholds.set(k.trim(), n);
+                if let (Some(key), Ok(n)) = (Threshold::parse(k.trim()), v.trim().parse::<i64>()) {
+                    changed |= self.thresholds.set(key, n);
                 }
             }
         }
@@ -503,7 +504,7 @@ impl Mirror {
 #[cfg(test)]
 mod tests {
 
-    /// Issue 21 item 2: the claim header is Python-stripped (\x1c is whitespace to Python's
+    /// The claim header is Python-stripped (\x1c is whitespace to Python's
     /// str.strip and not to Rust's trim), as claim::adoptions and the reference read it.
     #[test]
     fn identity_claims_strip_as_python_does() {

@@ -70,23 +70,24 @@ const IDENTITY_QUERY: &str = "identity_query";
 const COVER_PREFIX_CHARS: usize = 50;
 
 const DETERMINISM_MARKERS: &[&str] = &["determinism", "deterministic"];
-const MESSAGE_KINDS: &[Kind] = &[Kind::AssistantMessage, Kind::Reflection];
+/// The model's own words, which most tendencies are counted in: its replies and reflections.
+const OWN_WORDS: &[Kind] = &[Kind::AssistantMessage, Kind::Reflection];
 /// The reference's self-model event, which its own fold skips; pmm never writes it.
 const RSM_UPDATE: &str = "rsm_update";
 
 /// `(tendency, kinds it watches, markers summed)` in the reference's order.
 const PATTERNS: &[(&str, &[Kind], &[&str])] = &[
     (IDENTITY_QUERY, &[Kind::UserMessage], &["who are you"]),
-    ("determinism_emphasis", MESSAGE_KINDS, DETERMINISM_MARKERS),
-    ("stability_emphasis", MESSAGE_KINDS, &["stability"]),
+    ("determinism_emphasis", OWN_WORDS, DETERMINISM_MARKERS),
+    ("stability_emphasis", OWN_WORDS, &["stability"]),
     (
         "adaptability_emphasis",
-        MESSAGE_KINDS,
+        OWN_WORDS,
         &["adaptability", "adapt"],
     ),
     (
         "instantiation_capacity",
-        MESSAGE_KINDS,
+        OWN_WORDS,
         &["instantiation", "entity"],
     ),
 ];
@@ -481,11 +482,6 @@ impl Rsm {
         self.intents.iter().collect()
     }
 
-    /// The number of events folded.
-    pub fn events_folded(&self) -> u64 {
-        self.events
-    }
-
     /// The id of the last folded event.
     pub fn last_event_id(&self) -> Option<i64> {
         self.last_id
@@ -638,6 +634,14 @@ pub fn diff_marks(a: &RsmMark, b: &RsmMark) -> RsmDiff {
         tendencies_delta,
         gaps_added: b.gaps.difference(&a.gaps).cloned().collect(),
         gaps_resolved: a.gaps.difference(&b.gaps).cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+impl Rsm {
+    /// The number of events folded.
+    pub fn events_folded(&self) -> u64 {
+        self.events
     }
 }
 

@@ -106,15 +106,12 @@ impl Projections {
             open_commitments: open,
             retrieval: m.retrieval.as_ref(),
             rsm: self.rsm.snapshot_view(&self.concepts),
-            thresholds: json!({
-                "reflection_interval": m.thresholds.reflection_interval,
-                "summary_interval": m.thresholds.summary_interval,
-                "commitment_staleness": m.thresholds.commitment_staleness,
-                "commitment_auto_close": m.thresholds.commitment_auto_close,
-                "index_threshold": m.thresholds.index_threshold,
-                "set_by": m.thresholds.set_by,
-                "pinned": m.thresholds.pinned,
-            }),
+            thresholds: {
+                let mut t = m.thresholds.values();
+                t.insert("set_by".into(), json!(m.thresholds.set_by));
+                t.insert("pinned".into(), json!(m.thresholds.pinned));
+                Value::Object(t)
+            },
         }
     }
 }

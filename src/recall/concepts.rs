@@ -2,7 +2,8 @@
 //! rule, FORMATS.md §9.6), the events bound to them, and the commitment threads bound to them
 //! as story windows: the reply that opened the commitment, its open and its close.
 
-use super::{text::MESSAGE_KINDS, Cache, Query, Ranked};
+use super::{Cache, Query, Ranked, NEIGHBOUR_WINDOW};
+use crate::event::MESSAGE_KINDS;
 use crate::projection::state::Projections;
 use crate::store::Indexes;
 use crate::Result;
@@ -26,9 +27,6 @@ pub const MAX_SHARE: f64 = 0.5;
 /// A concept bound to at most this many events is never left out by [`MAX_SHARE`]: in a
 /// ledger with few bindings a share says little, and all its events fit the list anyway.
 pub const MIN_COMMON: usize = EVENTS_PER_CONCEPT;
-/// How far before a commitment's open the reply that opened it is looked for (ids): the turn
-/// writes the open a few events after the reply, other writers' events in between aside.
-pub const REPLY_REACH: i64 = 64;
 
 /// Segments too generic to match a concept on their own (FORMATS.md §9.6).
 const GENERIC_SEGMENTS: [&str; 7] = ["meta", "root", "core", "base", "type", "kind", "value"];
@@ -150,7 +148,7 @@ pub fn rank<R: Indexes>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) ->
         for (opened, cid, closed) in threads.into_iter().take(THREADS_PER_CONCEPT) {
             let why = format!("thread:{cid}");
             if let Some(reply) = r
-                .adjacent(opened, &MESSAGE_KINDS, 1, false, REPLY_REACH)?
+                .adjacent(opened, &MESSAGE_KINDS, 1, false, NEIGHBOUR_WINDOW)?
                 .pop()
             {
                 push(reply.id, why.clone(), &mut items);

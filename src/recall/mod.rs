@@ -60,6 +60,10 @@ pub const EVIDENCE_CHARS: usize = 600;
 pub const RRF_K: f64 = 60.0;
 /// A reader indexes at most this many unindexed events on the fly.
 pub const MAX_UNINDEXED: u64 = 100_000;
+/// How far (in ids) recall looks for the message next to an event: a full-text hit's
+/// neighbours, and the reply that opened a commitment (the turn writes the open a few events
+/// after the reply, other writers' events in between aside).
+pub const NEIGHBOUR_WINDOW: i64 = 64;
 
 /// What to recall.
 #[derive(Debug, Clone)]

@@ -6,15 +6,11 @@
 //! times, with the reason `speaker:NAME`; and the names are left out of the text the
 //! sentence model embeds for the query ([`dense_text`]).
 //!
-//! On the LoCoMo dev conversations (their messages labelled so by `scripts/recall-bench`),
-//! with all-MiniLM-L6-v2, the lift took all-evidence recall from 75.7 / 82.2 / 87.7 % to 76.6
-//! / 84.0 / 89.5 % at 4,000, 8,000 and 16,000 characters (the names left out of the model's
-//! query then to 80.2 / 85.7 / 91.3 %), multi-hop questions most (39.4 →
-//! 49.0 % at 8,000); without a model from 72.7 / 79.8 / 85.3 % to 75.2 / 81.9 / 86.3 %
-//! (`docs/recall.md`). Counting a score 1.5 to 2.5 times gave the same within half a point;
-//! 3 times loses what the other speaker's replies and the neighbours of hits bring. Looking
-//! at the best 1,000 fused events costs well under a millisecond: they were read while
-//! ranking.
+//! The lift does most for questions whose evidence is spread over one speaker's messages
+//! (multi-hop); counting a score three times would crowd out what the other speaker's replies
+//! and the neighbours of hits bring. The best fused events were read while ranking, so
+//! looking at them costs no read. Figures: docs/recall.md ("Speakers", and the tables of
+//! 2026-11-28).
 
 use super::{Cache, Query};
 use crate::store::Indexes;
@@ -24,8 +20,8 @@ use std::collections::BTreeSet;
 /// How many times a named speaker's event counts.
 pub const WEIGHT: f64 = 2.0;
 /// How far down the fused list events are looked at, at least: about eight times what a
-/// 16,000-character budget holds of LoCoMo's messages (an event further down would not
-/// reach the fill even counted twice; looking at 300 gave the same figures).
+/// 16,000-character budget holds of LoCoMo's messages, so an event further down would not
+/// reach the fill even counted twice.
 pub const DEPTH: usize = 1_000;
 /// A larger budget looks at one event per this many characters of it.
 pub const CHARS_PER_EVENT: usize = 16;
@@ -123,11 +119,8 @@ pub const MAX_NAME_WORDS: usize = 12;
 /// A name weighs heavily in a small model's vector: "What has Melanie painted?" comes out
 /// nearest to the messages that greet Melanie, whatever they are about. Who speaks is
 /// [`favour`]'s part (and full text's: the name is one of its terms); what is asked about is
-/// the model's. On the LoCoMo dev conversations, with all-MiniLM-L6-v2, the dense source alone
-/// had all of a question's evidence among its nearest 60 for 74.5 % of the questions instead
-/// of 60.9 %; fused, all-evidence recall went from 76.6 / 84.0 / 89.5 % to 80.2 / 85.7 / 91.3 %
-/// at 4,000, 8,000 and 16,000 characters (`docs/recall.md`). A text that names no speaker
-/// is embedded as it is.
+/// the model's (figures: docs/recall.md, "Speakers"). A text that names no speaker is
+/// embedded as it is.
 pub fn dense_text<R: Indexes>(r: &R, text: &str) -> Result<Option<String>> {
     let names = named(r, text)?;
     if names.is_empty() {

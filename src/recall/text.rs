@@ -12,8 +12,8 @@
 //! The weights were chosen on the LoCoMo dev conversations (docs/recall.md has the table);
 //! they are few and coarse on purpose, so that they carry over to other conversations.
 
-use super::{epoch, terms, Cache, Query, Ranked, MAX_UNINDEXED};
-use crate::event::Kind;
+use super::{epoch, terms, Cache, Query, Ranked, MAX_UNINDEXED, NEIGHBOUR_WINDOW};
+use crate::event::MESSAGE_KINDS;
 use crate::store::Indexes;
 use crate::Result;
 use std::collections::BTreeMap;
@@ -44,10 +44,6 @@ pub const NEIGHBOUR_SHARES: [f64; 2] = [0.5, 0.25];
 pub const SESSION_WEIGHT: f64 = 0.3;
 /// Messages further apart than this (seconds) belong to different sessions.
 pub const SESSION_GAP_SECS: i64 = 3_600;
-/// The message kinds neighbours are drawn from.
-pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
-/// How far (in ids) a neighbour is looked for.
-const NEIGHBOUR_WINDOW: i64 = 64;
 
 /// The full-text ranking for `q`.
 pub fn rank<R: Indexes>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {

@@ -7,15 +7,13 @@
 
 use super::{meta, Session};
 use crate::canon;
-use crate::event::Kind;
+use crate::event::{Kind, Source};
 use serde_json::{json, Value};
 
 /// The most concepts one turn binds (the reply header's first ones, then the mentioned ones).
 pub const MAX_TURN_CONCEPTS: usize = 12;
 /// The longest token accepted from a reply header.
 pub const MAX_TOKEN_CHARS: usize = 80;
-/// The `source` of the turn's own bindings (the reference's).
-pub const ACTIVE_INDEXING: &str = "active_indexing";
 
 /// A reply header's concept, if it is a token: trimmed, 1 to [`MAX_TOKEN_CHARS`] characters
 /// of letters, digits and `._-:`, starting with a letter or digit. A model may put anything in
@@ -74,19 +72,18 @@ pub(crate) fn ensure_defined(
     s: &mut Session<'_, '_>,
     token: &str,
     definition: &str,
-    source: &str,
+    source: Source,
 ) -> crate::Result<()> {
     if s.p.concepts.definition(token).is_some() {
         return Ok(());
     }
-    let content = canon::to_string(&json!({
+    let content = canon::built(&json!({
         "attributes": {},
         "concept_kind": kind_of(token),
         "definition": definition,
         "token": token,
         "version": 1,
-    }))
-    .unwrap_or_default();
+    }));
     let id = {
         use sha2::Digest as _;
         format!("{:x}", sha2::Sha256::digest(content.as_bytes()))
@@ -107,17 +104,22 @@ pub(crate) fn define_then_bind(
     event_id: i64,
     tokens: &[String],
     relation: &str,
-    source: &str,
+    source: Source,
 ) -> crate::Result<()> {
     for tok in tokens {
-        ensure_defined(s, tok, &default_definition(tok, event_id, source), source)?;
+        ensure_defined(
+            s,
+            tok,
+            &default_definition(tok, event_id, source.as_str()),
+            source,
+        )?;
         if s.p.concepts.is_bound(tok, event_id) {
             continue;
         }
         let content = json!({"event_id": event_id, "relation": relation, "tokens": [tok]});
         s.put(
             Kind::ConceptBindEvent,
-            canon::to_string(&content).unwrap_or_default(),
+            canon::built(&content),
             meta(&[("source", source.into())]),
         )?;
     }
@@ -131,17 +133,22 @@ pub(crate) fn bind_thread(
     cid: &str,
     at: i64,
     tokens: &[String],
-    source: &str,
+    source: Source,
 ) -> crate::Result<()> {
     for tok in tokens {
-        ensure_defined(s, tok, &default_definition(tok, at, source), source)?;
+        ensure_defined(
+            s,
+            tok,
+            &default_definition(tok, at, source.as_str()),
+            source,
+        )?;
         if s.p.concepts.is_bound_to_thread(tok, cid) {
             continue;
         }
         let content = json!({"cid": cid, "relation": "relevant_to", "tokens": [tok]});
         s.put(
             Kind::ConceptBindThread,
-            canon::to_string(&content).unwrap_or_default(),
+            canon::built(&content),
             meta(&[("source", source.into())]),
         )?;
     }

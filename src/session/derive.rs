@@ -6,7 +6,7 @@
 
 use crate::canon;
 use crate::context::render::truncate_chars;
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Source};
 use crate::marker::py_strip;
 use crate::projection::state::Projections;
 use serde_json::{json, Map, Value};
@@ -45,7 +45,7 @@ pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<Strin
         .mirror
         .open_in_order()
         .into_iter()
-        .filter(|c| c.origin == "autonomy_kernel")
+        .filter(|c| c.origin == Source::AutonomyKernel)
         .map(|c| Value::String(format!("{} ({})", c.cid, c.text)))
         .collect();
     if !goals.is_empty() {
@@ -69,7 +69,7 @@ pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<Strin
         }
         m.insert("self_model".into(), s.into());
     }
-    canon::to_string(&Value::Object(m)).ok()
+    Some(canon::built(&Value::Object(m)))
 }
 
 /// The `meta_summary` content (§7.6): `event_count`, `graph_stats` and `patterns`. The
@@ -102,7 +102,7 @@ pub fn meta_summary(window: &[Event], p: &Projections, event_count: i64) -> Stri
         "patterns": patterns,
         "patterns_span": span,
     });
-    canon::to_string(&v).unwrap_or_default()
+    canon::built(&v)
 }
 
 /// Inputs of the summary gate (§7.4), read by the turn from the ledger.
@@ -224,7 +224,7 @@ pub fn summary_update(
     meta.insert("rsm_state".into(), current);
     meta.insert("rsm_reflections_total".into(), total.into());
     meta.insert("synth".into(), "pmm".into());
-    Some((canon::to_string(&Value::Object(content)).ok()?, meta))
+    Some((canon::built(&Value::Object(content)), meta))
 }
 
 /// Where the next lifetime-memory chunk starts: after the newest chunk's `covered_until`

@@ -5,7 +5,7 @@
 use super::{concepts, derive, meta, new_event, put, reference, Session};
 use crate::canon;
 use crate::claim::{self, ClaimContext};
-use crate::event::{Clock, Event, Kind};
+use crate::event::{Clock, Event, Kind, Source};
 use crate::marker;
 use crate::projection::mirror::commitment_cid;
 use crate::projection::state::Projections;
@@ -78,8 +78,8 @@ pub(crate) fn append_claims(
         let bind = json!({"event_id": ce.id, "relation": "describes", "tokens": [c.claim_type]});
         s.put(
             Kind::ConceptBindEvent,
-            canon::to_string(&bind).unwrap_or_default(),
-            meta(&[("source", "auto_binder".into())]),
+            canon::built(&bind),
+            meta(&[("source", Source::AutoBinder.into())]),
         )?;
         records.push(json!({"type": c.claim_type, "data": c.data, "event": ce.id}));
     }
@@ -103,7 +103,7 @@ pub(crate) fn append_opens(
         let m = meta(&[
             ("cid", cid.clone().into()),
             ("impact_score", json!(score)),
-            ("origin", "assistant".into()),
+            ("origin", Source::Assistant.into()),
             ("source", source.into()),
             ("text", c.value.clone().into()),
         ]);
@@ -112,7 +112,7 @@ pub(crate) fn append_opens(
             format!("Commitment opened: {}", c.value),
             m,
         )?;
-        concepts::bind_thread(s, &cid, open.id, about, "loop")?;
+        concepts::bind_thread(s, &cid, open.id, about, Source::Loop)?;
         opened.push(cid);
     }
     Ok(opened)
@@ -132,7 +132,7 @@ pub(crate) fn append_closes(
         }
         let m = meta(&[
             ("cid", c.value.clone().into()),
-            ("origin", "assistant".into()),
+            ("origin", Source::Assistant.into()),
             ("source", source.into()),
         ]);
         s.put(

@@ -22,10 +22,10 @@ pub mod reference;
 
 pub use call::{Options, TurnError};
 pub(crate) use markers::{append_claims, append_closes, append_delta_reflection, append_opens};
-pub use policy::{Policy, Verdict};
+pub use policy::{Policy, PolicyVerdict};
 
 use crate::context::select::RetrievalConfig;
-use crate::event::{Clock, Event, Kind, NewEvent};
+use crate::event::{Clock, Event, Kind, NewEvent, Source};
 use crate::projection::state::Projections;
 use crate::store::log::Txn;
 use crate::store::{self, Batch, Erased, EventLog, Indexes, Ledger, Violation};
@@ -62,9 +62,9 @@ pub fn refusal<R: Indexes + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Optio
     };
     if ev.kind.is_sensitive() {
         match Policy::current(r)?.verdict_for(&ev.actor(), &ev.kind, &ev.content) {
-            Verdict::Allowed => {}
-            Verdict::Forbidden => return Ok(Some(refused(None, None))),
-            Verdict::Unreadable(id, why) => return Ok(Some(refused(Some((id, why)), None))),
+            PolicyVerdict::Allowed => {}
+            PolicyVerdict::Forbidden => return Ok(Some(refused(None, None))),
+            PolicyVerdict::Unreadable(id, why) => return Ok(Some(refused(Some((id, why)), None))),
         }
     }
     if ev.kind == Kind::Erasure {
@@ -120,7 +120,7 @@ pub fn append_violation(
     let mut meta = Map::new();
     meta.insert("actor".into(), Value::String(v.actor.clone()));
     meta.insert("attempt_kind".into(), Value::String(v.kind.clone()));
-    meta.insert("source".into(), Value::String("runtime".into()));
+    meta.insert("source".into(), Source::Runtime.into());
     if let Some((id, why)) = &v.unreadable {
         meta.insert(
             "policy_unreadable".into(),
@@ -165,9 +165,9 @@ pub fn erase(
             reason: None,
         };
         let v = match Policy::current(&*batch)?.erasure_verdict(actor) {
-            Verdict::Allowed => return Ok(None),
-            Verdict::Forbidden => refused(None),
-            Verdict::Unreadable(id, why) => refused(Some((id, why))),
+            PolicyVerdict::Allowed => return Ok(None),
+            PolicyVerdict::Forbidden => refused(None),
+            PolicyVerdict::Unreadable(id, why) => refused(Some((id, why))),
         };
         let event = append_violation(batch, &v, clock)?;
         Ok(Some(v.into_error(event.id)))
@@ -254,7 +254,7 @@ pub(crate) fn ensure_defaults(
         let ev = new_event(
             Kind::Config,
             DEFAULT_POLICY,
-            meta(&[("source", "autonomy_kernel".into())]),
+            meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
         put(batch, p, events, ev, clock)?;
     }
@@ -262,7 +262,7 @@ pub(crate) fn ensure_defaults(
         let ev = new_event(
             Kind::Config,
             RetrievalConfig::DEFAULT_CONTENT,
-            meta(&[("source", "autonomy_kernel".into())]),
+            meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
         put(batch, p, events, ev, clock)?;
     }

@@ -30,7 +30,7 @@ pub enum Policy {
 
 /// What the policy says about one write.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum PolicyVerdict {
     /// Go ahead.
     Allowed,
     /// The policy forbids it.
@@ -59,7 +59,7 @@ impl Policy {
     }
 
     /// The verdict on `actor` writing an event of `kind` with `content`.
-    pub fn verdict_for(&self, actor: &str, kind: &Kind, content: &str) -> Verdict {
+    pub fn verdict_for(&self, actor: &str, kind: &Kind, content: &str) -> PolicyVerdict {
         match self {
             Policy::Unreadable(_, _, fallback)
                 if *kind == Kind::Config
@@ -74,39 +74,39 @@ impl Policy {
     /// Whether `actor` may erase events (`pmm-append --erase`): only an actor trusted with
     /// the policy itself, i.e. one the policy lets write `config` (under the reference default
     /// every actor but `cli`), and that the policy does not forbid `erasure` by name.
-    pub fn erasure_verdict(&self, actor: &str) -> Verdict {
+    pub fn erasure_verdict(&self, actor: &str) -> PolicyVerdict {
         match self.verdict(actor, &Kind::Config) {
-            Verdict::Allowed => {}
+            PolicyVerdict::Allowed => {}
             other => return other,
         }
         match self {
             Policy::Found(_, _) => self.verdict(actor, &Kind::Erasure),
-            _ => Verdict::Allowed,
+            _ => PolicyVerdict::Allowed,
         }
     }
 
     /// The verdict on `actor` writing `kind`.
-    pub fn verdict(&self, actor: &str, kind: &Kind) -> Verdict {
+    pub fn verdict(&self, actor: &str, kind: &Kind) -> PolicyVerdict {
         match self {
             Policy::Default => {
                 if actor == "cli" && kind.is_sensitive() {
-                    Verdict::Forbidden
+                    PolicyVerdict::Forbidden
                 } else {
-                    Verdict::Allowed
+                    PolicyVerdict::Allowed
                 }
             }
-            Policy::Unreadable(id, why, _) => Verdict::Unreadable(*id, why.clone()),
+            Policy::Unreadable(id, why, _) => PolicyVerdict::Unreadable(*id, why.clone()),
             Policy::Found(id, fs) => match fs.get(actor) {
-                None | Some(Value::Null) => Verdict::Allowed,
+                None | Some(Value::Null) => PolicyVerdict::Allowed,
                 Some(Value::Array(kinds)) => {
                     if kinds.iter().any(|k| k.as_str() == Some(kind.as_str())) {
-                        Verdict::Forbidden
+                        PolicyVerdict::Forbidden
                     } else {
-                        Verdict::Allowed
+                        PolicyVerdict::Allowed
                     }
                 }
                 Some(_) => {
-                    Verdict::Unreadable(*id, format!("forbid_sources.{actor} is not a list"))
+                    PolicyVerdict::Unreadable(*id, format!("forbid_sources.{actor} is not a list"))
                 }
             },
         }
@@ -188,11 +188,11 @@ mod tests {
     fn default_forbids_only_cli() {
         assert_eq!(
             Policy::Default.verdict("cli", &Kind::Config),
-            Verdict::Forbidden
+            PolicyVerdict::Forbidden
         );
         assert_eq!(
             Policy::Default.verdict("unknown", &Kind::Config),
-            Verdict::Allowed
+            PolicyVerdict::Allowed
         );
     }
 
@@ -218,7 +218,7 @@ mod tests {
         assert!(matches!(broken, Policy::Unreadable(2, _, _)), "{broken:?}");
         assert!(matches!(
             broken.verdict("anyone", &Kind::Config),
-            Verdict::Unreadable(2, _)
+            PolicyVerdict::Unreadable(2, _)
         ));
         let odd = current(&[r#"{"type":"policy","forbid_sources":[1]}"#]);
         assert!(matches!(odd, Policy::Unreadable(1, _, _)));
@@ -231,23 +231,23 @@ mod tests {
         let repair = r#"{"type":"policy","forbid_sources":{}}"#;
         assert_eq!(
             p.verdict_for("operator", &Kind::Config, repair),
-            Verdict::Allowed
+            PolicyVerdict::Allowed
         );
         assert_eq!(
             p.verdict_for("cli", &Kind::Config, repair),
-            Verdict::Forbidden
+            PolicyVerdict::Forbidden
         );
         // Anything that is not a readable policy stays refused.
         assert!(matches!(
             p.verdict_for("operator", &Kind::Config, "{}"),
-            Verdict::Unreadable(2, _)
+            PolicyVerdict::Unreadable(2, _)
         ));
         assert!(matches!(
             p.verdict_for("operator", &Kind::EmbeddingAdd, repair),
-            Verdict::Unreadable(2, _)
+            PolicyVerdict::Unreadable(2, _)
         ));
         let healed = current(&[strict, r#"{"type":"policy" broken"#, repair]);
-        assert_eq!(healed.verdict("cli", &Kind::Config), Verdict::Allowed);
+        assert_eq!(healed.verdict("cli", &Kind::Config), PolicyVerdict::Allowed);
     }
 
     #[test]
@@ -255,12 +255,15 @@ mod tests {
         let fs: serde_json::Map<String, Value> =
             serde_json::from_str(r#"{"bot":["embedding_add"],"odd":"config"}"#).unwrap();
         let p = Policy::Found(7, fs);
-        assert_eq!(p.verdict("bot", &Kind::EmbeddingAdd), Verdict::Forbidden);
-        assert_eq!(p.verdict("bot", &Kind::Config), Verdict::Allowed);
-        assert_eq!(p.verdict("cli", &Kind::Config), Verdict::Allowed);
+        assert_eq!(
+            p.verdict("bot", &Kind::EmbeddingAdd),
+            PolicyVerdict::Forbidden
+        );
+        assert_eq!(p.verdict("bot", &Kind::Config), PolicyVerdict::Allowed);
+        assert_eq!(p.verdict("cli", &Kind::Config), PolicyVerdict::Allowed);
         assert!(matches!(
             p.verdict("odd", &Kind::Config),
-            Verdict::Unreadable(..)
+            PolicyVerdict::Unreadable(..)
         ));
     }
 }

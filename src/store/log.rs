@@ -1,6 +1,5 @@
-//! The ledger as an event log behind two small traits, the first step of the store split
-//! (issue 35): [`EventLog`] reads (head, one event, a scan in id order, the tail, counts) and
-//! [`Txn`] writes, which only links and inserts — no write policy, no range checks, no derived
+//! The ledger as an event log behind two small traits: [`EventLog`] reads (head, one event, a
+//! scan in id order, the tail, counts) and [`Txn`] writes, which only links and inserts — no write policy, no range checks, no derived
 //! index (those stay above the log, in [`super::Batch`] for now, and move to a write session).
 //!
 //! Every backend implements both, and one contract suite (`store/contract.rs`) runs the same

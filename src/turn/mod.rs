@@ -23,7 +23,7 @@ use crate::context::embed;
 use crate::context::retrieval::{round6, selection_digest};
 use crate::context::select::{self, RetrievalConfig, Selection};
 use crate::event::config::Strategy;
-use crate::event::{Clock, Event, Kind};
+use crate::event::{Clock, Event, Kind, Source};
 use crate::llm::{Adapter, LlmError, Request};
 use crate::marker;
 use crate::projection::graph::NodeKind;
@@ -40,7 +40,7 @@ pub use crate::session::{Options, TurnError, DEFAULT_POLICY};
 
 /// What a turn did.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct TurnDone {
     /// Every event the turn appended, in order.
     pub events: Vec<Event>,
     /// The model's reply, unmodified.
@@ -64,7 +64,7 @@ pub struct Outcome {
     pub echoed_markers: usize,
 }
 
-impl Outcome {
+impl TurnDone {
     /// The `{"type":"turn",…}` record.
     pub fn record(&self) -> Value {
         let mut record = json!({
@@ -114,7 +114,7 @@ pub fn run(
     adapter: &mut dyn Adapter,
     message: &str,
     opts: &Options,
-) -> Result<Outcome, TurnError> {
+) -> Result<TurnDone, TurnError> {
     match run_inner(ledger, adapter, message, opts) {
         Err(TurnError::Store(e)) => Err(TurnError::Store(record_refusal(ledger, e, &opts.clock))),
         other => other,
@@ -127,7 +127,7 @@ fn run_inner(
     adapter: &mut dyn Adapter,
     message: &str,
     opts: &Options,
-) -> Result<Outcome, TurnError> {
+) -> Result<TurnDone, TurnError> {
     let rows_at_start = store::rows_read();
     let mut events = Vec::new();
     let mut dense = dense::Dense::for_message(&*ledger, opts.embedder.as_ref(), message)?;
@@ -197,7 +197,7 @@ fn run_inner(
         store::save_projection_checkpoint(ledger.path(), &p);
     }
     let truncated = reply.truncated();
-    Ok(Outcome {
+    Ok(TurnDone {
         events,
         reply: reply.text,
         opened: done.opened,
@@ -278,7 +278,7 @@ fn record_failure(
         ("error", error.to_string().into()),
         ("model", adapter.model().into()),
         ("provider", adapter.provider().into()),
-        ("source", "pmm-turn".into()),
+        ("source", Source::PmmTurn.into()),
     ]);
     if let Some(reason) = error.reason() {
         m.insert("reason".into(), reason.into());
@@ -308,8 +308,8 @@ fn write_consequences(s: &mut Session<'_, '_>, said: &Said<'_>) -> crate::Result
         marker::parse_unechoed(&said.reply.text, &said.prompt.request.system);
     let (valid_claims, failed_claims) = append_claims(s, &markers)?;
     append_identity_adoptions(s)?;
-    let opened = append_opens(s, &markers, &about, "assistant")?;
-    let closed = append_closes(s, &markers, "assistant")?;
+    let opened = append_opens(s, &markers, &about, Source::Assistant.as_str())?;
+    let closed = append_closes(s, &markers, Source::Assistant.as_str())?;
     for r in &markers.refs {
         append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
     }
@@ -368,12 +368,11 @@ fn append_assistant(s: &mut Session<'_, '_>, said: &Said<'_>) -> crate::Result<E
 fn append_identity_adoptions(s: &mut Session<'_, '_>) -> crate::Result<()> {
     for (token, proposal, ratify) in s.p.mirror.identity.pending_adoptions() {
         let content =
-            canon::to_string(&json!({"reason": "identity_proposal+ratification", "token": token}))
-                .unwrap_or_default();
+            canon::built(&json!({"reason": "identity_proposal+ratification", "token": token}));
         let m = meta(&[
             ("proposal_event_id", proposal.into()),
             ("ratify_event_id", ratify.into()),
-            ("source", "identity_manager".into()),
+            ("source", Source::IdentityManager.into()),
         ]);
         s.put(Kind::IdentityAdoption, content, m)?;
     }
@@ -394,7 +393,7 @@ fn append_active_indexing(
     for tok in &about {
         for id in [said.user_id, assistant_id] {
             let one = std::slice::from_ref(tok);
-            concepts::define_then_bind(s, id, one, "relevant_to", concepts::ACTIVE_INDEXING)?;
+            concepts::define_then_bind(s, id, one, "relevant_to", Source::ActiveIndexing)?;
         }
     }
     Ok(about)
@@ -434,7 +433,7 @@ fn append_retrieval_record(
     );
     s.put(
         Kind::RetrievalSelection,
-        canon::to_string(&content).unwrap_or_default(),
+        canon::built(&content),
         meta(&[("digest", digest.into())]),
     )?;
     Ok(())
@@ -468,7 +467,7 @@ fn append_reflections(
 ) -> crate::Result<()> {
     let mut window = s.batch.tail(&Filter::default(), derive::WINDOW)?;
     if let Some(content) = derive::synthesized_reflection(&window, s.p) {
-        let m = meta(&[("source", "pmm-turn".into()), ("synth", "pmm".into())]);
+        let m = meta(&[("source", Source::PmmTurn.into()), ("synth", "pmm".into())]);
         let refl = s.put(Kind::Reflection, content, m)?;
         if window.len() >= derive::WINDOW {
             window.remove(0);
@@ -477,7 +476,7 @@ fn append_reflections(
         let content = derive::meta_summary(&window, s.p, s.head_id());
         let m = meta(&[
             ("about_event", refl.id.into()),
-            ("source", "meta_reflection_engine".into()),
+            ("source", Source::MetaReflectionEngine.into()),
         ]);
         s.put(Kind::MetaSummary, content, m)?;
     }

@@ -378,3 +378,37 @@ fn unreadable_anchor_is_an_error() {
     let r = pmm.run("pmm-verify", &["--anchors-from", "anchors.txt"], "");
     r.assert_error("pmm-verify", &["anchors.txt:2"]);
 }
+
+/// A `.env` that exists but cannot be parsed or read is an error naming the file (and the
+/// line), exit 2, with nothing of it applied: not a file that was never there.
+#[test]
+fn a_dotenv_that_cannot_be_parsed_or_read_is_named_not_ignored() {
+    let pmm = Pmm::new();
+    pmm.seed(2);
+    std::fs::write(
+        pmm.path(".env"),
+        "# settings\nPMM_ADAPTER=dummy\nPMM_MODEL two words\nPMM_DB=elsewhere.db\n",
+    )
+    .unwrap();
+    let r = pmm.run("pmm-metrics", &[], "");
+    r.assert_error(
+        "pmm-metrics",
+        &[".env:3: ", "cannot parse 'PMM_MODEL two words'"],
+    );
+    assert!(r.stdout.is_empty(), "{r:?}");
+
+    // A byte-order mark and a directory named .env are still fine.
+    std::fs::write(pmm.path(".env"), "\u{feff}PMM_ADAPTER=dummy\n").unwrap();
+    let r = pmm.run("pmm-metrics", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    std::fs::remove_file(pmm.path(".env")).unwrap();
+    std::fs::create_dir(pmm.path(".env")).unwrap();
+    let r = pmm.run("pmm-metrics", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    std::fs::remove_dir(pmm.path(".env")).unwrap();
+
+    // There but unreadable (a link to itself: even root cannot open it).
+    std::os::unix::fs::symlink(".env", pmm.path(".env")).unwrap();
+    let r = pmm.run("pmm-metrics", &[], "");
+    r.assert_error("pmm-metrics", &[".env: ", "symbolic links"]);
+}

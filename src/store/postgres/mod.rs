@@ -1,4 +1,4 @@
-//! The ledger in PostgreSQL (issue 35): the event log of [`super::log`] on a shared server, so
+//! The ledger in PostgreSQL: the event log of [`super::log`] on a shared server, so
 //! that writers on several hosts append to one chain.
 //!
 //! # What is here
@@ -345,13 +345,6 @@ impl PgLog {
     /// How many write transactions were run again after a serialization failure or deadlock.
     pub fn retries(&self) -> u64 {
         self.retries
-    }
-
-    /// Runs this connection's write transactions at `level` instead of READ COMMITTED: what a
-    /// pooler or a server policy that forces a stricter level does. Appends stay correct
-    /// (retried on serialization failures); for tests and the benchmark.
-    pub fn force_isolation(&mut self, level: IsolationLevel) {
-        self.isolation = level;
     }
 
     /// Runs `sql` on this connection as it is (tests and tools: a role, a grant).
@@ -1109,6 +1102,16 @@ macro_rules! pg_event_log {
 
 pg_event_log!(PgLog, client);
 pg_event_log!(PgTxn<'_>, tx);
+
+#[cfg(test)]
+impl PgLog {
+    /// Runs this connection's write transactions at `level` instead of READ COMMITTED: what a
+    /// pooler or a server policy that forces a stricter level does. Appends stay correct
+    /// (retried on serialization failures).
+    pub fn force_isolation(&mut self, level: IsolationLevel) {
+        self.isolation = level;
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -137,13 +137,6 @@ impl<'a, R: Reads> Cached<'a, R> {
         self.seen.set(Some((version, erasure)));
         Ok(())
     }
-
-    /// How many reads by id the cache answered, and how many went to the store.
-    #[cfg(test)]
-    pub fn hits_and_misses(&self) -> (u64, u64) {
-        let c = self.cache.borrow();
-        (c.hits, c.misses)
-    }
 }
 
 impl<R: Reads> Reads for Cached<'_, R> {
@@ -178,6 +171,15 @@ impl<R: Reads> Reads for Cached<'_, R> {
 
     fn remember(&self, event: Arc<Event>) {
         self.cache.borrow_mut().insert(&event);
+    }
+}
+
+#[cfg(test)]
+impl<R: Reads> Cached<'_, R> {
+    /// How many reads by id the cache answered, and how many went to the store.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        let c = self.cache.borrow();
+        (c.hits, c.misses)
     }
 }
 
@@ -240,8 +242,8 @@ mod tests {
         assert_eq!((cache.order.len(), cache.bytes), (1, size(&e)));
     }
 
-    /// Issue 34: a reader that keeps events read by id answered an event from memory after
-    /// another process had erased it.
+    /// A reader that keeps events read by id must not answer an event from memory after
+    /// another process has erased it.
     #[test]
     fn an_event_erased_by_another_process_is_not_answered_from_the_cache() {
         let dir = tempfile::tempdir().unwrap();

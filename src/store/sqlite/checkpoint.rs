@@ -175,8 +175,8 @@ mod tests {
             .id
     }
 
-    /// Issue 34: projections kept between reads were caught up by folding the events since,
-    /// so a commitment erased meanwhile stayed in them, text and all.
+    /// Projections kept between reads and caught up by folding the events since would keep
+    /// a commitment erased meanwhile, text and all: an erasure makes them projected anew.
     #[test]
     fn catching_up_past_an_erasure_takes_the_erased_text_out() {
         let dir = tempfile::tempdir().unwrap();

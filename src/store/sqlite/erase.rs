@@ -51,7 +51,7 @@ pub fn quote_needles(content: &str) -> Option<(String, String)> {
         return None;
     }
     let needle: String = stripped.chars().take(QUOTE_CHARS).collect();
-    let json = crate::canon::to_string(&Value::String(needle.clone())).ok()?;
+    let json = crate::canon::built(&Value::String(needle.clone()));
     let json = json[1..json.len() - 1].to_string();
     Some((needle, json))
 }

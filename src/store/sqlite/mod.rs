@@ -2111,8 +2111,8 @@ mod tests {
         }
     }
 
-    /// Issue 34: a reader's temporary full-text index outlived the lag it was built for,
-    /// keeping the text of an event erased since in the process's memory.
+    /// A reader's temporary full-text index must not outlive the lag it was built for: it
+    /// would keep the text of an event erased since in the process's memory.
     #[test]
     fn a_temporary_index_is_dropped_once_the_ledgers_index_covers_every_event() {
         let dir = tempfile::tempdir().unwrap();
