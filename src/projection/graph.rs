@@ -198,6 +198,106 @@ fn about_event_id(v: &Value) -> Option<i64> {
     }
 }
 
+/// What the edge rule ([`edge_rule`]) reads of the events before and notes for the events
+/// after: the graph keeps node indices and draws edges, the counting fold ([`GraphCounts`])
+/// keeps ids and text digests and counts them. The rule itself is written once.
+trait EdgeFacts {
+    /// A node as the fold knows it.
+    type At: Copy;
+    /// The latest user message.
+    fn last_user(&mut self) -> &mut Option<Self::At>;
+    /// The latest assistant message or reflection.
+    fn last_reply_or_reflection(&mut self) -> &mut Option<Self::At>;
+    /// Reply `at` carries `text` on a `COMMIT:` line.
+    fn note_commit_text(&mut self, text: String, at: Self::At);
+    /// The first reply that carried `text` on a `COMMIT:` line.
+    fn reply_committing(&self, text: &str) -> Option<Self::At>;
+    /// `at` opens `cid`.
+    fn note_open(&mut self, cid: &str, at: Self::At);
+    /// The first open of `cid`.
+    fn first_open(&self, cid: &str) -> Option<Self::At>;
+    /// The node of event `id`, if there is one.
+    fn node_of(&self, id: i64) -> Option<Self::At>;
+    /// An edge from `from` (the newer event) to `to`.
+    fn edge(&mut self, from: Self::At, to: Self::At, label: EdgeLabel);
+}
+
+/// The edge rules (FORMATS.md §6.2) for the node `at` just added for `ev` (of tracked kind
+/// `kind`): the edges it draws to earlier nodes and what it leaves for later
+/// events. A reflection about itself gets a loop, as in the reference (its node is there).
+fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, ev: &Event) {
+    match kind {
+        NodeKind::UserMessage => *f.last_user() = Some(at),
+        NodeKind::AssistantMessage => {
+            if let Some(user) = *f.last_user() {
+                f.edge(at, user, EdgeLabel::RepliesTo);
+            }
+            for text in marker::commit_texts(&ev.content) {
+                f.note_commit_text(text, at);
+            }
+            *f.last_reply_or_reflection() = Some(at);
+        }
+        NodeKind::IdentityAdoption => {
+            if let Some(anchor) = *f.last_reply_or_reflection() {
+                f.edge(at, anchor, EdgeLabel::AdoptsIdentityFor);
+            }
+        }
+        NodeKind::CommitmentOpen => {
+            let meta = meta_of(ev);
+            let text = non_empty_str(&meta, "text");
+            if let Some(reply) = text.and_then(|t| f.reply_committing(t)) {
+                f.edge(at, reply, EdgeLabel::CommitsTo);
+            }
+            if let Some(cid) = non_empty_str(&meta, "cid") {
+                f.note_open(cid, at);
+            }
+        }
+        NodeKind::CommitmentClose => {
+            let meta = meta_of(ev);
+            let cid = non_empty_str(&meta, "cid");
+            if let Some(open) = cid.and_then(|c| f.first_open(c)) {
+                f.edge(at, open, EdgeLabel::Closes);
+            }
+        }
+        NodeKind::Reflection => {
+            let about = meta_of(ev).get("about_event").and_then(about_event_id);
+            if let Some(target) = about.and_then(|id| f.node_of(id)) {
+                f.edge(at, target, EdgeLabel::ReflectsOn);
+            }
+            *f.last_reply_or_reflection() = Some(at);
+        }
+        NodeKind::SummaryUpdate => {}
+    }
+}
+
+impl EdgeFacts for EventGraph {
+    type At = NodeIndex;
+    fn last_user(&mut self) -> &mut Option<NodeIndex> {
+        &mut self.last_user
+    }
+    fn last_reply_or_reflection(&mut self) -> &mut Option<NodeIndex> {
+        &mut self.last_reply_or_reflection
+    }
+    fn note_commit_text(&mut self, text: String, at: NodeIndex) {
+        self.first_reply_by_commit_text.entry(text).or_insert(at);
+    }
+    fn reply_committing(&self, text: &str) -> Option<NodeIndex> {
+        self.first_reply_by_commit_text.get(text).copied()
+    }
+    fn note_open(&mut self, cid: &str, at: NodeIndex) {
+        self.first_open_by_cid.entry(cid.to_string()).or_insert(at);
+    }
+    fn first_open(&self, cid: &str) -> Option<NodeIndex> {
+        self.first_open_by_cid.get(cid).copied()
+    }
+    fn node_of(&self, id: i64) -> Option<NodeIndex> {
+        self.index_of(id)
+    }
+    fn edge(&mut self, from: NodeIndex, to: NodeIndex, label: EdgeLabel) {
+        self.graph.add_edge(from, to, label);
+    }
+}
+
 impl EventGraph {
     /// Folds one event in. Events of untracked kinds are ignored, and so is an event whose id
     /// is not above the newest node's (the fold runs in id order; a repeat adds nothing, as the
@@ -215,57 +315,7 @@ impl EventGraph {
             return;
         }
         let ix = self.graph.add_node(Node { id: ev.id, kind });
-        match kind {
-            NodeKind::UserMessage => self.last_user = Some(ix),
-            NodeKind::AssistantMessage => {
-                if let Some(user) = self.last_user {
-                    self.graph.add_edge(ix, user, EdgeLabel::RepliesTo);
-                }
-                for text in marker::commit_texts(&ev.content) {
-                    self.first_reply_by_commit_text.entry(text).or_insert(ix);
-                }
-                self.last_reply_or_reflection = Some(ix);
-            }
-            NodeKind::IdentityAdoption => {
-                if let Some(anchor) = self.last_reply_or_reflection {
-                    self.graph
-                        .add_edge(ix, anchor, EdgeLabel::AdoptsIdentityFor);
-                }
-            }
-            NodeKind::CommitmentOpen => {
-                let meta = meta_of(ev);
-                if let Some(text) = non_empty_str(&meta, "text") {
-                    if let Some(&reply) = self.first_reply_by_commit_text.get(text) {
-                        self.graph.add_edge(ix, reply, EdgeLabel::CommitsTo);
-                    }
-                }
-                if let Some(cid) = non_empty_str(&meta, "cid") {
-                    self.first_open_by_cid.entry(cid.to_string()).or_insert(ix);
-                }
-            }
-            NodeKind::CommitmentClose => {
-                let meta = meta_of(ev);
-                if let Some(cid) = non_empty_str(&meta, "cid") {
-                    if let Some(&open) = self.first_open_by_cid.get(cid) {
-                        self.graph.add_edge(ix, open, EdgeLabel::Closes);
-                    }
-                }
-            }
-            NodeKind::Reflection => {
-                let meta = meta_of(ev);
-                // The node is already in the graph, so a reflection about itself gets a loop,
-                // as in the reference.
-                if let Some(target) = meta
-                    .get("about_event")
-                    .and_then(about_event_id)
-                    .and_then(|id| self.index_of(id))
-                {
-                    self.graph.add_edge(ix, target, EdgeLabel::ReflectsOn);
-                }
-                self.last_reply_or_reflection = Some(ix);
-            }
-            NodeKind::SummaryUpdate => {}
-        }
+        edge_rule(self, kind, ix, ev);
     }
 
     /// The graph of `events` (in id order).
@@ -445,8 +495,8 @@ impl EventGraph {
 }
 
 /// The graph's statistics as a small fold, for `pmm-replay --state` and its checkpoints: the
-/// same rules as [`EventGraph`] (they must agree; a test checks it), keeping only what the
-/// rules look up — the latest user message, the latest reply or reflection, which COMMIT texts
+/// same rules as [`EventGraph`] (one [`edge_rule`] over both; a test checks that their
+/// look-ups agree), keeping only what the rules look up — the latest user message, the latest reply or reflection, which COMMIT texts
 /// some reply carries, first opens by cid, and a bitset of node ids for `reflects_on` — not the
 /// graph. A checkpoint of a 10⁶-event ledger carries ~125 KB of bitset and ~120 KB of text
 /// digests (each one byte string in a checkpoint: `packed`) instead of the whole graph.
@@ -477,6 +527,36 @@ fn text_digest(text: &str) -> u128 {
     let mut head = [0u8; 16];
     head.copy_from_slice(&Sha256::digest(text.as_bytes())[..16]);
     u128::from_be_bytes(head)
+}
+
+/// The counting fold's facts: ids, and only whether a reply carried a text (its digest).
+impl EdgeFacts for GraphCounts {
+    type At = i64;
+    fn last_user(&mut self) -> &mut Option<i64> {
+        &mut self.last_user
+    }
+    fn last_reply_or_reflection(&mut self) -> &mut Option<i64> {
+        &mut self.last_reply_or_reflection
+    }
+    fn note_commit_text(&mut self, text: String, _at: i64) {
+        self.commit_texts.insert(text_digest(&text));
+    }
+    fn reply_committing(&self, text: &str) -> Option<i64> {
+        // Which reply does not matter to a count, only that there is one.
+        self.commit_texts.contains(&text_digest(text)).then_some(0)
+    }
+    fn note_open(&mut self, cid: &str, at: i64) {
+        self.first_open_by_cid.entry(cid.to_string()).or_insert(at);
+    }
+    fn first_open(&self, cid: &str) -> Option<i64> {
+        self.first_open_by_cid.get(cid).copied()
+    }
+    fn node_of(&self, id: i64) -> Option<i64> {
+        self.is_node(id).then_some(id)
+    }
+    fn edge(&mut self, _from: i64, _to: i64, _label: EdgeLabel) {
+        self.edges += 1;
+    }
 }
 
 impl GraphCounts {
@@ -513,48 +593,7 @@ impl GraphCounts {
             return;
         }
         self.add_node(ev.id, kind);
-        let edge = match kind {
-            NodeKind::UserMessage => {
-                self.last_user = Some(ev.id);
-                false
-            }
-            NodeKind::AssistantMessage => {
-                for text in marker::commit_texts(&ev.content) {
-                    self.commit_texts.insert(text_digest(&text));
-                }
-                self.last_reply_or_reflection = Some(ev.id);
-                self.last_user.is_some()
-            }
-            NodeKind::IdentityAdoption => self.last_reply_or_reflection.is_some(),
-            NodeKind::CommitmentOpen => {
-                let meta = meta_of(ev);
-                let edge = non_empty_str(&meta, "text")
-                    .is_some_and(|t| self.commit_texts.contains(&text_digest(t)));
-                if let Some(cid) = non_empty_str(&meta, "cid") {
-                    self.first_open_by_cid
-                        .entry(cid.to_string())
-                        .or_insert(ev.id);
-                }
-                edge
-            }
-            NodeKind::CommitmentClose => {
-                let meta = meta_of(ev);
-                non_empty_str(&meta, "cid").is_some_and(|c| self.first_open_by_cid.contains_key(c))
-            }
-            NodeKind::Reflection => {
-                let meta = meta_of(ev);
-                let edge = meta
-                    .get("about_event")
-                    .and_then(about_event_id)
-                    .is_some_and(|id| self.is_node(id));
-                self.last_reply_or_reflection = Some(ev.id);
-                edge
-            }
-            NodeKind::SummaryUpdate => false,
-        };
-        if edge {
-            self.edges += 1;
-        }
+        edge_rule(self, kind, ev.id, ev);
     }
 
     /// Nodes of `kind`.
