@@ -15,7 +15,7 @@
 use super::{decide, Action, Decision, Slot, View};
 use crate::canon;
 use crate::event::{Clock, Event, Kind};
-use crate::projection::mirror::Thresholds;
+use crate::projection::mirror::{close_content, Thresholds};
 use crate::projection::state::Projections;
 use crate::store::{self, Ledger, Reads};
 use crate::turn::{
@@ -329,11 +329,7 @@ fn append_auto_closes(
             ("source", "autonomy_kernel".into()),
             ("threshold", th.commitment_auto_close.into()),
         ]);
-        s.put(
-            Kind::CommitmentClose,
-            format!("Commitment closed: {}", c.cid),
-            m,
-        )?;
+        s.put(Kind::CommitmentClose, close_content(&c.cid), m)?;
     }
     Ok(())
 }
@@ -466,10 +462,8 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
     {
         return None;
     }
-    let v =
-        json!({"covers": ["rsm_state", "open_commitments"], "root_hash": root, "up_to_id": up_to});
     Some((
-        canon::to_string(&v).ok()?,
+        crate::chain::root::manifest_content(&root, up_to),
         meta(&[("source", "autonomy_kernel".into())]),
     ))
 }

@@ -14,10 +14,10 @@ use super::{
     SOURCE,
 };
 use crate::event::{Clock, Event, Kind, NewEvent};
-use crate::projection::mirror::commitment_cid;
+use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
-use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal, RECALLED_KINDS};
+use crate::store::{self, Filter, Ledger, Reads, RECALLED_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -516,19 +516,8 @@ fn commit(cfg: &Config, a: CommitArgs, source: &str) -> Result<Value, ToolError>
     let head = batch.max_id()?;
     let score =
         cfg.with_projections(&batch, |p| crate::turn::derive::impact_score(p, &cid, head))?;
-    let meta = obj(&[
-        ("cid", cid.clone().into()),
-        ("impact_score", json!(score)),
-        ("origin", SOURCE.into()),
-        ("source", source.into()),
-        ("text", text.into()),
-    ]);
-    let ev = NewEvent::new(
-        Kind::CommitmentOpen,
-        format!("Commitment opened: {text}"),
-        meta,
-    )?;
-    let event = append_one(batch, &ev, &cfg.clock)?;
+    let ev = mirror::commitment_open(text, score, SOURCE, source);
+    let event = batch.append_and_commit(&ev, &cfg.clock)?;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
 }
 
@@ -566,37 +555,9 @@ fn close(cfg: &Config, a: CloseArgs, source: &str) -> Result<Value, ToolError> {
         ("origin", SOURCE.into()),
         ("source", source.into()),
     ]);
-    let ev = NewEvent::new(
-        Kind::CommitmentClose,
-        format!("Commitment closed: {cid}"),
-        meta,
-    )?;
-    let event = append_one(batch, &ev, &cfg.clock)?;
+    let ev = NewEvent::new(Kind::CommitmentClose, mirror::close_content(cid), meta)?;
+    let event = batch.append_and_commit(&ev, &cfg.clock)?;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
-}
-
-/// Appends `ev` in `batch` and commits; a policy refusal commits the `violation` event instead
-/// (as [`Ledger::append`] does) and is an error.
-fn append_one(mut batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> Result<Event, ToolError> {
-    match batch.append(ev, clock) {
-        Ok(event) => {
-            batch.commit()?;
-            Ok(event)
-        }
-        Err(Refusal::Policy(v)) => {
-            let violation = batch.append_violation(&v, clock)?;
-            batch.commit()?;
-            Err(crate::Error::PolicyViolation {
-                actor: v.actor,
-                kind: v.kind,
-                violation_id: violation.id,
-                unreadable: v.unreadable.is_some(),
-                reason: v.reason,
-            }
-            .into())
-        }
-        Err(Refusal::Error(e)) => Err(e.into()),
-    }
 }
 
 fn obj(pairs: &[(&str, Value)]) -> Map<String, Value> {

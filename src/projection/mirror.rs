@@ -6,9 +6,9 @@
 //! order, once), and thresholds are part of the projection, so replay reproduces the
 //! thresholds in force at any event (the reference keeps them in memory only).
 
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, NewEvent};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha1::{Digest as _, Sha1};
 use std::collections::BTreeMap;
 
@@ -17,6 +17,42 @@ use std::collections::BTreeMap;
 pub fn commitment_cid(text: &str) -> String {
     let digest = Sha1::digest(text.as_bytes());
     digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `commitment_open` of a commitment to `text` (a `COMMIT:` line's or an MCP `commit`'s,
+/// stripped), the one every writer of such a commitment appends: content `Commitment opened:
+/// <text>`, meta `cid` ([`commitment_cid`]), `impact_score`, `origin`, `source` and `text`
+/// (FORMATS.md §3.2). `pmm-verify --deep` recomputes the cid from `meta.text`.
+pub fn commitment_open(text: &str, impact_score: f64, origin: &str, source: &str) -> NewEvent {
+    let mut meta = Map::new();
+    meta.insert("cid".into(), commitment_cid(text).into());
+    // A finite score is a number, anything else `null` (serde_json's own rule): canonical.
+    meta.insert("impact_score".into(), impact_score.into());
+    meta.insert("origin".into(), origin.into());
+    meta.insert("source".into(), source.into());
+    meta.insert("text".into(), text.into());
+    NewEvent {
+        kind: Kind::CommitmentOpen,
+        content: format!("Commitment opened: {text}"),
+        meta,
+    }
+}
+
+/// The content of an internal goal's `commitment_open` (the kernel's `mc_` cids).
+pub fn internal_open_content(goal: &str) -> String {
+    format!("Internal commitment opened: {goal}")
+}
+
+/// The content of a `commitment_close` of `cid` (FORMATS.md §2), whoever closes it (a reply's
+/// `CLOSE:`, the kernel's auto-close, MCP's `close`); `pmm-verify --deep` compares every
+/// close with it (or with [`internal_close_content`]).
+pub fn close_content(cid: &str) -> String {
+    format!("Commitment closed: {cid}")
+}
+
+/// The content of the `commitment_close` of an internal goal `cid` (the kernel's `mc_` cids).
+pub fn internal_close_content(cid: &str) -> String {
+    format!("Internal commitment closed: {cid}")
 }
 
 /// One commitment, as the Mirror knows it.
@@ -551,6 +587,28 @@ mod tests {
     fn cid_matches_the_reference() {
         assert_eq!(commitment_cid("engage_with_PMM_creator_tests"), "e86ccfd1");
         assert_eq!(commitment_cid("note this item"), "e2eb5791");
+    }
+
+    #[test]
+    fn a_commitment_open_has_a_canonical_meta_and_folds_open() {
+        for score in [0.25, f64::NAN] {
+            let ev = commitment_open("note this item", score, "assistant", "mcp");
+            let checked = NewEvent::new(ev.kind.clone(), ev.content.clone(), ev.meta.clone());
+            assert_eq!(checked.expect("canonical meta").meta, ev.meta);
+        }
+        let ev = commitment_open("note this item", 0.5, "assistant", "mcp");
+        assert_eq!(ev.content, "Commitment opened: note this item");
+        let meta = crate::canon::to_string(&Value::Object(ev.meta)).unwrap();
+        let mut m = Mirror::default();
+        m.apply(&Event::sample(1, "commitment_open", &ev.content, &meta));
+        assert_eq!(m.open["e2eb5791"].text, "note this item");
+        m.apply(&Event::sample(
+            2,
+            "commitment_close",
+            &close_content("e2eb5791"),
+            r#"{"cid":"e2eb5791"}"#,
+        ));
+        assert!(m.open.is_empty());
     }
 
     #[test]

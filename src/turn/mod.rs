@@ -31,7 +31,7 @@ use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::llm::{Adapter, Cancel, LlmError, Request, TextSink};
 use crate::marker;
 use crate::projection::graph::NodeKind;
-use crate::projection::mirror::commitment_cid;
+use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
 use crate::store::{self, Batch, Filter, Ledger, Reads, Refusal};
 use serde_json::{json, Map, Value};
@@ -719,18 +719,8 @@ pub(crate) fn append_opens(
     for c in &markers.commits {
         let cid = commitment_cid(&c.value);
         let score = derive::impact_score(s.p, &cid, s.head_id());
-        let m = meta(&[
-            ("cid", cid.clone().into()),
-            ("impact_score", json!(score)),
-            ("origin", "assistant".into()),
-            ("source", source.into()),
-            ("text", c.value.clone().into()),
-        ]);
-        let open = s.put(
-            Kind::CommitmentOpen,
-            format!("Commitment opened: {}", c.value),
-            m,
-        )?;
+        let ev = mirror::commitment_open(&c.value, score, "assistant", source);
+        let open = s.put(ev.kind, ev.content, ev.meta)?;
         concepts::bind_thread(s, &cid, open.id, about, "loop")?;
         opened.push(cid);
     }
@@ -754,11 +744,7 @@ pub(crate) fn append_closes(
             ("origin", "assistant".into()),
             ("source", source.into()),
         ]);
-        s.put(
-            Kind::CommitmentClose,
-            format!("Commitment closed: {}", c.value),
-            m,
-        )?;
+        s.put(Kind::CommitmentClose, mirror::close_content(&c.value), m)?;
         closed.push(c.value.clone());
     }
     Ok(closed)

@@ -560,19 +560,7 @@ impl Ledger {
     /// Appends one event in its own `BEGIN IMMEDIATE` transaction. A write the policy forbids
     /// appends a `violation` event instead and returns [`Error::PolicyViolation`].
     pub fn append(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
-        let mut batch = self.begin()?;
-        match batch.append(ev, clock) {
-            Ok(event) => {
-                batch.commit()?;
-                Ok(event)
-            }
-            Err(Refusal::Policy(v)) => {
-                let violation = batch.append_violation(&v, clock)?;
-                batch.commit()?;
-                Err(v.into_error(violation.id))
-            }
-            Err(Refusal::Error(e)) => Err(e),
-        }
+        self.begin()?.append_and_commit(ev, clock)
     }
 
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the head cannot move under it).
@@ -1761,6 +1749,24 @@ impl Batch<'_> {
     /// The head as this transaction sees it.
     pub fn head(&self) -> Option<&Head> {
         self.head.as_ref()
+    }
+
+    /// Appends `ev` after the policy check and commits: [`Ledger::append`] in a transaction
+    /// the caller began (and read in, e.g. to check what `ev` depends on). A write the policy
+    /// forbids commits the `violation` event instead and returns [`Error::PolicyViolation`].
+    pub fn append_and_commit(mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
+        match self.append(ev, clock) {
+            Ok(event) => {
+                self.commit()?;
+                Ok(event)
+            }
+            Err(Refusal::Policy(v)) => {
+                let violation = self.append_violation(&v, clock)?;
+                self.commit()?;
+                Err(v.into_error(violation.id))
+            }
+            Err(Refusal::Error(e)) => Err(e),
+        }
     }
 
     /// Appends `ev` after the policy check.
