@@ -44,7 +44,7 @@ use crate::canon;
 use crate::chain::root::{RootHasher, RootSnapshot, MANIFEST_COVERS};
 use crate::chain::{Digest, Finding, Problem};
 use crate::context::{embed, retrieval};
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Seen};
 use crate::formats::slot;
 use crate::projection::mirror::{close_content, internal_close_content};
 use crate::projection::rsm::synthesized_text;
@@ -92,9 +92,9 @@ pub use crate::projection::mirror::commitment_cid;
 /// stays 0. Memory is the implementation's business: it sees every event once, in order.
 pub trait SelfModel: Send {
     /// Sees the next event, after the checker has checked it (so a `summary_update` is
-    /// checked against the events before it). `meta` is the parsed meta when the checker had
-    /// to parse it anyway; otherwise the implementation parses `ev.meta` if it needs it.
-    fn observe(&mut self, ev: &Event, meta: Option<&Map<String, Value>>);
+    /// checked against the events before it). Its meta is parsed once for every fold that
+    /// reads it ([`Seen::meta`]).
+    fn observe(&mut self, seen: &Seen<'_>);
 
     /// The `rsm_state` that `summary` should carry, given every event observed so far, or
     /// `None` to leave this one unchecked. `meta` and `content` are the summary's, parsed
@@ -471,7 +471,7 @@ impl DeepChecker {
             self.adaptive.fold_erased(ev);
             let verdicts = self.index.erased(ev);
             self.index_verdicts(verdicts, out);
-            self.remember(ev, None);
+            self.remember(&Seen::new(ev));
             return;
         }
         self.check_parsed(ev, None, out);
@@ -522,32 +522,26 @@ impl DeepChecker {
         meta: Option<&Map<String, Value>>,
         out: &mut Vec<Finding>,
     ) {
-        let check = check_of(&ev.kind);
-        let parsed;
-        let meta = match meta {
-            Some(m) => Some(m),
-            None if check.is_some_and(|c| c.meta) => {
-                parsed = ev.meta_map().ok();
-                parsed.as_ref()
+        // Every fold below reads the meta from here: it is parsed at most once per event.
+        let seen = Seen::with_meta(ev, meta);
+        if let Some(c) = check_of(&ev.kind) {
+            if let Some(run) = c.run {
+                run(self, ev, c.meta.then(|| seen.meta()).flatten(), out);
             }
-            None => None,
-        };
-        if let Some(run) = check.and_then(|c| c.run) {
-            run(self, ev, meta, out);
         }
-        self.check_adaptive(ev, out);
-        self.check_index(ev, out);
-        self.remember(ev, meta);
+        self.check_adaptive(&seen, out);
+        self.check_index(&seen, out);
+        self.remember(&seen);
     }
 
     /// The indexer's events ([`super::indexed`]); every event is folded in.
-    fn check_index(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    fn check_index(&mut self, s: &Seen<'_>, out: &mut Vec<Finding>) {
         let (texts, erased) = (&self.texts, &self.erased);
         let text = |id: i64| {
             let i = texts.binary_search_by_key(&id, |(k, _)| *k).ok()?;
             texts.get(i).map(|(_, t)| t.clone())
         };
-        let verdicts = self.index.check(ev, &text, &|id| erased.contains(&id));
+        let verdicts = self.index.check(s, &text, &|id| erased.contains(&id));
         self.index_verdicts(verdicts, out);
     }
 
@@ -568,10 +562,11 @@ impl DeepChecker {
     }
 
     /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.
-    fn check_adaptive(&mut self, ev: &Event, out: &mut Vec<Finding>) {
-        self.check_goal(ev, out);
+    fn check_adaptive(&mut self, s: &Seen<'_>, out: &mut Vec<Finding>) {
+        let ev = s.ev;
+        self.check_goal(s, out);
         use super::adaptive::Verdict;
-        match self.adaptive.check(ev) {
+        match self.adaptive.check_seen(s) {
             Verdict::NotChecked => {}
             Verdict::Same { repeat } => {
                 self.counts.adaptive_events += 1;
@@ -588,9 +583,10 @@ impl DeepChecker {
     }
 
     /// A goal that stays open ([`super::goals`]), against the mirror before `ev`.
-    fn check_goal(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    fn check_goal(&mut self, s: &Seen<'_>, out: &mut Vec<Finding>) {
+        let ev = s.ev;
         use super::goals::Verdict;
-        match self.goals.check(ev, self.adaptive.mirror()) {
+        match self.goals.check_seen(s, self.adaptive.mirror()) {
             Verdict::NotChecked => {}
             Verdict::Same => self.counts.open_goals += 1,
             Verdict::Differs(expected, found) => {
@@ -603,7 +599,8 @@ impl DeepChecker {
     }
 
     /// Updates the state with an event once it has been checked.
-    fn remember(&mut self, ev: &Event, meta: Option<&Map<String, Value>>) {
+    fn remember(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         self.hasher.push(ev.hash.as_deref());
         let root = self.hasher.snapshot();
         if self.roots.len() == ROOT_WINDOW {
@@ -624,7 +621,7 @@ impl DeepChecker {
                 if self.replies.len() == REPLY_WINDOW {
                     self.replies.pop_front();
                 }
-                self.replies.push_back((ev.id, reply_to(ev, meta)));
+                self.replies.push_back((ev.id, reply_to(s)));
             }
             Kind::Reflection => {
                 if self.reflections.len() == ROOT_WINDOW {
@@ -654,7 +651,7 @@ impl DeepChecker {
             }
         }
         if let Some(m) = self.self_model.as_mut() {
-            m.observe(ev, meta);
+            m.observe(s);
         }
     }
 
@@ -1350,17 +1347,13 @@ impl DeepChecker {
     }
 }
 
-/// The user message a reply answers (`meta.reply_to`), read from the parsed meta when there
-/// is one, else from the stored text (only when it names the key at all).
-fn reply_to(ev: &Event, meta: Option<&Map<String, Value>>) -> Option<i64> {
-    match meta {
-        Some(m) => m.get("reply_to").and_then(Value::as_i64),
-        None if ev.meta.contains("\"reply_to\"") => ev
-            .meta_map()
-            .ok()
-            .and_then(|m| m.get("reply_to").and_then(Value::as_i64)),
-        None => None,
+/// The user message a reply answers (`meta.reply_to`; the meta is read only when its text
+/// names the key at all).
+fn reply_to(s: &Seen<'_>) -> Option<i64> {
+    if !s.ev.meta.contains("\"reply_to\"") {
+        return None;
     }
+    s.meta()?.get("reply_to").and_then(Value::as_i64)
 }
 
 /// The slot id a stimulus or tick should carry: the reference's epoch and interval, or the
@@ -1599,7 +1592,7 @@ mod tests {
 
     struct Fixed(Value, usize);
     impl SelfModel for Fixed {
-        fn observe(&mut self, _ev: &Event, _meta: Option<&Map<String, Value>>) {
+        fn observe(&mut self, _seen: &Seen<'_>) {
             self.1 += 1;
         }
         fn expected_rsm_state(&mut self, _s: &Event, _p: Parsed<'_>) -> Option<Value> {

@@ -5,12 +5,12 @@
 
 use crate::audit::deep::{DeepChecker, Parsed, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKED};
 use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
-use crate::event::Event;
+use crate::event::{Event, Seen};
 use crate::interchange::{self, Input, Item};
 use crate::projection::concepts::ConceptGraph;
 use crate::projection::rsm::Rsm;
 use crate::Error;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// What a verification checks besides the chain.
 #[derive(Debug, Clone, Default)]
@@ -36,9 +36,9 @@ struct ProjectionModel {
 }
 
 impl SelfModel for ProjectionModel {
-    fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
-        self.rsm.apply(ev);
-        self.concepts.apply(ev);
+    fn observe(&mut self, seen: &Seen<'_>) {
+        self.rsm.apply(seen.ev);
+        self.concepts.fold(seen);
     }
     fn expected_rsm_json(&mut self, _summary: &Event, parsed: Parsed<'_>) -> Option<Vec<u8>> {
         Some(self.rsm.snapshot_json(&self.concepts, ours(parsed)))

@@ -8,7 +8,7 @@
 //! projection checkpoint, so a tick on a ledger of any size reads only the events since it.
 
 use crate::chain::root::StoredRoot;
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Seen};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -162,7 +162,8 @@ impl ThinkLog {
         }
     }
 
-    fn apply(&mut self, ev: &Event) {
+    fn apply(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         if ev.kind == Kind::Config {
             return self.apply_config(ev);
         }
@@ -174,7 +175,7 @@ impl ThinkLog {
         if !maybe {
             return;
         }
-        let m = meta_of(ev);
+        let m = s.meta_or_empty();
         let day = || ev.ts.get(..10).unwrap_or_default().to_string();
         if ev.kind == Kind::AutonomyStimulus {
             if m.get("claim").and_then(Value::as_str) == Some("think") {
@@ -216,26 +217,28 @@ pub struct Fact {
 /// How many unindexed messages the projection remembers (the newest).
 pub const UNINDEXED_MAX: usize = 4096;
 
-fn meta_of(ev: &Event) -> serde_json::Map<String, Value> {
-    ev.meta_map().unwrap_or_default()
-}
-
-fn is_kernel(ev: &Event) -> bool {
-    meta_of(ev).get("source").and_then(Value::as_str) == Some("autonomy_kernel")
+fn is_kernel(s: &Seen<'_>) -> bool {
+    s.meta_or_empty().get("source").and_then(Value::as_str) == Some("autonomy_kernel")
 }
 
 impl AutonomyLog {
     /// Folds one event in (events in id order).
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`AutonomyLog::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         self.root.push(ev.hash.as_deref());
         let bookkeeping = BOOKKEEPING.contains(&ev.kind);
         match ev.kind {
             Kind::MetricsTurn => self.last_metrics_turn = Some(ev.id),
-            Kind::Reflection if is_kernel(ev) => self.apply_kernel_reflection(ev),
+            Kind::Reflection if is_kernel(s) => self.apply_kernel_reflection(s),
             Kind::SummaryUpdate => self.apply_summary(ev),
             Kind::CheckpointManifest => self.apply_manifest(ev),
             Kind::AutonomyRuleTable => self.last_rule_table = Some(ev.content.clone()),
-            Kind::AutonomyStimulus => self.apply_stimulus(ev),
+            Kind::AutonomyStimulus => self.apply_stimulus(s),
             Kind::AutonomyTick => self.apply_tick(ev),
             Kind::Config => self.apply_config(ev),
             Kind::UserMessage | Kind::AssistantMessage if !ev.content.trim().is_empty() => {
@@ -248,10 +251,10 @@ impl AutonomyLog {
             Kind::ClaimFromText => self.apply_fact(ev),
             _ => {}
         }
-        self.think.apply(ev);
+        self.think.apply(s);
         // The kernel's CTL maintenance binds concepts to the loop's own events: bookkeeping too.
         let derived = matches!(ev.kind, Kind::Reflection | Kind::SummaryUpdate)
-            || (ev.kind == Kind::ConceptBindEvent && is_kernel(ev));
+            || (ev.kind == Kind::ConceptBindEvent && is_kernel(s));
         if !bookkeeping && !derived {
             self.note_change(ev);
         }
@@ -259,7 +262,8 @@ impl AutonomyLog {
 
     /// A kernel reflection: becomes the newest one (its sorted `stalled` cids and
     /// `meta.delta_hash`), and the changes since the last one start again from none.
-    fn apply_kernel_reflection(&mut self, ev: &Event) {
+    fn apply_kernel_reflection(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         let content: Option<Value> = serde_json::from_str(&ev.content).ok();
         let mut stalled: Vec<String> = content
             .as_ref()
@@ -275,7 +279,8 @@ impl AutonomyLog {
         self.last_kernel_reflection = Some(KernelReflection {
             id: ev.id,
             stalled,
-            delta_hash: meta_of(ev)
+            delta_hash: s
+                .meta_or_empty()
                 .get("delta_hash")
                 .and_then(Value::as_str)
                 .map(str::to_string),
@@ -313,14 +318,16 @@ impl AutonomyLog {
 
     /// An `autonomy_stimulus` naming a slot and slot id: becomes the newest stimulus and
     /// raises the highest slot seen for its interval.
-    fn apply_stimulus(&mut self, ev: &Event) {
+    fn apply_stimulus(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         if let Ok(c) = serde_json::from_str::<Value>(&ev.content) {
             if let (Some(slot), Some(id)) = (
                 c.get("slot").and_then(Value::as_i64),
                 c.get("slot_id").and_then(Value::as_str),
             ) {
                 self.last_stimulus = Some((ev.id, slot, id.to_string()));
-                let interval = meta_of(ev)
+                let interval = s
+                    .meta_or_empty()
                     .get("interval")
                     .and_then(Value::as_i64)
                     .unwrap_or(crate::formats::slot::INTERVAL_SECS);

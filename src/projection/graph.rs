@@ -8,7 +8,7 @@
 //! user message, the latest reply or reflection, the first reply carrying each `COMMIT:` text,
 //! the first open of each cid), so building is linear and a node costs an id and a kind.
 
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Seen};
 use crate::marker;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
@@ -166,14 +166,6 @@ pub struct EventGraph {
     first_open_by_cid: HashMap<String, NodeIndex>,
 }
 
-/// The meta fields the edge rules read. Meta that is not a JSON object reads as `{}`.
-fn meta_of(ev: &Event) -> Map<String, Value> {
-    if ev.meta.trim().is_empty() {
-        return Map::new();
-    }
-    serde_json::from_str(&ev.meta).unwrap_or_default()
-}
-
 /// A non-empty string field (the reference's `isinstance(x, str) and x`).
 fn non_empty_str<'a>(meta: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     meta.get(key)
@@ -223,16 +215,18 @@ trait EdgeFacts {
 }
 
 /// The edge rules (FORMATS.md §6.2) for the node `at` just added for `ev` (of tracked kind
-/// `kind`): the edges it draws to earlier nodes and what it leaves for later
+/// `kind`). The rules read the meta when it is a JSON object (canonical or not; any other
+/// reads as `{}`).: the edges it draws to earlier nodes and what it leaves for later
 /// events. A reflection about itself gets a loop, as in the reference (its node is there).
-fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, ev: &Event) {
+fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, s: &Seen<'_>) {
+    let str_of = |key: &str| s.meta_object().and_then(|m| non_empty_str(m, key));
     match kind {
         NodeKind::UserMessage => *f.last_user() = Some(at),
         NodeKind::AssistantMessage => {
             if let Some(user) = *f.last_user() {
                 f.edge(at, user, EdgeLabel::RepliesTo);
             }
-            for text in marker::commit_texts(&ev.content) {
+            for text in marker::commit_texts(&s.ev.content) {
                 f.note_commit_text(text, at);
             }
             *f.last_reply_or_reflection() = Some(at);
@@ -243,24 +237,24 @@ fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, ev: &Event) {
             }
         }
         NodeKind::CommitmentOpen => {
-            let meta = meta_of(ev);
-            let text = non_empty_str(&meta, "text");
+            let text = str_of("text");
             if let Some(reply) = text.and_then(|t| f.reply_committing(t)) {
                 f.edge(at, reply, EdgeLabel::CommitsTo);
             }
-            if let Some(cid) = non_empty_str(&meta, "cid") {
+            if let Some(cid) = str_of("cid") {
                 f.note_open(cid, at);
             }
         }
         NodeKind::CommitmentClose => {
-            let meta = meta_of(ev);
-            let cid = non_empty_str(&meta, "cid");
+            let cid = str_of("cid");
             if let Some(open) = cid.and_then(|c| f.first_open(c)) {
                 f.edge(at, open, EdgeLabel::Closes);
             }
         }
         NodeKind::Reflection => {
-            let about = meta_of(ev).get("about_event").and_then(about_event_id);
+            let about = s
+                .meta_object()
+                .and_then(|m| about_event_id(m.get("about_event")?));
             if let Some(target) = about.and_then(|id| f.node_of(id)) {
                 f.edge(at, target, EdgeLabel::ReflectsOn);
             }
@@ -303,6 +297,12 @@ impl EventGraph {
     /// is not above the newest node's (the fold runs in id order; a repeat adds nothing, as the
     /// reference's `add_event` ignores a node it has).
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`EventGraph::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         let Some(kind) = NodeKind::from_kind(&ev.kind) else {
             return;
         };
@@ -315,7 +315,7 @@ impl EventGraph {
             return;
         }
         let ix = self.graph.add_node(Node { id: ev.id, kind });
-        edge_rule(self, kind, ix, ev);
+        edge_rule(self, kind, ix, s);
     }
 
     /// The graph of `events` (in id order).
@@ -586,6 +586,12 @@ impl GraphCounts {
 
     /// Folds one event in (events must come in id order; repeats and older ids are ignored).
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`GraphCounts::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         let Some(kind) = NodeKind::from_kind(&ev.kind) else {
             return;
         };
@@ -593,7 +599,7 @@ impl GraphCounts {
             return;
         }
         self.add_node(ev.id, kind);
-        edge_rule(self, kind, ev.id, ev);
+        edge_rule(self, kind, ev.id, s);
     }
 
     /// Nodes of `kind`.

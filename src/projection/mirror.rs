@@ -6,7 +6,7 @@
 //! order, once), and thresholds are part of the projection, so replay reproduces the
 //! thresholds in force at any event (the reference keeps them in memory only).
 
-use crate::event::{Event, Kind, NewEvent};
+use crate::event::{Event, Kind, NewEvent, Seen};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha1::{Digest as _, Sha1};
@@ -349,12 +349,18 @@ impl Mirror {
 
     /// Folds one event in.
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`Mirror::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         self.last_event_id = ev.id;
         self.last_hash = ev.hash.clone();
         match ev.kind {
-            Kind::CommitmentOpen => self.apply_open(ev),
-            Kind::CommitmentClose => self.apply_close(ev),
-            Kind::Claim => self.apply_claim(ev),
+            Kind::CommitmentOpen => self.apply_open(ev, s.meta_or_empty()),
+            Kind::CommitmentClose => self.apply_close(ev, s.meta_or_empty()),
+            Kind::Claim => self.apply_claim(ev, s.meta_or_empty()),
             Kind::IdentityAdoption => self.apply_adoption(ev),
             Kind::Config => self.apply_config(ev),
             Kind::AutonomyRuleTable => self.apply_rule_table(ev),
@@ -365,8 +371,7 @@ impl Mirror {
 
     /// A `commitment_open`: the commitment (keyed by its non-empty `meta.cid`) becomes open,
     /// leaves the closed set, and its open count grows by one.
-    fn apply_open(&mut self, ev: &Event) {
-        let meta = ev.meta_map().unwrap_or_default();
+    fn apply_open(&mut self, ev: &Event, meta: &Map<String, Value>) {
         let Some(cid) = meta_str(&meta, "cid").filter(|c| !c.is_empty()) else {
             return;
         };
@@ -392,8 +397,7 @@ impl Mirror {
 
     /// A `commitment_close`: counts the close against `meta.cid`'s history and moves the
     /// commitment, if open, to the closed set with its reason.
-    fn apply_close(&mut self, ev: &Event) {
-        let meta = ev.meta_map().unwrap_or_default();
+    fn apply_close(&mut self, ev: &Event, meta: &Map<String, Value>) {
         let Some(cid) = meta_str(&meta, "cid") else {
             return;
         };
@@ -409,8 +413,7 @@ impl Mirror {
 
     /// A `claim`: identity proposals and ratifications go to the identity; a `name_change`
     /// sets the name from the JSON after `=` in the content; other claims are ignored.
-    fn apply_claim(&mut self, ev: &Event) {
-        let meta = ev.meta_map().unwrap_or_default();
+    fn apply_claim(&mut self, ev: &Event, meta: &Map<String, Value>) {
         let claim_type = meta_str(&meta, "claim_type").unwrap_or_default();
         if claim_type == "identity_proposal" || claim_type == "identity_ratify" {
             self.identity.note_claim(ev.id, &claim_type, &ev.content);
