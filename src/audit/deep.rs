@@ -459,7 +459,14 @@ impl DeepChecker {
     /// form ([`crate::chain::Verifier::last_erased`]): an erased event's own derived values
     /// are not checked, nor anything later derived from its text; it still counts by its id
     /// and kind wherever the writer counted it (the adaptive windows, checkpoint prefixes).
-    pub fn check_event(&mut self, ev: &Event, erased: bool, out: &mut Vec<Finding>) {
+    /// `meta` is the event's meta when the reader parsed it (`None`: parsed here if needed).
+    pub fn check_event(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        erased: bool,
+        out: &mut Vec<Finding>,
+    ) {
         if erased {
             self.erased.insert(ev.id);
             if check_of(&ev.kind).is_some() {
@@ -474,7 +481,7 @@ impl DeepChecker {
             self.remember(&Seen::new(ev));
             return;
         }
-        self.check_parsed(ev, None, out);
+        self.check_parsed(ev, meta, out);
     }
 
     /// The checks skipped because an input was erased (the first `SKIPPED_LISTED`).
