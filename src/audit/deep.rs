@@ -163,7 +163,7 @@ const CHECKED_ELSEWHERE: [(&str, &str); 2] = [
 ];
 
 /// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`:
-/// [`CHECKS`], then what is checked elsewhere.
+/// one row per derived kind (the checker's table of checks), then what is checked elsewhere.
 pub const KINDS_CHECKED: &[(&str, &str)] = &kinds_checked();
 
 const fn kinds_checked() -> [(&'static str, &'static str); CHECKS.len() + CHECKED_ELSEWHERE.len()] {

@@ -229,7 +229,7 @@ fn open_goal(s: &mut Sink<'_, '_>, g: &NewGoal) -> crate::Result<()> {
         ("reason", g.reason.clone().into()),
         ("source", "autonomy_kernel".into()),
     ]);
-    s.put(Kind::CommitmentOpen, internal_open_content(&g.goal), m)?;
+    s.put(Kind::CommitmentOpen, internal_open_content(g.goal), m)?;
     Ok(())
 }
 

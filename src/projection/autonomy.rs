@@ -92,7 +92,7 @@ pub struct AutonomyLog {
     pub root: StoredRoot,
     /// User and assistant messages with no concept binding that no `index` tick has taken yet,
     /// oldest first (the newest [`UNINDEXED_MAX`]): ascending ids, so one is found by binary
-    /// search ([`AutonomyLog::indexed`]).
+    /// search.
     #[serde(default)]
     pub unindexed: std::collections::VecDeque<i64>,
     /// Facts the indexer extracted (`claim_from_text`), oldest first (the newest

@@ -195,9 +195,9 @@ impl ConceptGraph {
             definition: str_or_empty(&data, "definition"),
             attributes: data.get("attributes").cloned().unwrap_or_else(|| json!({})),
             version: data.get("version").cloned().unwrap_or_else(|| json!(1)),
-            concept_id: str_or_empty(&meta, "concept_id"),
+            concept_id: str_or_empty(meta, "concept_id"),
             event_id: ev.id,
-            supersedes: nonempty_str(&meta, "supersedes").map(str::to_string),
+            supersedes: nonempty_str(meta, "supersedes").map(str::to_string),
         };
         if !def.concept_kind.is_empty() {
             self.kinds

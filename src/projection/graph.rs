@@ -196,10 +196,8 @@ fn about_event_id(v: &Value) -> Option<i64> {
 trait EdgeFacts {
     /// A node as the fold knows it.
     type At: Copy;
-    /// The latest user message.
-    fn last_user(&mut self) -> &mut Option<Self::At>;
-    /// The latest assistant message or reflection.
-    fn last_reply_or_reflection(&mut self) -> &mut Option<Self::At>;
+    /// The latest user message, and the latest assistant message or reflection.
+    fn latest(&mut self) -> (&mut Option<Self::At>, &mut Option<Self::At>);
     /// Reply `at` carries `text` on a `COMMIT:` line.
     fn note_commit_text(&mut self, text: String, at: Self::At);
     /// The first reply that carried `text` on a `COMMIT:` line.
@@ -221,18 +219,18 @@ trait EdgeFacts {
 fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, s: &Seen<'_>) {
     let str_of = |key: &str| s.meta_object().and_then(|m| non_empty_str(m, key));
     match kind {
-        NodeKind::UserMessage => *f.last_user() = Some(at),
+        NodeKind::UserMessage => *f.latest().0 = Some(at),
         NodeKind::AssistantMessage => {
-            if let Some(user) = *f.last_user() {
+            if let Some(user) = *f.latest().0 {
                 f.edge(at, user, EdgeLabel::RepliesTo);
             }
             for text in marker::commit_texts(&s.ev.content) {
                 f.note_commit_text(text, at);
             }
-            *f.last_reply_or_reflection() = Some(at);
+            *f.latest().1 = Some(at);
         }
         NodeKind::IdentityAdoption => {
-            if let Some(anchor) = *f.last_reply_or_reflection() {
+            if let Some(anchor) = *f.latest().1 {
                 f.edge(at, anchor, EdgeLabel::AdoptsIdentityFor);
             }
         }
@@ -258,7 +256,7 @@ fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, s: &Seen<'_>) {
             if let Some(target) = about.and_then(|id| f.node_of(id)) {
                 f.edge(at, target, EdgeLabel::ReflectsOn);
             }
-            *f.last_reply_or_reflection() = Some(at);
+            *f.latest().1 = Some(at);
         }
         NodeKind::SummaryUpdate => {}
     }
@@ -266,11 +264,8 @@ fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, s: &Seen<'_>) {
 
 impl EdgeFacts for EventGraph {
     type At = NodeIndex;
-    fn last_user(&mut self) -> &mut Option<NodeIndex> {
-        &mut self.last_user
-    }
-    fn last_reply_or_reflection(&mut self) -> &mut Option<NodeIndex> {
-        &mut self.last_reply_or_reflection
+    fn latest(&mut self) -> (&mut Option<NodeIndex>, &mut Option<NodeIndex>) {
+        (&mut self.last_user, &mut self.last_reply_or_reflection)
     }
     fn note_commit_text(&mut self, text: String, at: NodeIndex) {
         self.first_reply_by_commit_text.entry(text).or_insert(at);
@@ -495,7 +490,7 @@ impl EventGraph {
 }
 
 /// The graph's statistics as a small fold, for `pmm-replay --state` and its checkpoints: the
-/// same rules as [`EventGraph`] (one [`edge_rule`] over both; a test checks that their
+/// same rules as [`EventGraph`] (one edge rule over both; a test checks that their
 /// look-ups agree), keeping only what the rules look up — the latest user message, the latest reply or reflection, which COMMIT texts
 /// some reply carries, first opens by cid, and a bitset of node ids for `reflects_on` — not the
 /// graph. A checkpoint of a 10⁶-event ledger carries ~125 KB of bitset and ~120 KB of text
@@ -532,11 +527,8 @@ fn text_digest(text: &str) -> u128 {
 /// The counting fold's facts: ids, and only whether a reply carried a text (its digest).
 impl EdgeFacts for GraphCounts {
     type At = i64;
-    fn last_user(&mut self) -> &mut Option<i64> {
-        &mut self.last_user
-    }
-    fn last_reply_or_reflection(&mut self) -> &mut Option<i64> {
-        &mut self.last_reply_or_reflection
+    fn latest(&mut self) -> (&mut Option<i64>, &mut Option<i64>) {
+        (&mut self.last_user, &mut self.last_reply_or_reflection)
     }
     fn note_commit_text(&mut self, text: String, _at: i64) {
         self.commit_texts.insert(text_digest(&text));

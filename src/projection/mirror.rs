@@ -372,11 +372,11 @@ impl Mirror {
     /// A `commitment_open`: the commitment (keyed by its non-empty `meta.cid`) becomes open,
     /// leaves the closed set, and its open count grows by one.
     fn apply_open(&mut self, ev: &Event, meta: &Map<String, Value>) {
-        let Some(cid) = meta_str(&meta, "cid").filter(|c| !c.is_empty()) else {
+        let Some(cid) = meta_str(meta, "cid").filter(|c| !c.is_empty()) else {
             return;
         };
-        let text = meta_str(&meta, "text")
-            .or_else(|| meta_str(&meta, "goal"))
+        let text = meta_str(meta, "text")
+            .or_else(|| meta_str(meta, "goal"))
             .unwrap_or_default();
         self.closed.remove(&cid);
         self.history.entry(cid.clone()).or_default().0 += 1;
@@ -386,11 +386,11 @@ impl Mirror {
                 cid,
                 text,
                 opened_at: ev.id,
-                source: meta_str(&meta, "source").unwrap_or_else(|| "user".into()),
-                origin: meta_str(&meta, "origin").unwrap_or_default(),
+                source: meta_str(meta, "source").unwrap_or_else(|| "user".into()),
+                origin: meta_str(meta, "origin").unwrap_or_default(),
                 closed_at: None,
                 reason: None,
-                cause: meta_str(&meta, "cause"),
+                cause: meta_str(meta, "cause"),
             },
         );
     }
@@ -398,7 +398,7 @@ impl Mirror {
     /// A `commitment_close`: counts the close against `meta.cid`'s history and moves the
     /// commitment, if open, to the closed set with its reason.
     fn apply_close(&mut self, ev: &Event, meta: &Map<String, Value>) {
-        let Some(cid) = meta_str(&meta, "cid") else {
+        let Some(cid) = meta_str(meta, "cid") else {
             return;
         };
         if let Some(h) = self.history.get_mut(&cid) {
@@ -406,7 +406,7 @@ impl Mirror {
         }
         if let Some(mut c) = self.open.remove(&cid) {
             c.closed_at = Some(ev.id);
-            c.reason = meta_str(&meta, "reason");
+            c.reason = meta_str(meta, "reason");
             self.closed.insert(cid, c);
         }
     }
@@ -414,7 +414,7 @@ impl Mirror {
     /// A `claim`: identity proposals and ratifications go to the identity; a `name_change`
     /// sets the name from the JSON after `=` in the content; other claims are ignored.
     fn apply_claim(&mut self, ev: &Event, meta: &Map<String, Value>) {
-        let claim_type = meta_str(&meta, "claim_type").unwrap_or_default();
+        let claim_type = meta_str(meta, "claim_type").unwrap_or_default();
         if claim_type == "identity_proposal" || claim_type == "identity_ratify" {
             self.identity.note_claim(ev.id, &claim_type, &ev.content);
             return;
