@@ -9,7 +9,7 @@
 //! equals the newest one of its kind before it is a *repeat*: pmm writes none, the reference
 //! re-emitted them (§17 item 17); repeats are counted, not reported as mismatches.
 
-use crate::event::{Action, Event, Kind};
+use crate::event::{Action, Event, Kind, Seen};
 use crate::projection::adapt::{self, AdaptLog};
 use crate::projection::mirror::Mirror;
 use serde_json::Value;
@@ -73,9 +73,8 @@ pub struct AdaptiveCheck {
     erased_kinds: Vec<(Kind, i64)>,
 }
 
-fn slot_id(ev: &Event) -> Option<String> {
-    let m = ev.meta_map().ok()?;
-    m.get("slot_id")?.as_str().map(str::to_string)
+fn slot_id(s: &Seen<'_>) -> Option<String> {
+    s.meta()?.get("slot_id")?.as_str().map(str::to_string)
 }
 
 fn newest(e: &Option<(i64, String)>) -> Option<&str> {
@@ -90,11 +89,16 @@ impl AdaptiveCheck {
 
     /// Checks `ev` against the events before it, then folds it in.
     pub fn check(&mut self, ev: &Event) -> AdaptiveVerdict {
-        let v = match self.verdict(ev) {
-            AdaptiveVerdict::Differs(what, expected) => self.explained(ev, what, expected),
+        self.check_seen(&Seen::new(ev))
+    }
+
+    /// [`AdaptiveCheck::check`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn check_seen(&mut self, s: &Seen<'_>) -> AdaptiveVerdict {
+        let v = match self.verdict(s) {
+            AdaptiveVerdict::Differs(what, expected) => self.explained(s.ev, what, expected),
             v => v,
         };
-        self.fold(ev);
+        self.fold(s);
         v
     }
 
@@ -109,7 +113,7 @@ impl AdaptiveCheck {
         if !self.erased_kinds.iter().any(|(k, _)| *k == ev.kind) {
             self.erased_kinds.push((ev.kind.clone(), ev.id));
         }
-        self.fold(ev);
+        self.fold(&Seen::new(ev));
     }
 
     /// A difference the erased text can account for becomes [`AdaptiveVerdict::Erased`].
@@ -136,7 +140,8 @@ impl AdaptiveCheck {
         }
     }
 
-    fn fold(&mut self, ev: &Event) {
+    fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         self.seen += 1;
         while self
             .erased_recent
@@ -145,18 +150,18 @@ impl AdaptiveCheck {
         {
             self.erased_recent.pop_front();
         }
-        self.mirror.apply(ev);
+        self.mirror.fold(s);
         self.adapt.apply(ev);
         if ev.kind == Kind::AutonomyTick {
             let decision = serde_json::from_str::<Value>(&ev.content)
                 .ok()
                 .and_then(|c| c.get("decision")?.as_str().map(str::to_string));
-            self.last_decision = decision.map(|d| (d, slot_id(ev)));
+            self.last_decision = decision.map(|d| (d, slot_id(s)));
         }
     }
 
-    fn verdict(&self, ev: &Event) -> AdaptiveVerdict {
-        let a = &self.adapt;
+    fn verdict(&self, s: &Seen<'_>) -> AdaptiveVerdict {
+        let (ev, a) = (s.ev, &self.adapt);
         let th = &self.mirror.thresholds;
         let (what, expected, prev) = match ev.kind {
             Kind::StabilityMetrics => (
@@ -184,7 +189,7 @@ impl AdaptiveCheck {
                 adapt::meta_due(a, th, ev.id - 1),
                 newest(&a.last_meta),
             ),
-            Kind::OutcomeObservation => return self.outcome_verdict(ev),
+            Kind::OutcomeObservation => return self.outcome_verdict(s),
             _ => return AdaptiveVerdict::NotChecked,
         };
         if expected.as_deref() == Some(ev.content.as_str()) {
@@ -198,11 +203,12 @@ impl AdaptiveCheck {
 
     /// A tick's outcome (the newest tick's `slot_id` in its meta) names that tick's decision:
     /// `autonomy_<decision>`. Outcomes appended otherwise are not a tick's.
-    fn outcome_verdict(&self, ev: &Event) -> AdaptiveVerdict {
+    fn outcome_verdict(&self, s: &Seen<'_>) -> AdaptiveVerdict {
+        let ev = s.ev;
         let Some((d, tick_slot)) = &self.last_decision else {
             return AdaptiveVerdict::NotChecked;
         };
-        if tick_slot.is_none() || slot_id(ev) != *tick_slot {
+        if tick_slot.is_none() || slot_id(s) != *tick_slot {
             return AdaptiveVerdict::NotChecked;
         }
         let c: Value = serde_json::from_str(&ev.content).unwrap_or(Value::Null);

@@ -41,11 +41,13 @@
 //! ([`DeepChecker::second_pass`]), exactly as the chain verifier settles far-pointing links.
 
 use crate::canon;
-use crate::chain::root::{RootHasher, RootSnapshot};
+use crate::chain::root::{RootHasher, RootSnapshot, MANIFEST_COVERS};
 use crate::chain::{Digest, Finding, Problem};
 use crate::context::{embed, retrieval};
-use crate::event::{Action, Event, Kind, Source};
+use crate::event::{Action, Event, Kind, Seen, Source};
 use crate::formats::slot;
+use crate::projection::mirror::{close_content, internal_close_content};
+use crate::projection::rsm::synthesized_text;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -71,26 +73,6 @@ const USER_WINDOW: usize = 16;
 /// `retrieval_selection` a few events after its reply, in the same transaction).
 const REPLY_WINDOW: usize = 64;
 
-/// The kinds whose own values `--deep` checks (skipped when the event itself was erased).
-const DERIVED_KINDS: &[Kind] = &[
-    Kind::CommitmentOpen,
-    Kind::CommitmentClose,
-    Kind::EmbeddingAdd,
-    Kind::RetrievalSelection,
-    Kind::CheckpointManifest,
-    Kind::AutonomyStimulus,
-    Kind::AutonomyTick,
-    Kind::AutonomyRuleTable,
-    Kind::SummaryUpdate,
-    Kind::MetaSummary,
-    Kind::Reflection,
-    Kind::StabilityMetrics,
-    Kind::CoherenceCheck,
-    Kind::PolicyUpdate,
-    Kind::MetaPolicyUpdate,
-    Kind::OutcomeObservation,
-];
-
 /// The kinds whose content an `embedding_add` may embed in the reference.
 const EMBEDDABLE: &[Kind] = &[
     Kind::UserMessage,
@@ -110,9 +92,9 @@ pub use crate::projection::mirror::commitment_cid;
 /// stays 0. Memory is the implementation's business: it sees every event once, in order.
 pub trait SelfModel: Send {
     /// Sees the next event, after the checker has checked it (so a `summary_update` is
-    /// checked against the events before it). `meta` is the parsed meta when the checker had
-    /// to parse it anyway; otherwise the implementation parses `ev.meta` if it needs it.
-    fn observe(&mut self, ev: &Event, meta: Option<&Map<String, Value>>);
+    /// checked against the events before it). Its meta is parsed once for every fold that
+    /// reads it ([`Seen::meta`]).
+    fn observe(&mut self, seen: &Seen<'_>);
 
     /// The `rsm_state` that `summary` should carry, given every event observed so far, or
     /// `None` to leave this one unchecked. `meta` and `content` are the summary's, parsed
@@ -138,27 +120,71 @@ pub struct Parsed<'a> {
     pub content: Option<&'a Value>,
 }
 
-/// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`.
-pub const KINDS_CHECKED: &[(&str, &str)] = &[
-    (Kind::CommitmentOpen.as_str(), "meta.cid from meta.text"),
-    (Kind::CommitmentClose.as_str(), "content from meta.cid"),
-    (Kind::EmbeddingAdd.as_str(), "the whole content from the embedded event's text"),
-    (Kind::RetrievalSelection.as_str(), "meta.digest from the selection and the user message its reply answers (meta.reply_to)"),
-    (Kind::CheckpointManifest.as_str(), "root_hash from the prefix; covers; up_to_id before it"),
-    (Kind::AutonomyStimulus.as_str(), "slot_id (content and meta) from the slot"),
-    (Kind::AutonomyTick.as_str(), "meta.slot_id from meta.slot; decision is idle, reflect, summarize or index; evidence ids before it"),
-    (Kind::AutonomyRuleTable.as_str(), "format: the four thresholds in order (and index_threshold when not the default), each 1 to 1000000000"),
-    (Kind::SummaryUpdate.as_str(), "meta.rsm_state from the self-model over the events before it"),
-    (Kind::StabilityMetrics.as_str(), "the whole content from the 100 events before it"),
-    (Kind::CoherenceCheck.as_str(), "the whole content from the claims before it"),
-    (Kind::PolicyUpdate.as_str(), "the whole content from the outcomes before it (pmm's batches and thresholds when it lists evidence, else the reference's rates)"),
-    (Kind::MetaPolicyUpdate.as_str(), "the whole content from the policy_updates, stability and thresholds before it"),
-    (Kind::OutcomeObservation.as_str(), "action_kind names the decision of the tick before it"),
-    (Kind::MetaSummary.as_str(), "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection"),
-    (Kind::Reflection.as_str(), "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply"),
+/// A check of `--deep`: the kind whose events it checks (skipped when the event itself was
+/// erased), what it recomputes from what (the summary's `kinds_checked`), whether it reads the
+/// event's meta, and the check — `None` where a fold that sees every event checks the kind
+/// ([`super::adaptive`]).
+struct Check {
+    kind: Kind,
+    what: &'static str,
+    meta: bool,
+    run: Option<CheckFn>,
+}
+
+/// A check of one event, given its meta when the row asks for it (`None`: it does not parse).
+type CheckFn = fn(&mut DeepChecker, &Event, Option<&Map<String, Value>>, &mut Vec<Finding>);
+
+/// Every derived kind `--deep` checks, one row each: which kinds are derived, the summary's
+/// [`KINDS_CHECKED`], whose meta is parsed and the dispatch all follow from it.
+const CHECKS: &[Check] = &[
+    Check { kind: Kind::CommitmentOpen, what: "meta.cid from meta.text", meta: true, run: Some(DeepChecker::check_cid) },
+    Check { kind: Kind::CommitmentClose, what: "content from meta.cid", meta: true, run: Some(DeepChecker::check_close) },
+    Check { kind: Kind::EmbeddingAdd, what: "the whole content from the embedded event's text", meta: false, run: Some(DeepChecker::check_embedding) },
+    Check { kind: Kind::RetrievalSelection, what: "meta.digest from the selection and the user message its reply answers (meta.reply_to)", meta: true, run: Some(DeepChecker::check_digest) },
+    Check { kind: Kind::CheckpointManifest, what: "root_hash from the prefix; covers; up_to_id before it", meta: false, run: Some(DeepChecker::check_manifest) },
+    Check { kind: Kind::AutonomyStimulus, what: "slot_id (content and meta) from the slot", meta: true, run: Some(DeepChecker::check_stimulus) },
+    Check { kind: Kind::AutonomyTick, what: "meta.slot_id from meta.slot; decision is idle, reflect, summarize or index; evidence ids before it", meta: true, run: Some(DeepChecker::check_tick) },
+    Check { kind: Kind::AutonomyRuleTable, what: "format: the four thresholds in order (and index_threshold when not the default), each 1 to 1000000000", meta: false, run: Some(DeepChecker::check_rule_table) },
+    Check { kind: Kind::SummaryUpdate, what: "meta.rsm_state from the self-model over the events before it", meta: true, run: Some(DeepChecker::check_self_model) },
+    Check { kind: Kind::StabilityMetrics, what: "the whole content from the 100 events before it", meta: false, run: None },
+    Check { kind: Kind::CoherenceCheck, what: "the whole content from the claims before it", meta: false, run: None },
+    Check { kind: Kind::PolicyUpdate, what: "the whole content from the outcomes before it (pmm's batches and thresholds when it lists evidence, else the reference's rates)", meta: false, run: None },
+    Check { kind: Kind::MetaPolicyUpdate, what: "the whole content from the policy_updates, stability and thresholds before it", meta: false, run: None },
+    Check { kind: Kind::OutcomeObservation, what: "action_kind names the decision of the tick before it", meta: false, run: None },
+    Check { kind: Kind::MetaSummary, what: "event_count not above the events before it; graph_stats.nodes is the sum of counts_by_kind; meta.about_event an earlier reflection", meta: true, run: Some(DeepChecker::check_meta_summary) },
+    Check { kind: Kind::Reflection, what: "pmm's synthesized ones (meta.source pmm-turn): intent and outcome from the turn's user message and reply", meta: true, run: Some(DeepChecker::check_synthesized) },
+];
+
+/// What `--deep` checks besides [`CHECKS`]: the events of index ticks ([`super::indexed`])
+/// and the prompts of replies ([`super::prompts`]), each checked by its own fold.
+const CHECKED_ELSEWHERE: [(&str, &str); 2] = [
     ("concept_define, concept_bind_async, concept_bind_thread, concept_relate, claim_from_text (an index tick's)", "each event, kind, content and meta, from the indexer's rule the tick names (meta.index_rule, 1 when absent) over its evidence messages and the concept layer before it"),
     (Kind::AssistantMessage.as_str(), "meta.prompt_sha256 from the prompt rebuilt from the ledger (a ledger file, replies of the current prompt format; the summary's prompts)"),
 ];
+
+/// The derived kinds `--deep` recomputes (what of each), for the summary's `kinds_checked`:
+/// one row per derived kind (the checker's table of checks), then what is checked elsewhere.
+pub const KINDS_CHECKED: &[(&str, &str)] = &kinds_checked();
+
+const fn kinds_checked() -> [(&'static str, &'static str); CHECKS.len() + CHECKED_ELSEWHERE.len()] {
+    let mut out = [("", ""); CHECKS.len() + CHECKED_ELSEWHERE.len()];
+    let mut i = 0;
+    while i < CHECKS.len() {
+        out[i] = (CHECKS[i].kind.as_str(), CHECKS[i].what);
+        i += 1;
+    }
+    let mut j = 0;
+    while j < CHECKED_ELSEWHERE.len() {
+        out[i + j] = CHECKED_ELSEWHERE[j];
+        j += 1;
+    }
+    out
+}
+
+/// The row of [`CHECKS`] for events of `kind`: `None` when the kind is not derived.
+fn check_of(kind: &Kind) -> Option<&'static Check> {
+    CHECKS.iter().find(|c| c.kind == *kind)
+}
 
 /// The derived kinds `--deep` does not recompute, and why (the summary's `kinds_not_checked`).
 pub const KINDS_NOT_CHECKED: &[(&str, &str)] = &[
@@ -433,10 +459,17 @@ impl DeepChecker {
     /// form ([`crate::chain::Verifier::last_erased`]): an erased event's own derived values
     /// are not checked, nor anything later derived from its text; it still counts by its id
     /// and kind wherever the writer counted it (the adaptive windows, checkpoint prefixes).
-    pub fn check_event(&mut self, ev: &Event, erased: bool, out: &mut Vec<Finding>) {
+    /// `meta` is the event's meta when the reader parsed it (`None`: parsed here if needed).
+    pub fn check_event(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        erased: bool,
+        out: &mut Vec<Finding>,
+    ) {
         if erased {
             self.erased.insert(ev.id);
-            if DERIVED_KINDS.contains(&ev.kind) {
+            if check_of(&ev.kind).is_some() {
                 self.skip(ev.id, ev.kind.as_str(), ev.id);
             }
             // It still counts in the adaptive windows by its id and kind, as it did for the
@@ -445,10 +478,10 @@ impl DeepChecker {
             self.adaptive.fold_erased(ev);
             let verdicts = self.index.erased(ev);
             self.index_verdicts(verdicts, out);
-            self.remember(ev, None);
+            self.remember(&Seen::new(ev));
             return;
         }
-        self.check_parsed(ev, None, out);
+        self.check_parsed(ev, meta, out);
     }
 
     /// The checks skipped because an input was erased (the first `SKIPPED_LISTED`).
@@ -496,59 +529,26 @@ impl DeepChecker {
         meta: Option<&Map<String, Value>>,
         out: &mut Vec<Finding>,
     ) {
-        let needs_meta = matches!(
-            ev.kind,
-            Kind::CommitmentOpen
-                | Kind::CommitmentClose
-                | Kind::RetrievalSelection
-                | Kind::AutonomyStimulus
-                | Kind::AutonomyTick
-                | Kind::SummaryUpdate
-                | Kind::MetaSummary
-                | Kind::Reflection
-        );
-        let parsed;
-        let meta = match meta {
-            Some(m) => Some(m),
-            None if needs_meta => {
-                parsed = ev.meta_map().ok();
-                parsed.as_ref()
+        // Every fold below reads the meta from here: it is parsed at most once per event.
+        let seen = Seen::with_meta(ev, meta);
+        if let Some(c) = check_of(&ev.kind) {
+            if let Some(run) = c.run {
+                run(self, ev, c.meta.then(|| seen.meta()).flatten(), out);
             }
-            None => None,
-        };
-        match ev.kind {
-            Kind::CommitmentOpen => self.check_cid(ev, meta, out),
-            Kind::EmbeddingAdd => self.check_embedding(ev, out),
-            Kind::RetrievalSelection => self.check_digest(ev, meta, out),
-            Kind::CheckpointManifest => self.check_root(ev, out),
-            Kind::AutonomyStimulus => self.check_stimulus(ev, meta, out),
-            Kind::AutonomyTick => {
-                self.check_tick(ev, meta, out);
-                self.check_decision(ev, out);
-            }
-            Kind::SummaryUpdate => self.check_self_model(ev, meta, out),
-            Kind::CommitmentClose => self.check_close(ev, meta, out),
-            Kind::AutonomyRuleTable => self.check_rule_table(ev, out),
-            Kind::MetaSummary => self.check_meta_summary(ev, meta, out),
-            Kind::Reflection => self.check_synthesized(ev, meta, out),
-            _ => {}
         }
-        if ev.kind == Kind::CheckpointManifest {
-            self.check_covers(ev, out);
-        }
-        self.check_adaptive(ev, out);
-        self.check_index(ev, out);
-        self.remember(ev, meta);
+        self.check_adaptive(&seen, out);
+        self.check_index(&seen, out);
+        self.remember(&seen);
     }
 
     /// The indexer's events ([`super::indexed`]); every event is folded in.
-    fn check_index(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    fn check_index(&mut self, s: &Seen<'_>, out: &mut Vec<Finding>) {
         let (texts, erased) = (&self.texts, &self.erased);
         let text = |id: i64| {
             let i = texts.binary_search_by_key(&id, |(k, _)| *k).ok()?;
             texts.get(i).map(|(_, t)| t.clone())
         };
-        let verdicts = self.index.check(ev, &text, &|id| erased.contains(&id));
+        let verdicts = self.index.check(s, &text, &|id| erased.contains(&id));
         self.index_verdicts(verdicts, out);
     }
 
@@ -573,10 +573,11 @@ impl DeepChecker {
     }
 
     /// The adaptive loop's events ([`super::adaptive`]); every event is folded in.
-    fn check_adaptive(&mut self, ev: &Event, out: &mut Vec<Finding>) {
-        self.check_goal(ev, out);
+    fn check_adaptive(&mut self, s: &Seen<'_>, out: &mut Vec<Finding>) {
+        let ev = s.ev;
+        self.check_goal(s, out);
         use super::adaptive::AdaptiveVerdict;
-        match self.adaptive.check(ev) {
+        match self.adaptive.check_seen(s) {
             AdaptiveVerdict::NotChecked => {}
             AdaptiveVerdict::Same { repeat } => {
                 self.counts.adaptive_events += 1;
@@ -593,9 +594,10 @@ impl DeepChecker {
     }
 
     /// A goal that stays open ([`super::goals`]), against the mirror before `ev`.
-    fn check_goal(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    fn check_goal(&mut self, s: &Seen<'_>, out: &mut Vec<Finding>) {
+        let ev = s.ev;
         use super::goals::GoalVerdict;
-        match self.goals.check(ev, self.adaptive.mirror()) {
+        match self.goals.check_seen(s, self.adaptive.mirror()) {
             GoalVerdict::NotChecked => {}
             GoalVerdict::Same => self.counts.open_goals += 1,
             GoalVerdict::Differs(expected, found) => {
@@ -608,7 +610,8 @@ impl DeepChecker {
     }
 
     /// Updates the state with an event once it has been checked.
-    fn remember(&mut self, ev: &Event, meta: Option<&Map<String, Value>>) {
+    fn remember(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         self.hasher.push(ev.hash.as_deref());
         let root = self.hasher.snapshot();
         if self.roots.len() == ROOT_WINDOW {
@@ -629,7 +632,7 @@ impl DeepChecker {
                 if self.replies.len() == REPLY_WINDOW {
                     self.replies.pop_front();
                 }
-                self.replies.push_back((ev.id, reply_to(ev, meta)));
+                self.replies.push_back((ev.id, reply_to(s)));
             }
             Kind::Reflection => {
                 if self.reflections.len() == ROOT_WINDOW {
@@ -659,7 +662,7 @@ impl DeepChecker {
             }
         }
         if let Some(m) = self.self_model.as_mut() {
-            m.observe(ev, meta);
+            m.observe(s);
         }
     }
 
@@ -701,8 +704,8 @@ impl DeepChecker {
             return;
         };
         self.counts.close_contents += 1;
-        let expected = format!("Commitment closed: {cid}");
-        if ev.content != expected && ev.content != format!("Internal commitment closed: {cid}") {
+        let expected = close_content(cid);
+        if ev.content != expected && ev.content != internal_close_content(cid) {
             let p = mismatch(
                 "commitment_close.content",
                 expected.into(),
@@ -743,7 +746,12 @@ impl DeepChecker {
         }
     }
 
-    fn check_rule_table(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    fn check_rule_table(
+        &mut self,
+        ev: &Event,
+        _: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
         self.counts.rule_tables += 1;
         let keys = crate::event::config::Threshold::ALL.map(|k| k.as_str());
         let body = ev
@@ -773,12 +781,23 @@ impl DeepChecker {
         }
     }
 
+    /// A `checkpoint_manifest`: its root, its covers and its `up_to_id`.
+    fn check_manifest(
+        &mut self,
+        ev: &Event,
+        _: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        self.check_root(ev, out);
+        self.check_covers(ev, out);
+    }
+
     fn check_covers(&mut self, ev: &Event, out: &mut Vec<Finding>) {
         let Ok(Value::Object(c)) = serde_json::from_str::<Value>(&ev.content) else {
             return; // counted as unresolved by the root check
         };
         self.counts.manifest_covers += 1;
-        let expected = serde_json::json!(["rsm_state", "open_commitments"]);
+        let expected = Value::from(MANIFEST_COVERS.to_vec());
         let covers = c.get("covers").cloned().unwrap_or(Value::Null);
         if covers != expected {
             self.emit(
@@ -890,13 +909,7 @@ impl DeepChecker {
             return;
         };
         self.counts.synthesized_reflections += 1;
-        let cut = |s: &str| -> Value {
-            crate::marker::py_strip(s)
-                .chars()
-                .take(256)
-                .collect::<String>()
-                .into()
-        };
+        let cut = |s: &str| Value::from(synthesized_text(s));
         let (want_intent, want_outcome) = (cut(user), cut(reply));
         if *intent != want_intent {
             let p = mismatch("reflection.intent", want_intent, intent.clone());
@@ -913,7 +926,12 @@ impl DeepChecker {
         self.texts.get(i).map(|(_, t)| t.as_str())
     }
 
-    fn check_embedding(&mut self, ev: &Event, out: &mut Vec<Finding>) {
+    fn check_embedding(
+        &mut self,
+        ev: &Event,
+        _: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
         let typed = canon::starts_object(&ev.content)
             .then(|| serde_json::from_str::<EmbeddingFields>(&ev.content).ok())
             .flatten();
@@ -1172,7 +1190,18 @@ impl DeepChecker {
         }
     }
 
+    /// An `autonomy_tick`: its slot id, then its decision and evidence.
     fn check_tick(
+        &mut self,
+        ev: &Event,
+        meta: Option<&Map<String, Value>>,
+        out: &mut Vec<Finding>,
+    ) {
+        self.check_tick_slot(ev, meta, out);
+        self.check_decision(ev, out);
+    }
+
+    fn check_tick_slot(
         &mut self,
         ev: &Event,
         meta: Option<&Map<String, Value>>,
@@ -1331,17 +1360,13 @@ impl DeepChecker {
     }
 }
 
-/// The user message a reply answers (`meta.reply_to`), read from the parsed meta when there
-/// is one, else from the stored text (only when it names the key at all).
-fn reply_to(ev: &Event, meta: Option<&Map<String, Value>>) -> Option<i64> {
-    match meta {
-        Some(m) => m.get("reply_to").and_then(Value::as_i64),
-        None if ev.meta.contains("\"reply_to\"") => ev
-            .meta_map()
-            .ok()
-            .and_then(|m| m.get("reply_to").and_then(Value::as_i64)),
-        None => None,
+/// The user message a reply answers (`meta.reply_to`; the meta is read only when its text
+/// names the key at all).
+fn reply_to(s: &Seen<'_>) -> Option<i64> {
+    if !s.ev.meta.contains("\"reply_to\"") {
+        return None;
     }
+    s.meta()?.get("reply_to").and_then(Value::as_i64)
 }
 
 /// The slot id a stimulus or tick should carry: the reference's epoch and interval, or the
@@ -1580,7 +1605,7 @@ mod tests {
 
     struct Fixed(Value, usize);
     impl SelfModel for Fixed {
-        fn observe(&mut self, _ev: &Event, _meta: Option<&Map<String, Value>>) {
+        fn observe(&mut self, _seen: &Seen<'_>) {
             self.1 += 1;
         }
         fn expected_rsm_state(&mut self, _s: &Event, _p: Parsed<'_>) -> Option<Value> {

@@ -7,7 +7,7 @@
 //! What is not checked: that a tick given a model opened every goal it could (a tick without
 //! one opens none, and the ledger does not say which ticks had one).
 
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Seen};
 use crate::kernel::goals;
 use crate::projection::mirror::Mirror;
 use serde_json::{json, Value};
@@ -38,8 +38,13 @@ pub enum GoalVerdict {
 impl GoalCheck {
     /// Checks `ev` against `before`, the mirror of the events before it, then folds it in.
     pub fn check(&mut self, ev: &Event, before: &Mirror) -> GoalVerdict {
-        let v = self.verdict(ev, before);
-        self.fold(ev);
+        self.check_seen(&Seen::new(ev), before)
+    }
+
+    /// [`GoalCheck::check`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn check_seen(&mut self, s: &Seen<'_>, before: &Mirror) -> GoalVerdict {
+        let v = self.verdict(s, before);
+        self.fold(s.ev);
         v
     }
 
@@ -60,11 +65,12 @@ impl GoalCheck {
         }
     }
 
-    fn verdict(&self, ev: &Event, before: &Mirror) -> GoalVerdict {
+    fn verdict(&self, s: &Seen<'_>, before: &Mirror) -> GoalVerdict {
+        let ev = s.ev;
         if ev.kind != Kind::CommitmentOpen {
             return GoalVerdict::NotChecked;
         }
-        let m = ev.meta_map().unwrap_or_default();
+        let m = s.meta_or_empty();
         let Some(cause) = m.get("cause") else {
             return GoalVerdict::NotChecked;
         };

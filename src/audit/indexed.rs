@@ -10,7 +10,7 @@
 //! concept and claim events that follow its `autonomy_tick` (after its auto-closes), up to the
 //! first event of another kind.
 
-use crate::event::{Action, Event, Kind};
+use crate::event::{Action, Event, Kind, Seen};
 use crate::projection::concepts::ConceptGraph;
 use crate::projection::indexing::{self, Message, Planned};
 use crate::projection::mirror::Mirror;
@@ -79,20 +79,20 @@ impl IndexCheck {
     /// whether an event was erased.
     pub fn check(
         &mut self,
-        ev: &Event,
+        s: &Seen<'_>,
         text: &dyn Fn(i64) -> Option<String>,
         erased: &dyn Fn(i64) -> bool,
     ) -> Vec<IndexVerdict> {
         let mut out = Vec::new();
-        if let Some(v) = self.compare(ev) {
+        if let Some(v) = self.compare(s) {
             out.push(v);
         }
-        if ev.kind == Kind::AutonomyTick {
-            if let Some(v) = self.start(ev, text, erased) {
+        if s.ev.kind == Kind::AutonomyTick {
+            if let Some(v) = self.start(s, text, erased) {
                 out.push(v);
             }
         }
-        self.fold(ev);
+        self.fold(s);
         out
     }
 
@@ -111,13 +111,14 @@ impl IndexCheck {
                 out.extend(self.end());
             }
         }
-        self.fold(ev);
+        self.fold(&Seen::new(ev));
         out
     }
 
-    fn fold(&mut self, ev: &Event) {
-        self.concepts.apply(ev);
-        self.mirror.apply(ev);
+    fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
+        self.concepts.fold(s);
+        self.mirror.fold(s);
         if matches!(ev.kind, Kind::UserMessage | Kind::AssistantMessage) {
             self.messages.push_back((ev.id, ev.kind.clone()));
             if self.messages.len() > MESSAGE_WINDOW {
@@ -143,7 +144,8 @@ impl IndexCheck {
 
     /// Compares `ev` with the next expected event of the current run, if it is one of the
     /// run's; ends the run at the first event that is not.
-    fn compare(&mut self, ev: &Event) -> Option<IndexVerdict> {
+    fn compare(&mut self, s: &Seen<'_>) -> Option<IndexVerdict> {
+        let ev = s.ev;
         let run = self.run.as_mut()?;
         if ev.kind == Kind::CommitmentClose && run.next == 0 {
             return None; // the tick's auto-closes come before the index events
@@ -156,7 +158,7 @@ impl IndexCheck {
         if run.done {
             return None;
         }
-        let found_meta = ev.meta_map().unwrap_or_default();
+        let found_meta = s.meta_or_empty();
         let found = || serde_json::json!({"kind": ev.kind.as_str(), "content": ev.content, "meta": found_meta});
         let Some(want) = run.expected.get(i) else {
             run.done = true;
@@ -168,7 +170,7 @@ impl IndexCheck {
                 found(),
             ));
         };
-        if want.kind == ev.kind && want.content == ev.content && want.meta == found_meta {
+        if want.kind == ev.kind && want.content == ev.content && want.meta == *found_meta {
             self.checked += 1;
             return Some(IndexVerdict::Same);
         }
@@ -185,15 +187,16 @@ impl IndexCheck {
     /// An `autonomy_tick`: when it is an index tick, recomputes its events.
     fn start(
         &mut self,
-        ev: &Event,
+        s: &Seen<'_>,
         text: &dyn Fn(i64) -> Option<String>,
         erased: &dyn Fn(i64) -> bool,
     ) -> Option<IndexVerdict> {
+        let ev = s.ev;
         let content: Value = serde_json::from_str(&ev.content).ok()?;
         if content.get("decision").and_then(Value::as_str) != Some(Action::Index.as_str()) {
             return None;
         }
-        let meta = ev.meta_map().unwrap_or_default();
+        let meta = s.meta_or_empty();
         let rule = match meta.get("index_rule") {
             None => 1,
             Some(r) => r.as_i64()?,

@@ -5,12 +5,12 @@
 
 use crate::audit::deep::{DeepChecker, Parsed, SelfModel, KINDS_CHECKED, KINDS_NOT_CHECKED};
 use crate::chain::{Anchor, Finding, Problem, Summary, Verifier};
-use crate::event::Event;
+use crate::event::{Event, Seen};
 use crate::interchange::{self, Input, Item};
 use crate::projection::concepts::ConceptGraph;
 use crate::projection::rsm::Rsm;
 use crate::Error;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// What a verification checks besides the chain.
 #[derive(Debug, Clone, Default)]
@@ -36,9 +36,9 @@ struct ProjectionModel {
 }
 
 impl SelfModel for ProjectionModel {
-    fn observe(&mut self, ev: &Event, _meta: Option<&Map<String, Value>>) {
-        self.rsm.apply(ev);
-        self.concepts.apply(ev);
+    fn observe(&mut self, seen: &Seen<'_>) {
+        self.rsm.apply(seen.ev);
+        self.concepts.fold(seen);
     }
     fn expected_rsm_json(&mut self, _summary: &Event, parsed: Parsed<'_>) -> Option<Vec<u8>> {
         Some(self.rsm.snapshot_json(&self.concepts, ours(parsed)))
@@ -101,6 +101,51 @@ struct Side<'scope> {
     prompts: crate::audit::prompts::Running<'scope>,
 }
 
+/// The side checks' findings, once the walk is done: SQLite's check's, then the prompts'
+/// (whose summary is returned).
+fn finish_side(
+    side: Side<'_>,
+    integrity: bool,
+    v: &mut Verifier,
+    found: &mut Vec<Finding>,
+) -> crate::Result<crate::audit::prompts::PromptCounts> {
+    let damage = side
+        .damage
+        .join()
+        .map_err(|_| Error::bad_input(None, "SQLite's check's thread ended unexpectedly"))??;
+    report_damage(damage, integrity, v, found);
+    let first_erased = v.first_erased();
+    side.prompts.finish(first_erased, &mut |id, problem| {
+        v.report(Some(id), problem, found)
+    })
+}
+
+/// The summary's `deep` object: the checker's counts, exactly what was recomputed and what
+/// was not (and why), the prompts' counts and the checks skipped for erasures.
+fn deep_summary(
+    checker: DeepChecker,
+    prompts: Option<crate::audit::prompts::PromptCounts>,
+) -> Option<Value> {
+    let skipped = checker.skipped().to_vec();
+    let mut d = serde_json::to_value(checker.finish()).ok()?;
+    let list = |l: &[(&str, &str)]| {
+        Value::Object(
+            l.iter()
+                .map(|(k, why)| (k.to_string(), Value::String(why.to_string())))
+                .collect(),
+        )
+    };
+    d["kinds_checked"] = list(KINDS_CHECKED);
+    d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
+    if let Some(p) = prompts.and_then(|p| serde_json::to_value(p).ok()) {
+        d["prompts"] = p;
+    }
+    if !skipped.is_empty() {
+        d["skipped_for_erasure"] = serde_json::to_value(&skipped).unwrap_or_default();
+    }
+    Some(d)
+}
+
 /// [`verify`], with the side checks of a ledger file (if any) already running.
 fn verify_with(
     input: &Input,
@@ -132,7 +177,8 @@ fn verify_with(
                     None => v.check(&r.event, r.meta.as_ref(), &mut found),
                 }
                 if let Some(c) = checker.as_mut() {
-                    c.check_event(&r.event, v.last_erased(), &mut derived);
+                    let meta = r.meta.as_ref();
+                    c.check_event(&r.event, meta, v.last_erased(), &mut derived);
                     for f in derived.drain(..) {
                         v.report(f.id, f.problem, &mut found);
                     }
@@ -165,47 +211,16 @@ fn verify_with(
             &mut found,
         );
     }
-    let mut prompts = None;
-    match side {
-        Some(side) => {
-            let damage = side.damage.join().map_err(|_| {
-                Error::bad_input(None, "SQLite's check's thread ended unexpectedly")
-            })??;
-            report_damage(damage, opts.integrity, &mut v, &mut found);
-            let first_erased = v.first_erased();
-            prompts = Some(side.prompts.finish(first_erased, &mut |id, problem| {
-                v.report(Some(id), problem, &mut found)
-            })?);
-        }
+    let prompts = match side {
+        Some(side) => Some(finish_side(side, opts.integrity, &mut v, &mut found)?),
         None if format == interchange::Format::Sqlite => {
             sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
+            None
         }
-        None => {}
-    }
-    let skipped = checker.as_ref().map(|c| c.skipped().to_vec());
-    let deep_counts = checker.map(|c| c.finish());
+        None => None,
+    };
     let mut summary = v.finish(&mut found);
-    summary.deep = deep_counts
-        .and_then(|c| serde_json::to_value(c).ok())
-        .map(|mut d| {
-            // Say exactly what was recomputed and what was not (and why), not just counts.
-            let list = |l: &[(&str, &str)]| {
-                Value::Object(
-                    l.iter()
-                        .map(|(k, why)| (k.to_string(), Value::String(why.to_string())))
-                        .collect(),
-                )
-            };
-            d["kinds_checked"] = list(KINDS_CHECKED);
-            d["kinds_not_checked"] = list(KINDS_NOT_CHECKED);
-            if let Some(p) = prompts.and_then(|p| serde_json::to_value(p).ok()) {
-                d["prompts"] = p;
-            }
-            if let Some(s) = skipped.as_ref().filter(|s| !s.is_empty()) {
-                d["skipped_for_erasure"] = serde_json::to_value(s).unwrap_or_default();
-            }
-            d
-        });
+    summary.deep = checker.and_then(|c| deep_summary(c, prompts));
     drain(&mut found).map_err(|e| Error::io("<stdout>", e))?;
     summary.source = Some(input.name());
     Ok(summary)

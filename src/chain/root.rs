@@ -11,6 +11,27 @@ use super::Digest;
 use crate::canon;
 use sha2::{Digest as _, Sha256};
 
+/// What a `checkpoint_manifest` says it covers (FORMATS.md §8.9), always these two.
+pub const MANIFEST_COVERS: [&str; 2] = ["rsm_state", "open_commitments"];
+
+/// The content of a `checkpoint_manifest` pinning the prefix `1..=up_to_id` with `root_hash`
+/// (canonical JSON): what the kernel writes and `pmm-verify --deep` compares with.
+pub fn manifest_content(root_hash: &str, up_to_id: i64) -> String {
+    let mut out = Vec::with_capacity(160);
+    out.extend_from_slice(b"{\"covers\":[");
+    for (i, c) in MANIFEST_COVERS.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        canon::write_str(&mut out, c);
+    }
+    out.extend_from_slice(b"],\"root_hash\":");
+    canon::write_str(&mut out, root_hash);
+    out.extend_from_slice(format!(",\"up_to_id\":{up_to_id}}}").as_bytes());
+    // canon writes UTF-8 (ASCII, escaped as CPython's ensure_ascii): nothing is lost.
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The root hash of a ledger prefix, fed one stored hash at a time.
 #[derive(Clone)]
 pub struct RootHasher {
@@ -218,6 +239,13 @@ pub fn root_hash<'a>(hashes: impl IntoIterator<Item = Option<&'a str>>) -> Diges
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manifest_is_the_canonical_json_of_its_three_keys() {
+        let root = "ab".repeat(32);
+        let v = serde_json::json!({"covers": ["rsm_state", "open_commitments"], "root_hash": root, "up_to_id": 42});
+        assert_eq!(manifest_content(&root, 42), canon::to_string(&v).unwrap());
+    }
 
     #[test]
     fn matches_python_json_dumps() {

@@ -88,6 +88,72 @@ impl Event {
     }
 }
 
+/// An event on its way through several folds (the projections, `--deep`'s checks): its meta is
+/// parsed when the first of them asks for it, and only once, instead of once per fold.
+#[derive(Debug)]
+pub struct Seen<'a> {
+    /// The event.
+    pub ev: &'a Event,
+    /// The meta a reader had already parsed, if any.
+    given: Option<&'a Map<String, Value>>,
+    /// The stored meta parsed: `None` when it is not a JSON object.
+    object: std::cell::OnceCell<Option<Map<String, Value>>>,
+    /// Whether that object has a canonical form (as [`Event::meta_map`] requires).
+    canonical: std::cell::OnceCell<bool>,
+}
+
+/// The meta of an event whose meta does not read: `{}`.
+static NO_META: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+
+impl<'a> Seen<'a> {
+    /// `ev`, its meta not parsed yet.
+    pub fn new(ev: &'a Event) -> Self {
+        Seen {
+            ev,
+            given: None,
+            object: std::cell::OnceCell::new(),
+            canonical: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// `ev` with its meta as a reader parsed it (`None`: parse it when asked).
+    pub fn with_meta(ev: &'a Event, meta: Option<&'a Map<String, Value>>) -> Self {
+        Seen {
+            given: meta,
+            ..Seen::new(ev)
+        }
+    }
+
+    /// The meta when it is a JSON object, canonical or not (empty text reads as `{}`).
+    pub fn meta_object(&self) -> Option<&Map<String, Value>> {
+        if let Some(m) = self.given {
+            return Some(m);
+        }
+        self.object
+            .get_or_init(|| match self.ev.meta.trim().is_empty() {
+                true => Some(Map::new()),
+                false => serde_json::from_str(&self.ev.meta).ok(),
+            })
+            .as_ref()
+    }
+
+    /// The meta as [`Event::meta_map`] reads it: `None` when it is not a JSON object with a
+    /// canonical form.
+    pub fn meta(&self) -> Option<&Map<String, Value>> {
+        let m = self.meta_object()?;
+        let canonical = self.given.is_some()
+            || *self
+                .canonical
+                .get_or_init(|| canon::write_object(&mut Vec::new(), m).is_ok());
+        canonical.then_some(m)
+    }
+
+    /// [`Seen::meta`], or `{}` when it does not read (`meta_map().unwrap_or_default()`).
+    pub fn meta_or_empty(&self) -> &Map<String, Value> {
+        self.meta().unwrap_or(&NO_META)
+    }
+}
+
 #[cfg(test)]
 impl Event {
     /// A hand-made event for unit tests: no timestamp, no links, no hash.
@@ -290,6 +356,31 @@ pub fn format_ts(t: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seen_reads_the_meta_as_meta_map_does() {
+        for meta in [
+            "",
+            "  ",
+            "{}",
+            r#"{"a":1}"#,
+            r#"{"a":1e400}"#,
+            "[1]",
+            "{",
+            r#"{"a":1,"a":2}"#,
+        ] {
+            let ev = Event::sample(1, "reflection", "", meta);
+            let seen = Seen::new(&ev);
+            assert_eq!(seen.meta(), ev.meta_map().ok().as_ref(), "{meta}");
+            assert_eq!(*seen.meta_or_empty(), ev.meta_map().unwrap_or_default());
+        }
+        // Not canonical (a float out of range) but an object: the event graph still reads it.
+        let ev = Event::sample(1, "reflection", "", r#"{"about_event":1e400}"#);
+        assert!(Seen::new(&ev).meta_object().is_some());
+        let given = Map::from_iter([("a".to_string(), Value::from(2))]);
+        let ev = Event::sample(1, "reflection", "", r#"{"a":1}"#);
+        assert_eq!(Seen::with_meta(&ev, Some(&given)).meta(), Some(&given));
+    }
 
     #[test]
     fn kinds_are_forty_two_and_unique() {

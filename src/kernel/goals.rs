@@ -30,7 +30,9 @@
 
 use crate::canon;
 use crate::event::{Kind, Source};
-use crate::projection::mirror::{Commitment, Mirror};
+use crate::projection::mirror::{
+    internal_close_content, internal_open_content, Commitment, Mirror,
+};
 use crate::projection::rsm;
 use crate::session::{meta, Session};
 use crate::store::EventLog;
@@ -72,11 +74,7 @@ fn run_goal(
         ("reason", reason.into()),
         ("source", Source::AutonomyKernel.into()),
     ]);
-    s.put(
-        Kind::CommitmentOpen,
-        format!("Internal commitment opened: {goal}"),
-        m,
-    )?;
+    s.put(Kind::CommitmentOpen, internal_open_content(goal), m)?;
     // Not `autonomy_kernel`: that source marks the kernel's own reflections, which its rules
     // and `autonomy_metrics` count; a goal's work is not one of them.
     let m = meta(&[
@@ -92,11 +90,7 @@ fn run_goal(
         ("source", Source::AutonomyKernel.into()),
     ]);
     m.extend(close_extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-    s.put(
-        Kind::CommitmentClose,
-        format!("Internal commitment closed: {cid}"),
-        m,
-    )?;
+    s.put(Kind::CommitmentClose, internal_close_content(&cid), m)?;
     Ok(())
 }
 
@@ -234,11 +228,7 @@ fn open_goal(s: &mut Session<'_, '_>, g: &NewGoal) -> crate::Result<()> {
         ("reason", g.reason.clone().into()),
         ("source", Source::AutonomyKernel.into()),
     ]);
-    s.put(
-        Kind::CommitmentOpen,
-        format!("Internal commitment opened: {}", g.goal),
-        m,
-    )?;
+    s.put(Kind::CommitmentOpen, internal_open_content(g.goal), m)?;
     Ok(())
 }
 
@@ -267,11 +257,7 @@ pub(crate) fn close_worked(
         ("reply", reply.into()),
         ("source", Source::AutonomyKernel.into()),
     ]);
-    s.put(
-        Kind::CommitmentClose,
-        format!("Internal commitment closed: {cid}"),
-        m,
-    )?;
+    s.put(Kind::CommitmentClose, internal_close_content(cid), m)?;
     Ok(())
 }
 

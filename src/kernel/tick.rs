@@ -16,7 +16,7 @@ use super::{decide, Action, Decision, Slot, View};
 use crate::canon;
 use crate::event::config::Threshold;
 use crate::event::{Clock, Event, Kind, Source};
-use crate::projection::mirror::Thresholds;
+use crate::projection::mirror::{close_content, Thresholds};
 use crate::projection::state::Projections;
 use crate::session::{
     append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal, Session,
@@ -333,11 +333,7 @@ fn append_auto_closes(
             ("source", Source::AutonomyKernel.into()),
             ("threshold", th.commitment_auto_close.into()),
         ]);
-        s.put(
-            Kind::CommitmentClose,
-            format!("Commitment closed: {}", c.cid),
-            m,
-        )?;
+        s.put(Kind::CommitmentClose, close_content(&c.cid), m)?;
     }
     Ok(())
 }
@@ -470,10 +466,8 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
     {
         return None;
     }
-    let v =
-        json!({"covers": ["rsm_state", "open_commitments"], "root_hash": root, "up_to_id": up_to});
     Some((
-        canon::built(&v),
+        crate::chain::root::manifest_content(&root, up_to),
         meta(&[("source", Source::AutonomyKernel.into())]),
     ))
 }

@@ -14,7 +14,7 @@ use super::{
     SOURCE,
 };
 use crate::event::{Clock, Event, Kind, NewEvent};
-use crate::projection::mirror::commitment_cid;
+use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
 use crate::session;
@@ -518,18 +518,7 @@ fn commit(cfg: &Config, a: CommitArgs, source: &str) -> Result<Value, ToolError>
     let score = cfg.with_projections(&batch, |p| {
         crate::session::derive::impact_score(p, &cid, head)
     })?;
-    let meta = obj(&[
-        ("cid", cid.clone().into()),
-        ("impact_score", json!(score)),
-        ("origin", SOURCE.into()),
-        ("source", source.into()),
-        ("text", text.into()),
-    ]);
-    let ev = NewEvent::new(
-        Kind::CommitmentOpen,
-        format!("Commitment opened: {text}"),
-        meta,
-    )?;
+    let ev = mirror::commitment_open(text, score, SOURCE, source);
     let event = append_one(batch, &ev, &cfg.clock)?;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
 }
@@ -568,11 +557,7 @@ fn close(cfg: &Config, a: CloseArgs, source: &str) -> Result<Value, ToolError> {
         ("origin", SOURCE.into()),
         ("source", source.into()),
     ]);
-    let ev = NewEvent::new(
-        Kind::CommitmentClose,
-        format!("Commitment closed: {cid}"),
-        meta,
-    )?;
+    let ev = NewEvent::new(Kind::CommitmentClose, mirror::close_content(cid), meta)?;
     let event = append_one(batch, &ev, &cfg.clock)?;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
 }

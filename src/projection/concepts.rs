@@ -17,7 +17,7 @@
 //! - An integer `event_id` must fit in `i64`; `true`/`false` count as 1/0 because Python's
 //!   `isinstance(True, int)` holds.
 
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Seen};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -156,11 +156,17 @@ impl ConceptGraph {
     /// Folds one event. Events with an id at or below the last folded one are ignored, so
     /// applying an event twice is harmless.
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`ConceptGraph::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         if ev.id <= self.last_event_id {
             return;
         }
         let outcome = match ev.kind {
-            Kind::ConceptDefine => self.define(ev),
+            Kind::ConceptDefine => self.define(s),
             Kind::ConceptAlias => self.alias(ev),
             Kind::ConceptBindEvent | Kind::ConceptBindAsync => self.bind_event(ev),
             Kind::IdentityAdoption => self.adopt_identity(ev),
@@ -174,23 +180,24 @@ impl ConceptGraph {
         self.last_event_id = ev.id;
     }
 
-    fn define(&mut self, ev: &Event) -> Result<(), NotAnObject> {
+    fn define(&mut self, s: &Seen<'_>) -> Result<(), NotAnObject> {
+        let ev = s.ev;
         let Some(data) = parse_object(&ev.content)? else {
             return Ok(());
         };
         let Some(token) = nonempty_str(&data, "token") else {
             return Ok(());
         };
-        let meta = ev.meta_map().unwrap_or_default();
+        let meta = s.meta_or_empty();
         let def = ConceptDefinition {
             token: token.to_string(),
             concept_kind: str_or_empty(&data, "concept_kind"),
             definition: str_or_empty(&data, "definition"),
             attributes: data.get("attributes").cloned().unwrap_or_else(|| json!({})),
             version: data.get("version").cloned().unwrap_or_else(|| json!(1)),
-            concept_id: str_or_empty(&meta, "concept_id"),
+            concept_id: str_or_empty(meta, "concept_id"),
             event_id: ev.id,
-            supersedes: nonempty_str(&meta, "supersedes").map(str::to_string),
+            supersedes: nonempty_str(meta, "supersedes").map(str::to_string),
         };
         if !def.concept_kind.is_empty() {
             self.kinds

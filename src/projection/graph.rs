@@ -8,7 +8,7 @@
 //! user message, the latest reply or reflection, the first reply carrying each `COMMIT:` text,
 //! the first open of each cid), so building is linear and a node costs an id and a kind.
 
-use crate::event::{Event, Kind};
+use crate::event::{Event, Kind, Seen};
 use crate::marker;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
@@ -166,14 +166,6 @@ pub struct EventGraph {
     first_open_by_cid: HashMap<String, NodeIndex>,
 }
 
-/// The meta fields the edge rules read. Meta that is not a JSON object reads as `{}`.
-fn meta_of(ev: &Event) -> Map<String, Value> {
-    if ev.meta.trim().is_empty() {
-        return Map::new();
-    }
-    serde_json::from_str(&ev.meta).unwrap_or_default()
-}
-
 /// A non-empty string field (the reference's `isinstance(x, str) and x`).
 fn non_empty_str<'a>(meta: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     meta.get(key)
@@ -198,11 +190,114 @@ fn about_event_id(v: &Value) -> Option<i64> {
     }
 }
 
+/// What the edge rule ([`edge_rule`]) reads of the events before and notes for the events
+/// after: the graph keeps node indices and draws edges, the counting fold ([`GraphCounts`])
+/// keeps ids and text digests and counts them. The rule itself is written once.
+trait EdgeFacts {
+    /// A node as the fold knows it.
+    type At: Copy;
+    /// The latest user message, and the latest assistant message or reflection.
+    fn latest(&mut self) -> (&mut Option<Self::At>, &mut Option<Self::At>);
+    /// Reply `at` carries `text` on a `COMMIT:` line.
+    fn note_commit_text(&mut self, text: String, at: Self::At);
+    /// The first reply that carried `text` on a `COMMIT:` line.
+    fn reply_committing(&self, text: &str) -> Option<Self::At>;
+    /// `at` opens `cid`.
+    fn note_open(&mut self, cid: &str, at: Self::At);
+    /// The first open of `cid`.
+    fn first_open(&self, cid: &str) -> Option<Self::At>;
+    /// The node of event `id`, if there is one.
+    fn node_of(&self, id: i64) -> Option<Self::At>;
+    /// An edge from `from` (the newer event) to `to`.
+    fn edge(&mut self, from: Self::At, to: Self::At, label: EdgeLabel);
+}
+
+/// The edge rules (FORMATS.md §6.2) for the node `at` just added for `ev` (of tracked kind
+/// `kind`). The rules read the meta when it is a JSON object (canonical or not; any other
+/// reads as `{}`).: the edges it draws to earlier nodes and what it leaves for later
+/// events. A reflection about itself gets a loop, as in the reference (its node is there).
+fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, s: &Seen<'_>) {
+    let str_of = |key: &str| s.meta_object().and_then(|m| non_empty_str(m, key));
+    match kind {
+        NodeKind::UserMessage => *f.latest().0 = Some(at),
+        NodeKind::AssistantMessage => {
+            if let Some(user) = *f.latest().0 {
+                f.edge(at, user, EdgeLabel::RepliesTo);
+            }
+            for text in marker::commit_texts(&s.ev.content) {
+                f.note_commit_text(text, at);
+            }
+            *f.latest().1 = Some(at);
+        }
+        NodeKind::IdentityAdoption => {
+            if let Some(anchor) = *f.latest().1 {
+                f.edge(at, anchor, EdgeLabel::AdoptsIdentityFor);
+            }
+        }
+        NodeKind::CommitmentOpen => {
+            let text = str_of("text");
+            if let Some(reply) = text.and_then(|t| f.reply_committing(t)) {
+                f.edge(at, reply, EdgeLabel::CommitsTo);
+            }
+            if let Some(cid) = str_of("cid") {
+                f.note_open(cid, at);
+            }
+        }
+        NodeKind::CommitmentClose => {
+            let cid = str_of("cid");
+            if let Some(open) = cid.and_then(|c| f.first_open(c)) {
+                f.edge(at, open, EdgeLabel::Closes);
+            }
+        }
+        NodeKind::Reflection => {
+            let about = s
+                .meta_object()
+                .and_then(|m| about_event_id(m.get("about_event")?));
+            if let Some(target) = about.and_then(|id| f.node_of(id)) {
+                f.edge(at, target, EdgeLabel::ReflectsOn);
+            }
+            *f.latest().1 = Some(at);
+        }
+        NodeKind::SummaryUpdate => {}
+    }
+}
+
+impl EdgeFacts for EventGraph {
+    type At = NodeIndex;
+    fn latest(&mut self) -> (&mut Option<NodeIndex>, &mut Option<NodeIndex>) {
+        (&mut self.last_user, &mut self.last_reply_or_reflection)
+    }
+    fn note_commit_text(&mut self, text: String, at: NodeIndex) {
+        self.first_reply_by_commit_text.entry(text).or_insert(at);
+    }
+    fn reply_committing(&self, text: &str) -> Option<NodeIndex> {
+        self.first_reply_by_commit_text.get(text).copied()
+    }
+    fn note_open(&mut self, cid: &str, at: NodeIndex) {
+        self.first_open_by_cid.entry(cid.to_string()).or_insert(at);
+    }
+    fn first_open(&self, cid: &str) -> Option<NodeIndex> {
+        self.first_open_by_cid.get(cid).copied()
+    }
+    fn node_of(&self, id: i64) -> Option<NodeIndex> {
+        self.index_of(id)
+    }
+    fn edge(&mut self, from: NodeIndex, to: NodeIndex, label: EdgeLabel) {
+        self.graph.add_edge(from, to, label);
+    }
+}
+
 impl EventGraph {
     /// Folds one event in. Events of untracked kinds are ignored, and so is an event whose id
     /// is not above the newest node's (the fold runs in id order; a repeat adds nothing, as the
     /// reference's `add_event` ignores a node it has).
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`EventGraph::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         let Some(kind) = NodeKind::from_kind(&ev.kind) else {
             return;
         };
@@ -215,57 +310,7 @@ impl EventGraph {
             return;
         }
         let ix = self.graph.add_node(Node { id: ev.id, kind });
-        match kind {
-            NodeKind::UserMessage => self.last_user = Some(ix),
-            NodeKind::AssistantMessage => {
-                if let Some(user) = self.last_user {
-                    self.graph.add_edge(ix, user, EdgeLabel::RepliesTo);
-                }
-                for text in marker::commit_texts(&ev.content) {
-                    self.first_reply_by_commit_text.entry(text).or_insert(ix);
-                }
-                self.last_reply_or_reflection = Some(ix);
-            }
-            NodeKind::IdentityAdoption => {
-                if let Some(anchor) = self.last_reply_or_reflection {
-                    self.graph
-                        .add_edge(ix, anchor, EdgeLabel::AdoptsIdentityFor);
-                }
-            }
-            NodeKind::CommitmentOpen => {
-                let meta = meta_of(ev);
-                if let Some(text) = non_empty_str(&meta, "text") {
-                    if let Some(&reply) = self.first_reply_by_commit_text.get(text) {
-                        self.graph.add_edge(ix, reply, EdgeLabel::CommitsTo);
-                    }
-                }
-                if let Some(cid) = non_empty_str(&meta, "cid") {
-                    self.first_open_by_cid.entry(cid.to_string()).or_insert(ix);
-                }
-            }
-            NodeKind::CommitmentClose => {
-                let meta = meta_of(ev);
-                if let Some(cid) = non_empty_str(&meta, "cid") {
-                    if let Some(&open) = self.first_open_by_cid.get(cid) {
-                        self.graph.add_edge(ix, open, EdgeLabel::Closes);
-                    }
-                }
-            }
-            NodeKind::Reflection => {
-                let meta = meta_of(ev);
-                // The node is already in the graph, so a reflection about itself gets a loop,
-                // as in the reference.
-                if let Some(target) = meta
-                    .get("about_event")
-                    .and_then(about_event_id)
-                    .and_then(|id| self.index_of(id))
-                {
-                    self.graph.add_edge(ix, target, EdgeLabel::ReflectsOn);
-                }
-                self.last_reply_or_reflection = Some(ix);
-            }
-            NodeKind::SummaryUpdate => {}
-        }
+        edge_rule(self, kind, ix, s);
     }
 
     /// Nodes are added in rising id order, so the node list is sorted by id.
@@ -436,8 +481,8 @@ impl EventGraph {
 }
 
 /// The graph's statistics as a small fold, for `pmm-replay --state` and its checkpoints: the
-/// same rules as [`EventGraph`] (they must agree; a test checks it), keeping only what the
-/// rules look up — the latest user message, the latest reply or reflection, which COMMIT texts
+/// same rules as [`EventGraph`] (one edge rule over both; a test checks that their
+/// look-ups agree), keeping only what the rules look up — the latest user message, the latest reply or reflection, which COMMIT texts
 /// some reply carries, first opens by cid, and a bitset of node ids for `reflects_on` — not the
 /// graph. A checkpoint of a 10⁶-event ledger carries ~125 KB of bitset and ~120 KB of text
 /// digests (each one byte string in a checkpoint: `packed`) instead of the whole graph.
@@ -470,6 +515,33 @@ fn text_digest(text: &str) -> u128 {
     u128::from_be_bytes(head)
 }
 
+/// The counting fold's facts: ids, and only whether a reply carried a text (its digest).
+impl EdgeFacts for GraphCounts {
+    type At = i64;
+    fn latest(&mut self) -> (&mut Option<i64>, &mut Option<i64>) {
+        (&mut self.last_user, &mut self.last_reply_or_reflection)
+    }
+    fn note_commit_text(&mut self, text: String, _at: i64) {
+        self.commit_texts.insert(text_digest(&text));
+    }
+    fn reply_committing(&self, text: &str) -> Option<i64> {
+        // Which reply does not matter to a count, only that there is one.
+        self.commit_texts.contains(&text_digest(text)).then_some(0)
+    }
+    fn note_open(&mut self, cid: &str, at: i64) {
+        self.first_open_by_cid.entry(cid.to_string()).or_insert(at);
+    }
+    fn first_open(&self, cid: &str) -> Option<i64> {
+        self.first_open_by_cid.get(cid).copied()
+    }
+    fn node_of(&self, id: i64) -> Option<i64> {
+        self.is_node(id).then_some(id)
+    }
+    fn edge(&mut self, _from: i64, _to: i64, _label: EdgeLabel) {
+        self.edges += 1;
+    }
+}
+
 impl GraphCounts {
     fn is_node(&self, id: i64) -> bool {
         id >= 0
@@ -497,6 +569,12 @@ impl GraphCounts {
 
     /// Folds one event in (events must come in id order; repeats and older ids are ignored).
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`GraphCounts::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         let Some(kind) = NodeKind::from_kind(&ev.kind) else {
             return;
         };
@@ -504,48 +582,7 @@ impl GraphCounts {
             return;
         }
         self.add_node(ev.id, kind);
-        let edge = match kind {
-            NodeKind::UserMessage => {
-                self.last_user = Some(ev.id);
-                false
-            }
-            NodeKind::AssistantMessage => {
-                for text in marker::commit_texts(&ev.content) {
-                    self.commit_texts.insert(text_digest(&text));
-                }
-                self.last_reply_or_reflection = Some(ev.id);
-                self.last_user.is_some()
-            }
-            NodeKind::IdentityAdoption => self.last_reply_or_reflection.is_some(),
-            NodeKind::CommitmentOpen => {
-                let meta = meta_of(ev);
-                let edge = non_empty_str(&meta, "text")
-                    .is_some_and(|t| self.commit_texts.contains(&text_digest(t)));
-                if let Some(cid) = non_empty_str(&meta, "cid") {
-                    self.first_open_by_cid
-                        .entry(cid.to_string())
-                        .or_insert(ev.id);
-                }
-                edge
-            }
-            NodeKind::CommitmentClose => {
-                let meta = meta_of(ev);
-                non_empty_str(&meta, "cid").is_some_and(|c| self.first_open_by_cid.contains_key(c))
-            }
-            NodeKind::Reflection => {
-                let meta = meta_of(ev);
-                let edge = meta
-                    .get("about_event")
-                    .and_then(about_event_id)
-                    .is_some_and(|id| self.is_node(id));
-                self.last_reply_or_reflection = Some(ev.id);
-                edge
-            }
-            NodeKind::SummaryUpdate => false,
-        };
-        if edge {
-            self.edges += 1;
-        }
+        edge_rule(self, kind, ev.id, s);
     }
 
     /// Nodes of `kind`.

@@ -7,7 +7,7 @@
 //! thresholds in force at any event (the reference keeps them in memory only).
 
 use crate::event::config::Threshold;
-use crate::event::{Event, Kind, Source};
+use crate::event::{Event, Kind, NewEvent, Seen, Source};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha1::{Digest as _, Sha1};
@@ -18,6 +18,42 @@ use std::collections::BTreeMap;
 pub fn commitment_cid(text: &str) -> String {
     let digest = Sha1::digest(text.as_bytes());
     digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The `commitment_open` of a commitment to `text` (a `COMMIT:` line's or an MCP `commit`'s,
+/// stripped), the one every writer of such a commitment appends: content `Commitment opened:
+/// <text>`, meta `cid` ([`commitment_cid`]), `impact_score`, `origin`, `source` and `text`
+/// (FORMATS.md §3.2). `pmm-verify --deep` recomputes the cid from `meta.text`.
+pub fn commitment_open(text: &str, impact_score: f64, origin: &str, source: &str) -> NewEvent {
+    let mut meta = Map::new();
+    meta.insert("cid".into(), commitment_cid(text).into());
+    // A finite score is a number, anything else `null` (serde_json's own rule): canonical.
+    meta.insert("impact_score".into(), impact_score.into());
+    meta.insert("origin".into(), origin.into());
+    meta.insert("source".into(), source.into());
+    meta.insert("text".into(), text.into());
+    NewEvent {
+        kind: Kind::CommitmentOpen,
+        content: format!("Commitment opened: {text}"),
+        meta,
+    }
+}
+
+/// The content of an internal goal's `commitment_open` (the kernel's `mc_` cids).
+pub fn internal_open_content(goal: &str) -> String {
+    format!("Internal commitment opened: {goal}")
+}
+
+/// The content of a `commitment_close` of `cid` (FORMATS.md §2), whoever closes it (a reply's
+/// `CLOSE:`, the kernel's auto-close, MCP's `close`); `pmm-verify --deep` compares every
+/// close with it (or with [`internal_close_content`]).
+pub fn close_content(cid: &str) -> String {
+    format!("Commitment closed: {cid}")
+}
+
+/// The content of the `commitment_close` of an internal goal `cid` (the kernel's `mc_` cids).
+pub fn internal_close_content(cid: &str) -> String {
+    format!("Internal commitment closed: {cid}")
 }
 
 /// One commitment, as the Mirror knows it.
@@ -314,12 +350,18 @@ impl Mirror {
 
     /// Folds one event in.
     pub fn apply(&mut self, ev: &Event) {
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`Mirror::apply`], the meta parsed at most once for every fold ([`Seen`]).
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
         self.last_event_id = ev.id;
         self.last_hash = ev.hash.clone();
         match ev.kind {
-            Kind::CommitmentOpen => self.apply_open(ev),
-            Kind::CommitmentClose => self.apply_close(ev),
-            Kind::Claim => self.apply_claim(ev),
+            Kind::CommitmentOpen => self.apply_open(ev, s.meta_or_empty()),
+            Kind::CommitmentClose => self.apply_close(ev, s.meta_or_empty()),
+            Kind::Claim => self.apply_claim(ev, s.meta_or_empty()),
             Kind::IdentityAdoption => self.apply_adoption(ev),
             Kind::Config => self.apply_config(ev),
             Kind::AutonomyRuleTable => self.apply_rule_table(ev),
@@ -330,13 +372,12 @@ impl Mirror {
 
     /// A `commitment_open`: the commitment (keyed by its non-empty `meta.cid`) becomes open,
     /// leaves the closed set, and its open count grows by one.
-    fn apply_open(&mut self, ev: &Event) {
-        let meta = ev.meta_map().unwrap_or_default();
-        let Some(cid) = meta_str(&meta, "cid").filter(|c| !c.is_empty()) else {
+    fn apply_open(&mut self, ev: &Event, meta: &Map<String, Value>) {
+        let Some(cid) = meta_str(meta, "cid").filter(|c| !c.is_empty()) else {
             return;
         };
-        let text = meta_str(&meta, "text")
-            .or_else(|| meta_str(&meta, "goal"))
+        let text = meta_str(meta, "text")
+            .or_else(|| meta_str(meta, "goal"))
             .unwrap_or_default();
         self.closed.remove(&cid);
         self.history.entry(cid.clone()).or_default().0 += 1;
@@ -346,20 +387,19 @@ impl Mirror {
                 cid,
                 text,
                 opened_at: ev.id,
-                source: meta_str(&meta, "source").unwrap_or_else(|| "user".into()),
-                origin: meta_str(&meta, "origin").unwrap_or_default(),
+                source: meta_str(meta, "source").unwrap_or_else(|| "user".into()),
+                origin: meta_str(meta, "origin").unwrap_or_default(),
                 closed_at: None,
                 reason: None,
-                cause: meta_str(&meta, "cause"),
+                cause: meta_str(meta, "cause"),
             },
         );
     }
 
     /// A `commitment_close`: counts the close against `meta.cid`'s history and moves the
     /// commitment, if open, to the closed set with its reason.
-    fn apply_close(&mut self, ev: &Event) {
-        let meta = ev.meta_map().unwrap_or_default();
-        let Some(cid) = meta_str(&meta, "cid") else {
+    fn apply_close(&mut self, ev: &Event, meta: &Map<String, Value>) {
+        let Some(cid) = meta_str(meta, "cid") else {
             return;
         };
         if let Some(h) = self.history.get_mut(&cid) {
@@ -367,16 +407,15 @@ impl Mirror {
         }
         if let Some(mut c) = self.open.remove(&cid) {
             c.closed_at = Some(ev.id);
-            c.reason = meta_str(&meta, "reason");
+            c.reason = meta_str(meta, "reason");
             self.closed.insert(cid, c);
         }
     }
 
     /// A `claim`: identity proposals and ratifications go to the identity; a `name_change`
     /// sets the name from the JSON after `=` in the content; other claims are ignored.
-    fn apply_claim(&mut self, ev: &Event) {
-        let meta = ev.meta_map().unwrap_or_default();
-        let claim_type = meta_str(&meta, "claim_type").unwrap_or_default();
+    fn apply_claim(&mut self, ev: &Event, meta: &Map<String, Value>) {
+        let claim_type = meta_str(meta, "claim_type").unwrap_or_default();
         if claim_type == "identity_proposal" || claim_type == "identity_ratify" {
             self.identity.note_claim(ev.id, &claim_type, &ev.content);
             return;
@@ -552,6 +591,28 @@ mod tests {
     fn cid_matches_the_reference() {
         assert_eq!(commitment_cid("engage_with_PMM_creator_tests"), "e86ccfd1");
         assert_eq!(commitment_cid("note this item"), "e2eb5791");
+    }
+
+    #[test]
+    fn a_commitment_open_has_a_canonical_meta_and_folds_open() {
+        for score in [0.25, f64::NAN] {
+            let ev = commitment_open("note this item", score, "assistant", "mcp");
+            let checked = NewEvent::new(ev.kind.clone(), ev.content.clone(), ev.meta.clone());
+            assert_eq!(checked.expect("canonical meta").meta, ev.meta);
+        }
+        let ev = commitment_open("note this item", 0.5, "assistant", "mcp");
+        assert_eq!(ev.content, "Commitment opened: note this item");
+        let meta = crate::canon::to_string(&Value::Object(ev.meta)).unwrap();
+        let mut m = Mirror::default();
+        m.apply(&Event::sample(1, "commitment_open", &ev.content, &meta));
+        assert_eq!(m.open["e2eb5791"].text, "note this item");
+        m.apply(&Event::sample(
+            2,
+            "commitment_close",
+            &close_content("e2eb5791"),
+            r#"{"cid":"e2eb5791"}"#,
+        ));
+        assert!(m.open.is_empty());
     }
 
     #[test]

@@ -298,6 +298,16 @@ pub struct RsmDiff {
 // Python's `str.isspace`/`strip` (FORMATS.md §1.11): the one definition, in `pystr`.
 use crate::pystr::strip as py_strip;
 
+/// How many characters of its message a synthesized reflection's `intent` or `outcome` keeps.
+pub const SYNTHESIZED_CHARS: usize = 256;
+
+/// A synthesized reflection's `intent` (from the turn's user message) or `outcome` (from its
+/// reply), FORMATS.md §7.1: the text stripped, its first [`SYNTHESIZED_CHARS`] characters.
+/// The turn writes it, `pmm-verify --deep` recomputes it, and the self-model reads intents.
+pub fn synthesized_text(message: &str) -> String {
+    py_strip(message).chars().take(SYNTHESIZED_CHARS).collect()
+}
+
 /// Python's `haystack.count(needle)` for a non-empty needle: non-overlapping, left to right.
 /// Matching UTF-8 bytes gives the same count as matching code points.
 fn py_count(haystack: &str, needle: &str) -> u64 {

@@ -7,7 +7,7 @@ use super::concepts::ConceptGraph;
 use super::graph::GraphCounts;
 use super::mirror::Mirror;
 use super::rsm::{Rsm, RsmMark, SnapshotView};
-use crate::event::Event;
+use crate::event::{Event, Seen};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io::{self, Write};
@@ -38,11 +38,18 @@ pub struct Projections {
 impl Projections {
     /// Folds one event into every projection.
     pub fn apply(&mut self, ev: &Event) {
-        self.mirror.apply(ev);
+        self.fold(&Seen::new(ev));
+    }
+
+    /// [`Projections::apply`] for an event whose meta may already be parsed: every fold reads
+    /// it from `s`, which parses it at most once.
+    pub fn fold(&mut self, s: &Seen<'_>) {
+        let ev = s.ev;
+        self.mirror.fold(s);
         self.rsm.apply(ev);
-        self.concepts.apply(ev);
-        self.graph.apply(ev);
-        self.autonomy.apply(ev);
+        self.concepts.fold(s);
+        self.graph.fold(s);
+        self.autonomy.fold(s);
         self.adapt.apply(ev);
         if self.autonomy.last_summary == Some(ev.id) {
             self.at_summary = Some(self.rsm.mark());

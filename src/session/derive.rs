@@ -8,6 +8,7 @@ use crate::canon;
 use crate::context::render::truncate_chars;
 use crate::event::{Event, Kind, Source};
 use crate::marker::py_strip;
+use crate::projection::rsm::synthesized_text;
 use crate::projection::state::Projections;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -19,10 +20,6 @@ pub const CHUNK: usize = 120;
 /// How far a chunk looks ahead for its events (the reference's 240).
 pub const CHUNK_SCAN: usize = 240;
 
-fn first_chars(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
-}
-
 /// The per-turn synthesized reflection (§7.1) over `window` (the newest events, oldest first,
 /// this turn's included): `{"intent","outcome","next":"continue"[,"internal_goals"][,"self_model"]}`,
 /// canonical JSON; `None` without a user message, a reply and a `metrics_turn` in the window.
@@ -32,14 +29,8 @@ pub fn synthesized_reflection(window: &[Event], p: &Projections) -> Option<Strin
     let reply = last(Kind::AssistantMessage)?;
     last(Kind::MetricsTurn)?;
     let mut m = Map::new();
-    m.insert(
-        "intent".into(),
-        first_chars(py_strip(&user.content), 256).into(),
-    );
-    m.insert(
-        "outcome".into(),
-        first_chars(py_strip(&reply.content), 256).into(),
-    );
+    m.insert("intent".into(), synthesized_text(&user.content).into());
+    m.insert("outcome".into(), synthesized_text(&reply.content).into());
     m.insert("next".into(), "continue".into());
     let goals: Vec<Value> = p
         .mirror

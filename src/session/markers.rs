@@ -7,7 +7,7 @@ use crate::canon;
 use crate::claim::{self, ClaimContext};
 use crate::event::{Clock, Event, Kind, Source};
 use crate::marker;
-use crate::projection::mirror::commitment_cid;
+use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
 use crate::store::{Batch, EventLog};
 use serde_json::{json, Value};
@@ -100,18 +100,8 @@ pub(crate) fn append_opens(
     for c in &markers.commits {
         let cid = commitment_cid(&c.value);
         let score = derive::impact_score(s.p, &cid, s.head_id());
-        let m = meta(&[
-            ("cid", cid.clone().into()),
-            ("impact_score", json!(score)),
-            ("origin", Source::Assistant.into()),
-            ("source", source.into()),
-            ("text", c.value.clone().into()),
-        ]);
-        let open = s.put(
-            Kind::CommitmentOpen,
-            format!("Commitment opened: {}", c.value),
-            m,
-        )?;
+        let ev = mirror::commitment_open(&c.value, score, Source::Assistant.as_str(), source);
+        let open = s.put(ev.kind, ev.content, ev.meta)?;
         concepts::bind_thread(s, &cid, open.id, about, Source::Loop)?;
         opened.push(cid);
     }
@@ -135,11 +125,7 @@ pub(crate) fn append_closes(
             ("origin", Source::Assistant.into()),
             ("source", source.into()),
         ]);
-        s.put(
-            Kind::CommitmentClose,
-            format!("Commitment closed: {}", c.value),
-            m,
-        )?;
+        s.put(Kind::CommitmentClose, mirror::close_content(&c.value), m)?;
         closed.push(c.value.clone());
     }
     Ok(closed)

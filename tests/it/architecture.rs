@@ -53,18 +53,34 @@ fn code_lines(m: &str) -> Vec<String> {
     } else {
         files.push(src().join(format!("{m}.rs")));
     }
-    let mut lines = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        lines.extend(
-            code.lines()
-                .map(str::trim)
-                .filter(|l| !l.starts_with("//"))
-                .map(str::to_string),
-        );
-    }
-    lines
+    files.iter().flat_map(|f| file_code_lines(f)).collect()
+}
+
+/// The lines of one source file's code: outside comments and `#[cfg(test)]`.
+fn file_code_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("//"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every source file of `src/` (its path under `src/`, `/`-separated) with its code lines
+/// (outside comments, `#[cfg(test)]` and `tests.rs`).
+pub(crate) fn code_by_file() -> Vec<(String, Vec<String>)> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(src()).unwrap_or(f);
+            let name = rel.to_string_lossy().replace('\\', "/");
+            (name, file_code_lines(f))
+        })
+        .collect()
 }
 
 /// What module `m`'s code uses: `crate::<other module>` outside comments and `#[cfg(test)]`.

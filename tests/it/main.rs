@@ -14,6 +14,7 @@ mod chat;
 mod concepts;
 mod concurrency;
 mod config_ranges;
+mod constructors;
 mod damage;
 mod deep;
 mod deep_kinds;
