@@ -2,7 +2,9 @@
 //! bars (SPEC §3). The only module besides `cmd` that touches stdio or the exit status.
 
 pub mod adapter;
+pub mod duration;
 pub mod embed;
+pub mod line;
 pub mod refenv;
 
 use crate::error::ExitStatus;

@@ -1,8 +1,8 @@
 //! `pmm-graph`: query the event graph.
 
+use crate::cli::line::{self, Style};
 use crate::cli::{CommonArgs, Exit, LedgerArgs, Out, Program};
 use crate::event::{Event, Kind};
-use crate::marker;
 use crate::projection::graph::{
     Direction, EventGraph, GraphAnswer, GraphFold, GraphQuery, GraphStats, NodeKind,
 };
@@ -223,16 +223,6 @@ impl Query {
     }
 }
 
-/// `[<id>] <kind> | <first line of content, 80 characters>`, the reference CLI's line.
-pub fn text_line(ev: &crate::event::Event) -> String {
-    let first = marker::splitlines(&ev.content)
-        .into_iter()
-        .next()
-        .unwrap_or("");
-    let first: String = first.chars().take(80).collect();
-    format!("[{}] {} | {}\n", ev.id, ev.kind, first)
-}
-
 /// Prints the events `ids` (as JSON lines, or text lines under `heading`).
 fn print_events(
     ledger: &Ledger,
@@ -249,7 +239,7 @@ fn print_events(
             continue;
         };
         if text.is_some() {
-            out.raw(text_line(&ev).as_bytes())?;
+            out.raw(line::event(&ev, Style::Reference).as_bytes())?;
         } else {
             out.event(&ev)?;
         }

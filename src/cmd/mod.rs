@@ -1,13 +1,10 @@
 //! One module per program: clap `Args` (whose doc comments are the help) and `run`.
 
-pub mod admin;
 pub mod append;
-pub mod chat;
 pub mod export;
 pub mod front;
 pub mod graph;
 pub mod mcp;
-pub mod mcp_http;
 pub mod metrics;
 pub mod recall;
 pub mod replay;

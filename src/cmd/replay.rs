@@ -1,7 +1,6 @@
 //! `pmm-replay`: stream events; project state at any event; follow new events.
 
 use crate::cli::{CommonArgs, Exit, LedgerArgs, Out, Program};
-use crate::event::Event;
 use crate::store::{project, save_reader_checkpoint, EventLog, CHECKPOINT_EVERY};
 use crate::store::{Filter, Ledger};
 use crate::Error;
@@ -119,27 +118,6 @@ impl Program for Args {
     }
 }
 
-fn narrate_line(ev: &Event) -> String {
-    let one_line = |s: &str, n: usize| {
-        let flat: String = s
-            .chars()
-            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
-            .collect();
-        if flat.chars().count() > n {
-            format!("{}…", flat.chars().take(n).collect::<String>())
-        } else {
-            flat
-        }
-    };
-    format!(
-        "[{}] {} | {} | meta:{}",
-        ev.id,
-        ev.kind,
-        one_line(&ev.content, 100),
-        one_line(&ev.meta, 80)
-    )
-}
-
 /// Runs `pmm-replay`: one of its modes.
 pub fn run(args: Args) -> anyhow::Result<Exit> {
     for k in &args.kind {
@@ -167,7 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     };
     if args.narrate {
         for ev in ledger.tail(&filter, args.tail.unwrap_or(50))? {
-            out.raw(narrate_line(&ev).as_bytes())?;
+            out.raw(crate::cli::line::event(&ev, crate::cli::line::Style::Narrated).as_bytes())?;
             out.raw(b"\n")?;
         }
         out.flush()?;

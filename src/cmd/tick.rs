@@ -120,7 +120,7 @@ pub struct Args {
     /// Run as a supervisor: a tick every DURATION (10s, 1m, 1h30m; a bare number is seconds;
     /// at most 366 days)
     /// until SIGINT or SIGTERM, which end it after the current tick with exit 0
-    #[arg(long, value_name = "DURATION", allow_negative_numbers = true, value_parser = parse_duration, conflicts_with_all = ["slot", "dry_run", "set"])]
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true, value_parser = crate::cli::duration::parse, conflicts_with_all = ["slot", "dry_run", "set"])]
     every: Option<Duration>,
     /// Print the decision as JSON and write nothing
     #[arg(long)]
@@ -152,7 +152,7 @@ pub fn keys() -> impl Iterator<Item = &'static str> {
     Threshold::ALL.iter().map(|k| k.as_str()).chain(BUDGET_KEYS)
 }
 
-/// Why a `--set` or `--every` value is refused.
+/// Why a `--set` value is refused.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub(crate) enum BadValue {
     /// `--set` without `=`.
@@ -176,20 +176,6 @@ pub(crate) enum BadValue {
         key: String,
         /// The value given.
         value: i64,
-    },
-    /// `--every` of zero, a negative or a non-finite number.
-    #[error("'{0}' is not a positive duration")]
-    NotPositive(String),
-    /// `--every` longer than [`MAX_EVERY_SECS`].
-    #[error("'{0}' is out of range (at most 366 days, {MAX_EVERY_SECS} seconds)")]
-    TooLong(String),
-    /// `--every` that is neither seconds nor a duration like `5m`.
-    #[error("'{text}': {source}")]
-    NotADuration {
-        /// The value given.
-        text: String,
-        /// Why it does not parse.
-        source: humantime::DurationError,
     },
 }
 
@@ -220,30 +206,6 @@ fn parse_unset(s: &str) -> Result<String, BadValue> {
         return Err(BadValue::UnknownThreshold(k.to_string()));
     }
     Ok(k.to_string())
-}
-
-/// The longest `--every`: 366 days (a longer period is a typo, and `Duration` has an end).
-const MAX_EVERY_SECS: u64 = 366 * 86_400;
-
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, BadValue> {
-    let d = match s.trim().parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs > MAX_EVERY_SECS as f64 => {
-            return Err(BadValue::TooLong(s.to_string()))
-        }
-        Ok(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
-        Ok(_) => return Err(BadValue::NotPositive(s.to_string())),
-        Err(_) => humantime::parse_duration(s.trim()).map_err(|source| BadValue::NotADuration {
-            text: s.to_string(),
-            source,
-        })?,
-    };
-    if d.is_zero() {
-        return Err(BadValue::NotPositive(s.to_string()));
-    }
-    if d > Duration::from_secs(MAX_EVERY_SECS) {
-        return Err(BadValue::TooLong(s.to_string()));
-    }
-    Ok(d)
 }
 
 impl Program for Args {
@@ -571,63 +533,5 @@ mod tests {
         ] {
             assert!(parse_set(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        for bad in ["0", "-1", "soon", "0s", ""] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn an_every_of_a_year_is_taken_and_a_longer_one_is_out_of_range() {
-        let year = Duration::from_secs(MAX_EVERY_SECS);
-        assert_eq!(parse_duration("366days"), Ok(year));
-        assert_eq!(parse_duration("31622400"), Ok(year));
-        for long in ["99999999999999999999", "1e300", "367days", "31622400.5"] {
-            assert_eq!(
-                parse_duration(long),
-                Err(BadValue::TooLong(long.into())),
-                "{long}"
-            );
-        }
-    }
-
-    #[test]
-    fn bad_values_are_typed_and_read_as_before() {
-        let set = |s: &str| parse_set(s).unwrap_err().to_string();
-        assert_eq!(set("x"), "'x' is not KEY=VALUE");
-        assert_eq!(
-            set("x=1"),
-            "unknown threshold 'x' (reflection_interval, summary_interval, commitment_staleness, commitment_auto_close, index_threshold, think_calls_per_day, think_tokens_per_day)"
-        );
-        assert_eq!(
-            set("summary_interval= ten"),
-            "summary_interval: ' ten' is not an integer"
-        );
-        assert_eq!(
-            parse_set("summary_interval=0"),
-            Err(BadValue::OutOfRange {
-                key: "summary_interval".into(),
-                value: 0
-            })
-        );
-        assert_eq!(
-            set("summary_interval=0"),
-            "summary_interval: 0 is out of range (1 to 1000000000)"
-        );
-        assert_eq!(
-            parse_duration("-1").unwrap_err().to_string(),
-            "'-1' is not a positive duration"
-        );
-        assert!(parse_duration("soon")
-            .unwrap_err()
-            .to_string()
-            .starts_with("'soon': "));
     }
 }

@@ -242,3 +242,56 @@ fn inside_the_store_only_the_backends_speak_sql() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// A program's module never uses another program's: what two programs share lives in the
+/// library (`cli` for flags and renderers, `audit`, `kernel`, …), not in `cmd`.
+#[test]
+fn commands_never_import_commands() {
+    let cmd = src().join("cmd");
+    let programs: BTreeSet<String> = std::fs::read_dir(&cmd)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let name = name.strip_suffix(".rs").unwrap_or(&name).to_string();
+            (name != "mod").then_some(name)
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    for program in &programs {
+        let mut files = Vec::new();
+        let dir = cmd.join(program);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        } else {
+            files.push(cmd.join(format!("{program}.rs")));
+        }
+        for f in files {
+            // `super::` from the program's own top file, `super::super::` from a file below it.
+            let top = f.file_name().is_some_and(|n| n == "mod.rs") || f.parent() == Some(&cmd);
+            let up = if top { "super::" } else { "super::super::" };
+            let text = std::fs::read_to_string(&f).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for line in code.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
+                for other in programs.iter().filter(|o| *o != program) {
+                    let via_super = format!("{up}{other}");
+                    let via_crate = format!("crate::cmd::{other}");
+                    let names = |p: &str| {
+                        line.match_indices(p).any(|(i, _)| {
+                            !line[i + p.len()..]
+                                .starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                                && (i == 0
+                                    || !line[..i].ends_with(|c: char| {
+                                        c.is_alphanumeric() || c == '_' || c == ':'
+                                    }))
+                        })
+                    };
+                    if names(&via_super) || names(&via_crate) {
+                        wrong.push(format!("cmd/{program} uses cmd/{other}: {line}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -1,12 +1,16 @@
-//! `pmm-turn`: one conversational turn per message, through a model adapter.
+//! `pmm-turn`: one conversational turn per message, through a model adapter; `chat`: the
+//! interactive chat (`--chat`) and `admin`, its `/` commands.
 
-use super::chat::{Live, Screen};
+mod admin;
+pub mod chat;
+
 use crate::cli::adapter::AdapterArgs;
 use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::llm::{Adapter, Cancel, Config};
 use crate::store::Ledger;
 use crate::turn::{self, Options, TurnError};
 use crate::Error;
+use chat::{Live, Screen};
 use std::io::{BufRead, IsTerminal};
 
 const AFTER_HELP: &str = "\
@@ -129,7 +133,7 @@ pub struct Args {
     /// With --chat: tick the ledger in the background, at once and then every DURATION (10s,
     /// 1m; also the slots' interval), each a thinking tick with the session's adapter, never
     /// in the middle of a turn (see pmm-tick --help)
-    #[arg(long, value_name = "DURATION", requires = "chat", value_parser = super::tick::parse_duration)]
+    #[arg(long, value_name = "DURATION", requires = "chat", value_parser = crate::cli::duration::parse)]
     autonomy: Option<std::time::Duration>,
     #[command(flatten)]
     llm: AdapterArgs,
@@ -285,11 +289,11 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         ..args.options()
     };
     if chat {
-        let autonomy = args.autonomy.map(|every| super::chat::Autonomy {
+        let autonomy = args.autonomy.map(|every| chat::Autonomy {
             every,
             busy_ms: args.write.busy_timeout,
         });
-        return super::chat::run(&mut ledger, cfg, &opts, args.streams(), autonomy);
+        return chat::run(&mut ledger, cfg, &opts, args.streams(), autonomy);
     }
     let mut turns = Turns::new(&args, opts, &mut ledger, adapter.as_mut())?;
     // A closed stdout stops the printing, never the turns (see Out::for_writer).

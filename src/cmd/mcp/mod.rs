@@ -1,4 +1,7 @@
-//! `pmm-mcp`: the ledger as memory for any Model Context Protocol client.
+//! `pmm-mcp`: the ledger as memory for any Model Context Protocol client, on stdio or
+//! (`http`) over Streamable HTTP with bearer tokens.
+
+mod http;
 
 use crate::cli::{self, ClockArgs, CommonArgs, Exit, LedgerArgs, Program, WriteArgs};
 use crate::mcp::framing::{self, Frame};
@@ -120,7 +123,7 @@ pub struct Args {
     read_only: bool,
 
     #[command(flatten)]
-    http: super::mcp_http::HttpArgs,
+    http: http::HttpArgs,
 }
 
 impl Program for Args {
@@ -134,10 +137,10 @@ impl Program for Args {
 
 /// Runs `pmm-mcp`.
 pub fn run(args: Args) -> anyhow::Result<Exit> {
-    if super::mcp_http::manage_tokens(&args.http, &args.clock.clock())? {
+    if http::manage_tokens(&args.http, &args.clock.clock())? {
         return Ok(Exit::Success);
     }
-    let http = super::mcp_http::plan(&args.http)?;
+    let http = http::plan(&args.http)?;
     let path = args.ledger.path();
     // Opened once before serving: a ledger that cannot be used is a usage error now, not a
     // failure of every call later. A writer creates it and brings its index up to date.
@@ -158,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     );
     cfg.embedder = embedder;
     if let Some(plan) = http {
-        super::mcp_http::serve(&args.http, plan, cfg, args.common.quiet)?;
+        http::serve(&args.http, plan, cfg, args.common.quiet)?;
         return Ok(Exit::Success);
     }
     if !args.common.quiet {

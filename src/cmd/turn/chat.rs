@@ -11,8 +11,9 @@
 //! flight, and waits for it.
 
 use super::admin;
+use crate::cli::line::{self, Style};
 use crate::cli::Exit;
-use crate::event::{Event, Kind};
+use crate::event::Kind;
 use crate::llm::{self, Adapter, AdapterKind, Cancel, Config, TextSink};
 use crate::store::{self, EventLog, Filter, Ledger};
 use crate::turn::{self, Options, TurnError};
@@ -51,22 +52,6 @@ const HELP: &str = "\
 /help         this list
 /exit         leave (also Ctrl-D)
 Ctrl-C while the model answers stops it (the interruption is recorded); Ctrl-C again leaves.";
-
-fn one_line(e: &Event) -> String {
-    let c: String = e
-        .content
-        .chars()
-        .take(100)
-        .collect::<String>()
-        .replace('\n', " ");
-    format!(
-        "[{}] {} {}: {}",
-        e.id,
-        &e.ts.get(..19).unwrap_or(&e.ts),
-        e.kind,
-        c
-    )
-}
 
 /// The visible reply: the model's text without marker lines.
 fn visible(reply: &str) -> String {
@@ -151,7 +136,11 @@ fn command(
 fn replay(ledger: &Ledger, arg: &str) -> anyhow::Result<String> {
     let n = arg.parse().unwrap_or(20);
     let evs = ledger.tail(&Filter::default(), n)?;
-    Ok(evs.iter().map(one_line).collect::<Vec<_>>().join("\n"))
+    Ok(evs
+        .iter()
+        .map(|e| line::event(e, Style::Chat))
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 /// `/metrics`: the ledger's metrics, as `pmm-metrics` prints them.
@@ -166,7 +155,7 @@ fn diag(ledger: &Ledger) -> anyhow::Result<String> {
     Ok(evs
         .iter()
         .rev()
-        .map(one_line)
+        .map(|e| line::event(e, Style::Chat))
         .collect::<Vec<_>>()
         .join("\n"))
 }

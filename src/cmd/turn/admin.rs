@@ -117,7 +117,9 @@ pub fn graph(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
     for id in ids {
         if let Some(e) = ledger.get(id)? {
             out.push('\n');
-            out.push_str(super::graph::text_line(&e).trim_end());
+            out.push_str(
+                crate::cli::line::event(&e, crate::cli::line::Style::Reference).trim_end(),
+            );
         }
     }
     Ok(out)
