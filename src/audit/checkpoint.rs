@@ -24,7 +24,73 @@ pub struct LedgerCheck {
     pub record: Map<String, Value>,
     /// Why the ledger does not match the checkpoint (or the previous checkpoint), if it does
     /// not.
-    pub problem: Option<String>,
+    pub problem: Option<Problem>,
+}
+
+/// Why a ledger does not match a checkpoint; its text is the record's `error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// The ledger is shorter than the checkpoint.
+    #[error(
+        "the ledger has {ledger_size} events, fewer than the checkpoint's {size}: it was truncated"
+    )]
+    Truncated {
+        /// The ledger's events.
+        ledger_size: u64,
+        /// The checkpoint's.
+        size: u64,
+    },
+    /// The ledger's first `size` events have another root.
+    #[error("the ledger's first {size} events have root {found}, the checkpoint says {signed}: history was rewritten")]
+    Rewritten {
+        /// The checkpoint's size.
+        size: u64,
+        /// The root of the ledger's first `size` events.
+        found: Digest,
+        /// The checkpoint's root.
+        signed: Digest,
+    },
+    /// The events do not verify: the stored hashes are not the history they stand for.
+    #[error("the ledger does not verify ({first}; {findings} finding(s), run pmm-verify): its events are not the history the checkpoint signs")]
+    DoesNotVerify {
+        /// The first finding, in words.
+        first: String,
+        /// How many findings.
+        findings: u64,
+    },
+    /// `--previous` did not open with the key.
+    #[error("the previous checkpoint: {0}")]
+    PreviousUnopened(String),
+    /// The checkpoint is smaller than the previous one.
+    #[error("the checkpoint has {size} events, fewer than the previous one's {previous}: the log went back")]
+    WentBack {
+        /// The checkpoint's size.
+        size: u64,
+        /// The previous checkpoint's.
+        previous: u64,
+    },
+    /// The checkpoint's tree does not extend the previous one's.
+    #[error("the checkpoint is not consistent with the previous one: the tree of its first {size} events has root {}, the previous checkpoint says {signed}", found.map_or_else(|| "none".into(), |r| r.to_hex()))]
+    Inconsistent {
+        /// The previous checkpoint's size.
+        size: u64,
+        /// The root of the first `size` events, if the ledger has them.
+        found: Option<Digest>,
+        /// The previous checkpoint's root.
+        signed: Digest,
+    },
+    /// `--witness`: the checkpoint carries no valid cosignature by that witness.
+    #[error("no valid cosignature by the witness: {0}")]
+    NoCosignature(String),
+}
+
+/// What one pass over the ledger found: the roots at the sizes asked for, and the chain's
+/// verdict.
+struct Pass {
+    roots: Roots,
+    ok: bool,
+    first: Option<Finding>,
+    findings: u64,
 }
 
 /// The roots of the first `size` leaves for a few sizes, folded as leaves go by (the compact
@@ -105,21 +171,10 @@ fn in_words(f: &Finding) -> String {
     }
 }
 
-/// Checks the ledger `input` against checkpoint `cp` (its signature already checked) and,
-/// with `previous`, that `cp` is a consistent successor of the checkpoint last checked or
-/// cosigned (`Err`: that one did not open). See the module docs.
-pub fn check(
-    input: &Input,
-    cp: &Checkpoint,
-    previous: Option<&Result<Checkpoint, NoteError>>,
-) -> crate::Result<LedgerCheck> {
-    let prev_size = previous.and_then(|p| p.as_ref().ok()).map(|p| p.size);
-    let mut roots = Roots::new(
-        &[Some(cp.size), prev_size]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>(),
-    );
+/// One pass over `input`: each event's hash and link checked by the chain verifier, each
+/// stored hash folded into the roots of the first `sizes` events.
+fn pass(input: &Input, sizes: &[u64]) -> crate::Result<Pass> {
+    let mut roots = Roots::new(sizes);
     let mut v = Verifier::new(Vec::new());
     let mut found: Vec<Finding> = Vec::new();
     let (mut first, mut findings): (Option<Finding>, u64) = (None, 0);
@@ -147,73 +202,97 @@ pub fn check(
     })?;
     roots.note();
     // Broken links are findings wherever they point: no second pass is needed to know that.
-    if let Some(pass) = v.second_pass() {
-        v.settle(pass, &mut found);
+    if let Some(second) = v.second_pass() {
+        v.settle(second, &mut found);
     }
     let summary = v.finish(&mut found);
     keep(&mut found);
-    let ledger_size = roots.size;
-    let ledger_root = roots.root();
+    Ok(Pass {
+        roots,
+        ok: summary.ok,
+        first,
+        findings,
+    })
+}
+
+/// Checks the ledger `input` against checkpoint `cp` (its signature already checked) and,
+/// with `previous`, that `cp` is a consistent successor of the checkpoint last checked or
+/// cosigned (`Err`: that one did not open). See the module docs.
+pub fn check(
+    input: &Input,
+    cp: &Checkpoint,
+    previous: Option<&Result<Checkpoint, NoteError>>,
+) -> crate::Result<LedgerCheck> {
+    let prev_size = previous.and_then(|p| p.as_ref().ok()).map(|p| p.size);
+    let sizes: Vec<u64> = [Some(cp.size), prev_size].into_iter().flatten().collect();
+    let pass = pass(input, &sizes)?;
+    let ledger_size = pass.roots.size;
+    let ledger_root = pass.roots.root();
     let mut record = Map::new();
     record.insert("size".into(), cp.size.into());
     record.insert("root".into(), cp.root.to_hex().into());
     record.insert("ledger_size".into(), ledger_size.into());
     record.insert("ledger_root".into(), ledger_root.to_hex().into());
     let mut problem = if cp.size > ledger_size {
-        Some(format!(
-            "the ledger has {ledger_size} events, fewer than the checkpoint's {}: it was truncated",
-            cp.size
-        ))
+        Some(Problem::Truncated {
+            ledger_size,
+            size: cp.size,
+        })
     } else {
-        let root = roots.at(cp.size).unwrap_or(ledger_root);
+        let root = pass.roots.at(cp.size).unwrap_or(ledger_root);
         record.insert("root_at_size".into(), root.to_hex().into());
-        if root != cp.root {
-            Some(format!(
-                "the ledger's first {} events have root {root}, the checkpoint says {}: history was rewritten",
-                cp.size, cp.root
-            ))
-        } else {
-            None
-        }
+        (root != cp.root).then_some(Problem::Rewritten {
+            size: cp.size,
+            found: root,
+            signed: cp.root,
+        })
     };
-    if problem.is_none() && !summary.ok {
+    if problem.is_none() && !pass.ok {
         // The roots are of the stored hashes; an event whose content no longer gives its hash
         // (edited in place), or a link or id out of place, means the ledger is not the history
         // those hashes stand for.
-        let what = first
-            .as_ref()
-            .map_or_else(|| "a problem".to_string(), in_words);
-        problem = Some(format!(
-            "the ledger does not verify ({what}; {} finding(s), run pmm-verify): its events are not the history the checkpoint signs",
-            findings
-        ));
+        problem = Some(Problem::DoesNotVerify {
+            first: pass
+                .first
+                .as_ref()
+                .map_or_else(|| "a problem".to_string(), in_words),
+            findings: pass.findings,
+        });
     }
     if let (None, Some(prev)) = (&problem, previous) {
-        problem = match prev {
-            Err(err) => Some(format!("the previous checkpoint: {err}")),
-            Ok(p) => {
-                record.insert("previous_size".into(), p.size.into());
-                if p.size > cp.size {
-                    Some(format!(
-                        "the checkpoint has {} events, fewer than the previous one's {}: the log went back",
-                        cp.size, p.size
-                    ))
-                } else if roots.at(p.size) != Some(p.root) {
-                    // The ledger's first cp.size events have cp's root: its first p.size
-                    // events are the only tree of that size cp extends.
-                    Some(format!(
-                        "the checkpoint is not consistent with the previous one: the tree of its first {} events has root {}, the previous checkpoint says {}",
-                        p.size,
-                        roots.at(p.size).map_or_else(|| "none".into(), |r| r.to_hex()),
-                        p.root
-                    ))
-                } else {
-                    None
-                }
-            }
-        };
+        problem = previous_problem(cp, prev, &pass.roots, &mut record);
     }
     Ok(LedgerCheck { record, problem })
+}
+
+/// Whether `cp` is a consistent successor of `previous`, on a ledger whose first `cp.size`
+/// events have `cp`'s root (so its first `previous.size` events are the only tree of that size
+/// `cp` extends).
+fn previous_problem(
+    cp: &Checkpoint,
+    previous: &Result<Checkpoint, NoteError>,
+    roots: &Roots,
+    record: &mut Map<String, Value>,
+) -> Option<Problem> {
+    let p = match previous {
+        Err(err) => return Some(Problem::PreviousUnopened(err.to_string())),
+        Ok(p) => p,
+    };
+    record.insert("previous_size".into(), p.size.into());
+    if p.size > cp.size {
+        Some(Problem::WentBack {
+            size: cp.size,
+            previous: p.size,
+        })
+    } else if roots.at(p.size) != Some(p.root) {
+        Some(Problem::Inconsistent {
+            size: p.size,
+            found: roots.at(p.size),
+            signed: p.root,
+        })
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

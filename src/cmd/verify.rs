@@ -618,6 +618,7 @@ fn check_against_checkpoint(
         }
     };
     // What the checkpoint vouches for is recomputed from the events (crate::audit::checkpoint).
+    use crate::audit::checkpoint::Problem;
     let checked =
         crate::audit::checkpoint::check(&Input::new(&ledger.source()), &cp, previous.as_ref())?;
     let mut record = serde_json::Value::Object(checked.record);
@@ -629,12 +630,12 @@ fn check_against_checkpoint(
                 record["cosigned_by"] = wk.name.clone().into();
                 record["cosigned_at"] = t.into();
             }
-            Err(err) => problem = Some(format!("no valid cosignature by the witness: {err}")),
+            Err(err) => problem = Some(Problem::NoCosignature(err.to_string())),
         }
     }
     record["ok"] = problem.is_none().into();
     if let Some(p) = &problem {
-        record["error"] = p.clone().into();
+        record["error"] = p.to_string().into();
     }
     if let (None, Some(signer)) = (&problem, &witness_signer) {
         let note = read_text(cp_path)?;
