@@ -131,25 +131,13 @@ fn run_inner(
     let rows_at_start = store::rows_read();
     let mut events = Vec::new();
     let mut dense = dense::Dense::for_message(&*ledger, opts.embedder.as_ref(), message)?;
-    let (mut p, user, folded_before, cfg, prompt) = std::thread::scope(|s| {
-        // The in-process model embeds the message on a second core while this one records it
-        // and ranks full text; recall asks for the vector when it needs it.
-        let mut later = dense.message_later(message).map(|job| s.spawn(job));
-        let mut query = || {
-            if let Some(h) = later.take() {
-                let made = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                dense.message_embedded(made);
-            }
-            dense.query.clone()
-        };
-        let (p, user, folded_before) = record_user(ledger, message, &opts.clock, &mut events)?;
-        let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-        // One read transaction for recall's many small reads (and one snapshot for them all).
-        let prompt = ledger
-            .in_snapshot(|l| build_prompt(l, &p, &cfg, message, user.id, opts, &mut query))?;
-        query();
-        Ok::<_, TurnError>((p, user, folded_before, cfg, prompt))
-    })?;
+    let Asked {
+        mut p,
+        user,
+        folded_before,
+        cfg,
+        prompt,
+    } = record_and_prompt(ledger, &mut dense, message, opts, &mut events)?;
     let reply =
         match adapter.generate_with(&prompt.request, opts.stream.as_ref(), opts.cancel.as_ref()) {
             Ok(r) => r,
@@ -181,18 +169,7 @@ fn run_inner(
         message,
         opts,
     };
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, &mut p)?;
-    let done = write_consequences(
-        &mut Session {
-            batch: &mut batch,
-            p: &mut p,
-            events: &mut events,
-            clock: &opts.clock,
-        },
-        &said,
-    )?;
-    batch.commit()?;
+    let done = write_reply(ledger, &mut p, &mut events, &said)?;
     if folded_before >= store::CHECKPOINT_EVERY / 4 {
         store::save_projection_checkpoint(ledger.path(), &p);
     }
@@ -209,6 +186,74 @@ fn run_inner(
         truncated,
         echoed_markers: done.echoed_markers,
     })
+}
+
+/// What stages 1 and 2 leave for the model call: the projections, the user's message, how
+/// many events were folded past the checkpoint, the retrieval config and the prompt.
+struct Asked {
+    p: Projections,
+    user: Event,
+    folded_before: u64,
+    cfg: RetrievalConfig,
+    prompt: Prompt,
+}
+
+/// Stages 1 and 2: the user's message recorded, then the prompt built in one read snapshot.
+/// The in-process model embeds the message on a second core meanwhile; recall asks for the
+/// vector when it needs it.
+fn record_and_prompt(
+    ledger: &mut Ledger,
+    dense: &mut dense::Dense,
+    message: &str,
+    opts: &Options,
+    events: &mut Vec<Event>,
+) -> Result<Asked, TurnError> {
+    std::thread::scope(|s| {
+        let mut later = dense.message_later(message).map(|job| s.spawn(job));
+        let mut query = || {
+            if let Some(h) = later.take() {
+                let made = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                dense.message_embedded(made);
+            }
+            dense.query.clone()
+        };
+        let (p, user, folded_before) = record_user(ledger, message, &opts.clock, events)?;
+        let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
+        // One read transaction for recall's many small reads (and one snapshot for them all).
+        let prompt = ledger
+            .in_snapshot(|l| build_prompt(l, &p, &cfg, message, user.id, opts, &mut query))?;
+        query();
+        Ok(Asked {
+            p,
+            user,
+            folded_before,
+            cfg,
+            prompt,
+        })
+    })
+}
+
+/// Stages 4 to 6 in one write transaction, against the true head (what other processes
+/// appended during the call folded in first).
+fn write_reply(
+    ledger: &mut Ledger,
+    p: &mut Projections,
+    events: &mut Vec<Event>,
+    said: &Said<'_>,
+) -> crate::Result<Consequences> {
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, p)?;
+    let done = write_consequences(
+        &mut Session {
+            batch: &mut batch,
+            p,
+            events,
+            clock: &said.opts.clock,
+        },
+        said,
+    )?;
+    batch.commit()?;
+    Ok(done)
 }
 
 /// What the model was shown and what it said: the input of the last stage.
