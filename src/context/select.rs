@@ -231,6 +231,9 @@ pub fn select_hybrid<R: Reads>(
     )
 }
 
+/// How much of the ledger [`select_hybrid_at`] looks at ([`recall::Depth`]).
+pub use crate::recall::Depth;
+
 /// [`select_hybrid`] looking at `depth` of the ledger ([`recall::Depth::LIGHT`]: a thinking
 /// tick's evidence).
 #[allow(clippy::too_many_arguments)]

@@ -26,12 +26,11 @@
 use super::tick::{self, Mode, Ticked};
 use super::{decide, goals, Action, Slot, View};
 use crate::context::embed::py_split;
-use crate::context::select::{self, RetrievalConfig};
+use crate::context::select::{self, Depth, RetrievalConfig};
 use crate::event::{Clock, Event, Kind};
 use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
 use crate::projection::state::Projections;
-use crate::recall::Depth;
 use crate::store::{self, Filter, Ledger, Reads};
 use crate::turn::{self, catch_up, ensure_defaults, Options, Sink, TurnError};
 use serde_json::{json, Value};
