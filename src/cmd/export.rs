@@ -169,26 +169,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         )
         .into());
     }
-    let format = args
-        .format
-        .map(ExportFormat::from)
-        .or_else(|| args.output.as_deref().and_then(format_from_name))
-        .unwrap_or(ExportFormat::Jsonl);
-    if let (Some(s), Some(u)) = (args.since, args.until) {
-        if s > u {
-            return Err(Error::bad_input(
-                Some("--since/--until".into()),
-                format!("--since {s} is after --until {u}"),
-            )
-            .into());
-        }
-    }
-    for k in &args.kind {
-        crate::event::check_kind(k).map_err(|e| Error::bad_input(Some("--kind".into()), e))?;
-    }
-    if let Some(out) = &args.output {
-        crate::outfile::check_not_ledger(out, &args.ledger.path())?;
-    }
+    let format = checked_format(&args)?;
     let ledger = Ledger::open_reader(&args.ledger.path())?;
     let ctx = ExportContext {
         exported_at: args.clock.clock().now(),
@@ -209,16 +190,57 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         args.common.quiet || args.output.is_none(),
         "exporting",
     );
+    write_output(&args, &ledger, &filter, format, &ctx, &bar)?;
+    bar.finish_and_clear();
+    Ok(Exit::Success)
+}
+
+/// The export's format (`--format`, else the output's name, else JSON Lines), once the rest of
+/// the selection is checked: `--since` not after `--until`, each `--kind` a kind, and the
+/// output not the ledger (or one of its files).
+fn checked_format(args: &Args) -> anyhow::Result<ExportFormat> {
+    let format = args
+        .format
+        .map(ExportFormat::from)
+        .or_else(|| args.output.as_deref().and_then(format_from_name))
+        .unwrap_or(ExportFormat::Jsonl);
+    if let (Some(s), Some(u)) = (args.since, args.until) {
+        if s > u {
+            return Err(Error::bad_input(
+                Some("--since/--until".into()),
+                format!("--since {s} is after --until {u}"),
+            )
+            .into());
+        }
+    }
+    for k in &args.kind {
+        crate::event::check_kind(k).map_err(|e| Error::bad_input(Some("--kind".into()), e))?;
+    }
+    if let Some(out) = &args.output {
+        crate::outfile::check_not_ledger(out, &args.ledger.path())?;
+    }
+    Ok(format)
+}
+
+/// Writes the export to stdout or to `--output` (gzipped when its name ends in `.gz`).
+fn write_output(
+    args: &Args,
+    ledger: &Ledger,
+    filter: &Filter,
+    format: ExportFormat,
+    ctx: &ExportContext,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<()> {
     match &args.output {
         None => {
             let stdout = io::stdout().lock();
             write_all(
-                &ledger,
-                &filter,
+                ledger,
+                filter,
                 format,
                 io::BufWriter::with_capacity(1 << 16, stdout),
-                &ctx,
-                &bar,
+                ctx,
+                bar,
             )?;
         }
         Some(path) => {
@@ -228,21 +250,20 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
             let file = target.writer()?;
             if is_gz(path) {
                 let gz = GzEncoder::new(file, flate2::Compression::default());
-                let gz = write_all(&ledger, &filter, format, gz, &ctx, &bar)?;
+                let gz = write_all(ledger, filter, format, gz, ctx, bar)?;
                 gz.finish()
                     .map_err(|e| Error::io(path, e))?
                     .flush()
                     .map_err(|e| Error::io(path, e))?;
             } else {
-                write_all(&ledger, &filter, format, file, &ctx, &bar)?
+                write_all(ledger, filter, format, file, ctx, bar)?
                     .flush()
                     .map_err(|e| Error::io(path, e))?;
             }
             target.commit()?;
         }
     }
-    bar.finish_and_clear();
-    Ok(Exit::Success)
+    Ok(())
 }
 
 /// Streams the selected events through the format's writer into `out`; returns `out`.

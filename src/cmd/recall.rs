@@ -382,40 +382,12 @@ fn ask(
         Ok(())
     };
     if args.explain {
-        let mut x = json!({
-            "type": "explain",
-            "terms": terms::query_terms(text),
-            "budget": q.budget,
-            "index": {"lag": ledger.lag(store::Derived::Text)?, "head": ledger.max_id()?},
-        });
-        if embedder.is_some() {
-            x["asked"] = json!(asked.as_deref().unwrap_or(text));
-        }
-        record(x)?;
+        let asked = embedder.map(|_| asked.as_deref().unwrap_or(text));
+        record(explain_record(ledger, text, q.budget, asked)?)?;
     }
     if args.timings {
-        let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
-        let mut t = json!({
-            "type": "timings",
-            "project_ms": ms(setup.project),
-            "embed_ms": ms(setup.load + embedded),
-            "recall_ms": ms(recalled - embedded),
-        });
-        if let Some(d) = &q.dense {
-            let at = std::time::Instant::now();
-            let hits =
-                ledger.vector_search(&d.model, &d.vector, i64::MAX, recall::dense::NEAREST)?;
-            let took = at.elapsed();
-            let models = ledger.vector_models()?;
-            t["dense"] = json!({
-                "model": d.model,
-                "vectors": models.iter().find(|m| m.0 == d.model).map_or(0, |m| m.2),
-                "nearest": hits.len(),
-                "search_ms": ms(took),
-                "top": hits.iter().take(50).map(|h| h.0).collect::<Vec<i64>>(),
-            });
-        }
-        record(t)?;
+        let dense = q.dense.as_ref();
+        record(timings_record(ledger, setup, embedded, recalled, dense)?)?;
     }
     for r in found {
         let e = &r.event;
@@ -432,6 +404,58 @@ fn ask(
         }
     }
     Ok(())
+}
+
+/// The `explain` record: the text's query terms, the budget, the full-text index's lag behind
+/// the head, and (`asked`, with a model) the text the model was asked.
+fn explain_record(
+    ledger: &Ledger,
+    text: &str,
+    budget: usize,
+    asked: Option<&str>,
+) -> anyhow::Result<serde_json::Value> {
+    let mut x = json!({
+        "type": "explain",
+        "terms": terms::query_terms(text),
+        "budget": budget,
+        "index": {"lag": ledger.lag(store::Derived::Text)?, "head": ledger.max_id()?},
+    });
+    if let Some(asked) = asked {
+        x["asked"] = json!(asked);
+    }
+    Ok(x)
+}
+
+/// The `timings` record, in milliseconds to a tenth: the setup, the embedding (with the
+/// model's load), the recall, and with a dense query a timed nearest-vector search of its own.
+fn timings_record(
+    ledger: &Ledger,
+    setup: Setup,
+    embedded: std::time::Duration,
+    recalled: std::time::Duration,
+    dense: Option<&recall::DenseQuery>,
+) -> anyhow::Result<serde_json::Value> {
+    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+    let mut t = json!({
+        "type": "timings",
+        "project_ms": ms(setup.project),
+        "embed_ms": ms(setup.load + embedded),
+        "recall_ms": ms(recalled - embedded),
+    });
+    if let Some(d) = dense {
+        let at = std::time::Instant::now();
+        let hits = ledger.vector_search(&d.model, &d.vector, i64::MAX, recall::dense::NEAREST)?;
+        let took = at.elapsed();
+        let models = ledger.vector_models()?;
+        t["dense"] = json!({
+            "model": d.model,
+            "vectors": models.iter().find(|m| m.0 == d.model).map_or(0, |m| m.2),
+            "nearest": hits.len(),
+            "search_ms": ms(took),
+            "top": hits.iter().take(50).map(|h| h.0).collect::<Vec<i64>>(),
+        });
+    }
+    Ok(t)
 }
 
 /// The text's vector for the dense source: `None` without a model, or (with a warning) when

@@ -5,6 +5,7 @@
 //! Evidence. The rules text is ours: it states the ledger's rules and the marker protocol.
 
 use super::select::Selection;
+use crate::projection::mirror::Commitment;
 use crate::projection::state::Projections;
 pub use crate::recall::concepts::mentioned_concepts;
 use std::fmt::Write as _;
@@ -51,61 +52,93 @@ fn push_truncated(s: &mut String, text: &str, n: usize) {
 /// The context block for a turn: sections joined by a blank line, empty ones left out.
 /// `head_id` is the ledger's newest event (the user's message).
 pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: &str) -> String {
-    let mut sections: Vec<String> = Vec::new();
-
-    let concepts = mentioned_concepts(&p.concepts.all_tokens(), user_text);
-    if !concepts.is_empty() {
-        let mut s = String::from("## Concepts");
-        for tok in concepts.iter().take(MAX_CONCEPTS) {
-            s.push_str("\n- ");
-            s.push_str(tok);
-            if let Some(d) = p
-                .concepts
-                .definition(tok)
-                .filter(|d| !d.definition.is_empty())
-            {
-                s.push_str(": ");
-                s.push_str(&truncate_chars(&d.definition, 60));
-            }
-            let linked: Vec<String> = p
-                .concepts
-                .relations_of(tok)
-                .into_iter()
-                .take(MAX_LINKS)
-                .map(|(rel, other)| format!("{other} ({rel})"))
-                .collect();
-            if !linked.is_empty() {
-                s.push_str("\n  Linked to: ");
-                s.push_str(&linked.join(", "));
-            }
-        }
-        sections.push(s);
-    }
-
     let open = p.mirror.open_in_order();
-    if !open.is_empty() {
-        let mut s = String::from("## Threads");
-        for c in open.iter().take(MAX_THREADS) {
-            let goal = if c.text.is_empty() {
-                "Unknown goal"
-            } else {
-                &c.text
-            };
-            s.push_str(&format!(
-                "\n- {}: Active - {} (opened at event {})",
-                c.cid,
-                truncate_chars(goal, 80),
-                c.opened_at
-            ));
-        }
-        sections.push(s);
-    }
-
+    let mut sections: Vec<String> = Vec::new();
+    sections.extend(concepts_section(p, user_text));
+    sections.extend(threads_section(&open));
     let (nodes, edges) = p.graph.size();
     if nodes >= 5 {
         sections.push(format!("## Graph\nGraph: {nodes} nodes, {edges} edges"));
     }
+    state_lines(&mut sections, p, head_id, sel, &open);
+    if !sel.events.is_empty() {
+        sections.push(if sel.via.is_empty() {
+            evidence(sel)
+        } else {
+            recalled_evidence(sel)
+        });
+    }
+    sections.join("\n\n")
+}
 
+/// `## Concepts`: the concepts `user_text` mentions (at most [`MAX_CONCEPTS`]), each with its
+/// definition cut to 60 characters and up to [`MAX_LINKS`] relations; `None` when none is
+/// mentioned.
+fn concepts_section(p: &Projections, user_text: &str) -> Option<String> {
+    let concepts = mentioned_concepts(&p.concepts.all_tokens(), user_text);
+    if concepts.is_empty() {
+        return None;
+    }
+    let mut s = String::from("## Concepts");
+    for tok in concepts.iter().take(MAX_CONCEPTS) {
+        s.push_str("\n- ");
+        s.push_str(tok);
+        if let Some(d) = p
+            .concepts
+            .definition(tok)
+            .filter(|d| !d.definition.is_empty())
+        {
+            s.push_str(": ");
+            s.push_str(&truncate_chars(&d.definition, 60));
+        }
+        let linked: Vec<String> = p
+            .concepts
+            .relations_of(tok)
+            .into_iter()
+            .take(MAX_LINKS)
+            .map(|(rel, other)| format!("{other} ({rel})"))
+            .collect();
+        if !linked.is_empty() {
+            s.push_str("\n  Linked to: ");
+            s.push_str(&linked.join(", "));
+        }
+    }
+    Some(s)
+}
+
+/// `## Threads`: the open commitments in opening order (at most [`MAX_THREADS`]), each goal
+/// cut to 80 characters; `None` when none is open.
+fn threads_section(open: &[&Commitment]) -> Option<String> {
+    if open.is_empty() {
+        return None;
+    }
+    let mut s = String::from("## Threads");
+    for c in open.iter().take(MAX_THREADS) {
+        let goal = if c.text.is_empty() {
+            "Unknown goal"
+        } else {
+            &c.text
+        };
+        s.push_str(&format!(
+            "\n- {}: Active - {} (opened at event {})",
+            c.cid,
+            truncate_chars(goal, 80),
+            c.opened_at
+        ));
+    }
+    Some(s)
+}
+
+/// The state lines, in order: `Ledger so far …`, `Retrieval window this turn …` (when
+/// something was selected), the identity, the live self-model, the open commitments by cid and
+/// the internal goals, each only when it has content.
+fn state_lines(
+    sections: &mut Vec<String>,
+    p: &Projections,
+    head_id: i64,
+    sel: &Selection,
+    open: &[&Commitment],
+) {
     sections.push(format!(
         "Ledger so far: events 1..{head_id} (total {head_id})"
     ));
@@ -117,51 +150,52 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
             sel.events.len()
         ));
     }
-    let id = &p.mirror.identity;
-    if id.name.is_some() || !id.adopted.is_empty() {
-        let mut s = String::from("Identity:");
-        if let Some(name) = &id.name {
-            s.push_str(&format!(" name: {name}"));
-        }
-        if !id.adopted.is_empty() {
-            if id.name.is_some() {
-                s.push(';');
-            }
-            s.push_str(&format!(" adopted: {}", id.adopted.join(", ")));
-        }
-        sections.push(s);
-    }
-    let tendencies = p.rsm.tendencies();
-    if !tendencies.is_empty() {
-        let t: Vec<String> = tendencies
-            .iter()
-            .map(|(k, v)| format!("{k} ({v})"))
-            .collect();
-        let gaps = p.rsm.knowledge_gaps();
-        let mut s = format!("Recursive Self-Model:\n- Tendencies: {}", t.join(", "));
-        if !gaps.is_empty() {
-            s.push_str(&format!("\n- Gaps: {}", gaps.join(", ")));
-        }
-        sections.push(s);
-    }
+    sections.extend(identity_line(p));
+    sections.extend(self_model_line(p));
     if !open.is_empty() {
         let mut cids: Vec<&str> = open.iter().map(|c| c.cid.as_str()).collect();
         cids.sort_unstable();
         sections.push(format!("Open Commitments: {}", cids.join(", ")));
     }
+    sections.extend(internal_goals(p));
+}
 
-    if let Some(line) = internal_goals(p) {
-        sections.push(line);
+/// `Identity: name: N; adopted: a, b`, either part only when known; `None` when neither is.
+fn identity_line(p: &Projections) -> Option<String> {
+    let id = &p.mirror.identity;
+    if id.name.is_none() && id.adopted.is_empty() {
+        return None;
     }
+    let mut s = String::from("Identity:");
+    if let Some(name) = &id.name {
+        s.push_str(&format!(" name: {name}"));
+    }
+    if !id.adopted.is_empty() {
+        if id.name.is_some() {
+            s.push(';');
+        }
+        s.push_str(&format!(" adopted: {}", id.adopted.join(", ")));
+    }
+    Some(s)
+}
 
-    if !sel.events.is_empty() {
-        sections.push(if sel.via.is_empty() {
-            evidence(sel)
-        } else {
-            recalled_evidence(sel)
-        });
+/// `Recursive Self-Model:` with its tendencies (and knowledge gaps, when any); `None` until
+/// the self-model has a tendency.
+fn self_model_line(p: &Projections) -> Option<String> {
+    let tendencies = p.rsm.tendencies();
+    if tendencies.is_empty() {
+        return None;
     }
-    sections.join("\n\n")
+    let t: Vec<String> = tendencies
+        .iter()
+        .map(|(k, v)| format!("{k} ({v})"))
+        .collect();
+    let gaps = p.rsm.knowledge_gaps();
+    let mut s = format!("Recursive Self-Model:\n- Tendencies: {}", t.join(", "));
+    if !gaps.is_empty() {
+        s.push_str(&format!("\n- Gaps: {}", gaps.join(", ")));
+    }
+    Some(s)
 }
 
 /// `Internal goals: N worked; newest mc_… <goal> (closed at event N)`, once the kernel has

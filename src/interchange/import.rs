@@ -143,25 +143,7 @@ fn import_stepped(
                 Some(d) => verifier.check_computed(&record.event, d, &mut findings),
                 None => verifier.check(&record.event, record.meta.as_ref(), &mut findings),
             }
-            for f in &findings {
-                let points_to = match &f.problem {
-                    Problem::BrokenLink {
-                        found: Some(h),
-                        points_to,
-                        ..
-                    } => match points_to {
-                        Some(p) => Some(*p),
-                        None => tx.id_of_hash(h)?,
-                    },
-                    _ => None,
-                };
-                if let Some(msg) = refusal(f, first, accept_forks, points_to) {
-                    return Err(Error::ImportRefused(format!("{name}: {msg}")));
-                }
-                if matches!(f.problem, Problem::BrokenLink { .. }) {
-                    summary.broken_links += 1;
-                }
-            }
+            judge(&findings, &tx, first, accept_forks, &name, &mut summary)?;
             tx.insert_verbatim(&record.event)?;
             summary.events += 1;
             if summary.events.is_multiple_of(step.max(1)) {
@@ -173,9 +155,51 @@ fn import_stepped(
             Ok(true)
         },
     )?;
-    // Events in the erased form are settled at the end: erased when an erasure names them,
-    // a hash mismatch (refused) otherwise.
-    findings.clear();
+    settle_erased(verifier, accept_forks, &name)?;
+    if rebuild_index {
+        tx.restore_hash_index()?;
+    }
+    tx.commit()?;
+    Ok(summary)
+}
+
+/// Judges one event's findings: the first that refuses the import (see [`refusal`]; a broken
+/// link's target is looked up in `log` when the source did not name it) ends it with
+/// [`Error::ImportRefused`]; each broken link let through is counted in `summary`.
+fn judge(
+    findings: &[Finding],
+    log: &impl EventLog,
+    first: bool,
+    accept_forks: bool,
+    name: &str,
+    summary: &mut ImportSummary,
+) -> crate::Result<()> {
+    for f in findings {
+        let points_to = match &f.problem {
+            Problem::BrokenLink {
+                found: Some(h),
+                points_to,
+                ..
+            } => match points_to {
+                Some(p) => Some(*p),
+                None => log.id_of_hash(h)?,
+            },
+            _ => None,
+        };
+        if let Some(msg) = refusal(f, first, accept_forks, points_to) {
+            return Err(Error::ImportRefused(format!("{name}: {msg}")));
+        }
+        if matches!(f.problem, Problem::BrokenLink { .. }) {
+            summary.broken_links += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Events in the erased form are settled at the end: erased when an erasure names them, a
+/// hash mismatch (refused, [`Error::ImportRefused`]) otherwise.
+fn settle_erased(verifier: Verifier, accept_forks: bool, name: &str) -> crate::Result<()> {
+    let mut findings = Vec::new();
     verifier.finish(&mut findings);
     if let Some(msg) = findings
         .iter()
@@ -183,11 +207,7 @@ fn import_stepped(
     {
         return Err(Error::ImportRefused(format!("{name}: {msg}")));
     }
-    if rebuild_index {
-        tx.restore_hash_index()?;
-    }
-    tx.commit()?;
-    Ok(summary)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -231,6 +231,43 @@ pub fn read_with<T: Send>(
         read_server(url, tick, work, f)?;
         return Ok(Format::Sqlite);
     }
+    let (mut reader, gz) = open_input(input, &name, tick)?;
+    let (format, skipped_lines) = detect_counting(&mut reader).map_err(|e| gz_err(&name, e))?;
+    if format == Format::Jsonl {
+        starts_with_an_object(&mut reader, &name)?;
+    }
+    match format {
+        Format::Sqlite => {
+            let Some(path) = input.path.as_ref().filter(|_| !gz) else {
+                return Err(Error::bad_input(
+                    Some(name),
+                    "a SQLite ledger must be given as a plain file, not on stdin or gzipped",
+                ));
+            };
+            drop(reader);
+            read_sqlite(path, tick, work, f)?;
+        }
+        Format::Jsonl => {
+            let parse = |(n, line): (u64, Vec<u8>)| parse_jsonl_line(n, &line);
+            pipeline(&parse, work, f, |p| {
+                read_lines(&mut reader, &name, skipped_lines, p)
+            })?
+        }
+        Format::Json => read_json(reader, &name, &mut |mut item| {
+            let t = work(&mut item);
+            f(item, t)
+        })?,
+    }
+    Ok(format)
+}
+
+/// The input's bytes (the file, or stdin), counted for `tick` and gunzipped when they start
+/// with gzip's magic; `true` with them when they were.
+fn open_input<'t>(
+    input: &Input,
+    name: &str,
+    tick: &'t dyn Fn(u64),
+) -> Result<(Box<dyn BufRead + 't>, bool)> {
     let raw: Box<dyn Read> = match &input.path {
         Some(p) => Box::new(File::open(p).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -249,9 +286,9 @@ pub fn read_with<T: Send>(
             tick,
         },
     );
-    let io = |e: std::io::Error| Error::io(&name, e);
+    let io = |e: std::io::Error| Error::io(name, e);
     let gz = outer.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
-    let mut reader: Box<dyn BufRead + '_> = if gz {
+    let reader: Box<dyn BufRead + 't> = if gz {
         Box::new(BufReader::with_capacity(
             1 << 16,
             MultiGzDecoder::new(outer),
@@ -259,60 +296,50 @@ pub fn read_with<T: Send>(
     } else {
         Box::new(outer)
     };
-    let (format, skipped_lines) = detect_counting(&mut reader).map_err(|e| gz_err(&name, e))?;
-    if format == Format::Jsonl {
-        // JSON Lines events are objects: input that starts with anything else (a text file,
-        // a binary) is not a ledger at all, rather than a ledger of malformed lines (exit 2,
-        // not a list of findings with exit 1).
-        if let Some(&b) = reader.fill_buf().map_err(|e| gz_err(&name, e))?.first() {
-            if b != b'{' {
-                return Err(Error::NotALedger {
-                    path: PathBuf::from(&name),
-                    why: "neither a SQLite ledger nor JSON events (it does not start with '{' or '[')"
-                        .into(),
-                });
+    Ok((reader, gz))
+}
+
+/// JSON Lines events are objects: input that starts with anything else (a text file, a
+/// binary) is not a ledger at all, rather than a ledger of malformed lines (exit 2, not a list
+/// of findings with exit 1).
+fn starts_with_an_object(reader: &mut dyn BufRead, name: &str) -> Result<()> {
+    if let Some(&b) = reader.fill_buf().map_err(|e| gz_err(name, e))?.first() {
+        if b != b'{' {
+            return Err(Error::NotALedger {
+                path: PathBuf::from(name),
+                why: "neither a SQLite ledger nor JSON events (it does not start with '{' or '[')"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Reads a SQLite ledger file's events, telling `tick` the share read (per million) every
+/// 1024 events.
+fn read_sqlite<T: Send>(
+    path: &Path,
+    tick: &dyn Fn(u64),
+    work: &(dyn Fn(&mut Item) -> T + Sync),
+    f: &mut dyn FnMut(Item, T) -> Result<bool>,
+) -> Result<()> {
+    let ledger = Ledger::open_reader(path)?;
+    let max = ledger.max_id()?.max(1);
+    let to_item = |event: Event| {
+        Item::Event(Record {
+            event,
+            meta: None,
+            line: None,
+        })
+    };
+    pipeline(&to_item, work, f, |p| {
+        ledger.scan(&Filter::default(), &mut |event| {
+            if event.id % 1024 == 0 {
+                tick(per_million(event.id, max));
             }
-        }
-    }
-    match format {
-        Format::Sqlite => {
-            let Some(path) = input.path.as_ref().filter(|_| !gz) else {
-                return Err(Error::bad_input(
-                    Some(name),
-                    "a SQLite ledger must be given as a plain file, not on stdin or gzipped",
-                ));
-            };
-            drop(reader);
-            let ledger = Ledger::open_reader(path)?;
-            let max = ledger.max_id()?.max(1);
-            let to_item = |event: Event| {
-                Item::Event(Record {
-                    event,
-                    meta: None,
-                    line: None,
-                })
-            };
-            pipeline(&to_item, work, f, |p| {
-                ledger.scan(&Filter::default(), &mut |event| {
-                    if event.id % 1024 == 0 {
-                        tick(per_million(event.id, max));
-                    }
-                    p.push(event)
-                })
-            })?;
-        }
-        Format::Jsonl => {
-            let parse = |(n, line): (u64, Vec<u8>)| parse_jsonl_line(n, &line);
-            pipeline(&parse, work, f, |p| {
-                read_lines(&mut reader, &name, skipped_lines, p)
-            })?
-        }
-        Format::Json => read_json(reader, &name, &mut |mut item| {
-            let t = work(&mut item);
-            f(item, t)
-        })?,
-    }
-    Ok(format)
+            p.push(event)
+        })
+    })
 }
 
 /// Reads a PostgreSQL ledger's events from its server, as stored there (not from this

@@ -184,7 +184,16 @@ impl<W: Write> TelemetryWriter<W> {
         s
     }
 
+    /// The adaptive sections, each only when its latest event has content: stability,
+    /// coherence, policy and meta-policy.
     fn render_adaptive(&self, s: &mut String) {
+        self.render_stability(s);
+        self.render_coherence(s);
+        self.render_policies(s);
+    }
+
+    /// `### Stability Metrics (latest)`: the score, the window and each metric.
+    fn render_stability(&self, s: &mut String) {
         if let Some(content) = self.stability.as_deref().filter(|c| !c.is_empty()) {
             piece_to(s, "### Stability Metrics (latest)\n\n");
             match parse_content(content) {
@@ -210,7 +219,11 @@ impl<W: Write> TelemetryWriter<W> {
             }
             piece_to(s, "\n");
         }
+    }
 
+    /// `### Coherence Check (latest)`: the score, whether a resolution is needed, the domains
+    /// and the number of conflicts.
+    fn render_coherence(&self, s: &mut String) {
         if let Some(content) = self.coherence.as_deref().filter(|c| !c.is_empty()) {
             piece_to(s, "### Coherence Check (latest)\n\n");
             match parse_content(content) {
@@ -242,7 +255,10 @@ impl<W: Write> TelemetryWriter<W> {
             }
             piece_to(s, "\n");
         }
+    }
 
+    /// `### Policy Update (latest)` and `### Meta-Policy Update (latest)`: their changes.
+    fn render_policies(&self, s: &mut String) {
         for (latest, title, label) in [
             (&self.policy, "### Policy Update (latest)\n\n", "Changes"),
             (

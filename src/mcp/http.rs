@@ -387,33 +387,69 @@ impl State {
         }
     }
 
+    /// One request through the door, in the order of the module's list: the host, the
+    /// metadata document, the endpoint, the token, the session's owner, the body; then rmcp
+    /// answers it.
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let host = match self.check_host(req.uri(), req.headers()) {
             Ok(h) => h,
             Err(r) => return r,
         };
-        let path = req.uri().path();
-        // The document at the well-known path, and at it followed by the resource's path (RFC
-        // 9728 3.1; behind a proxy that path is --public-url's).
-        if path == METADATA
-            || path
-                .strip_prefix(METADATA)
-                .is_some_and(|p| p.starts_with('/'))
-        {
-            return match *req.method() {
-                Method::GET | Method::HEAD => self.metadata(&host),
-                _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
-            };
-        }
-        if path != ENDPOINT {
-            return text(StatusCode::NOT_FOUND, "Not Found: the MCP endpoint is /mcp");
+        if let Some(r) = self.route(&req, &host) {
+            return r;
         }
         let caller = match self.authenticate(req.headers(), &host) {
             Ok(c) => c,
             Err(r) => return r,
         };
-        let session = req
-            .headers()
+        let post = req.method() == Method::POST;
+        let session = match self.claim_session(req.headers(), post, &caller).await {
+            Ok(s) => s,
+            Err(r) => return r,
+        };
+        let (mut parts, body) = req.into_parts();
+        let bytes = match self.read_whole_body(&parts.headers, body).await {
+            Ok(b) => b,
+            Err(r) => return r,
+        };
+        parts.extensions.insert(caller.clone());
+        let req = Request::from_parts(parts, Full::new(bytes));
+        self.forward(req, session.is_none(), &caller).await
+    }
+
+    /// The answer to a request for anything but the MCP endpoint: the metadata document at the
+    /// well-known path, and at it followed by the resource's path (RFC 9728 3.1; behind a proxy
+    /// that path is --public-url's), 404 elsewhere; `None` for the endpoint.
+    fn route(&self, req: &Request<Incoming>, host: &str) -> Option<Response<Body>> {
+        let path = req.uri().path();
+        if path == METADATA
+            || path
+                .strip_prefix(METADATA)
+                .is_some_and(|p| p.starts_with('/'))
+        {
+            return Some(match *req.method() {
+                Method::GET | Method::HEAD => self.metadata(host),
+                _ => text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+            });
+        }
+        if path != ENDPOINT {
+            return Some(text(
+                StatusCode::NOT_FOUND,
+                "Not Found: the MCP endpoint is /mcp",
+            ));
+        }
+        None
+    }
+
+    /// The session the request names, if any: refused (404) when another token opened it, else
+    /// marked used now. A POST naming none may open one: room is made for it first.
+    async fn claim_session(
+        &self,
+        headers: &HeaderMap,
+        post: bool,
+        caller: &Caller,
+    ) -> Result<Option<String>, Response<Body>> {
+        let session = headers
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
@@ -422,19 +458,26 @@ impl State {
                 let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(o) = owners.get_mut(sid) {
                     if o.token != caller.name {
-                        return text(StatusCode::NOT_FOUND, "Not Found: no such session");
+                        return Err(text(StatusCode::NOT_FOUND, "Not Found: no such session"));
                     }
                     o.last = Instant::now();
                 }
             }
-            None if req.method() == Method::POST => self.make_room(&caller).await,
+            None if post => self.make_room(caller).await,
             None => {}
         }
-        let (mut parts, body) = req.into_parts();
-        let post = parts.method == Method::POST;
+        Ok(session)
+    }
+
+    /// The request's whole body, within [`Limits::max_body`] (413 — and the connection closed
+    /// when that is found out only while reading) and [`Limits::body_timeout`] (408).
+    async fn read_whole_body(
+        &self,
+        headers: &HeaderMap,
+        body: Incoming,
+    ) -> Result<Bytes, Response<Body>> {
         let max = self.door.limits.max_body;
-        let declared = parts
-            .headers
+        let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
@@ -445,38 +488,44 @@ impl State {
             )
         };
         if declared.is_some_and(|n| n > max as u64) {
-            return too_large();
+            return Err(too_large());
         }
-        let bytes = match read_body(body, max, self.door.limits.body_timeout).await {
-            Ok(b) => b,
+        match read_body(body, max, self.door.limits.body_timeout).await {
+            Ok(b) => Ok(b),
             Err(Refused::TooLarge) => {
                 let mut r = too_large();
                 r.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                return r;
+                Err(r)
             }
-            Err(Refused::TooSlow) => {
-                return text(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "Request Timeout: the body came too slowly",
-                )
-            }
+            Err(Refused::TooSlow) => Err(text(
+                StatusCode::REQUEST_TIMEOUT,
+                "Request Timeout: the body came too slowly",
+            )),
             Err(Refused::Broken) => {
-                return text(StatusCode::BAD_REQUEST, "Bad Request: a broken body")
+                Err(text(StatusCode::BAD_REQUEST, "Bad Request: a broken body"))
             }
-        };
-        parts.extensions.insert(caller.clone());
-        let req = Request::from_parts(parts, Full::new(bytes));
+        }
+    }
+
+    /// rmcp's answer to the request that passed the door; a session it opens (`new_session`:
+    /// the request named none) is recorded as `caller`'s.
+    async fn forward(
+        &self,
+        req: Request<Full<Bytes>>,
+        new_session: bool,
+        caller: &Caller,
+    ) -> Response<Body> {
         // A POST is counted until its response's body is dropped: a call answered over SSE is
         // in flight until its answer is sent (a GET's stream is not waited for).
-        let guard = post.then(|| InFlight::new(self.inflight.clone()));
+        let guard = (req.method() == Method::POST).then(|| InFlight::new(self.inflight.clone()));
         let delete = req.method() == Method::DELETE;
         let mut resp = self.mcp.handle(req).await;
         // A session ended: 204, as clients expect (rmcp says 202; the Python SDK warns).
         if delete && resp.status() == StatusCode::ACCEPTED {
             *resp.status_mut() = StatusCode::NO_CONTENT;
         }
-        if session.is_none() {
+        if new_session {
             if let Some(sid) = resp
                 .headers()
                 .get(SESSION_HEADER)
@@ -644,46 +693,63 @@ pub async fn serve(
             });
             continue;
         };
-        let st = state.clone();
-        let svc = hyper::service::service_fn(move |req| {
-            let st = st.clone();
-            async move { Ok::<_, Infallible>(st.handle(req).await) }
-        });
-        let http = http.clone();
-        let watcher = graceful.watcher();
-        match state.door.tls.clone() {
-            None => {
-                let conn = http.serve_connection(TokioIo::new(stream), svc);
-                tokio::spawn(async move {
-                    let _ = watcher.watch(conn).await;
-                    drop(permit);
-                });
-            }
-            Some(acceptor) => {
-                let handshake = limits.header_timeout;
-                tokio::spawn(async move {
-                    let Ok(Ok(tls)) =
-                        tokio::time::timeout(handshake, acceptor.accept(stream)).await
-                    else {
-                        return;
-                    };
-                    let conn = http.serve_connection(TokioIo::new(tls), svc);
-                    let _ = watcher.watch(conn).await;
-                    drop(permit);
-                });
-            }
-        }
+        spawn_connection(&state, stream, permit, &http, &graceful);
     }
     drop(listener);
     // The calls in flight finish and are answered; then the sessions (and their SSE streams)
     // end, and the connections close.
-    let deadline = Instant::now() + limits.shutdown_grace;
-    while state.inflight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    await_in_flight(&state, limits.shutdown_grace).await;
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     Ok(())
+}
+
+/// Serves one accepted connection on a task of its own, after the TLS handshake (within
+/// [`Limits::header_timeout`]) when the door has TLS; `permit` is held until the connection
+/// closes, and `graceful` can close it.
+fn spawn_connection(
+    state: &Arc<State>,
+    stream: tokio::net::TcpStream,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    http: &hyper::server::conn::http1::Builder,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+) {
+    let st = state.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let st = st.clone();
+        async move { Ok::<_, Infallible>(st.handle(req).await) }
+    });
+    let http = http.clone();
+    let watcher = graceful.watcher();
+    match state.door.tls.clone() {
+        None => {
+            let conn = http.serve_connection(TokioIo::new(stream), svc);
+            tokio::spawn(async move {
+                let _ = watcher.watch(conn).await;
+                drop(permit);
+            });
+        }
+        Some(acceptor) => {
+            let handshake = state.door.limits.header_timeout;
+            tokio::spawn(async move {
+                let Ok(Ok(tls)) = tokio::time::timeout(handshake, acceptor.accept(stream)).await
+                else {
+                    return;
+                };
+                let conn = http.serve_connection(TokioIo::new(tls), svc);
+                let _ = watcher.watch(conn).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Waits, up to `grace`, until no call is in flight (each is finished and answered).
+async fn await_in_flight(state: &State, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    while state.inflight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[cfg(test)]

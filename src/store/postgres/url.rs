@@ -81,6 +81,55 @@ pub fn parse(url: &str, env: &Env<'_>) -> Result<Target, String> {
     if !is_postgres_url(url) {
         return Err(format!("'{url}' is not a postgres:// or postgresql:// URL"));
     }
+    let mut config = postgres::Config::new();
+    let (mut said, query) = split(url)?;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        parameter(&mut said, &mut config, pair)?;
+    }
+    let default_port = hosts_and_port(&mut said, env)?;
+    for (h, p) in &said.hosts {
+        config.host(h);
+        config.port(p.unwrap_or(default_port));
+    }
+    let user = match said.user.take().or_else(|| (env.var)("PGUSER")) {
+        Some(u) => u,
+        None => (env.var)("USER")
+            .or_else(|| (env.var)("LOGNAME"))
+            .ok_or("no user in the URL, and neither PGUSER nor USER is set")?,
+    };
+    config.user(&user);
+    let dbname = said.dbname.take().unwrap_or_else(|| user.clone());
+    config.dbname(&dbname);
+    if let Some(p) = password(&mut said, env, default_port, &dbname, &user) {
+        config.password(p);
+    }
+    let root_cert = root_cert(&said, env)?;
+    config.ssl_mode(match said.ssl {
+        SslMode::Disable => postgres::config::SslMode::Disable,
+        SslMode::Prefer => postgres::config::SslMode::Prefer,
+        _ => postgres::config::SslMode::Require,
+    });
+    Ok(Target {
+        config,
+        ssl: said.ssl,
+        root_cert,
+        shown: shown(url),
+    })
+}
+
+/// What a URL says, before the environment fills in what it leaves out.
+struct Said {
+    user: Option<String>,
+    password: Option<String>,
+    hosts: Vec<(String, Option<u16>)>,
+    dbname: Option<String>,
+    ssl: SslMode,
+    root_cert: Option<PathBuf>,
+    port: Option<u16>,
+}
+
+/// The user, password, hosts and database of `url`, and its query string.
+fn split(url: &str) -> Result<(Said, &str), String> {
     let scheme_end = url.find("://").map(|i| i + 3).unwrap_or(0);
     let (base, query) = match url.find('?') {
         Some(i) => (&url[..i], &url[i + 1..]),
@@ -98,104 +147,118 @@ pub fn parse(url: &str, env: &Env<'_>) -> Result<Target, String> {
         Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
         None => (None, authority),
     };
-    let mut config = postgres::Config::new();
-    let mut user = None;
-    let mut password = None;
+    let mut said = Said {
+        user: None,
+        password: None,
+        hosts: Vec::new(),
+        dbname: None,
+        ssl: SslMode::Prefer,
+        root_cert: None,
+        port: None,
+    };
     if let Some(ui) = userinfo {
         let (u, p) = match ui.find(':') {
             Some(i) => (&ui[..i], Some(&ui[i + 1..])),
             None => (ui, None),
         };
         if !u.is_empty() {
-            user = Some(decode(u, "the user")?);
+            said.user = Some(decode(u, "the user")?);
         }
         if let Some(p) = p {
-            password = Some(decode(p, "the password")?);
+            said.password = Some(decode(p, "the password")?);
         }
     }
-    let mut hosts: Vec<(String, Option<u16>)> = Vec::new();
     if !hostport.is_empty() {
         for hp in hostport.split(',') {
-            hosts.push(split_host_port(hp)?);
+            said.hosts.push(split_host_port(hp)?);
         }
     }
-    let mut dbname = if path.is_empty() {
-        None
-    } else {
-        Some(decode(path, "the database name")?)
+    if !path.is_empty() {
+        said.dbname = Some(decode(path, "the database name")?);
+    }
+    Ok((said, query))
+}
+
+/// One `key=value` of the query string (libpq's names; see [`PARAMETERS`]).
+fn parameter(said: &mut Said, config: &mut postgres::Config, pair: &str) -> Result<(), String> {
+    let (k, v) = match pair.find('=') {
+        Some(i) => (&pair[..i], &pair[i + 1..]),
+        None => {
+            return Err(format!(
+                "URL parameter '{pair}' has no value (write {pair}=VALUE)"
+            ))
+        }
     };
-    let mut ssl = SslMode::Prefer;
-    let mut root_cert = None;
-    let mut port = None;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = match pair.find('=') {
-            Some(i) => (&pair[..i], &pair[i + 1..]),
-            None => {
-                return Err(format!(
-                    "URL parameter '{pair}' has no value (write {pair}=VALUE)"
-                ))
+    let k = decode(k, "a parameter name")?;
+    let v = decode(v, &format!("parameter {k}"))?;
+    match k.as_str() {
+        "sslmode" => said.ssl = ssl_mode(&v)?,
+        "sslrootcert" => {
+            if v == "system" {
+                return Err(
+                    "sslrootcert=system is not supported: name a file of PEM certificates".into(),
+                );
             }
-        };
-        let k = decode(k, "a parameter name")?;
-        let v = decode(v, &format!("parameter {k}"))?;
-        match k.as_str() {
-            "sslmode" => {
-                ssl = match v.as_str() {
-                    "disable" => SslMode::Disable,
-                    "prefer" => SslMode::Prefer,
-                    "require" => SslMode::Require,
-                    "verify-ca" => SslMode::VerifyCa,
-                    "verify-full" => SslMode::VerifyFull,
-                    "allow" => {
-                        return Err("sslmode=allow is not supported (use disable, prefer, require, verify-ca or verify-full)".into())
-                    }
-                    _ => {
-                        return Err(format!(
-                            "sslmode={v}: expected disable, prefer, require, verify-ca or verify-full"
-                        ))
-                    }
-                }
-            }
-            "sslrootcert" => {
-                if v == "system" {
-                    return Err("sslrootcert=system is not supported: name a file of PEM certificates".into());
-                }
-                root_cert = Some(PathBuf::from(v));
-            }
-            "connect_timeout" => {
-                let secs: u64 = v.trim().parse().map_err(|_| {
-                    format!("connect_timeout={v}: expected a whole number of seconds")
-                })?;
-                // libpq: 0 means wait forever; 1 is taken as 2.
-                if secs > 0 {
-                    config.connect_timeout(Duration::from_secs(secs.max(2)));
-                }
-            }
-            "application_name" => {
-                config.application_name(&v);
-            }
-            "host" => {
-                for h in v.split(',') {
-                    hosts.push((h.to_string(), None));
-                }
-            }
-            "port" => {
-                port = Some(v.parse::<u16>().map_err(|_| {
-                    format!("port={v}: expected a port number")
-                })?);
-            }
-            "user" => user = Some(v),
-            "password" => password = Some(v),
-            "dbname" => dbname = Some(v),
-            other => {
-                return Err(format!(
-                    "URL parameter '{other}' is not supported (pmm reads {})",
-                    PARAMETERS.join(", ")
-                ))
+            said.root_cert = Some(PathBuf::from(v));
+        }
+        "connect_timeout" => {
+            let secs: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("connect_timeout={v}: expected a whole number of seconds"))?;
+            // libpq: 0 means wait forever; 1 is taken as 2.
+            if secs > 0 {
+                config.connect_timeout(Duration::from_secs(secs.max(2)));
             }
         }
+        "application_name" => {
+            config.application_name(&v);
+        }
+        "host" => said
+            .hosts
+            .extend(v.split(',').map(|h| (h.to_string(), None))),
+        "port" => {
+            said.port = Some(
+                v.parse::<u16>()
+                    .map_err(|_| format!("port={v}: expected a port number"))?,
+            );
+        }
+        "user" => said.user = Some(v),
+        "password" => said.password = Some(v),
+        "dbname" => said.dbname = Some(v),
+        other => {
+            return Err(format!(
+                "URL parameter '{other}' is not supported (pmm reads {})",
+                PARAMETERS.join(", ")
+            ))
+        }
     }
-    if hosts.is_empty() {
+    Ok(())
+}
+
+/// `sslmode=`'s value.
+fn ssl_mode(v: &str) -> Result<SslMode, String> {
+    Ok(match v {
+        "disable" => SslMode::Disable,
+        "prefer" => SslMode::Prefer,
+        "require" => SslMode::Require,
+        "verify-ca" => SslMode::VerifyCa,
+        "verify-full" => SslMode::VerifyFull,
+        "allow" => {
+            return Err("sslmode=allow is not supported (use disable, prefer, require, verify-ca or verify-full)".into())
+        }
+        _ => {
+            return Err(format!(
+                "sslmode={v}: expected disable, prefer, require, verify-ca or verify-full"
+            ))
+        }
+    })
+}
+
+/// The hosts (`PGHOST`, else the local socket directory, else localhost, when the URL names
+/// none) and the port of those that name none (`port=`, else `PGPORT`, else 5432).
+fn hosts_and_port(said: &mut Said, env: &Env<'_>) -> Result<u16, String> {
+    if said.hosts.is_empty() {
         let h = (env.var)("PGHOST").unwrap_or_else(|| {
             if Path::new("/var/run/postgresql").is_dir() {
                 "/var/run/postgresql".into()
@@ -203,9 +266,9 @@ pub fn parse(url: &str, env: &Env<'_>) -> Result<Target, String> {
                 "localhost".into()
             }
         });
-        hosts.push((h, None));
+        said.hosts.push((h, None));
     }
-    let default_port = match port {
+    Ok(match said.port {
         Some(p) => p,
         None => match (env.var)("PGPORT") {
             Some(p) => p
@@ -213,67 +276,53 @@ pub fn parse(url: &str, env: &Env<'_>) -> Result<Target, String> {
                 .map_err(|_| format!("PGPORT={p}: expected a port number"))?,
             None => 5432,
         },
-    };
-    for (h, p) in &hosts {
-        config.host(h);
-        config.port(p.unwrap_or(default_port));
+    })
+}
+
+/// The password: the URL's, else `PGPASSWORD`, else the password file's line for the first
+/// host (`PGPASSFILE`, else `~/.pgpass`).
+fn password(
+    said: &mut Said,
+    env: &Env<'_>,
+    default_port: u16,
+    dbname: &str,
+    user: &str,
+) -> Option<String> {
+    if let Some(p) = said.password.take().or_else(|| (env.var)("PGPASSWORD")) {
+        return Some(p);
     }
-    let user = match user.or_else(|| (env.var)("PGUSER")) {
-        Some(u) => u,
-        None => (env.var)("USER")
-            .or_else(|| (env.var)("LOGNAME"))
-            .ok_or("no user in the URL, and neither PGUSER nor USER is set")?,
-    };
-    config.user(&user);
-    let dbname = dbname.unwrap_or_else(|| user.clone());
-    config.dbname(&dbname);
-    let password = match password.or_else(|| (env.var)("PGPASSWORD")) {
-        Some(p) => Some(p),
-        None => {
-            let file = (env.var)("PGPASSFILE")
-                .map(PathBuf::from)
-                .or_else(|| (env.var)("HOME").map(|h| Path::new(&h).join(".pgpass")));
-            match file {
-                Some(f) => {
-                    let (h, p) = &hosts[0];
-                    let h = if h.starts_with('/') { "localhost" } else { h };
-                    password_from_file(&f, h, p.unwrap_or(default_port), &dbname, &user)
-                }
-                None => None,
-            }
-        }
-    };
-    if let Some(p) = password {
-        config.password(p);
-    }
-    if matches!(
+    let file = (env.var)("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| (env.var)("HOME").map(|h| Path::new(&h).join(".pgpass")))?;
+    let (h, p) = &said.hosts[0];
+    let h = if h.starts_with('/') { "localhost" } else { h };
+    password_from_file(&file, h, p.unwrap_or(default_port), dbname, user)
+}
+
+/// The file of root certificates TLS checks the server against: `sslrootcert=`, else
+/// `~/.postgresql/root.crt` when TLS is asked for; `verify-ca` and `verify-full` need one.
+fn root_cert(said: &Said, env: &Env<'_>) -> Result<Option<PathBuf>, String> {
+    let ssl = said.ssl;
+    let mut root_cert = said.root_cert.clone();
+    let tls = matches!(
         ssl,
         SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
-    ) || (ssl == SslMode::Prefer && root_cert.is_some())
-    {
-        if root_cert.is_none() {
-            root_cert = (env.var)("HOME")
-                .map(|h| Path::new(&h).join(".postgresql/root.crt"))
-                .filter(|p| p.is_file());
-        }
-        if root_cert.is_none() && matches!(ssl, SslMode::VerifyCa | SslMode::VerifyFull) {
-            return Err(format!(
-                "sslmode={} needs the certificate that signed the server's: sslrootcert=FILE (or ~/.postgresql/root.crt)",
-                if ssl == SslMode::VerifyCa { "verify-ca" } else { "verify-full" }
-            ));
-        }
+    ) || (ssl == SslMode::Prefer && root_cert.is_some());
+    if !tls {
+        return Ok(root_cert);
     }
-    config.ssl_mode(match ssl {
-        SslMode::Disable => postgres::config::SslMode::Disable,
-        SslMode::Prefer => postgres::config::SslMode::Prefer,
-        _ => postgres::config::SslMode::Require,
-    });
-    Ok(Target {
-        config,
-        ssl,
-        root_cert,
-        shown: shown(url),
-    })
+    if root_cert.is_none() {
+        root_cert = (env.var)("HOME")
+            .map(|h| Path::new(&h).join(".postgresql/root.crt"))
+            .filter(|p| p.is_file());
+    }
+    if root_cert.is_none() && matches!(ssl, SslMode::VerifyCa | SslMode::VerifyFull) {
+        return Err(format!(
+            "sslmode={} needs the certificate that signed the server's: sslrootcert=FILE (or ~/.postgresql/root.crt)",
+            if ssl == SslMode::VerifyCa { "verify-ca" } else { "verify-full" }
+        ));
+    }
+    Ok(root_cert)
 }
 
 /// `url` with the password, if any, replaced by `***`.
