@@ -24,7 +24,7 @@
 //! afresh. Nothing else of the tick is ever half-written.
 
 use super::tick::{self, Mode, Ticked};
-use super::{decide, goals, Action, Slot, View};
+use super::{decide, goals, Action, Decision, Slot, View};
 use crate::context::embed::py_split;
 use crate::context::prompt::HISTORY_MESSAGES;
 use crate::context::select::{self, Depth, RetrievalConfig};
@@ -270,47 +270,9 @@ fn run_inner(
 ) -> Result<Thought, TurnError> {
     let clock = &opts.clock;
     let rows_at_start = store::rows_read();
-    // 1. Decide under a read of the head.
-    let p = store::project(&*ledger, None, true)?.projections;
-    if let Some(stimulus) = tick::stimulus_for(&*ledger, &p, slot)? {
-        let t = Ticked::AlreadyTicked {
-            slot: slot.clone(),
-            stimulus,
-        };
-        return Ok(plain(t, "the slot already has a stimulus"));
-    }
-    let decision = decide(&View::of(&p), &p.mirror.thresholds);
-    if !acts(&decision, &p) {
-        let t = unasked(ledger, slot, clock, None)?;
-        return Ok(plain(t, "the decision does not act"));
-    }
-    if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
-        let t = unasked(ledger, slot, clock, Some(&why))?;
-        return Ok(plain(t, &why));
-    }
-    // A model that cannot be asked at all (refused connection, unknown model): exit 3 before
-    // anything is written.
-    adapter.preflight().map_err(crate::Error::from)?;
-
-    // 2. The claim: the slot's stimulus, committed before the call (step 1's projections,
-    // caught up: the checkpoint is loaded once a tick).
-    let (mut p, claim, decision) = match claim(ledger, p, slot, clock)? {
-        Claimed::Already(stimulus) => {
-            let t = Ticked::AlreadyTicked {
-                slot: slot.clone(),
-                stimulus,
-            };
-            return Ok(plain(t, "the slot already has a stimulus"));
-        }
-        Claimed::NotActing => {
-            let t = unasked(ledger, slot, clock, None)?;
-            return Ok(plain(t, "the decision does not act"));
-        }
-        Claimed::OverBudget(why) => {
-            let t = unasked(ledger, slot, clock, Some(&why))?;
-            return Ok(plain(t, &why));
-        }
-        Claimed::Mine(p, events, decision) => (*p, events, decision),
+    let (mut p, claim, decision) = match decide_and_claim(ledger, adapter, slot, clock)? {
+        Ok(claimed) => claimed,
+        Err(not_asked) => return Ok(not_asked),
     };
     let stimulus = claim.last().map_or(0, |e| e.id);
 
@@ -330,57 +292,14 @@ fn run_inner(
             });
         }
     };
-
-    // 4. The write, against the true head.
-    let mut events = Vec::new();
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, &mut p)?;
-    if tick::stimulus_for(&batch, &p, slot)? != Some(stimulus) {
-        // Never seen: the claim is this process's and the ledger only grows.
-        return Err(crate::Error::bad_input(
-            None,
-            format!("slot {}: its stimulus is not event {stimulus}", slot.slot),
-        )
-        .into());
-    }
-    let th = p.mirror.thresholds.clone();
-    let decision = decide(&View::of(&p), &th);
-    let goal = goals::to_work(&p.mirror).map(|c| c.cid.clone());
-    let provider = adapter.provider().to_string();
-    let mut done = Done::default();
-    let mut s = Session {
-        batch: &mut batch,
-        p: &mut p,
-        events: &mut events,
-        clock,
+    let answer = Answer {
+        provider: adapter.provider().to_string(),
+        request: &request,
+        reply: &reply,
     };
-    let note = json!(format!("asked {provider} ({})", reply.model));
-    let mode = Mode {
-        note: Some(&note),
-        open_goals: true,
-    };
-    tick::append_tick(&mut s, slot, &th, &decision, mode, &mut |s| {
-        done = append_reply(s, slot, &provider, &request, &reply, opts)?;
-        match &goal {
-            Some(cid) => goals::close_worked(s, cid, done.reply, &reply.text),
-            None => Ok(()),
-        }
-    })?;
-    tick::test_pause();
-    batch.commit()?;
+    let (decision, events, think) = write_thought(ledger, p, slot, stimulus, &answer, opts)?;
     let mut all = claim;
     all.extend(events);
-    let think = json!({
-        "asked": true,
-        "provider": provider,
-        "model": reply.model,
-        "reply": reply.text,
-        "opened": done.opened,
-        "closed": done.closed,
-        "claims": done.claims,
-        "goal": goal,
-        "prompt_sha256": request.sha256,
-    });
     Ok(Thought {
         ticked: Ticked::Done(tick::TickDone {
             slot: slot.clone(),
@@ -390,6 +309,121 @@ fn run_inner(
         }),
         think,
     })
+}
+
+/// Steps 1 and 2: the decision under a read of the head, then the claim, committed before
+/// the call. `Err` is the tick that asks nothing (the slot already ticked, a decision that
+/// does not act, the budget spent); `Ok` the projections, the claim's events and the decision.
+#[allow(clippy::type_complexity)]
+fn decide_and_claim(
+    ledger: &mut Ledger,
+    adapter: &mut dyn Adapter,
+    slot: &Slot,
+    clock: &Clock,
+) -> crate::Result<Result<(Projections, Vec<Event>, Decision), Thought>> {
+    let already = |stimulus| {
+        let t = Ticked::AlreadyTicked {
+            slot: slot.clone(),
+            stimulus,
+        };
+        plain(t, "the slot already has a stimulus")
+    };
+    let p = store::project(&*ledger, None, true)?.projections;
+    if let Some(stimulus) = tick::stimulus_for(&*ledger, &p, slot)? {
+        return Ok(Err(already(stimulus)));
+    }
+    let decision = decide(&View::of(&p), &p.mirror.thresholds);
+    if !acts(&decision, &p) {
+        let t = unasked(ledger, slot, clock, None)?;
+        return Ok(Err(plain(t, "the decision does not act")));
+    }
+    if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
+        let t = unasked(ledger, slot, clock, Some(&why))?;
+        return Ok(Err(plain(t, &why)));
+    }
+    // A model that cannot be asked at all (refused connection, unknown model): exit 3 before
+    // anything is written.
+    adapter.preflight().map_err(crate::Error::from)?;
+    // The claim: step 1's projections, caught up (the checkpoint is loaded once a tick).
+    Ok(match claim(ledger, p, slot, clock)? {
+        Claimed::Already(stimulus) => Err(already(stimulus)),
+        Claimed::NotActing => {
+            let t = unasked(ledger, slot, clock, None)?;
+            Err(plain(t, "the decision does not act"))
+        }
+        Claimed::OverBudget(why) => {
+            let t = unasked(ledger, slot, clock, Some(&why))?;
+            Err(plain(t, &why))
+        }
+        Claimed::Mine(p, events, decision) => Ok((*p, events, decision)),
+    })
+}
+
+/// What the model was asked and said, for the write.
+struct Answer<'a> {
+    provider: String,
+    request: &'a Asked,
+    reply: &'a Reply,
+}
+
+/// Step 4, against the true head: the slot still this claim's, the decision taken again (a
+/// turn may have come in), then the tick's events with the reply, what its markers do and
+/// the goal it worked. The decision, the events written and the `think` record.
+fn write_thought(
+    ledger: &mut Ledger,
+    mut p: Projections,
+    slot: &Slot,
+    stimulus: i64,
+    answer: &Answer<'_>,
+    opts: &Options,
+) -> crate::Result<(Decision, Vec<Event>, Value)> {
+    let (provider, reply) = (&answer.provider, answer.reply);
+    let mut events = Vec::new();
+    let mut batch = ledger.begin()?;
+    catch_up(&batch, &mut p)?;
+    if tick::stimulus_for(&batch, &p, slot)? != Some(stimulus) {
+        // Never seen: the claim is this process's and the ledger only grows.
+        return Err(crate::Error::bad_input(
+            None,
+            format!("slot {}: its stimulus is not event {stimulus}", slot.slot),
+        ));
+    }
+    let th = p.mirror.thresholds.clone();
+    let decision = decide(&View::of(&p), &th);
+    let goal = goals::to_work(&p.mirror).map(|c| c.cid.clone());
+    let mut done = Done::default();
+    let mut s = Session {
+        batch: &mut batch,
+        p: &mut p,
+        events: &mut events,
+        clock: &opts.clock,
+    };
+    let note = json!(format!("asked {provider} ({})", reply.model));
+    let mode = Mode {
+        note: Some(&note),
+        open_goals: true,
+    };
+    tick::append_tick(&mut s, slot, &th, &decision, mode, &mut |s| {
+        done = append_reply(s, slot, provider, answer.request, reply, opts)?;
+        match &goal {
+            Some(cid) => goals::close_worked(s, cid, done.reply, &reply.text),
+            None => Ok(()),
+        }
+    })?;
+    tick::test_pause();
+    batch.commit()?;
+    let think = json!({
+        "asked": true,
+        "provider": provider,
+        "model": reply.model,
+        "reply": reply.text,
+        "opened": done.opened,
+        "closed": done.closed,
+        "claims": done.claims,
+        "goal": goal,
+        "prompt_sha256": answer.request.sha256,
+    });
+    Ok((decision, events, think))
 }
 
 /// The claim's result.
@@ -506,6 +540,56 @@ fn prompt<R: Indexes>(
     let replies = p.autonomy.think.replies;
     let head = p.mirror.last_event_id;
     let open = p.mirror.open_in_order();
+    let msg = tick_message(r, p, slot, decision)?;
+    let query: Vec<&str> = open.iter().map(|c| c.text.as_str()).collect();
+    let query = if query.is_empty() {
+        msg.clone()
+    } else {
+        query.join("\n")
+    };
+    let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
+    let next = head + 1;
+    let history = select::history(
+        r,
+        next,
+        HISTORY_MESSAGES,
+        crate::context::prompt::HISTORY_CHARS,
+    )?;
+    let exclude = history.iter().map(|e| e.id).collect();
+    let budget = opts.budget.unwrap_or_else(|| cfg.budget.min(RECALL_BUDGET));
+    let sel = match recorded {
+        Some(sel) => sel,
+        None => select::select_hybrid_at(r, p, &query, next, budget, exclude, &mut || None, depth)?,
+    };
+    let sent = crate::context::prompt::render(p, &sel, &msg, &history);
+    let sha256 = sent.sha256();
+    Ok(Asked {
+        selected: sel.selected,
+        via: sel.via,
+        request: Request {
+            system: sent.system,
+            user: sent.user,
+            history: sent.history,
+            temperature: opts.temperature,
+            top_p: opts.top_p,
+            seed: opts.seed,
+            max_tokens: opts.max_tokens,
+            turn: replies + 1,
+        },
+        sha256,
+    })
+}
+
+/// The thinking tick's message: the slot and the kernel's decision, the open commitments
+/// with their age, the latest reflections, the goal to work, and the marker rules.
+fn tick_message<R: Indexes>(
+    r: &R,
+    p: &Projections,
+    slot: &Slot,
+    decision: &Decision,
+) -> crate::Result<String> {
+    let head = p.mirror.last_event_id;
+    let open = p.mirror.open_in_order();
     let mut msg = format!(
         "[autonomy tick, slot {}] No user is present: this is a scheduled moment to work on \
          your own commitments and goals.\nThe kernel decided: {} ({}).\n",
@@ -551,43 +635,7 @@ fn prompt<R: Indexes>(
          new, CLOSE: <cid> for a commitment that is done, CLAIM:<type>=<json> for a fact, \
          REFLECT:<json> for what you learned. Say nothing else if there is nothing to do.",
     );
-    let query: Vec<&str> = open.iter().map(|c| c.text.as_str()).collect();
-    let query = if query.is_empty() {
-        msg.clone()
-    } else {
-        query.join("\n")
-    };
-    let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
-    let next = head + 1;
-    let history = select::history(
-        r,
-        next,
-        HISTORY_MESSAGES,
-        crate::context::prompt::HISTORY_CHARS,
-    )?;
-    let exclude = history.iter().map(|e| e.id).collect();
-    let budget = opts.budget.unwrap_or_else(|| cfg.budget.min(RECALL_BUDGET));
-    let sel = match recorded {
-        Some(sel) => sel,
-        None => select::select_hybrid_at(r, p, &query, next, budget, exclude, &mut || None, depth)?,
-    };
-    let sent = crate::context::prompt::render(p, &sel, &msg, &history);
-    let sha256 = sent.sha256();
-    Ok(Asked {
-        selected: sel.selected,
-        via: sel.via,
-        request: Request {
-            system: sent.system,
-            user: sent.user,
-            history: sent.history,
-            temperature: opts.temperature,
-            top_p: opts.top_p,
-            seed: opts.seed,
-            max_tokens: opts.max_tokens,
-            turn: replies + 1,
-        },
-        sha256,
-    })
+    Ok(msg)
 }
 
 /// The message's lines about the goal the tick works.
