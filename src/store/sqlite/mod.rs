@@ -1758,26 +1758,7 @@ impl Batch<'_> {
             ts,
             &mut self.scratch,
         )?;
-        self.tx
-            .prepare_cached(
-                "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    ev.id,
-                    ev.ts,
-                    ev.kind.as_str(),
-                    ev.content,
-                    ev.meta,
-                    ev.prev_hash,
-                    ev.hash
-                ])
-            })
-            .map_err(|e| self.err(e))?;
-        self.head = Some(Head {
-            id: ev.id,
-            hash: ev.hash.clone(),
-        });
+        self.insert_verbatim(&ev)?;
         Ok(ev)
     }
 
