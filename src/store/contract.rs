@@ -542,9 +542,11 @@ pub(crate) fn reads_by_kind_agree_with_a_scan(log: impl Fresh) {
         r#"{"type":"retrieval","limit":5}"#,
     ];
     c.transact(&mut |tx| {
-        for i in 0..12 {
+        // More user messages (every third event) than two pages of the provided
+        // `newest_of_kind`.
+        for i in 0..(3 * 2 * crate::store::log::NEWEST_PAGE + 30) {
             tx.append_linked(&numbered(i), TS)?;
-            if i % 4 == 0 {
+            if i % 4 == 0 && i < 12 {
                 let config = event(Kind::Config, configs[i / 4], json!({"source": "contract"}));
                 tx.append_linked(&config, TS)?;
             }
@@ -568,6 +570,13 @@ pub(crate) fn reads_by_kind_agree_with_a_scan(log: impl Fresh) {
         })
         .unwrap();
         assert_eq!(seen, newest_first, "{kind}");
+        let mut calls = 0;
+        c.newest_of_kind(kind.clone(), &mut |_, _| {
+            calls += 1;
+            calls < 3
+        })
+        .unwrap();
+        assert_eq!(calls, newest_first.len().min(3), "{kind}: stops when told");
         let two: Vec<i64> = c
             .last_of_kind(kind.clone(), 2)
             .unwrap()

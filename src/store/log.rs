@@ -13,6 +13,9 @@ use crate::event::{Event, Kind, NewEvent};
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
 
+/// How many events [`EventLog::newest_of_kind`] reads at a time by default.
+pub const NEWEST_PAGE: usize = 256;
+
 /// Reading the log: the same on a connection and inside a write transaction (which sees its
 /// own inserts). Every reader above the store reads events through this trait (and the
 /// derived indexes through [`super::Indexes`]); the backend's connection is not part of it.
@@ -45,14 +48,25 @@ pub trait EventLog {
     /// A hint: `event` may be read by id again soon (a caching reader keeps it).
     fn remember(&self, _event: std::sync::Arc<Event>) {}
     /// Calls `each` with the id and content of every event of `kind`, newest first, until it
-    /// returns `false`.
+    /// returns `false`. Read in pages of [`NEWEST_PAGE`] (a caller that stops early reads
+    /// one).
     fn newest_of_kind(&self, kind: Kind, each: &mut dyn FnMut(i64, &str) -> bool) -> Result<()> {
-        for ev in self.last_of_kind(kind, usize::MAX)? {
-            if !each(ev.id, &ev.content) {
-                break;
+        let mut filter = Filter {
+            kinds: vec![kind.to_string()],
+            ..Filter::default()
+        };
+        loop {
+            let page = self.tail(&filter, NEWEST_PAGE)?;
+            for ev in page.iter().rev() {
+                if !each(ev.id, &ev.content) {
+                    return Ok(());
+                }
+            }
+            match page.first() {
+                Some(oldest) if page.len() == NEWEST_PAGE => filter.until = Some(oldest.id - 1),
+                _ => return Ok(()),
             }
         }
-        Ok(())
     }
     /// The newest events of `kind`, newest first, at most `limit`.
     fn last_of_kind(&self, kind: Kind, limit: usize) -> Result<Vec<Event>> {
