@@ -121,21 +121,7 @@ pub fn rebuild<R: Indexes>(
         n("slot").unwrap_or_default(),
         n("interval").unwrap_or(super::slot::INTERVAL_SECS),
     );
-    let mut stimulus = None;
-    r.scan(
-        &Filter {
-            until: Some(reply.id - 1),
-            kinds: vec![Kind::AutonomyStimulus.to_string()],
-            ..Filter::default()
-        },
-        &mut |e| {
-            if e.content.contains(&slot_id) {
-                stimulus = Some(e);
-            }
-            Ok(true)
-        },
-    )?;
-    let Some(stimulus) = stimulus else {
+    let Some(stimulus) = stimulus_before(r, reply.id, &slot_id)? else {
         return Ok(None);
     };
     let mut p = store::project(r, Some(stimulus.id - 1), true)?.projections;
@@ -169,6 +155,29 @@ pub fn rebuild<R: Indexes>(
         },
         recorded,
     )))
+}
+
+/// The newest `autonomy_stimulus` before event `before` whose content names `slot_id` (the
+/// slot's stimulus, the claim, written just before the reply): read newest first, in pages,
+/// so that `--deep`, which rebuilds every thinking prompt, does not read every stimulus of
+/// the ledger for each one.
+fn stimulus_before<R: Indexes>(r: &R, before: i64, slot_id: &str) -> crate::Result<Option<Event>> {
+    const PAGE: usize = 64;
+    let mut filter = Filter {
+        until: Some(before - 1),
+        kinds: vec![Kind::AutonomyStimulus.to_string()],
+        ..Filter::default()
+    };
+    loop {
+        let page = r.tail(&filter, PAGE)?;
+        if let Some(e) = page.iter().rev().find(|e| e.content.contains(slot_id)) {
+            return Ok(Some(e.clone()));
+        }
+        match page.first() {
+            Some(oldest) if page.len() == PAGE => filter.until = Some(oldest.id - 1),
+            _ => return Ok(None),
+        }
+    }
 }
 
 /// What thinking spent on the UTC day of `clock` (`YYYY-MM-DD`, from the events' `ts`), by
@@ -782,5 +791,29 @@ mod tests {
         assert_eq!(over_budget(&b, &s(1, 99)), None);
         assert!(over_budget(&b, &s(2, 0)).unwrap().contains("2 model calls"));
         assert!(over_budget(&b, &s(0, 100)).unwrap().contains("100 tokens"));
+    }
+
+    /// The slot's stimulus is found newest first however many other slots' stimuli lie
+    /// between it and the reply (more than a page), and never one at or after the reply.
+    #[test]
+    fn a_reply_finds_its_slots_stimulus_across_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let mut stimulus = |content: String| {
+            let ev =
+                crate::event::NewEvent::new(Kind::AutonomyStimulus, content, Default::default());
+            l.append_unchecked(&ev.unwrap(), &Clock::System).unwrap().id
+        };
+        let old = stimulus("slot 600:7 (old)".into());
+        let mine = stimulus("slot 600:7".into());
+        for i in 0..150 {
+            stimulus(format!("slot 600:{}", 1000 + i));
+        }
+        let later = stimulus("slot 600:7 (later)".into());
+        let found = |before, sid| stimulus_before(&l, before, sid).unwrap().map(|e| e.id);
+        assert_eq!(found(later, "600:7"), Some(mine));
+        assert_eq!(found(mine, "600:7"), Some(old));
+        assert_eq!(found(later + 1, "600:7"), Some(later));
+        assert_eq!(found(later, "600:99"), None);
     }
 }
