@@ -144,6 +144,35 @@ pub mod varints {
     }
 }
 
+/// A strictly ascending `Vec<u32>` as its members, big-endian, 4 bytes each; members out of
+/// order or repeated are an error (the reader searches them by binary search).
+pub mod sorted_u32s {
+    use super::*;
+
+    /// Writes the members as one byte string.
+    pub fn serialize<S: Serializer>(sorted: &[u32], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = sorted.iter().flat_map(|n| n.to_be_bytes()).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    /// Reads the members back.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+        decode_bytes(d, |bytes| {
+            if bytes.len() % 4 != 0 {
+                return Err("sorted u32s: not a multiple of 4 bytes");
+            }
+            let v: Vec<u32> = bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            if v.windows(2).any(|w| w[0] >= w[1]) {
+                return Err("sorted u32s: not strictly ascending");
+            }
+            Ok(v)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde::{Deserialize, Serialize};
@@ -157,6 +186,8 @@ mod tests {
         digests: BTreeSet<u128>,
         #[serde(with = "super::varints")]
         varints: Vec<u32>,
+        #[serde(with = "super::sorted_u32s")]
+        sorted: Vec<u32>,
     }
 
     fn sample() -> Packed {
@@ -164,6 +195,7 @@ mod tests {
             words: vec![0, 1, u64::MAX, 1 << 63],
             digests: BTreeSet::from([0, 1, u128::MAX, 1 << 100]),
             varints: vec![0, 1, 127, 128, 300, 16_383, 16_384, 1 << 21, u32::MAX],
+            sorted: vec![0, 7, 1 << 31, u32::MAX],
         }
     }
 
@@ -194,9 +226,18 @@ mod tests {
     fn malformed_bytes_are_errors() {
         let read = |words: &str, digests: &str, varints: &str| {
             serde_json::from_str::<Packed>(&format!(
-                r#"{{"words":{words},"digests":{digests},"varints":{varints}}}"#
+                r#"{{"words":{words},"digests":{digests},"varints":{varints},"sorted":[]}}"#
             ))
         };
+        let sorted = |bytes: &str| {
+            serde_json::from_str::<Packed>(&format!(
+                r#"{{"words":[],"digests":[],"varints":[],"sorted":{bytes}}}"#
+            ))
+        };
+        assert_eq!(sorted("[0,0,0,1,0,0,1,0]").unwrap().sorted, [1, 256]);
+        assert!(sorted("[0,0,1]").is_err(), "a partial member");
+        assert!(sorted("[0,0,0,2,0,0,0,1]").is_err(), "out of order");
+        assert!(sorted("[0,0,0,1,0,0,0,1]").is_err(), "repeated");
         assert!(read("[]", "[]", "[]").is_ok());
         assert_eq!(
             read("[1,0,0,0,0,0,0,0]", "[]", "[255,255,255,255,15]")
