@@ -864,9 +864,9 @@ mod tests {
         assert_eq!(tendency(&l.fold(), "stability_emphasis"), Some(50));
     }
 
-    #[test]
-    fn prefixes_freeze_after_a_repeat_past_the_threshold() {
-        let ev = |id: i64, prefix: &str| Event {
+    /// A filler event whose hash starts with `prefix`.
+    fn ev(id: i64, prefix: &str) -> Event {
+        Event {
             id,
             ts: String::new(),
             kind: "filler".into(),
@@ -874,7 +874,11 @@ mod tests {
             meta: "{}".into(),
             prev_hash: None,
             hash: Some(format!("{prefix}{}", "0".repeat(56))),
-        };
+        }
+    }
+
+    #[test]
+    fn prefixes_freeze_after_a_repeat_past_the_threshold() {
         let mut r = Rsm::default();
         let n = FREEZE_PREFIXES_AFTER as i64;
         for id in 1..=n {
@@ -897,15 +901,6 @@ mod tests {
     /// self-model equals one that folded everything.
     #[test]
     fn prefixes_survive_a_checkpoint() {
-        let ev = |id: i64, prefix: &str| Event {
-            id,
-            ts: String::new(),
-            kind: "filler".into(),
-            content: String::new(),
-            meta: "{}".into(),
-            prev_hash: None,
-            hash: Some(format!("{prefix}{}", "0".repeat(56))),
-        };
         let n = FREEZE_PREFIXES_AFTER as i64 + 10;
         let mut whole = Rsm::default();
         let mut first = Rsm::default();
