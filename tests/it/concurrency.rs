@@ -383,3 +383,72 @@ fn an_import_never_overwrites_a_ledger_that_appears_at_its_path() {
     assert_eq!(contents(&pmm), vec![(1, "mine".to_string())]);
     assert_eq!(named(&pmm, ".ledger.db.import-"), Vec::<String>::new());
 }
+
+/// Issue 44, N0: four writers that create a ledger together, with a wait so short that some
+/// time out while the ledger is being made. A writer that fails must never remove a file
+/// another writer opened: every event a writer printed is on the ledger afterwards (an exit 0
+/// means all of its lines are), and the chain verifies.
+#[test]
+fn writers_that_create_a_ledger_together_lose_nothing() {
+    const WRITERS: usize = 4;
+    const LINES: usize = 50;
+    for round in 0..12 {
+        let pmm = fast_workspace();
+        let mut children = Vec::new();
+        for w in 0..WRITERS {
+            let mut child = append_cmd(&pmm, &["--busy-timeout", "1"]).spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            let input: String = (0..LINES)
+                .map(|i| format!("{{\"kind\":\"user_message\",\"content\":\"w{w}-{i}\"}}\n"))
+                .collect();
+            let feeder = std::thread::spawn(move || {
+                // A writer that failed early closes its stdin: not this test's concern.
+                let _ = stdin.write_all(input.as_bytes());
+            });
+            children.push((child, feeder));
+        }
+        let mut printed: Vec<String> = Vec::new();
+        let mut succeeded = 0;
+        for (w, (child, feeder)) in children.into_iter().enumerate() {
+            feeder.join().unwrap();
+            let out = child.wait_with_output().unwrap();
+            let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            if out.status.success() {
+                succeeded += 1;
+                assert_eq!(lines.len(), LINES, "round {round}, writer {w} exited 0");
+            } else {
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(
+                    out.status.code(),
+                    Some(2),
+                    "round {round}, writer {w}: {err}"
+                );
+            }
+            printed.extend(
+                lines
+                    .iter()
+                    .map(|e| e["content"].as_str().unwrap().to_string()),
+            );
+        }
+        if printed.is_empty() {
+            continue;
+        }
+        assert!(
+            pmm.db.exists(),
+            "round {round}: {succeeded} writers exited 0, {} events printed, and no ledger",
+            printed.len()
+        );
+        let stored: Vec<String> = contents(&pmm).into_iter().map(|(_, c)| c).collect();
+        for c in &printed {
+            assert!(
+                stored.contains(c),
+                "round {round}: {c} was printed but is not on the ledger"
+            );
+        }
+        let r = pmm.run("pmm-verify", &[], "");
+        assert_eq!(r.code, 0, "round {round}: {r:?}");
+    }
+}

@@ -604,3 +604,109 @@ fn ticks_of_two_slots_at_the_budgets_edge_make_one_call_between_them() {
     assert!(thought[1].contains("think budget spent"), "{thought:?}");
     verify_deep(&pmm);
 }
+
+/// Issue 44, N8: token counts near 2^63, on the ledger or from a model server, never panic:
+/// the day's sum saturates (the budget is spent) and every program keeps working.
+#[test]
+fn token_counts_near_two_to_the_63_never_panic() {
+    let pmm = Pmm::new();
+    assert_eq!(
+        pmm.run("pmm-turn", &["--adapter", "dummy", "hi"], "").code,
+        0
+    );
+    let meta = r#"{"source":"autonomy_kernel","slot_id":"x1","in_tokens":9223372036854775807,"out_tokens":0}"#;
+    for content in ["a", "b"] {
+        let r = pmm.run(
+            "pmm-append",
+            &[
+                "--kind",
+                "assistant_message",
+                "--content",
+                content,
+                "--meta",
+                meta,
+            ],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let r = pmm.run("pmm-replay", &["--state"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pmm.run("pmm-tick", &["--slot", "9"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pmm.run("pmm-turn", &["--adapter", "dummy", "hi again"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+
+    // From a model server, on a ledger whose next tick reflects (a turn, a tick, a turn).
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["One.", "Two."]);
+    turn(&pmm, "first", &[]);
+    assert_eq!(pmm.run("pmm-tick", &["--slot", "1"], "").code, 0);
+    turn(&pmm, "second", &[]);
+    let body = r#"{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":1}}"#;
+    let stub = Stub::start(vec![StubResponse::Status(200, body.into())]);
+    let base = format!("{}/v1", stub.url());
+    let r = run_env(
+        &pmm,
+        "pmm-tick",
+        &["--slot", "2", "--adapter", "openai", "--model", "m"],
+        &[("OPENAI_BASE_URL", base.as_str())],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(tick_record(&r)["think"]["asked"], true, "{r:?}");
+    let r = pmm.run("pmm-replay", &["--state"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    verify_deep(&pmm);
+}
+
+/// Issue 44: a server that reports 0 tokens (or none) is charged the reply's and prompt's
+/// size, so its thinking still spends the day's token budget.
+#[test]
+fn a_server_that_reports_no_tokens_still_spends_the_budget() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["One.", "Two."]);
+    turn(&pmm, "I have an idea about gardens", &[]);
+    let body = r#"{"choices":[{"message":{"content":"A long enough reply about the garden idea and what to plant first."}}],"usage":{"prompt_tokens":0,"completion_tokens":0}}"#;
+    let stub = Stub::start(vec![StubResponse::Status(200, body.into())]);
+    let base = format!("{}/v1", stub.url());
+    let r = run_env(
+        &pmm,
+        "pmm-tick",
+        &["--slot", "1", "--adapter", "openai", "--model", "m"],
+        &[("OPENAI_BASE_URL", base.as_str())],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let reply = &of_kind(&r, "assistant_message")[0];
+    let m = &reply["meta"];
+    assert!(m["in_tokens"].as_u64().unwrap() > 50, "{m}");
+    assert!(m["out_tokens"].as_u64().unwrap() >= 12, "{m}");
+    verify_deep(&pmm);
+}
+
+/// Issue 44: a thinking tick says how many markers past the limit it did not act on, as a
+/// turn does.
+#[test]
+fn a_thinking_tick_says_which_markers_it_ignored() {
+    let pmm = Pmm::new();
+    write_script(&pmm, "turns.jsonl", &["One."]);
+    turn(&pmm, "I have an idea about gardens", &[]);
+    let reply: String = (0..70)
+        .map(|i| format!("COMMIT: plant row {i}\n"))
+        .collect();
+    let stub = Stub::start(vec![StubResponse::Ollama(reply)]);
+    let host = stub.url();
+    let r = run_env(
+        &pmm,
+        "pmm-tick",
+        &["--slot", "1", "--adapter", "ollama"],
+        &[("OLLAMA_HOST", host.as_str())],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let t = tick_record(&r);
+    assert_eq!(t["think"]["markers_ignored"]["commits"], 6, "{t}");
+    let opened = of_kind(&r, "commitment_open")
+        .into_iter()
+        .filter(|e| e["meta"]["origin"] == "assistant")
+        .count();
+    assert_eq!(opened, 64);
+}

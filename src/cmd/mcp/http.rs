@@ -339,7 +339,7 @@ pub fn serve(a: &HttpArgs, plan: Plan, cfg: Config, quiet: bool) -> anyhow::Resu
         if !quiet {
             eprintln!(
                 "pmm-mcp: serving {}{} on {scheme}://{local}/mcp{}",
-                db.display(),
+                crate::store::shown(&db),
                 if read_only { " (read-only)" } else { "" },
                 if no_auth {
                     " WITHOUT AUTHENTICATION (--no-auth)"

@@ -167,7 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     if !args.common.quiet {
         eprintln!(
             "pmm-mcp: serving {}{} on stdio",
-            path.display(),
+            crate::store::shown(&path),
             if args.read_only { " (read-only)" } else { "" }
         );
     }

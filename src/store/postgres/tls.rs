@@ -21,16 +21,24 @@ pub fn connector(target: &Target) -> Result<Option<MakeRustlsConnect>, String> {
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?;
     let roots = match &target.root_cert {
-        Some(path) => Some(Arc::new(roots(path)?)),
+        Some(path) => Some(roots(path)?),
         None => None,
     };
     let verifier: Arc<dyn ServerCertVerifier> = match (target.ssl, roots) {
         (SslMode::Disable, _) => return Ok(None),
         (SslMode::Prefer | SslMode::Require, None) => Arc::new(Unchecked(provider)),
-        (SslMode::Prefer | SslMode::Require | SslMode::VerifyCa, Some(roots)) => {
-            Arc::new(AnyName(webpki(roots, &provider)?))
+        (SslMode::Prefer | SslMode::Require | SslMode::VerifyCa, Some((store, certs))) => {
+            Arc::new(Pinned {
+                chain: Arc::new(AnyName(webpki(Arc::new(store), &provider)?)),
+                certs,
+                check_name: false,
+            })
         }
-        (SslMode::VerifyFull, Some(roots)) => webpki(roots, &provider)?,
+        (SslMode::VerifyFull, Some((store, certs))) => Arc::new(Pinned {
+            chain: webpki(Arc::new(store), &provider)?,
+            certs,
+            check_name: true,
+        }),
         (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
             return Err("no root certificate to verify the server with (sslrootcert=FILE)".into())
         }
@@ -42,22 +50,87 @@ pub fn connector(target: &Target) -> Result<Option<MakeRustlsConnect>, String> {
     Ok(Some(MakeRustlsConnect::new(config)))
 }
 
-fn roots(path: &std::path::Path) -> Result<RootCertStore, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+/// The certificates of `sslrootcert`, as a root store and as given; the file is read through
+/// the bounded reader (`/dev/zero` is refused after [`crate::lines::MAX_SMALL_FILE`] bytes).
+fn roots(path: &std::path::Path) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), String> {
+    let at = |e: &dyn std::fmt::Display| format!("sslrootcert {}: {e}", path.display());
+    let limit = crate::lines::MAX_SMALL_FILE;
+    let bytes = std::fs::File::open(path)
+        .map_err(|error| crate::lines::ReadError { line: None, error })
+        .and_then(|f| crate::lines::read_bounded(&mut std::io::BufReader::new(f), u64::MAX, limit))
+        .map_err(|e| at(&e))?;
     let mut store = RootCertStore::empty();
+    let mut certs = Vec::new();
     for cert in CertificateDer::pem_slice_iter(&bytes) {
-        let cert = cert.map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
-        store
-            .add(cert)
-            .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+        let cert = cert.map_err(|e| at(&e))?;
+        certs.push(cert.clone());
+        store.add(cert).map_err(|e| at(&e))?;
     }
     if store.is_empty() {
-        return Err(format!(
-            "sslrootcert {}: no PEM certificate in it",
-            path.display()
-        ));
+        return Err(at(&"no PEM certificate in it"));
     }
-    Ok(store)
+    Ok((store, certs))
+}
+
+/// `verify-ca`/`verify-full` over the roots, and one thing more, as libpq (OpenSSL) does: a
+/// server certificate that is itself one of the `sslrootcert` certificates — a self-signed
+/// certificate given as its own root, libpq's usual set-up — is trusted as given, where
+/// webpki alone refuses a CA certificate presented by the server (`CaUsedAsEndEntity`). Its
+/// name is still checked under `verify-full`.
+#[derive(Debug)]
+struct Pinned {
+    chain: Arc<dyn ServerCertVerifier>,
+    certs: Vec<CertificateDer<'static>>,
+    check_name: bool,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if !self.certs.iter().any(|c| c.as_ref() == end_entity.as_ref()) {
+            return self.chain.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp,
+                now,
+            );
+        }
+        if self.check_name {
+            let cert = webpki::EndEntityCert::try_from(end_entity)
+                .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+            cert.verify_is_valid_for_subject_name(server_name)
+                .map_err(|_| {
+                    rustls::Error::InvalidCertificate(CertificateError::NotValidForName)
+                })?;
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chain.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chain.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.chain.supported_verify_schemes()
+    }
 }
 
 fn webpki(

@@ -79,7 +79,10 @@ impl Env<'_> {
 /// Parses `url` (see the module docs); a message saying what is wrong otherwise.
 pub fn parse(url: &str, env: &Env<'_>) -> Result<Target, String> {
     if !is_postgres_url(url) {
-        return Err(format!("'{url}' is not a postgres:// or postgresql:// URL"));
+        return Err(format!(
+            "'{}' is not a postgres:// or postgresql:// URL",
+            shown(url)
+        ));
     }
     let mut config = postgres::Config::new();
     let (mut said, query) = split(url)?;
@@ -139,6 +142,15 @@ fn split(url: &str) -> Result<(Said, &str), String> {
     if rest.contains('#') {
         return Err("a PostgreSQL URL has no #fragment".into());
     }
+    // A password holding an unencoded '/' or '?' would be read as a host and a port, or a
+    // query, and an error would show part of it: refused as it is, shown nowhere.
+    let misread = match userinfo_end(&url[scheme_end..]) {
+        Some(at) => url[scheme_end..scheme_end + at].contains(['/', '?']),
+        None => false,
+    };
+    if misread {
+        return Err("the user or password part of the URL holds a '/' or '?': percent-encode them (%2F, %3F), and '@' as %40".into());
+    }
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
@@ -184,9 +196,8 @@ fn parameter(said: &mut Said, config: &mut postgres::Config, pair: &str) -> Resu
     let (k, v) = match pair.find('=') {
         Some(i) => (&pair[..i], &pair[i + 1..]),
         None => {
-            return Err(format!(
-                "URL parameter '{pair}' has no value (write {pair}=VALUE)"
-            ))
+            // Not echoed: a stray piece of the URL may be part of a password.
+            return Err("a URL parameter has no value (each is NAME=VALUE, joined by '&')".into());
         }
     };
     let k = decode(k, "a parameter name")?;
@@ -325,34 +336,59 @@ fn root_cert(said: &Said, env: &Env<'_>) -> Result<Option<PathBuf>, String> {
     Ok(root_cert)
 }
 
-/// `url` with the password, if any, replaced by `***`.
+/// `url` with the password, if any, replaced by `***`: the one in the user part (up to its
+/// last `@`, so that a password holding an unencoded `/`, `?` or `@` is masked whole) and every
+/// `password=` parameter, whatever its case or percent-encoding (`pass%77ord=`).
 pub fn shown(url: &str) -> String {
     let scheme_end = url.find("://").map(|i| i + 3).unwrap_or(0);
-    let end = url[scheme_end..]
-        .find(['/', '?'])
-        .map_or(url.len(), |i| i + scheme_end);
-    let mut out = url.to_string();
-    if let Some(at) = url[scheme_end..end].rfind('@') {
-        let ui = &url[scheme_end..scheme_end + at];
-        if let Some(colon) = ui.find(':') {
-            out.replace_range(scheme_end + colon + 1..scheme_end + at, "***");
+    let (head, rest) = url.split_at(scheme_end);
+    let (mut out, query) = match userinfo_end(rest) {
+        Some(at) => {
+            let ui = &rest[..at];
+            let user = ui.find(':').map_or(ui, |c| &ui[..c]);
+            let masked = if user.len() < ui.len() { ":***" } else { "" };
+            let after = &rest[at..];
+            let (authority, query) = match after.find('?') {
+                Some(q) => (&after[..q], Some(&after[q + 1..])),
+                None => (after, None),
+            };
+            (format!("{head}{user}{masked}{authority}"), query)
         }
-    }
-    if let Some(q) = out.find('?') {
-        let (head, query) = out.split_at(q + 1);
+        None => match rest.find('?') {
+            Some(q) => (format!("{head}{}", &rest[..q]), Some(&rest[q + 1..])),
+            None => (url.to_string(), None),
+        },
+    };
+    if let Some(query) = query {
         let masked: Vec<String> = query
             .split('&')
-            .map(|p| {
-                if p.starts_with("password=") {
-                    "password=***".into()
-                } else {
-                    p.to_string()
-                }
+            .map(|p| match p.find('=') {
+                Some(i) if is_password_name(&p[..i]) => format!("{}=***", &p[..i]),
+                _ => p.to_string(),
             })
             .collect();
-        out = format!("{head}{}", masked.join("&"));
+        out = format!("{out}?{}", masked.join("&"));
     }
     out
+}
+
+/// Where the user part of `rest` (a URL after its `scheme://`) ends: its last `@` before the
+/// query, or, when a password holds an unencoded `?`, the `@` after it (the part before it then
+/// has a `:` and no `=`, as no query parameter has).
+fn userinfo_end(rest: &str) -> Option<usize> {
+    let q = rest.find('?').unwrap_or(rest.len());
+    if let Some(at) = rest[..q].rfind('@') {
+        return Some(at);
+    }
+    let at = rest.rfind('@')?;
+    let before = &rest[..at];
+    (before.contains(':') && !before.contains('=') && !before[..q].contains('/')).then_some(at)
+}
+
+/// Whether a query parameter's name, percent-decoded, is `password` in any case.
+fn is_password_name(name: &str) -> bool {
+    decode(name, "").is_ok_and(|n| n.eq_ignore_ascii_case("password"))
+        || name.eq_ignore_ascii_case("password")
 }
 
 fn split_host_port(hp: &str) -> Result<(String, Option<u16>), String> {
@@ -466,6 +502,40 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    /// Issue 44, N1: no spelling of a password survives `shown`, and no parse error shows
+    /// a piece of one.
+    #[test]
+    fn a_password_is_never_shown_however_it_is_spelled() {
+        let cases = [
+            "postgres://u:S3CRET@h:5/db",
+            "postgres://u:S3CRET@h:5/db?sslmode=disable&bogus=1",
+            "postgres://u@h/db?pass%77ord=S3CRET&sslmode=disable",
+            "postgres://u@h/db?PASSWORD=S3CRET",
+            "postgres://u@h/db?password=S3CRET",
+            "postgres://u:XQ/S3CRET@h:5/db",
+            "postgres://u:XQ?S3CRET@h:5/db",
+            "postgres://u:S3@CRET@h:5/db?sslmode=disable",
+        ];
+        let var = env(&[]);
+        for url in cases {
+            let shown = shown(url);
+            assert!(!shown.contains("S3CRET"), "{url} shown as {shown}");
+            assert!(!shown.contains("CRET"), "{url} shown as {shown}");
+            if let Err(e) = parse(url, &Env { var: &var }) {
+                assert!(!e.contains("CRET") && !e.contains("XQ"), "{url}: {e}");
+            }
+        }
+        assert_eq!(shown("postgres://u:pw@h:5/db"), "postgres://u:***@h:5/db");
+        assert_eq!(
+            shown("postgres://u@h/db?sslmode=disable&application_name=a@b"),
+            "postgres://u@h/db?sslmode=disable&application_name=a@b"
+        );
+        assert_eq!(
+            shown("postgres://u@h/db?pass%77ord=x"),
+            "postgres://u@h/db?pass%77ord=***"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! the other's file. Our own tables are caches, never authoritative, and are created by an
 //! append-only list of migrations keyed on `PRAGMA user_version`.
 
+mod busy;
 mod cached;
 mod checkpoint;
 mod derived;
@@ -149,6 +150,8 @@ pub struct Ledger {
     /// The PostgreSQL server whose events this file caches ([`replica`]), and its URL as
     /// shown (password left out).
     upstream: Option<(replica::Upstream, String, String)>,
+    /// A writer's wait for the lock ([`busy`]): after `conn`, so that it outlives it.
+    busy: Option<Box<busy::BusyWait>>,
 }
 
 fn text(v: ValueRef<'_>) -> Option<String> {
@@ -200,6 +203,7 @@ impl Ledger {
             packs: None,
             spare: Default::default(),
             upstream: None,
+            busy: None,
         }
     }
 
@@ -273,9 +277,7 @@ impl Ledger {
     }
 
     fn init_writer(&mut self) -> rusqlite::Result<()> {
-        self.conn.busy_timeout(std::time::Duration::from_millis(
-            self.busy_ms.min(i32::MAX as u64),
-        ))?;
+        self.busy = Some(busy::BusyWait::install(&self.conn, self.busy_ms)?);
         let has_tables: bool = self.conn.query_row(
             "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')",
             [],
@@ -1501,6 +1503,16 @@ fn unreadable_companions(e: Error, path: &Path) -> Error {
 /// connects to, creating the schema if need be).
 pub fn exists(db: &Path) -> bool {
     postgres_url(db).is_some() || db.exists()
+}
+
+/// How to name the ledger `db` in messages and records: its path, or its PostgreSQL URL with
+/// the password (in the user part or any `password=` parameter, however encoded) as `***`.
+/// Everything that shows a `--db` shows it through this.
+pub fn shown(db: &Path) -> String {
+    match postgres_url(db) {
+        Some(url) => postgres::url::shown(url),
+        None => db.display().to_string(),
+    }
 }
 
 /// `path` as a PostgreSQL URL, when it is one.
