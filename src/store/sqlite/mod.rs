@@ -277,7 +277,11 @@ impl Ledger {
     }
 
     fn init_writer(&mut self) -> rusqlite::Result<()> {
-        self.busy = Some(busy::BusyWait::install(&self.conn, self.busy_ms)?);
+        self.busy = Some(busy::BusyWait::install(
+            &self.conn,
+            &self.path,
+            self.busy_ms,
+        )?);
         let has_tables: bool = self.conn.query_row(
             "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')",
             [],
@@ -583,10 +587,20 @@ impl Ledger {
             }
             None => (None, None),
         };
+        // Writers take turns for the lock ([`busy`]): past the turnstile, then the lock.
+        if let Some(b) = &self.busy {
+            if !b.enter() {
+                b.leave();
+                return Err(Error::Busy(busy_ms));
+            }
+        }
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| map_err(e, &path, busy_ms))?;
+            .transaction_with_behavior(TransactionBehavior::Immediate);
+        if let Some(b) = &self.busy {
+            b.leave();
+        }
+        let tx = tx.map_err(|e| map_err(e, &path, busy_ms))?;
         let head = head(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
         if let Some(why) =
             unsafe_head(&tx, head.as_ref()).map_err(|e| map_err(e, &path, busy_ms))?
