@@ -1,5 +1,5 @@
 //! The one way pmm writes an output file (`pmm-export -o`, chat's `/export`): never onto the
-//! ledger or one of its companion files (`-wal`, `-shm`, `-journal`), recognized by what
+//! ledger or one of its companion files (`-wal`, `-shm`, `-journal`, `-turn`), recognized by what
 //! they are — through symlinks, `./` and hard links — not only by name; and always through a
 //! temporary file beside the target that is renamed into place only when complete, so a
 //! failed or interrupted write leaves no half file and does not destroy the old one (SPEC §3).
@@ -11,8 +11,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// The files SQLite keeps beside a ledger.
-const COMPANIONS: [&str; 4] = ["", "-wal", "-shm", "-journal"];
+/// The files SQLite keeps beside a ledger, and pmm's writers' turnstile (`store/sqlite/busy.rs`).
+const COMPANIONS: [&str; 5] = ["", "-wal", "-shm", "-journal", "-turn"];
 
 /// An output file being written. Write through [`OutputFile::writer`], then
 /// [`OutputFile::commit`]; dropped without a commit, it leaves the target as it was.

@@ -667,20 +667,30 @@ fn goal_task(g: &crate::projection::mirror::Commitment) -> String {
     )
 }
 
-/// The tokens a thinking call is charged for `texts`: the server's count when it is plausible,
-/// else the texts' words. The budget must not trust a server that reports no usage, or 0
-/// tokens for a long prompt (it would never spend the budget): a count below one token per
-/// [`MAX_BYTES_PER_TOKEN`] bytes is taken as missing. A count past `i64::MAX` is `i64::MAX`
-/// (it spends the day's budget, and the ledger stays readable).
-fn counted(reported: Option<u64>, texts: &[&str]) -> u64 {
+/// The tokens of a thinking call for `texts`: what the ledger records, and what the day's
+/// budget is charged. Recorded: the server's count (at most `i64::MAX`, so the ledger stays
+/// readable), else the texts' words, as ever. Charged: the same, unless the server's count is
+/// implausible — the budget must not trust a server that reports 0 tokens for a long prompt
+/// (it would never be spent): a count below one token per [`MAX_BYTES_PER_TOKEN`] bytes is
+/// charged as the words (or that floor) instead.
+fn counted(reported: Option<u64>, texts: &[&str]) -> (u64, u64) {
     let words: u64 = texts.iter().map(|t| py_split(t).count() as u64).sum();
     let bytes: u64 = texts.iter().map(|t| t.len() as u64).sum();
     let floor = bytes / MAX_BYTES_PER_TOKEN;
+    let estimate = words.max(floor);
     match reported {
-        Some(n) if n >= floor && (n > 0 || bytes == 0) => n.min(i64::MAX as u64),
-        _ => words.max(floor),
+        Some(n) if n >= floor && (n > 0 || bytes == 0) => {
+            let n = n.min(i64::MAX as u64);
+            (n, n)
+        }
+        Some(n) => (n.min(i64::MAX as u64), estimate),
+        None => (words, estimate),
     }
 }
+
+/// The meta key of a thinking reply whose server reported implausible token counts: the
+/// tokens the day's budget is charged instead of `in_tokens` + `out_tokens`.
+pub const CHARGED: &str = "tokens_charged";
 
 /// The most bytes one token of a tokenizer in use covers on average over a prompt (English
 /// averages about 4, code and other scripts fewer): a server that reports fewer tokens than
@@ -711,8 +721,8 @@ fn append_reply(
 ) -> crate::Result<Done> {
     let req = &asked.request;
     let prompt = [req.system.as_str(), req.user.as_str()];
-    let in_tokens = counted(reply.in_tokens, &prompt);
-    let out_tokens = counted(reply.out_tokens, &[reply.text.as_str()]);
+    let (in_tokens, in_charged) = counted(reply.in_tokens, &prompt);
+    let (out_tokens, out_charged) = counted(reply.out_tokens, &[reply.text.as_str()]);
     let mut m = tick::slot_meta(
         slot,
         &[
@@ -736,6 +746,11 @@ fn append_reply(
     );
     if let Some(n) = opts.max_tokens {
         m.insert("max_tokens".into(), n.into());
+    }
+    let charged = in_charged.saturating_add(out_charged);
+    if charged != in_tokens.saturating_add(out_tokens) {
+        // The server's counts are kept as it gave them; the budget is charged this.
+        m.insert(CHARGED.into(), charged.min(i64::MAX as u64).into());
     }
     if let Some(why) = &reply.finish_reason {
         m.insert("finish_reason".into(), why.as_str().into());
@@ -824,21 +839,14 @@ mod tests {
     #[test]
     fn the_budget_counts_what_a_server_underreports() {
         let prompt = "word ".repeat(400);
-        assert_eq!(counted(Some(900), &[&prompt]), 900);
-        assert_eq!(counted(None, &[&prompt]), 400);
-        assert_eq!(
-            counted(Some(0), &[&prompt]),
-            400,
-            "0 tokens for 2,000 bytes"
-        );
-        assert_eq!(
-            counted(Some(3), &[&prompt]),
-            400,
-            "3 tokens for 2,000 bytes"
-        );
-        assert_eq!(counted(Some(0), &["hi"]), 1);
-        assert_eq!(counted(Some(0), &[""]), 0);
-        assert_eq!(counted(Some(u64::MAX), &["hi"]), i64::MAX as u64);
+        assert_eq!(counted(Some(900), &[&prompt]), (900, 900));
+        assert_eq!(counted(None, &[&prompt]), (400, 400));
+        assert_eq!(counted(Some(0), &[&prompt]), (0, 400), "0 for 2,000 bytes");
+        assert_eq!(counted(Some(3), &[&prompt]), (3, 400), "3 for 2,000 bytes");
+        assert_eq!(counted(Some(0), &["hi"]), (0, 1));
+        assert_eq!(counted(Some(0), &[""]), (0, 0));
+        let most = i64::MAX as u64;
+        assert_eq!(counted(Some(u64::MAX), &["hi"]), (most, most));
     }
 
     /// The slot's stimulus is found newest first however many other slots' stimuli lie

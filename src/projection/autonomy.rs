@@ -195,9 +195,13 @@ impl ThinkLog {
         let d = self.days.entry(day()).or_default();
         d.answered = d.answered.saturating_add(1);
         if ev.kind == Kind::AssistantMessage {
-            d.tokens = d
-                .tokens
-                .saturating_add(n("in_tokens").saturating_add(n("out_tokens")));
+            // `tokens_charged` (kernel::think::CHARGED) when the server's counts were not
+            // believed.
+            let spent = match m.get("tokens_charged").and_then(Value::as_i64) {
+                Some(c) => c.max(0),
+                None => n("in_tokens").saturating_add(n("out_tokens")),
+            };
+            d.tokens = d.tokens.saturating_add(spent);
             self.replies += 1;
         }
     }

@@ -664,22 +664,41 @@ fn token_counts_near_two_to_the_63_never_panic() {
 #[test]
 fn a_server_that_reports_no_tokens_still_spends_the_budget() {
     let pmm = Pmm::new();
-    write_script(&pmm, "turns.jsonl", &["One.", "Two."]);
+    write_script(&pmm, "turns.jsonl", &["One.", "Two.", "Three."]);
     turn(&pmm, "I have an idea about gardens", &[]);
     let body = r#"{"choices":[{"message":{"content":"A long enough reply about the garden idea and what to plant first."}}],"usage":{"prompt_tokens":0,"completion_tokens":0}}"#;
     let stub = Stub::start(vec![StubResponse::Status(200, body.into())]);
     let base = format!("{}/v1", stub.url());
-    let r = run_env(
-        &pmm,
-        "pmm-tick",
-        &["--slot", "1", "--adapter", "openai", "--model", "m"],
-        &[("OPENAI_BASE_URL", base.as_str())],
-    );
-    assert_eq!(r.code, 0, "{r:?}");
+    let think = |slot: &str| {
+        let r = run_env(
+            &pmm,
+            "pmm-tick",
+            &["--slot", slot, "--adapter", "openai", "--model", "m"],
+            &[("OPENAI_BASE_URL", base.as_str())],
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+        r
+    };
+    let r = think("1");
     let reply = &of_kind(&r, "assistant_message")[0];
     let m = &reply["meta"];
-    assert!(m["in_tokens"].as_u64().unwrap() > 50, "{m}");
-    assert!(m["out_tokens"].as_u64().unwrap() >= 12, "{m}");
+    // What the server said is kept; the budget is charged the texts' size.
+    assert_eq!(m["in_tokens"], 0, "{m}");
+    assert_eq!(m["out_tokens"], 0, "{m}");
+    assert!(m["tokens_charged"].as_u64().unwrap() > 60, "{m}");
+    let r = run_env(&pmm, "pmm-tick", &["--set", "think_tokens_per_day=50"], &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    turn(&pmm, "and then?", &[]);
+    let r = think("2");
+    let t = tick_record(&r);
+    assert_eq!(
+        t["think"]["asked"], false,
+        "the day's 50 tokens are spent: {t}"
+    );
+    let tick = &of_kind(&r, "autonomy_tick")[0];
+    let why = tick["meta"]["think"].as_str().unwrap_or_default();
+    assert!(why.contains("think_tokens_per_day 50"), "{tick}");
+    assert_eq!(stub.requests().len(), 1);
     verify_deep(&pmm);
 }
 
