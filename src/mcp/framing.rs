@@ -57,7 +57,7 @@ pub fn frame(line: &[u8]) -> Frame {
         };
     }
     let Ok(text) = std::str::from_utf8(line) else {
-        return Frame::Reply(error(
+        return Frame::Reply(error_response(
             find_id(line),
             PARSE_ERROR,
             "Parse error: the line is not UTF-8",
@@ -77,13 +77,13 @@ pub fn frame(line: &[u8]) -> Frame {
         Ok(Value::Object(m)) if !m.contains_key("id") => Frame::Skip,
         Ok(v) => {
             let id = v.get("id").cloned().filter(is_id).unwrap_or(Value::Null);
-            Frame::Reply(error(
+            Frame::Reply(error_response(
                 id,
                 INVALID_REQUEST,
                 "Invalid Request: not a JSON-RPC 2.0 message the server reads",
             ))
         }
-        Err(e) => Frame::Reply(error(
+        Err(e) => Frame::Reply(error_response(
             find_id(text.as_bytes()),
             PARSE_ERROR,
             &format!("Parse error: {e}"),
@@ -93,14 +93,15 @@ pub fn frame(line: &[u8]) -> Frame {
 
 /// The response to a line longer than `limit` bytes, of which `prefix` is the start.
 pub fn too_long(prefix: &[u8], limit: usize) -> String {
-    error(
+    error_response(
         find_id(prefix),
         INVALID_REQUEST,
         &format!("Invalid Request: the line is longer than {limit} bytes (--max-line)"),
     )
 }
 
-fn error(id: Value, code: i64, message: &str) -> String {
+/// A JSON-RPC error response to `id` (one line of JSON, without its newline).
+pub fn error_response(id: Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
 }
 

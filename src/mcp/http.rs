@@ -14,13 +14,22 @@
 //! 4. a session belongs to the token that opened it (another token gets 404 for it), a token
 //!    has at most [`Limits::sessions_per_token`] (opening one more closes its least recently
 //!    used), and a session idle for [`Limits::session_idle`] ends;
-//! 5. the body is read whole before anything else sees it, within [`Limits::max_body`] (413)
-//!    and [`Limits::body_timeout`] (408); headers within [`Limits::max_headers`] and
+//! 5. the body is read whole before anything else sees it, within [`Limits::max_body`] (413),
+//!    [`Limits::body_timeout`] (408) and what all bodies may hold at once,
+//!    [`Limits::body_budget`] (503); headers within [`Limits::max_headers`] and
 //!    [`Limits::max_header_bytes`] (431) and [`Limits::header_timeout`] (the connection is
-//!    closed); at most [`Limits::max_connections`] at once (503).
+//!    closed);
+//! 6. a POST's body must be a JSON-RPC message, read as the stdio server reads a line
+//!    ([`super::framing`]): lone surrogates become U+FFFD, anything else gets the JSON-RPC
+//!    error stdio would write (a parse error, `id` null when none can be read), with 400.
+//!
+//! Connections are admitted by [`super::gate`]: those that have not presented a valid token
+//! have a budget of their own, so they can never keep out those that have.
 //!
 //! Nothing here logs a header's value: secrets never reach the log.
 
+use super::framing::{self, Frame};
+use super::gate::{BodyBudget, BodyShare, Budgets, Gate, Promotion, Ticket};
 use super::tokens::{Caller, Tokens};
 use super::Server;
 use bytes::Bytes;
@@ -77,12 +86,20 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// How long a client may take to send a request's body (408).
     pub body_timeout: Duration,
+    /// What all request bodies being read may hold at once beyond their first 64 KiB, in
+    /// bytes (503 beyond).
+    pub body_budget: usize,
     /// Sessions a token may hold at once (one more closes its least recently used).
     pub sessions_per_token: usize,
     /// A session unused this long ends.
     pub session_idle: Duration,
-    /// Connections open at once (503 beyond).
+    /// Authenticated connections open at once (503 beyond).
     pub max_connections: usize,
+    /// Connections open at once that have not presented a valid token (yet); one more closes
+    /// the oldest idle one (see [`super::gate`]).
+    pub max_unauthenticated: usize,
+    /// Of those, from one address other than loopback.
+    pub max_unauthenticated_per_peer: usize,
     /// How long SIGTERM waits for the calls in flight.
     pub shutdown_grace: Duration,
 }
@@ -95,9 +112,12 @@ impl Default for Limits {
             max_header_bytes: 64 << 10,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            body_budget: 64 << 20,
             sessions_per_token: 32,
             session_idle: Duration::from_secs(600),
             max_connections: 256,
+            max_unauthenticated: 256,
+            max_unauthenticated_per_peer: 64,
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -169,6 +189,8 @@ struct State {
     door: Door,
     owners: Mutex<HashMap<String, Owner>>,
     inflight: Arc<AtomicUsize>,
+    gate: Arc<Gate>,
+    bodies: BodyBudget,
 }
 
 fn text(status: StatusCode, msg: &str) -> Response<Body> {
@@ -211,7 +233,77 @@ fn parse_origin(s: &str) -> Option<HostPort> {
     Some(hp)
 }
 
+/// The one host a request names, and it parsed: its `Host` header or, without one, the
+/// authority of an absolute-form target. RFC 9112 3.2: 400 for two `Host` lines, a `Host`
+/// that is not a host, none at all; and, since an absolute-form target's authority is the one
+/// a server must use (3.2.2), 400 when it names another host than `Host` does (only one of
+/// them would be checked).
+// A refusal is the cold path: the response is built whole, once.
+#[allow(clippy::result_large_err)]
+fn the_host(uri: &http::Uri, h: &HeaderMap) -> Result<(String, HostPort), Response<Body>> {
+    let bad = |msg: &str| text(StatusCode::BAD_REQUEST, &format!("Bad Request: {msg}"));
+    let mut hosts = h.get_all(header::HOST).iter();
+    let (first, second) = (hosts.next(), hosts.next());
+    if second.is_some() {
+        return Err(bad("more than one Host header"));
+    }
+    let target = uri.authority().map(|a| a.as_str().to_string());
+    let host = match (first, &target) {
+        (Some(v), _) => v
+            .to_str()
+            .ok()
+            .map(str::to_string)
+            .ok_or_else(|| bad("the Host header is not a host"))?,
+        (None, Some(t)) => t.clone(),
+        (None, None) => return Err(bad("no Host header")),
+    };
+    let hp = parse_authority(&host).ok_or_else(|| bad("the Host header is not a host"))?;
+    if let Some(t) = &target {
+        let same = parse_authority(t).is_some_and(|a| {
+            a.host == hp.host && (a.port.is_none() || hp.port.is_none() || a.port == hp.port)
+        });
+        if !same {
+            return Err(bad(
+                "the request target names another host than the Host header",
+            ));
+        }
+    }
+    Ok((host, hp))
+}
+
 impl State {
+    /// The door's state for `server`, and what ends rmcp's sessions.
+    fn new(server: Server, door: Door) -> (Arc<State>, impl FnOnce()) {
+        let limits = &door.limits;
+        let mut manager = LocalSessionManager::default();
+        manager.session_config.keep_alive = Some(limits.session_idle);
+        let sessions = Arc::new(manager);
+        let config = StreamableHttpServerConfig::default()
+            // The door checks Host and Origin (with the bound address and --allowed-host).
+            .disable_allowed_hosts()
+            .with_max_request_body_bytes(limits.max_body);
+        let token = config.cancellation_token.clone();
+        let stop = move || token.cancel();
+        let mcp = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
+        let gate = Gate::new(Budgets {
+            authenticated: limits.max_connections,
+            unauthenticated: limits.max_unauthenticated,
+            per_peer: limits.max_unauthenticated_per_peer,
+        });
+        // A body of --max-body always fits when nothing else is being read.
+        let bodies = BodyBudget::new(limits.body_budget.max(limits.max_body));
+        let state = State {
+            mcp,
+            sessions,
+            owners: Mutex::new(HashMap::new()),
+            inflight: Arc::new(AtomicUsize::new(0)),
+            gate,
+            bodies,
+            door,
+        };
+        (Arc::new(state), stop)
+    }
+
     fn allowed(&self, hp: &HostPort) -> bool {
         self.door
             .allowed_hosts
@@ -232,19 +324,7 @@ impl State {
     // A refusal is the cold path: the response is built whole, once.
     #[allow(clippy::result_large_err)]
     fn check_host(&self, uri: &http::Uri, h: &HeaderMap) -> Result<String, Response<Body>> {
-        let host = match h.get(header::HOST) {
-            Some(v) => v.to_str().ok().map(str::to_string),
-            None => uri.authority().map(|a| a.to_string()),
-        };
-        let Some(host) = host else {
-            return Err(text(StatusCode::BAD_REQUEST, "Bad Request: no Host header"));
-        };
-        let Some(hp) = parse_authority(&host) else {
-            return Err(text(
-                StatusCode::BAD_REQUEST,
-                "Bad Request: the Host header is not a host",
-            ));
-        };
+        let (host, hp) = the_host(uri, h)?;
         if !self.allowed(&hp) {
             return Err(text(
                 StatusCode::FORBIDDEN,
@@ -390,7 +470,12 @@ impl State {
     /// One request through the door, in the order of the module's list: the host, the
     /// metadata document, the endpoint, the token, the session's owner, the body; then rmcp
     /// answers it.
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        ticket: Arc<Ticket>,
+    ) -> Response<Body> {
+        let _serving = ticket.serving();
         let host = match self.check_host(req.uri(), req.headers()) {
             Ok(h) => h,
             Err(r) => return r,
@@ -402,19 +487,69 @@ impl State {
             Ok(c) => c,
             Err(r) => return r,
         };
+        if ticket.promote() == Promotion::Full {
+            return busy("too many connections");
+        }
         let post = req.method() == Method::POST;
         let session = match self.claim_session(req.headers(), post, &caller).await {
             Ok(s) => s,
             Err(r) => return r,
         };
         let (mut parts, body) = req.into_parts();
-        let bytes = match self.read_whole_body(&parts.headers, body).await {
+        // The share of the body budget is held until rmcp has read the body.
+        let (bytes, _share) = match self.read_whole_body(&parts.headers, body).await {
             Ok(b) => b,
             Err(r) => return r,
+        };
+        let bytes = match post {
+            true => match self.frame_body(bytes) {
+                Ok(b) => b,
+                Err(r) => return r,
+            },
+            false => bytes,
         };
         parts.extensions.insert(caller.clone());
         let req = Request::from_parts(parts, Full::new(bytes));
         self.forward(req, session.is_none(), &caller).await
+    }
+
+    /// A POST's body read as the stdio server reads a line ([`framing::frame`]): a message
+    /// goes on (lone surrogates replaced with U+FFFD, as stdio does), anything else is
+    /// answered here with the JSON-RPC error stdio would write, as `application/json` with
+    /// 400 (MCP's Streamable HTTP: an input the server cannot accept), never rmcp's plain-text
+    /// 415.
+    // A refusal is the cold path: the response is built whole, once.
+    #[allow(clippy::result_large_err)]
+    fn frame_body(&self, bytes: Bytes) -> Result<Bytes, Response<Body>> {
+        let bytes = match bytes.starts_with(b"\xEF\xBB\xBF") {
+            true => bytes.slice(3..),
+            false => bytes,
+        };
+        match framing::frame(&bytes) {
+            Frame::Message {
+                repaired: false, ..
+            } => Ok(bytes),
+            Frame::Message { repaired: true, .. } => {
+                (self.door.log)("a request held lone UTF-16 surrogates; each was read as U+FFFD");
+                let fixed = std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(framing::repair_surrogates);
+                Ok(fixed.map_or(bytes, Bytes::from))
+            }
+            Frame::Reply(r) => Err(json_error(r)),
+            Frame::Skip if bytes.iter().all(u8::is_ascii_whitespace) => {
+                Err(json_error(framing::error_response(
+                    serde_json::Value::Null,
+                    framing::PARSE_ERROR,
+                    "Parse error: the body is empty",
+                )))
+            }
+            Frame::Skip => Err(json_error(framing::error_response(
+                serde_json::Value::Null,
+                framing::INVALID_REQUEST,
+                "Invalid Request: not a JSON-RPC 2.0 message the server reads",
+            ))),
+        }
     }
 
     /// The answer to a request for anything but the MCP endpoint: the metadata document at the
@@ -475,7 +610,7 @@ impl State {
         &self,
         headers: &HeaderMap,
         body: Incoming,
-    ) -> Result<Bytes, Response<Body>> {
+    ) -> Result<(Bytes, BodyShare), Response<Body>> {
         let max = self.door.limits.max_body;
         let declared = headers
             .get(header::CONTENT_LENGTH)
@@ -490,8 +625,17 @@ impl State {
         if declared.is_some_and(|n| n > max as u64) {
             return Err(too_large());
         }
-        match read_body(body, max, self.door.limits.body_timeout).await {
-            Ok(b) => Ok(b),
+        let mut share = self.bodies.share();
+        // A declared length is reserved whole before a byte is read (and read into a buffer
+        // of that size, not grown by doubling).
+        let declared = declared.map_or(0, |n| n as usize);
+        if !share.cover(declared) {
+            return Err(busy("too many request bodies are being read"));
+        }
+        let limits = &self.door.limits;
+        match read_body(body, declared, &mut share, max, limits.body_timeout).await {
+            Ok(b) => Ok((b, share)),
+            Err(Refused::NoRoom) => Err(busy("too many request bodies are being read")),
             Err(Refused::TooLarge) => {
                 let mut r = too_large();
                 r.headers_mut()
@@ -555,6 +699,7 @@ enum Refused {
     TooLarge,
     TooSlow,
     Broken,
+    NoRoom,
 }
 
 /// How much of a refused body is read and dropped before the 413 (so a client still sending
@@ -562,10 +707,17 @@ enum Refused {
 const DRAIN_BYTES: u64 = 256 << 20;
 const DRAIN_TIME: Duration = Duration::from_secs(5);
 
-/// The whole body, if it is at most `max` bytes and comes within `time`.
-async fn read_body(mut body: Incoming, max: usize, time: Duration) -> Result<Bytes, Refused> {
+/// The whole body, if it is at most `max` bytes, comes within `time`, and `share` of the
+/// body budget can grow to hold it (`declared`: the length it announced, 0 if none).
+async fn read_body(
+    mut body: Incoming,
+    declared: usize,
+    share: &mut BodyShare,
+    max: usize,
+    time: Duration,
+) -> Result<Bytes, Refused> {
     let deadline = tokio::time::Instant::now() + time;
-    let mut buf = bytes::BytesMut::new();
+    let mut buf = bytes::BytesMut::with_capacity(declared.min(max));
     loop {
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => return Err(Refused::TooSlow),
@@ -576,6 +728,9 @@ async fn read_body(mut body: Incoming, max: usize, time: Duration) -> Result<Byt
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > max {
                 break;
+            }
+            if !share.cover(buf.len() + data.len()) {
+                return Err(Refused::NoRoom);
             }
             buf.extend_from_slice(&data);
         }
@@ -634,7 +789,32 @@ pub async fn bind(
 }
 
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n\
-content-length: 42\r\nconnection: close\r\n\r\nService Unavailable: too many connections\n";
+content-length: 42\r\nconnection: close\r\nretry-after: 1\r\n\r\n\
+Service Unavailable: too many connections\n";
+
+/// 503 for a request the server has no room for now, `why`; the connection is closed (a body
+/// not read is not waited for).
+fn busy(why: &str) -> Response<Body> {
+    let mut r = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("Service Unavailable: {why}; retry shortly"),
+    );
+    let h = r.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// 400 with a JSON-RPC error response (one line of JSON) as the body.
+fn json_error(line: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(line)).boxed());
+    *r.status_mut() = StatusCode::BAD_REQUEST;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
 
 /// Serves `server` on `listener` until `shutdown` completes; then stops accepting, waits (up to
 /// [`Limits::shutdown_grace`]) for the requests in flight, and ends the sessions. A write
@@ -646,24 +826,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let limits = door.limits.clone();
-    let mut manager = LocalSessionManager::default();
-    manager.session_config.keep_alive = Some(limits.session_idle);
-    let sessions = Arc::new(manager);
-    let config = StreamableHttpServerConfig::default()
-        // The door checks Host and Origin (with the bound address and --allowed-host).
-        .disable_allowed_hosts()
-        .with_max_request_body_bytes(limits.max_body);
-    let stop = config.cancellation_token.clone();
-    let mcp = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
-    let state = Arc::new(State {
-        mcp,
-        sessions,
-        door,
-        owners: Mutex::new(HashMap::new()),
-        inflight: Arc::new(AtomicUsize::new(0)),
-    });
+    let (state, stop) = State::new(server, door);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
@@ -671,7 +835,7 @@ pub async fn serve(
         .max_buf_size(limits.max_header_bytes.max(8192));
     tokio::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -686,61 +850,87 @@ pub async fn serve(
         // Answers go out as they are written: without this, Nagle's algorithm holds an SSE
         // frame back until the client's delayed ACK of the head (up to 40 ms a call).
         let _ = stream.set_nodelay(true);
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        // Admitted as unauthenticated, older idle ones closed to make room if need be.
+        let Some(ticket) = state.gate.admit(peer.ip()) else {
             tokio::spawn(async move {
                 let mut stream = stream;
                 let _ = tokio::time::timeout(Duration::from_secs(2), stream.write_all(BUSY)).await;
             });
             continue;
         };
-        spawn_connection(&state, stream, permit, &http, &graceful);
+        spawn_connection(&state, stream, ticket, &http, &graceful);
+        // Its task runs next, on this worker: a request already sent is read, and its
+        // connection authenticated, before a flood of newer ones could push it out.
+        tokio::task::yield_now().await;
     }
     drop(listener);
     // The calls in flight finish and are answered; then the sessions (and their SSE streams)
     // end, and the connections close.
     await_in_flight(&state, limits.shutdown_grace).await;
-    stop.cancel();
+    stop();
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     Ok(())
 }
 
-/// Serves one accepted connection on a task of its own, after the TLS handshake (within
-/// [`Limits::header_timeout`]) when the door has TLS; `permit` is held until the connection
-/// closes, and `graceful` can close it.
+/// Serves one accepted connection on a task of its own, after the TLS handshake when the
+/// door has TLS; `ticket`, its place in the gate, is held until the connection closes, and
+/// `graceful` can close it. Until a request of it presents a valid token, the connection
+/// lives at most [`Limits::header_timeout`] from now (the handshake included), and the gate
+/// may close it while it is idle to make room for a newer one.
 fn spawn_connection(
     state: &Arc<State>,
     stream: tokio::net::TcpStream,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    ticket: Ticket,
     http: &hyper::server::conn::http1::Builder,
     graceful: &hyper_util::server::graceful::GracefulShutdown,
 ) {
-    let st = state.clone();
+    let ticket = Arc::new(ticket);
+    let (st, t) = (state.clone(), ticket.clone());
     let svc = hyper::service::service_fn(move |req| {
-        let st = st.clone();
-        async move { Ok::<_, Infallible>(st.handle(req).await) }
+        let (st, t) = (st.clone(), t.clone());
+        async move { Ok::<_, Infallible>(st.handle(req, t).await) }
     });
     let http = http.clone();
     let watcher = graceful.watcher();
-    match state.door.tls.clone() {
-        None => {
-            let conn = http.serve_connection(TokioIo::new(stream), svc);
-            tokio::spawn(async move {
-                let _ = watcher.watch(conn).await;
-                drop(permit);
-            });
-        }
-        Some(acceptor) => {
-            let handshake = state.door.limits.header_timeout;
-            tokio::spawn(async move {
-                let Ok(Ok(tls)) = tokio::time::timeout(handshake, acceptor.accept(stream)).await
-                else {
-                    return;
-                };
-                let conn = http.serve_connection(TokioIo::new(tls), svc);
-                let _ = watcher.watch(conn).await;
-                drop(permit);
-            });
-        }
+    let tls = state.door.tls.clone();
+    let deadline = tokio::time::Instant::now() + state.door.limits.header_timeout;
+    tokio::spawn(async move {
+        let served = async move {
+            match tls {
+                None => {
+                    let conn = http.serve_connection(TokioIo::new(stream), svc);
+                    let _ = watcher.watch(conn).await;
+                }
+                Some(acceptor) => {
+                    let Ok(Ok(tls)) =
+                        tokio::time::timeout_at(deadline, acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    let conn = http.serve_connection(TokioIo::new(tls), svc);
+                    let _ = watcher.watch(conn).await;
+                }
+            }
+        };
+        while_admitted(served, &ticket, deadline).await;
+    });
+}
+
+/// Runs `served` until it ends; or until the gate closes the connection for a newer one, or
+/// `deadline` passes before it has authenticated (then it is dropped: the connection closes).
+async fn while_admitted(
+    served: impl Future<Output = ()>,
+    ticket: &Ticket,
+    deadline: tokio::time::Instant,
+) {
+    tokio::pin!(served);
+    tokio::select! {
+        _ = &mut served => return,
+        _ = ticket.evicted() => return,
+        _ = tokio::time::sleep_until(deadline) => {}
+    }
+    if ticket.authenticated() {
+        served.await;
     }
 }
 

@@ -9,6 +9,7 @@
 //! `pmm-turn` and a cron `pmm-tick` can share one ledger.
 
 pub mod framing;
+pub mod gate;
 pub mod http;
 pub mod server;
 pub mod tokens;

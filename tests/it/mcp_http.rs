@@ -3,6 +3,8 @@
 //! loopback port; curl plays the hostile client, the official MCP Python SDK
 //! (`tests/mcp_http_client.py`) the well-behaved one.
 
+mod hostile;
+
 use crate::harness::{present_or_skip, tool_or_skip, Pmm};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -135,10 +135,86 @@ pub fn manage_tokens(a: &HttpArgs, clock: &crate::event::Clock) -> anyhow::Resul
 }
 
 fn read_tokens(file: &Path, missing_ok: bool) -> anyhow::Result<Tokens> {
-    match std::fs::read_to_string(file) {
+    match tokens_text(file) {
         Ok(t) => Tokens::parse(&t).map_err(|e| bad(format!("{}: {e}", file.display()))),
-        Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => Ok(Tokens::default()),
-        Err(e) => Err(crate::Error::io(file, e).into()),
+        Err(crate::Error::Io { source, .. })
+            if missing_ok && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(Tokens::default())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The tokens file's text, read as ssh reads an `authorized_keys` file: a regular file, owned
+/// by this user (or root), that neither group nor others may write, in a directory they may
+/// not write either (unless it is sticky, as `/tmp`); else anyone who can write it could add a
+/// token of their own. At most [`crate::lines::MAX_SMALL_FILE`] bytes (about 7,000 tokens)
+/// are read: a file linked to `/dev/zero` or grown without end is refused, not loaded. The
+/// checks are made on the opened file, so it cannot be swapped between them and the read.
+fn tokens_text(file: &Path) -> crate::Result<String> {
+    let refuse = |why: String| -> crate::Result<String> {
+        Err(crate::Error::bad_input(
+            Some(file.display().to_string()),
+            format!("{why}; refused, as ssh refuses such a key file"),
+        ))
+    };
+    let f = std::fs::File::open(file).map_err(|e| crate::Error::io(file, e))?;
+    let m = f.metadata().map_err(|e| crate::Error::io(file, e))?;
+    if !m.is_file() {
+        return refuse("not a regular file".into());
+    }
+    if let Some(why) = writable_by_others(m.mode(), m.uid(), false) {
+        return refuse(format!(
+            "{why} (mode {:04o}): chmod 600 {}",
+            m.mode() & 0o7777,
+            file.display()
+        ));
+    }
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let d = std::fs::metadata(dir).map_err(|e| crate::Error::io(dir, e))?;
+    if let Some(why) = writable_by_others(d.mode(), d.uid(), true) {
+        return refuse(format!(
+            "its directory {} is {why} (mode {:04o}): chmod go-w {}",
+            dir.display(),
+            d.mode() & 0o7777,
+            dir.display()
+        ));
+    }
+    let limit = crate::lines::MAX_SMALL_FILE;
+    let text = crate::lines::read_bounded(&mut std::io::BufReader::new(f), u64::MAX, limit)
+        .map_err(|e| {
+            if e.over_limit() {
+                crate::Error::bad_input(Some(file.display().to_string()), e.to_string())
+            } else {
+                crate::Error::io(file, e.error)
+            }
+        })?;
+    String::from_utf8(text).map_err(|_| crate::Error::NotUtf8 {
+        at: file.display().to_string(),
+    })
+}
+
+/// Why a file (or, `dir`, a directory) of this `mode` and owner `uid` lets someone else
+/// change the tokens: another owner than this user or root, or write permission for group or
+/// others (on a directory, unless it is sticky: then only a file's owner may replace it).
+fn writable_by_others(mode: u32, uid: u32, dir: bool) -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if uid != me && uid != 0 {
+        return Some(format!(
+            "owned by user {uid}, not by this user ({me}) or root"
+        ));
+    }
+    let sticky = dir && mode & 0o1000 != 0;
+    match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        _ if sticky => None,
+        (_, true) => Some("writable by others".into()),
+        (true, false) => Some("writable by its group".into()),
+        (false, false) => None,
     }
 }
 
@@ -161,8 +237,8 @@ fn write_tokens(file: &Path, tokens: &Tokens) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What identifies a version of the tokens file: inode, size, mtime (s, ns).
-type Stamp = (u64, u64, i64, i64);
+/// What identifies a version of the tokens file: inode, size, mtime (s, ns), mode, owner.
+type Stamp = (u64, u64, i64, i64, u32, u32);
 
 /// The tokens file, read again whenever it changes (inode, size or mtime).
 struct FileTokens {
@@ -174,15 +250,22 @@ impl TokenSource for FileTokens {
     fn tokens(&self) -> Result<Arc<Tokens>, String> {
         let m =
             std::fs::metadata(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
-        let stamp = (m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+        // The mode and owner too: a file made writable by others is refused from then on.
+        let stamp = (
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.mode(),
+            m.uid(),
+        );
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((s, t)) = cache.as_ref() {
             if *s == stamp {
                 return Ok(t.clone());
             }
         }
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let text = tokens_text(&self.path).map_err(|e| e.to_string())?;
         let t =
             Arc::new(Tokens::parse(&text).map_err(|e| format!("{}: {e}", self.path.display()))?);
         *cache = Some((stamp, t.clone()));
@@ -194,8 +277,12 @@ fn tls(cert: &Path, key: &Path) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     use tokio_rustls::rustls;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|i| i.collect::<Result<_, _>>())
+    // Through the bounded reader: `/dev/zero` is refused after 1 MiB, not read until memory
+    // runs out.
+    let cert_pem = crate::cli::read_small_file(cert)?;
+    let key_pem = crate::cli::read_small_file(key)?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
         .map_err(|e| {
             bad(format!(
                 "{}: not a PEM certificate chain ({e})",
@@ -205,7 +292,7 @@ fn tls(cert: &Path, key: &Path) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
     if certs.is_empty() {
         return Err(bad(format!("{}: no certificate in it", cert.display())));
     }
-    let key = PrivateKeyDer::from_pem_file(key)
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
         .map_err(|e| bad(format!("{}: not a PEM private key ({e})", key.display())))?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
@@ -328,7 +415,10 @@ pub fn serve(a: &HttpArgs, plan: Plan, cfg: Config, quiet: bool) -> anyhow::Resu
     };
     let db = cfg.db.clone();
     let read_only = cfg.read_only;
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // A worker per core: the sessions' HTTP, JSON and SSE work in parallel, beside the tool
+    // calls on the blocking pool (one thread for all of it halved the throughput of 8
+    // clients against 8 stdio servers).
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;

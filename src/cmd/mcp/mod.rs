@@ -75,8 +75,13 @@ HTTP:
   read token gets recall, state, events, verify, prove; writes record meta.source
   \"mcp:NAME\". Host/Origin not loopback, the bound address or --allowed-host: 403. Bodies
   over --max-body: 413; a body slower than 30 s: 408; over 100 headers or 64 KiB of head: 431;
-  a head slower than 10 s: the connection is closed; over 256 connections: 503. SIGTERM lets
-  the calls in flight finish, then exits 0.
+  a head slower than 10 s: the connection is closed; over 256 authenticated connections, or
+  64 MiB of bodies being read at once: 503. Connections without a valid token (yet) have a
+  budget of their own: a new one closes the oldest idle of them, so idle sockets keep no
+  client out. A body that is not a JSON-RPC message gets stdio's JSON-RPC error, with 400.
+  The tokens file must be this user's and not writable by group or others (as ssh's key
+  files); it, --tls-cert and --tls-key are read up to 1 MiB. SIGTERM lets the calls in
+  flight finish, then exits 0.
 
 EXIT STATUS:
   0  the client closed stdin (the session ended); --http: SIGTERM or SIGINT ended the server;
