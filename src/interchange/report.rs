@@ -21,7 +21,8 @@ use std::io::{self, Write};
 
 const PAGE: &str = include_str!("report/page.html");
 const STYLE: &str = include_str!("report/report.css");
-const VERIFY_JS: &str = include_str!("report/verify.js");
+/// The verifier's script (the browser tests run it on its own).
+pub const VERIFY_JS: &str = include_str!("report/verify.js");
 const VIEWS_JS: &str = include_str!("report/views.js");
 const PANELS_JS: &str = include_str!("report/panels.js");
 

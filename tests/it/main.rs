@@ -46,6 +46,7 @@ mod recall_bench;
 mod recall_floor;
 mod refenv;
 mod replay;
+mod report;
 mod robust;
 mod rsm;
 mod skips;

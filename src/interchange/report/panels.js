@@ -141,12 +141,13 @@
         const end = c.close || last;
         const age = end.id - c.open.id;
         tbody.appendChild(el("tr", null,
-          el("td", null, idButton(c.open.id), el("br"), el("time", { text: when(c.open.ts) })),
+          el("td", { class: "nowrap" }, idButton(c.open.id), el("br"), el("time", { text: when(c.open.ts) })),
           el("td", { dir: "auto", text: str(c.m.text || c.open.content) }),
-          el("td", { text: by }),
+          el("td", { class: "nowrap", text: by }),
           el("td", { class: "num", text: age + " events" + (day(end.ts) !== day(c.open.ts) ? " · since " + day(c.open.ts) : "") }),
-          el("td", { text: c.close ? "closed" : "open" }),
-          el("td", null, c.close ? idButton(c.close.id) : "", c.close ? " " + str(c.cm.reason || "") + (c.cm.source ? " (" + str(c.cm.source) + ")" : "") : "")));
+          el("td", { class: "nowrap", text: c.close ? "closed" : "open" }),
+          el("td", null, c.close ? idButton(c.close.id) : "", c.close ? " " + str(c.cm.reason || "") + (c.cm.source ? " (" + str(c.cm.source) + ")" : "") : "",
+            c.thread.length > 2 ? el("div", null, "thread: ", ...c.thread.map((id) => idButton(id)).flatMap((b) => [b, " "])) : "")));
       }
     }),
   };
@@ -216,7 +217,7 @@
     const box = $("cc-graph");
     box.className = "graph";
     if (!nodes.length) return;
-    const W = 520, H = 420, cx = W / 2, cy = H / 2, rad = 165;
+    const W = 760, H = 560, cx = W / 2, cy = H / 2, rad = 190;
     const pos = new Map();
     nodes.forEach((n, i) => { const a = (2 * Math.PI * i) / nodes.length; pos.set(n.tok, [cx + rad * Math.cos(a), cy + rad * Math.sin(a)]); });
     const svg = el("svg:svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "Concept graph of the " + nodes.length + " most bound concepts" });
@@ -233,7 +234,7 @@
       const [x, y] = pos.get(n.tok);
       const g = el("svg:g", { class: "node", tabindex: "0", role: "button", "data-tok": n.tok, "aria-label": n.tok + ", " + n.events.length + " events" },
         el("svg:circle", { cx: x, cy: y, r: 4 + 10 * Math.sqrt(n.events.length / maxE) }),
-        el("svg:text", { x: x + (x < cx ? -8 : 8), y: y + 3, "text-anchor": x < cx ? "end" : "start", text: n.tok.length > 28 ? n.tok.slice(0, 27) + "…" : n.tok }));
+        el("svg:text", { x: x + (x < cx ? -8 : 8), y: y + 3, "text-anchor": x < cx ? "end" : "start", text: n.tok.length > 24 ? n.tok.slice(0, 23) + "…" : n.tok }));
       const pick = () => go("concepts", n.tok);
       g.addEventListener("click", pick);
       g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } });
