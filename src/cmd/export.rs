@@ -216,6 +216,9 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         kinds: args.kind.clone(),
     };
     let total = ledger.max_id()?.max(0) as u64;
+    if format == ExportFormat::Html {
+        warn_if_big(&args, ledger.max_id()?);
+    }
     let bar = crate::cli::progress(
         total,
         args.common.quiet || args.output.is_none(),
@@ -324,6 +327,25 @@ fn write_all<W: Write>(
     }
     sink.finish()?;
     Ok(shared.take())
+}
+
+/// Events beyond which a report is slow to open (docs/report.md: about 5 s per 10^5 events to
+/// the verdict on a small machine).
+pub const REPORT_EVENTS_WARN: i64 = 200_000;
+
+/// A report of more than [`REPORT_EVENTS_WARN`] events is written, with a warning naming the
+/// window of the last 10^5 events to take instead.
+fn warn_if_big(args: &Args, head: i64) {
+    let from = args.since.unwrap_or(1).max(1);
+    let to = args.until.map_or(head, |u| u.min(head));
+    if to - from + 1 > REPORT_EVENTS_WARN {
+        eprintln!(
+            "pmm-export: warning: a report of {} events is slow to open and check in a browser \
+             (docs/report.md); a window is quicker, e.g. --since {} for the last 100000",
+            to - from + 1,
+            (to - 99_999).max(1)
+        );
+    }
 }
 
 /// What the export writes: the format, what some formats say about the export, and what a

@@ -788,3 +788,140 @@ fn the_verifier_script_passes_its_unit_tests_in_the_browser() {
     eprintln!("{passed} checks passed in the browser");
     assert!(passed > 10_000, "{passed} checks only");
 }
+
+#[test]
+fn ci_verify_writes_the_report_as_an_artifact_in_both_modes() {
+    let pmm = Pmm::new();
+    pmm.seed(9);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ci-verify.sh");
+    let ci = |args: &[&str]| {
+        let out = std::process::Command::new("sh")
+            .arg(&script)
+            .args(args)
+            .current_dir(pmm.dir.path())
+            .env("PMM_VERIFY", assert_cmd::cargo::cargo_bin("pmm-verify"))
+            .env("PMM_EXPORT", assert_cmd::cargo::cargo_bin("pmm-export"))
+            .env("PMM_APPEND", assert_cmd::cargo::cargo_bin("pmm-append"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    // An export and its anchors: the report is of the export's events.
+    let export = pmm.path("ledger.json.gz");
+    ok(&pmm.run("pmm-export", &["-o", export.to_str().unwrap()], ""));
+    let plain = pmm.path("plain.html");
+    ci(&[
+        "--report",
+        plain.to_str().unwrap(),
+        export.to_str().unwrap(),
+    ]);
+    let s = cli_verdict(&pmm, &plain);
+    assert_eq!(
+        (s["ok"].clone(), s["events"].clone()),
+        (json!(true), json!(9)),
+        "{s}"
+    );
+    // Signed: the report embeds the checkpoint just signed.
+    let key = pmm.path("log.key");
+    let r = pmm.run(
+        "pmm-export",
+        &["--keygen", "ci.test/log", "--key", key.to_str().unwrap()],
+        "",
+    );
+    ok(&r);
+    let vkey = r.stdout.trim().to_string();
+    let signed = pmm.path("signed.html");
+    let db = pmm.db.to_str().unwrap().to_string();
+    ci(&[
+        "--report",
+        signed.to_str().unwrap(),
+        "--signed",
+        key.to_str().unwrap(),
+        &vkey,
+        &db,
+    ]);
+    let text = std::fs::read_to_string(&signed).unwrap();
+    assert!(
+        text.contains("id=\"pmm-checkpoint\""),
+        "the checkpoint is embedded"
+    );
+    let Some(chrome) = chromium("the CI report's browser check") else {
+        return;
+    };
+    let v = verdict(&dump_dom(&chrome, &signed, "", &[]));
+    assert_eq!(
+        (v["data-status"].as_str(), v["data-checkpoint"].as_str()),
+        ("ok", "verified"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn a_report_refuses_what_would_make_it_lie_before_writing_anything() {
+    let pmm = Pmm::new();
+    pmm.seed(5);
+    let out = pmm.path("mind.html");
+    let o = out.to_str().unwrap();
+    pmm.run("pmm-export", &["-o", o, "--kind", "user_message"], "")
+        .assert_error("pmm-export", &["--kind", "chain"]);
+    pmm.run("pmm-export", &["--format", "jsonl", "--title", "x"], "")
+        .assert_error("pmm-export", &["--format html"]);
+    // A checkpoint that does not open with the key, and one about events outside the window.
+    let key = pmm.path("k.key");
+    let r = pmm.run(
+        "pmm-export",
+        &["--keygen", "t.example/a", "--key", key.to_str().unwrap()],
+        "",
+    );
+    ok(&r);
+    let vkey = r.stdout.trim().to_string();
+    let cp = pmm.run(
+        "pmm-export",
+        &["--checkpoint", "--key", key.to_str().unwrap()],
+        "",
+    );
+    let cp_path = pmm.path("cp.txt");
+    std::fs::write(&cp_path, cp.stdout.replace("\n5\n", "\n4\n")).unwrap();
+    let c = cp_path.to_str().unwrap();
+    pmm.run(
+        "pmm-export",
+        &["-o", o, "--embed-checkpoint", c, "--key", &vkey],
+        "",
+    )
+    .assert_error("pmm-export", &["--embed-checkpoint", "signature"]);
+    std::fs::write(&cp_path, &cp.stdout).unwrap();
+    pmm.run(
+        "pmm-export",
+        &[
+            "-o",
+            o,
+            "--embed-checkpoint",
+            c,
+            "--key",
+            &vkey,
+            "--since",
+            "2",
+        ],
+        "",
+    )
+    .assert_error("pmm-export", &["events 1 to 5"]);
+    assert!(!out.exists(), "nothing was written");
+    // The private key file works too: only its verifier key is embedded.
+    ok(&pmm.run(
+        "pmm-export",
+        &[
+            "-o",
+            o,
+            "--embed-checkpoint",
+            c,
+            "--key",
+            key.to_str().unwrap(),
+        ],
+        "",
+    ));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains(&vkey) && !text.contains("PRIVATE+KEY"),
+        "the verifier key only"
+    );
+}

@@ -213,13 +213,25 @@
       out.append(el("ol", { class: "timeline" }, ...c.events.slice(-30).reverse().map((id) => byId.has(id) ? eventItem(events[byId.get(id)]) : el("li", { class: "hint", text: "event " + id + " is outside this report" }))));
     },
   };
+  function radialLabel(x, y, a, text) {
+    const left = Math.cos(a) < 0;
+    const deg = (a * 180) / Math.PI + (left ? 180 : 0);
+    const d = 16;
+    return el("svg:text", { x: x + d * Math.cos(a), y: y + d * Math.sin(a) + 3.5, "text-anchor": left ? "end" : "start",
+      transform: "rotate(" + deg.toFixed(1) + " " + (x + d * Math.cos(a)).toFixed(1) + " " + (y + d * Math.sin(a) + 3.5).toFixed(1) + ")", text: text });
+  }
   function drawGraph(nodes) {
     const box = $("cc-graph");
     box.className = "graph";
     if (!nodes.length) return;
-    const W = 760, H = 560, cx = W / 2, cy = H / 2, rad = 190;
-    const pos = new Map();
-    nodes.forEach((n, i) => { const a = (2 * Math.PI * i) / nodes.length; pos.set(n.tok, [cx + rad * Math.cos(a), cy + rad * Math.sin(a)]); });
+    // A circle with the labels along the radii, outward: 40 labels never overlap.
+    const W = 760, H = 640, cx = W / 2, cy = H / 2, rad = 150;
+    const pos = new Map(), ang = new Map();
+    nodes.forEach((n, i) => {
+      const a = (2 * Math.PI * i) / nodes.length;
+      ang.set(n.tok, a);
+      pos.set(n.tok, [cx + rad * Math.cos(a), cy + rad * Math.sin(a)]);
+    });
     const svg = el("svg:svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "Concept graph of the " + nodes.length + " most bound concepts" });
     const seen = new Set();
     for (const n of nodes) for (const [, t] of n.rel) {
@@ -234,7 +246,7 @@
       const [x, y] = pos.get(n.tok);
       const g = el("svg:g", { class: "node", tabindex: "0", role: "button", "data-tok": n.tok, "aria-label": n.tok + ", " + n.events.length + " events" },
         el("svg:circle", { cx: x, cy: y, r: 4 + 10 * Math.sqrt(n.events.length / maxE) }),
-        el("svg:text", { x: x + (x < cx ? -8 : 8), y: y + 3, "text-anchor": x < cx ? "end" : "start", text: n.tok.length > 24 ? n.tok.slice(0, 23) + "…" : n.tok }));
+        radialLabel(x, y, ang.get(n.tok), n.tok.length > 24 ? n.tok.slice(0, 23) + "…" : n.tok));
       const pick = () => go("concepts", n.tok);
       g.addEventListener("click", pick);
       g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } });

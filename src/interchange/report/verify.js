@@ -24,8 +24,12 @@
     if (len === undefined) len = bytes.length;
     const total = ((len + 9 + 63) >> 6) << 6;
     if (scratch.length < total) scratch = new Uint8Array(total * 2);
-    const m = scratch;
-    if (bytes !== m) m.set(len === bytes.length ? bytes : bytes.subarray(0, len), 0);
+    scratch.set(len === bytes.length ? bytes : bytes.subarray(0, len), 0);
+    return digestInPlace(scratch, len);
+  }
+  // The digest of m[0..len), padding m in place: m must have room for the padding (len + 72).
+  function digestInPlace(m, len) {
+    const total = ((len + 9 + 63) >> 6) << 6;
     m[len] = 0x80;
     m.fill(0, len + 1, total);
     const bits = len * 8;
@@ -65,25 +69,35 @@
   }
 
   const HEX = "0123456789abcdef";
+  const BYTE_HEX = [];
+  for (let i = 0; i < 256; i++) BYTE_HEX.push(HEX[i >> 4] + HEX[i & 15]);
+  const NIBBLE = new Int8Array(128).fill(-1);
+  for (let i = 0; i < 16; i++) { NIBBLE[HEX.charCodeAt(i)] = i; NIBBLE["0123456789ABCDEF".charCodeAt(i)] = i; }
   function hex(bytes) {
     let s = "";
-    for (let i = 0; i < bytes.length; i++) s += HEX[bytes[i] >> 4] + HEX[bytes[i] & 15];
+    for (let i = 0; i < bytes.length; i++) s += BYTE_HEX[bytes[i]];
     return s;
   }
   // 64 hex digits of either case (as Digest::from_hex), else null.
   function fromHex(s) {
-    if (typeof s !== "string" || !/^[0-9a-fA-F]{64}$/.test(s)) return null;
+    if (typeof s !== "string" || s.length !== 64) return null;
     const out = new Uint8Array(32);
-    for (let i = 0; i < 32; i++) out[i] = parseInt(s.substr(2 * i, 2), 16);
+    for (let i = 0; i < 32; i++) {
+      const a = s.charCodeAt(2 * i), b = s.charCodeAt(2 * i + 1);
+      const hi = a < 128 ? NIBBLE[a] : -1, lo = b < 128 ? NIBBLE[b] : -1;
+      if (hi < 0 || lo < 0) return null;
+      out[i] = (hi << 4) | lo;
+    }
     return out;
   }
   // sha256 of an ASCII string (canonical JSON is ASCII by construction).
   let asciiBuf = new Uint8Array(1 << 16);
+  const encoder = new TextEncoder();
   function sha256Ascii(s) {
     const n = s.length;
     if (asciiBuf.length < n + 72) asciiBuf = new Uint8Array((n + 72) * 2);
-    for (let i = 0; i < n; i++) asciiBuf[i] = s.charCodeAt(i);
-    return sha256(asciiBuf, n);
+    encoder.encodeInto(s, asciiBuf);
+    return digestInPlace(asciiBuf, n);
   }
   function sha256Utf8(s) {
     return sha256(new TextEncoder().encode(s));
@@ -93,16 +107,17 @@
   // as src/canon does it (FORMATS.md §1.3).
   const PLAIN = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
   const SHORT = { 0x22: '\\"', 0x5c: "\\\\", 0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t", 0x08: "\\b", 0x0c: "\\f" };
+  const ESCAPE = /[^\x20\x21\x23-\x5b\x5d-\x7e]/g;
+  function escapeOne(ch) {
+    const c = ch.charCodeAt(0);
+    if (SHORT[c] !== undefined) return SHORT[c];
+    return "\\u" + HEX[(c >> 12) & 15] + HEX[(c >> 8) & 15] + HEX[(c >> 4) & 15] + HEX[c & 15];
+  }
+  // A JSON string as CPython writes it with ensure_ascii (surrogate pairs escaped unit by unit,
+  // which is what the regular expression without the u flag does).
   function canonStr(s) {
     if (PLAIN.test(s)) return '"' + s + '"';
-    let out = '"';
-    for (let i = 0; i < s.length; i++) {
-      const c = s.charCodeAt(i);
-      if (c >= 0x20 && c < 0x7f && c !== 0x22 && c !== 0x5c) out += s[i];
-      else if (SHORT[c] !== undefined) out += SHORT[c];
-      else out += "\\u" + HEX[(c >> 12) & 15] + HEX[(c >> 8) & 15] + HEX[(c >> 4) & 15] + HEX[c & 15];
-    }
-    return out + '"';
+    return '"' + s.replace(ESCAPE, escapeOne) + '"';
   }
 
   // Code-point order (what serde_json's map keeps): UTF-16 order differs only when a
@@ -190,8 +205,12 @@
       }
     };
     const NUM = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/y;
+    const PLAIN_STR = /"([^"\\\x00-\x1f]*)"/y;
     function str() {
-      // text[i] is the opening quote
+      // text[i] is the opening quote; most strings have no escape at all.
+      PLAIN_STR.lastIndex = i;
+      const fast = PLAIN_STR.exec(text);
+      if (fast) { i = PLAIN_STR.lastIndex; return fast[1]; }
       let out = "";
       i++;
       for (;;) {
@@ -283,12 +302,44 @@
   }
 
   // The canonical text of a stored meta: an object (an empty or blank text is {}, as the
-  // export readers take it).
+  // export readers take it). Most metas are short and repeat (`{"source":"autonomy_kernel"}`),
+  // so short ones are remembered.
+  const metaMemo = new Map();
   function canonMeta(text) {
-    if (text.trim() === "") return "{}";
-    const out = canonJson(text);
-    if (out[0] !== "{") throw new Error("meta must be a JSON object");
+    const short = text.length <= 256;
+    if (short) { const hit = metaMemo.get(text); if (hit !== undefined) return hit; }
+    let out;
+    if (text.trim() === "") out = "{}";
+    else {
+      out = fastCanon(text);
+      if (out === null) out = canonJson(text);
+      if (out[0] !== "{") throw new Error("meta must be a JSON object");
+    }
+    if (short && metaMemo.size < 50000) metaMemo.set(text, out);
     return out;
+  }
+
+  // The native parser is exact whenever no number could change on the way (no fraction, no
+  // exponent, no integer of 16 digits or more: a digit followed by '.', 'e' or 'E', or 16
+  // digits in a row, anywhere in the text) and no \u escape could be a lone surrogate (which
+  // JSON.parse accepts and serde_json refuses): otherwise null, and canonJson parses it.
+  const RISKY = /[0-9][.eE]|[0-9]{16}|\\u[dD][89a-fA-F]/;
+  function fastCanon(text) {
+    if (RISKY.test(text)) return null;
+    let v;
+    try { v = JSON.parse(text); } catch (e) { return null; }
+    return canonValue(v);
+  }
+  function canonValue(v) {
+    if (v === null) return "null";
+    switch (typeof v) {
+      case "string": return canonStr(v);
+      case "boolean": return v ? "true" : "false";
+      case "number": return String(v);
+      default:
+        if (Array.isArray(v)) return "[" + v.map(canonValue).join(",") + "]";
+        return "{" + Object.keys(v).sort(byCodePoint).map((k) => canonStr(k) + ":" + canonValue(v[k])).join(",") + "}";
+    }
   }
 
   function payload(ev) {
@@ -304,20 +355,20 @@
 
   // ---- The Merkle tree (RFC 9162): leaf = H(0x00 ‖ 32 bytes of the event's hash), or H(0x00)
   // for an event without a well-formed hash; node = H(0x01 ‖ l ‖ r).
-  const leafBuf = new Uint8Array(33);
-  const nodeBuf = new Uint8Array(65);
+  const leafBuf = new Uint8Array(128);
+  const nodeBuf = new Uint8Array(192);
   function leafHash(hashHex) {
     const d = fromHex(hashHex);
     leafBuf[0] = 0;
-    if (!d) return sha256(leafBuf, 1);
+    if (!d) return digestInPlace(leafBuf, 1);
     leafBuf.set(d, 1);
-    return sha256(leafBuf, 33);
+    return digestInPlace(leafBuf, 33);
   }
   function nodeHash(l, r) {
     nodeBuf[0] = 1;
     nodeBuf.set(l, 1);
     nodeBuf.set(r, 33);
-    return sha256(nodeBuf, 65);
+    return digestInPlace(nodeBuf, 65);
   }
   // A streaming root: the perfect subtrees the size decomposes into, largest first.
   function RootHasher() {
@@ -348,6 +399,7 @@
   // ---- The chain, as src/chain/verify.rs checks it. Findings carry the event's id. A report
   // whose first event is not event 1 is a window: its first event starts the chain check (its
   // link to what came before cannot be checked here) and it has no root.
+  const HASH_HEX = /^[0-9a-fA-F]{64}$/;
   function Chain(opts) {
     this.opts = opts || {};
     this.findings = [];
@@ -388,9 +440,8 @@
     } else if (ev.prev_hash !== this.prev.hash) {
       this.find(id, "broken_link", { expected: this.prev.hash, found: ev.prev_hash });
     }
-    const d = fromHex(ev.hash);
-    if (d) {
-      const key = hex(d);
+    if (typeof ev.hash === "string" && HASH_HEX.test(ev.hash)) {
+      const key = ev.hash.toLowerCase();
       if (this.seen.has(key)) this.find(id, "duplicate_hash", { hash: key, first_id: this.seen.get(key) });
       else this.seen.set(key, id);
     }
