@@ -52,6 +52,8 @@ def main():
         out["verdict_ms"] = min(l["ms"] for l in loads)
         out["status"] = loads[0]["status"]
         out["milestones_ms"] = min(loads, key=lambda l: l["ms"])["timing"]
+        out["renderer_cpu_ms"] = min(l["renderer_cpu_ms"] for l in loads)
+        out["load_average"] = os.getloadavg()[0]
         print(json.dumps(out))
         print("| %d | %.1f MB | %.1f MB | %.2fx | %.2f s | %.2f s | %.2fx | %d ms | %d ms | %s |" % (
             count, out["jsonl_bytes"] / 1e6, out["html_bytes"] / 1e6, out["size_ratio"], out["jsonl_s"],
@@ -99,6 +101,23 @@ PROBE = """(() => { const v = document.getElementById('pmm-verdict');
   return JSON.stringify({status: v ? v.dataset.status : 'none', ms: v ? Number(v.dataset.ms) : 0,
     paint: p ? Math.round(p.startTime) : -1, timing: window.PMMTiming || {}}); })()"""
 
+def renderer_cpu_ms(profile):
+    """CPU time (user + system) of the renderer processes of this Chromium: the machine's load
+    stretches the wall-clock figures, not this one."""
+    total, tick = 0, os.sysconf("SC_CLK_TCK")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+            if b"--type=renderer" not in cmd or profile.encode() not in cmd:
+                continue
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            continue
+    return round(total * 1000 / tick)
+
 def browser(path):
     profile = tempfile.mkdtemp(prefix="pmm-chrome.")
     pipe = Pipe(os.environ.get("PMM_CHROMIUM", "chromium"), profile)
@@ -116,6 +135,7 @@ def browser(path):
             except Exception:
                 continue
             if v["status"] not in ("pending", "none"):
+                v["renderer_cpu_ms"] = renderer_cpu_ms(profile)
                 return v
         raise RuntimeError("no verdict in 120 s")
     finally:

@@ -47,7 +47,7 @@ pmm-export --quiet -o "$work/mind.html" --title "Echo: the mind of an agent" \
 pmm-verify --quiet "$work/mind.html" | tail -1
 mkdir -p docs/report
 reply=$(pmm-replay | grep -F '"assistant_message"' | tail -3 | head -1 | sed 's/^{"id":\([0-9]*\),.*/\1/')
-for view in "timeline/$secret" "why/$reply" commitments self concepts/topic.stability_metrics cost search/weekly%20report integrity-view; do
+for view in timeline "why/$reply" commitments self concepts/topic.stability_metrics cost search/weekly%20report integrity-view; do
   name=${view%%/*}
   profile=$(mktemp -d)
   "$CHROME" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
@@ -58,3 +58,11 @@ for view in "timeline/$secret" "why/$reply" commitments self concepts/topic.stab
   rm -rf "$profile"
   echo "docs/report/$name.png"
 done
+# "Why did it say that" in the dark scheme (prefers-color-scheme: dark).
+profile=$(mktemp -d)
+"$CHROME" --headless --no-sandbox --disable-gpu --force-dark-mode --blink-settings=preferredColorScheme=0 \
+  --no-first-run --disable-background-networking --disable-component-update --disable-sync \
+  --user-data-dir="$profile" --hide-scrollbars --window-size=1280,800 --virtual-time-budget=20000 \
+  --screenshot=docs/report/why-dark.png "file://$work/mind.html#why/$reply" 2>/dev/null
+rm -rf "$profile"
+echo docs/report/why-dark.png
