@@ -1,8 +1,8 @@
 #!/usr/bin/env sh
 # ci-verify.sh -- a CI step: verify an exported ledger against the anchors its previous run saved.
 #
-# Usage: scripts/ci-verify.sh EXPORT [ANCHORS]
-#        scripts/ci-verify.sh --signed KEYFILE VKEY LEDGER [CHECKPOINT]
+# Usage: scripts/ci-verify.sh [--report HTML] EXPORT [ANCHORS]
+#        scripts/ci-verify.sh [--report HTML] --signed KEYFILE VKEY LEDGER [CHECKPOINT]
 #
 #   EXPORT   an export of the ledger (pmm-export -o ledger.json.gz; JSON, JSONL or gzip of either)
 #   ANCHORS  the file the previous run saved (default: EXPORT's folder/anchors.txt). Missing on
@@ -22,19 +22,36 @@
 # (pmm-export --keygen wrote both) replaces it. A checkpoint someone else holds pins history
 # the same way, with O(log n) data: see docs/verification.md.
 #
+# --report HTML also writes, after a passing run, the self-verifying HTML report of the ledger
+# (pmm-export --format html, docs/report.md) to HTML: with --signed, with the checkpoint just
+# signed embedded; otherwise of the export, imported into a temporary ledger first. Keep it as
+# the job's artifact: whoever opens it sees the mind and the page checks every event again.
+#
 # In a GitHub Actions job, for example (the anchors file travels as an artifact or in git):
 #   - run: pmm-export --db agent.db -o ledger.json.gz
-#   - run: scripts/ci-verify.sh ledger.json.gz anchors/anchors.txt
+#   - run: scripts/ci-verify.sh --report mind.html ledger.json.gz anchors/anchors.txt
+#   - uses: actions/upload-artifact@v4
+#     with: { name: mind, path: mind.html }
 #   - run: git add anchors/anchors.txt && git commit -m "ledger anchors" && git push
 set -eu
 
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
     [ $# -ge 1 ] && exit 0
     exit 2
 fi
 PMM_VERIFY=${PMM_VERIFY:-pmm-verify}
 PMM_EXPORT=${PMM_EXPORT:-pmm-export}
+PMM_APPEND=${PMM_APPEND:-pmm-append}
+REPORT=
+if [ "$1" = "--report" ]; then
+    if [ $# -lt 3 ]; then
+        echo "ci-verify: --report needs a file and then the usual arguments" >&2
+        exit 2
+    fi
+    REPORT=$2
+    shift 2
+fi
 if [ "$1" = "--signed" ]; then
     if [ $# -lt 4 ] || [ $# -gt 5 ]; then
         echo "ci-verify: usage: scripts/ci-verify.sh --signed KEYFILE VKEY LEDGER [CHECKPOINT]" >&2
@@ -61,6 +78,11 @@ if [ "$1" = "--signed" ]; then
     mv -- "$CHECKPOINT.new" "$CHECKPOINT"
     echo "ci-verify: ok; checkpoint saved to $CHECKPOINT:" >&2
     cat -- "$CHECKPOINT" >&2
+    if [ -n "$REPORT" ]; then
+        "$PMM_EXPORT" --db "$LEDGER" --quiet --format html -o "$REPORT" \
+            --embed-checkpoint "$CHECKPOINT" --key "$VKEY"
+        echo "ci-verify: report written to $REPORT" >&2
+    fi
     exit 0
 fi
 for a in "$@"; do
@@ -94,3 +116,10 @@ tail -n 1 "$OUT" >"$ANCHORS.new"
 mv -- "$ANCHORS.new" "$ANCHORS"
 echo "ci-verify: ok; anchors saved to $ANCHORS:" >&2
 cat -- "$ANCHORS" >&2
+if [ -n "$REPORT" ]; then
+    TMPDB=$(mktemp -d)
+    trap 'rm -f -- "$OUT"; rm -rf -- "$TMPDB"' EXIT
+    "$PMM_APPEND" --db "$TMPDB/ledger.db" --quiet --import "$EXPORT" --no-index >/dev/null
+    "$PMM_EXPORT" --db "$TMPDB/ledger.db" --quiet --format html -o "$REPORT"
+    echo "ci-verify: report written to $REPORT" >&2
+fi

@@ -1,7 +1,8 @@
 //! `pmm-export`: export a ledger.
 
-use crate::chain::note::SignerKey;
+use crate::chain::note::{SignerKey, VerifierKey};
 use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Program};
+use crate::interchange::report::{EmbeddedCheckpoint, ReportOptions};
 use crate::interchange::{self, ExportContext, ExportFormat};
 use crate::outfile::OutputFile;
 use crate::store::EventLog;
@@ -23,6 +24,11 @@ EXAMPLES:
     pmm-export --format csv --kind commitment_open --kind commitment_close -o commitments.csv
   The telemetry report of the reference, for events 100 to 200:
     pmm-export --format telemetry --since 100 --until 200 -o telemetry.md
+  One offline page that shows the mind and verifies itself in the browser, with a signed
+  checkpoint embedded; the same file checked on the command line:
+    pmm-export --checkpoint --key log.key > cp.txt
+    pmm-export -o mind.html --embed-checkpoint cp.txt --key \"$VKEY\" --title \"Agent, May\"
+    pmm-verify mind.html
   A signing key, then a signed checkpoint of the ledger's Merkle tree (docs/verification.md):
     VKEY=$(pmm-export --keygen agent.example/ledger --key log.key)   # prints the verifier key
     pmm-export --checkpoint --key log.key > cp.txt
@@ -37,7 +43,14 @@ FORMATS:
              exchanges, replies name their provider and model, failed turns are shown
   telemetry  the reference telemetry report: event table, kind counts, continuity breaks,
              verification manifest
-  Without --format the format follows the -o name (.json, .jsonl, .csv, .md; .gz is
+  html       one self-contained page, nothing fetched when opened (docs/report.md): timeline,
+             why each reply said what it said, commitments, the self over time, concepts,
+             cost, search, and an integrity banner whose verdict the page computes itself
+             (every hash and link, the Merkle root, an embedded checkpoint's signature).
+             The events are in <script type=\"application/json\" id=\"pmm-events\">, the
+             verdict on the element id=\"pmm-verdict\". Past 200,000 events the page warns
+             and names a window to export with --since/--until
+  Without --format the format follows the -o name (.json, .jsonl, .csv, .md, .html; .gz is
   stripped first), else jsonl. A -o file is written beside its target and renamed into
   place when complete: whole or not at all, an existing file keeps its mode, and a failed
   export leaves the old file as it was. -o may not be the ledger or its -wal, -shm or
@@ -96,9 +109,22 @@ pub struct Args {
     /// Print a signed checkpoint of the ledger's Merkle tree (signed with --key FILE)
     #[arg(long, requires = "key", conflicts_with_all = ["format", "output"], help_heading = "Checkpoints")]
     checkpoint: bool,
-    /// The private key file of --keygen and --checkpoint
+    /// The private key file of --keygen and --checkpoint; with --embed-checkpoint, the
+    /// verifier key (or a file holding it, or the private key file)
     #[arg(long, value_name = "FILE", help_heading = "Checkpoints")]
     key: Option<PathBuf>,
+    /// The HTML report's title [default: pmm: the mind]
+    #[arg(long, value_name = "TEXT", help_heading = "HTML report")]
+    title: Option<String>,
+    /// Embed a signed checkpoint FILE (from --checkpoint) in the HTML report, checked in the
+    /// browser with the verifier key given by --key
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "key",
+        help_heading = "HTML report"
+    )]
+    embed_checkpoint: Option<PathBuf>,
 }
 
 impl Program for Args {
@@ -123,6 +149,7 @@ pub fn format_from_name(path: &Path) -> Option<ExportFormat> {
         "jsonl" | "ndjson" => Some(ExportFormat::Jsonl),
         "csv" => Some(ExportFormat::Csv),
         "md" | "markdown" => Some(ExportFormat::Md),
+        "html" | "htm" => Some(ExportFormat::Html),
         _ => None,
     }
 }
@@ -140,6 +167,8 @@ enum FormatArg {
     Md,
     /// The reference telemetry report (FORMATS.md §13.5).
     Telemetry,
+    /// One offline page that shows the mind and verifies itself (docs/report.md).
+    Html,
 }
 
 impl From<FormatArg> for ExportFormat {
@@ -150,6 +179,7 @@ impl From<FormatArg> for ExportFormat {
             FormatArg::Csv => ExportFormat::Csv,
             FormatArg::Md => ExportFormat::Md,
             FormatArg::Telemetry => ExportFormat::Telemetry,
+            FormatArg::Html => ExportFormat::Html,
         }
     }
 }
@@ -162,14 +192,15 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     if let (true, Some(key)) = (args.checkpoint, &args.key) {
         return checkpoint(key, &args.ledger.path());
     }
-    if args.key.is_some() {
+    if args.key.is_some() && args.embed_checkpoint.is_none() {
         return Err(Error::bad_input(
             Some("--key".into()),
-            "--key goes with --keygen or --checkpoint",
+            "--key goes with --keygen, --checkpoint or --embed-checkpoint",
         )
         .into());
     }
     let format = checked_format(&args)?;
+    let report = report_options(&args, format)?;
     let ledger = Ledger::open_reader(&args.ledger.path())?;
     let ctx = ExportContext {
         exported_at: args.clock.clock().now(),
@@ -185,12 +216,20 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
         kinds: args.kind.clone(),
     };
     let total = ledger.max_id()?.max(0) as u64;
+    if format == ExportFormat::Html {
+        warn_if_big(&args, ledger.max_id()?);
+    }
     let bar = crate::cli::progress(
         total,
         args.common.quiet || args.output.is_none(),
         "exporting",
     );
-    write_output(&args, &ledger, &filter, format, &ctx, &bar)?;
+    let out = Output {
+        format,
+        ctx: &ctx,
+        report: &report,
+    };
+    write_output(&args, &ledger, &filter, &out, &bar)?;
     bar.finish_and_clear();
     Ok(Exit::Success)
 }
@@ -227,8 +266,7 @@ fn write_output(
     args: &Args,
     ledger: &Ledger,
     filter: &Filter,
-    format: ExportFormat,
-    ctx: &ExportContext,
+    how: &Output<'_>,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<()> {
     match &args.output {
@@ -237,9 +275,8 @@ fn write_output(
             write_all(
                 ledger,
                 filter,
-                format,
+                how,
                 io::BufWriter::with_capacity(1 << 16, stdout),
-                ctx,
                 bar,
             )?;
         }
@@ -250,13 +287,13 @@ fn write_output(
             let file = target.writer()?;
             if is_gz(path) {
                 let gz = GzEncoder::new(file, flate2::Compression::default());
-                let gz = write_all(ledger, filter, format, gz, ctx, bar)?;
+                let gz = write_all(ledger, filter, how, gz, bar)?;
                 gz.finish()
                     .map_err(|e| Error::io(path, e))?
                     .flush()
                     .map_err(|e| Error::io(path, e))?;
             } else {
-                write_all(ledger, filter, format, file, ctx, bar)?
+                write_all(ledger, filter, how, file, bar)?
                     .flush()
                     .map_err(|e| Error::io(path, e))?;
             }
@@ -270,13 +307,12 @@ fn write_output(
 fn write_all<W: Write>(
     ledger: &Ledger,
     filter: &Filter,
-    format: ExportFormat,
+    how: &Output<'_>,
     out: W,
-    ctx: &ExportContext,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<W> {
     let mut shared = Shared(std::rc::Rc::new(std::cell::RefCell::new(Some(out))));
-    let mut sink = interchange::sink(format, shared.clone(), ctx)?;
+    let mut sink = interchange::sink_with(how.format, shared.clone(), how.ctx, how.report)?;
     let mut io_err = None;
     ledger.scan(filter, &mut |ev| {
         bar.set_position(ev.id.max(0) as u64);
@@ -291,6 +327,96 @@ fn write_all<W: Write>(
     }
     sink.finish()?;
     Ok(shared.take())
+}
+
+/// Events beyond which a report is slow to open (docs/report.md: about 5 s per 10^5 events to
+/// the verdict on a small machine).
+pub const REPORT_EVENTS_WARN: i64 = 200_000;
+
+/// A report of more than [`REPORT_EVENTS_WARN`] events is written, with a warning naming the
+/// window of the last 10^5 events to take instead.
+fn warn_if_big(args: &Args, head: i64) {
+    let from = args.since.unwrap_or(1).max(1);
+    let to = args.until.map_or(head, |u| u.min(head));
+    if to - from + 1 > REPORT_EVENTS_WARN {
+        eprintln!(
+            "pmm-export: warning: a report of {} events is slow to open and check in a browser \
+             (docs/report.md); a window is quicker, e.g. --since {} for the last 100000",
+            to - from + 1,
+            (to - 99_999).max(1)
+        );
+    }
+}
+
+/// What the export writes: the format, what some formats say about the export, and what a
+/// report says about itself.
+struct Output<'a> {
+    format: ExportFormat,
+    ctx: &'a ExportContext,
+    report: &'a ReportOptions,
+}
+
+/// The report's title and embedded checkpoint, checked before anything is written: the
+/// checkpoint must open with the key (`--key`: a verifier key, a file holding one, or the
+/// private key file, whose verifier is taken) and be about a tree the report holds.
+fn report_options(args: &Args, format: ExportFormat) -> anyhow::Result<ReportOptions> {
+    let html = format == ExportFormat::Html;
+    let bad = |flag: &str, why: String| Error::bad_input(Some(flag.into()), why);
+    if !html && (args.title.is_some() || args.embed_checkpoint.is_some()) {
+        return Err(bad(
+            "--title/--embed-checkpoint",
+            "these go with --format html".into(),
+        )
+        .into());
+    }
+    if html && !args.kind.is_empty() {
+        let why = "a report holds every event of its window (--since/--until): --kind would break its chain";
+        return Err(bad("--kind", why.into()).into());
+    }
+    let mut opts = ReportOptions {
+        title: args.title.clone().unwrap_or_default(),
+        exported_at: crate::event::format_ts(args.clock.clock().now()),
+        checkpoint: None,
+    };
+    if let (Some(file), Some(key)) = (&args.embed_checkpoint, &args.key) {
+        let note = crate::cli::read_small_file(file)?;
+        let vkey = verifier_key(key)?;
+        let cp = crate::chain::note::open_checkpoint(&note, &vkey)
+            .map_err(|e| bad("--embed-checkpoint", format!("{}: {e}", file.display())))?;
+        if args.since.is_some_and(|s| s > 1) || args.until.is_some_and(|u| u < cp.size as i64) {
+            let why = format!(
+                "the checkpoint is about events 1 to {}: the report's window must hold them",
+                cp.size
+            );
+            return Err(bad("--embed-checkpoint", why).into());
+        }
+        opts.checkpoint = Some(EmbeddedCheckpoint {
+            note,
+            key: vkey.to_text(),
+        });
+    }
+    Ok(opts)
+}
+
+/// `--key` with `--embed-checkpoint`: the verifier key itself, a file holding it, or the
+/// private key file (only its verifier key is used, and embedded).
+fn verifier_key(key: &Path) -> anyhow::Result<VerifierKey> {
+    let text = if key.is_file() {
+        crate::cli::read_small_file(key)?
+    } else {
+        key.to_string_lossy().into_owned()
+    };
+    if let Ok(v) = VerifierKey::parse(&text) {
+        return Ok(v);
+    }
+    match SignerKey::parse(&text) {
+        Ok(s) => Ok(s.verifier()),
+        Err(e) => Err(Error::bad_input(
+            Some("--key".into()),
+            format!("neither a verifier key nor a private key: {e}"),
+        )
+        .into()),
+    }
 }
 
 /// Lets the sink own a writer that we get back afterwards (to finish a gzip stream).

@@ -11,6 +11,7 @@ mod write;
 
 pub mod csv;
 pub mod markdown;
+pub mod report;
 pub mod telemetry;
 
 pub use import::{import, ImportSummary};
@@ -34,6 +35,8 @@ pub enum ExportFormat {
     Md,
     /// The reference telemetry report (FORMATS.md §13.5).
     Telemetry,
+    /// The self-verifying HTML report (docs/report.md).
+    Html,
 }
 
 /// What some formats print about the export itself.
@@ -80,13 +83,28 @@ impl<W: Write> Sink for JsonArrayWriter<W> {
     }
 }
 
-/// The writer for `format` over `out`.
+/// The writer for `format` over `out` (a report with its default title and no checkpoint).
 pub fn sink<'a, W: Write + 'a>(
     format: ExportFormat,
     out: W,
     ctx: &ExportContext,
 ) -> io::Result<Box<dyn Sink + 'a>> {
+    let report = report::ReportOptions {
+        exported_at: crate::event::format_ts(ctx.exported_at),
+        ..report::ReportOptions::default()
+    };
+    sink_with(format, out, ctx, &report)
+}
+
+/// The writer for `format` over `out`; `report` is what an HTML report says about itself.
+pub fn sink_with<'a, W: Write + 'a>(
+    format: ExportFormat,
+    out: W,
+    ctx: &ExportContext,
+    report: &report::ReportOptions,
+) -> io::Result<Box<dyn Sink + 'a>> {
     Ok(match format {
+        ExportFormat::Html => Box::new(report::HtmlWriter::new(out, report)?),
         ExportFormat::Json => Box::new(JsonArrayWriter::new(out)?),
         ExportFormat::Jsonl => Box::new(Jsonl {
             out,

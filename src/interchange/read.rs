@@ -23,6 +23,8 @@ pub enum Format {
     Jsonl,
     /// A SQLite ledger.
     Sqlite,
+    /// A report of `pmm-export --format html`: its events block is read as a JSON export.
+    Html,
 }
 
 /// Where events come from: a file (maybe gzipped) or stdin (`-`).
@@ -177,10 +179,10 @@ fn detect_counting(r: &mut dyn BufRead) -> std::io::Result<(Format, u64)> {
         }
         let skip = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
         if skip == 0 {
-            let format = if buf[0] == b'[' {
-                Format::Json
-            } else {
-                Format::Jsonl
+            let format = match buf[0] {
+                b'[' => Format::Json,
+                b'<' => Format::Html,
+                _ => Format::Jsonl,
             };
             return Ok((format, newlines));
         }
@@ -257,8 +259,64 @@ pub fn read_with<T: Send>(
             let t = work(&mut item);
             f(item, t)
         })?,
+        Format::Html => {
+            skip_to_events(&mut reader, &name)?;
+            let block = UntilMarkup { inner: reader };
+            read_json(BufReader::new(block), &name, &mut |mut item| {
+                let t = work(&mut item);
+                f(item, t)
+            })?
+        }
     }
     Ok(format)
+}
+
+/// How far into a report its events block may start (the page's code comes first).
+const HTML_HEAD_LIMIT: u64 = 64 << 20;
+
+/// Consumes a report up to and including the tag that opens its events block.
+fn skip_to_events(r: &mut dyn BufRead, name: &str) -> Result<()> {
+    let needle = super::report::EVENTS_OPEN.as_bytes();
+    let mut carry: Vec<u8> = Vec::with_capacity(needle.len() * 2);
+    let mut seen = 0u64;
+    loop {
+        let buf = r.fill_buf().map_err(|e| gz_err(name, e))?;
+        if buf.is_empty() || seen > HTML_HEAD_LIMIT {
+            return Err(Error::NotALedger {
+                path: PathBuf::from(name),
+                why: "an HTML file without the events block of a pmm report".into(),
+            });
+        }
+        let keep = carry.len();
+        carry.extend_from_slice(&buf[..buf.len().min(1 << 16)]);
+        let took = carry.len() - keep;
+        if let Some(at) = carry.windows(needle.len()).position(|w| w == needle) {
+            // The needle ends inside this buffer: consume up to its end.
+            r.consume(at + needle.len() - keep);
+            return Ok(());
+        }
+        r.consume(took);
+        seen += took as u64;
+        let tail = carry.len().saturating_sub(needle.len() - 1);
+        carry.drain(..tail);
+    }
+}
+
+/// The events block of a report: its JSON ends at the first `<` (the writer escapes every
+/// `<` inside it, so the first one is `</script>`'s).
+struct UntilMarkup<R> {
+    inner: R,
+}
+
+impl<R: BufRead> Read for UntilMarkup<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let buf = self.inner.fill_buf()?;
+        let end = buf.iter().position(|&b| b == b'<').unwrap_or(buf.len());
+        let n = end.min(out.len());
+        out[..n].copy_from_slice(&buf[..n]);
+        self.inner.consume(n);
+        Ok(n)
+    }
 }
 
 /// The input's bytes (the file, or stdin), counted for `tick` and gunzipped when they start

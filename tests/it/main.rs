@@ -47,6 +47,7 @@ mod recall_bench;
 mod recall_floor;
 mod refenv;
 mod replay;
+mod report;
 mod robust;
 mod rsm;
 mod secrets;

@@ -1,0 +1,277 @@
+//! The self-verifying HTML report (`pmm-export --format html`, issue 45): one offline page that
+//! shows what the agent remembered and did, and recomputes every embedded event's hash and link
+//! in the browser.
+//!
+//! The page's code is not Rust: `report/page.html` (the shell), `report/report.css`,
+//! `report/verify.js` (canonical JSON, SHA-256, the chain, the Merkle root, the checkpoint) and
+//! `report/views.js` and `report/panels.js` (what a person sees), included at build time. This module only fills the
+//! shell: the Content-Security-Policy (the scripts and the style allowed by their sha256, no
+//! connection of any kind), the title, and the events as
+//! `<script type="application/json" id="pmm-events">`: a JSON array of
+//! `{"id","ts","kind","content","meta","prev_hash","hash"}`, `meta` the stored text, every `<`,
+//! `>`, `&`, U+2028 and U+2029 escaped so that no ledger text can end the element. The reader
+//! (`read.rs`) finds the same block again, so `pmm-verify mind.html` checks a report as it
+//! checks an export.
+
+use crate::event::Event;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use sha2::{Digest as _, Sha256};
+use std::io::{self, Write};
+
+const PAGE: &str = include_str!("report/page.html");
+const STYLE: &str = include_str!("report/report.css");
+/// The verifier's script (the browser tests run it on its own).
+pub const VERIFY_JS: &str = include_str!("report/verify.js");
+const VIEWS_JS: &str = include_str!("report/views.js");
+const PANELS_JS: &str = include_str!("report/panels.js");
+
+/// What opens the events block: the reader looks for exactly this.
+pub const EVENTS_OPEN: &str = r#"<script type="application/json" id="pmm-events">"#;
+
+/// Where the events go in the shell.
+const EVENTS_SLOT: &str = "{{EVENTS}}";
+
+/// A signed checkpoint to embed, with the verifier key the page checks it with.
+#[derive(Debug, Clone)]
+pub struct EmbeddedCheckpoint {
+    /// The signed note, as `pmm-export --checkpoint` printed it.
+    pub note: String,
+    /// The verifier key, `NAME+HASH+BASE64`.
+    pub key: String,
+}
+
+/// What the report says about itself besides the events.
+#[derive(Debug, Clone, Default)]
+pub struct ReportOptions {
+    /// The page's title.
+    pub title: String,
+    /// When the report was made (RFC 3339).
+    pub exported_at: String,
+    /// A checkpoint to embed.
+    pub checkpoint: Option<EmbeddedCheckpoint>,
+}
+
+/// Streams events into the report.
+pub struct HtmlWriter<W: Write> {
+    out: W,
+    count: u64,
+    buf: Vec<u8>,
+    tail: String,
+}
+
+/// `sha256-BASE64` of a script or style element's text, as a CSP source names it.
+fn csp_hash(text: &str) -> String {
+    format!("'sha256-{}'", B64.encode(Sha256::digest(text.as_bytes())))
+}
+
+/// The policy: nothing from outside, no connection, only this page's own script and style.
+pub fn content_security_policy() -> String {
+    format!(
+        "default-src 'none'; script-src {} {} {}; style-src {}; img-src data:; font-src 'none'; \
+         connect-src 'none'; media-src 'none'; object-src 'none'; frame-src 'none'; \
+         worker-src 'none'; manifest-src 'none'; base-uri 'none'; form-action 'none'",
+        csp_hash(VERIFY_JS),
+        csp_hash(VIEWS_JS),
+        csp_hash(PANELS_JS),
+        csp_hash(STYLE)
+    )
+}
+
+/// `s` as HTML text (element content or a double-quoted attribute).
+pub fn html_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Appends `s` as a JSON string that is safe inside a `<script>` element: raw UTF-8 except
+/// `"`, `\`, control characters, `<`, `>`, `&` and the two JavaScript line terminators, which
+/// are escaped (so neither `</script>` nor `<!--` can appear).
+pub fn script_json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let esc: Option<&[u8]> = match b {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
+            b'<' => Some(b"\\u003c"),
+            b'>' => Some(b"\\u003e"),
+            b'&' => Some(b"\\u0026"),
+            0x00..=0x1f | 0x7f => Some(b""),
+            // U+2028 and U+2029 are E2 80 A8 / E2 80 A9.
+            0xe2 if bytes.get(i + 1) == Some(&0x80)
+                && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9)) =>
+            {
+                Some(if bytes[i + 2] == 0xa8 {
+                    b"\\u2028"
+                } else {
+                    b"\\u2029"
+                })
+            }
+            _ => None,
+        };
+        let Some(esc) = esc else {
+            i += 1;
+            continue;
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        let width = if b == 0xe2 { 3 } else { 1 };
+        if esc.is_empty() {
+            out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
+        } else {
+            out.extend_from_slice(esc);
+        }
+        i += width;
+        start = i;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+fn opt_json(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => script_json_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// The shell with everything but the events filled in, split where they go.
+fn shell(opts: &ReportOptions) -> (String, String) {
+    let title = if opts.title.is_empty() {
+        "pmm: the mind"
+    } else {
+        opts.title.as_str()
+    };
+    let checkpoint = match &opts.checkpoint {
+        None => String::new(),
+        Some(cp) => {
+            let mut b = Vec::with_capacity(cp.note.len() + 256);
+            b.extend_from_slice(br#"<script type="application/json" id="pmm-checkpoint">{"key":"#);
+            script_json_str(&mut b, &cp.key);
+            b.extend_from_slice(br#","note":"#);
+            script_json_str(&mut b, &cp.note);
+            b.extend_from_slice(b"}</script>");
+            String::from_utf8_lossy(&b).into_owned()
+        }
+    };
+    let csp = html_text(&content_security_policy());
+    let (title, exported_at) = (html_text(title), html_text(&opts.exported_at));
+    let values: [(&str, &str); 9] = [
+        ("CSP", &csp),
+        ("TITLE", &title),
+        ("EXPORTED_AT", &exported_at),
+        ("VERSION", env!("CARGO_PKG_VERSION")),
+        ("STYLE", STYLE),
+        ("CHECKPOINT", &checkpoint),
+        ("VERIFY_JS", VERIFY_JS),
+        ("VIEWS_JS", VIEWS_JS),
+        ("PANELS_JS", PANELS_JS),
+    ];
+    let (head, tail) = PAGE.split_once(EVENTS_SLOT).unwrap_or((PAGE, ""));
+    (fill(head, &values), fill(tail, &values))
+}
+
+/// `template` with each `{{NAME}}` replaced by its value, in one pass: a value is never
+/// scanned again (a title that reads `{{STYLE}}` stays that text).
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + 4096);
+    let mut rest = template;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let hit = after.find("}}").and_then(|end| {
+            let name = &after[..end];
+            values
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v, end))
+        });
+        match hit {
+            Some((v, end)) => {
+                out.push_str(v);
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+impl<W: Write> HtmlWriter<W> {
+    /// Writes everything before the first event.
+    pub fn new(mut out: W, opts: &ReportOptions) -> io::Result<Self> {
+        let (head, tail) = shell(opts);
+        out.write_all(head.as_bytes())?;
+        out.write_all(EVENTS_OPEN.as_bytes())?;
+        out.write_all(b"[")?;
+        Ok(HtmlWriter {
+            out,
+            count: 0,
+            buf: Vec::with_capacity(4096),
+            tail,
+        })
+    }
+
+    /// Writes one event.
+    pub fn write(&mut self, ev: &Event) -> io::Result<()> {
+        let b = &mut self.buf;
+        b.clear();
+        if self.count > 0 {
+            b.extend_from_slice(b",\n");
+        }
+        b.extend_from_slice(b"{\"id\":");
+        b.extend_from_slice(ev.id.to_string().as_bytes());
+        b.extend_from_slice(b",\"ts\":");
+        script_json_str(b, &ev.ts);
+        b.extend_from_slice(b",\"kind\":");
+        script_json_str(b, ev.kind.as_str());
+        b.extend_from_slice(b",\"content\":");
+        script_json_str(b, &ev.content);
+        b.extend_from_slice(b",\"meta\":");
+        script_json_str(b, &ev.meta);
+        b.extend_from_slice(b",\"prev_hash\":");
+        opt_json(b, ev.prev_hash.as_deref());
+        b.extend_from_slice(b",\"hash\":");
+        opt_json(b, ev.hash.as_deref());
+        b.push(b'}');
+        self.count += 1;
+        self.out.write_all(b)
+    }
+
+    /// Closes the events block, writes the rest of the page and returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(b"]</script>")?;
+        self.out.write_all(self.tail.as_bytes())?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write> super::Sink for HtmlWriter<W> {
+    fn event(&mut self, ev: &Event) -> io::Result<()> {
+        self.write(ev)
+    }
+    fn finish(self: Box<Self>) -> io::Result<()> {
+        let mut out = HtmlWriter::finish(*self)?;
+        out.flush()
+    }
+}

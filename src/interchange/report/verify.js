@@ -1,0 +1,551 @@
+"use strict";
+// pmm report: the verifier. Recomputes every embedded event's hash and link exactly as
+// pmm-verify does (SPEC §2.3/§2.6, docs/verification.md), the RFC 9162 Merkle root, and an
+// embedded checkpoint's Ed25519 signature. Nothing here touches the page: views.js shows what
+// it finds. Exposed as window.PMM for views.js and for the browser tests
+// (tests/it/report_page.html).
+(function () {
+  // ---- SHA-256 (FIPS 180-4), synchronous: 10^5 small inputs are far faster here than one
+  // WebCrypto promise each. Checked against WebCrypto and the NIST vectors by the tests.
+  const K = new Int32Array([
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+  ]);
+  const W = new Int32Array(64);
+  let scratch = new Uint8Array(1 << 16);
+
+  function sha256(bytes, len) {
+    if (len === undefined) len = bytes.length;
+    const total = ((len + 9 + 63) >> 6) << 6;
+    if (scratch.length < total) scratch = new Uint8Array(total * 2);
+    scratch.set(len === bytes.length ? bytes : bytes.subarray(0, len), 0);
+    return digestInPlace(scratch, len);
+  }
+  // The digest of m[0..len), padding m in place: m must have room for the padding (len + 72).
+  function digestInPlace(m, len) {
+    const total = ((len + 9 + 63) >> 6) << 6;
+    m[len] = 0x80;
+    m.fill(0, len + 1, total);
+    const bits = len * 8;
+    m[total - 4] = bits >>> 24; m[total - 3] = bits >>> 16; m[total - 2] = bits >>> 8; m[total - 1] = bits;
+    m[total - 5] = (len / 0x20000000) | 0;
+    let h0 = 0x6a09e667, h1 = 0xbb67ae85 | 0, h2 = 0x3c6ef372, h3 = 0xa54ff53a | 0;
+    let h4 = 0x510e527f, h5 = 0x9b05688c | 0, h6 = 0x1f83d9ab, h7 = 0x5be0cd19;
+    for (let off = 0; off < total; off += 64) {
+      for (let i = 0; i < 16; i++) {
+        const j = off + 4 * i;
+        W[i] = (m[j] << 24) | (m[j + 1] << 16) | (m[j + 2] << 8) | m[j + 3];
+      }
+      for (let i = 16; i < 64; i++) {
+        const a = W[i - 15], b = W[i - 2];
+        const s0 = ((a >>> 7) | (a << 25)) ^ ((a >>> 18) | (a << 14)) ^ (a >>> 3);
+        const s1 = ((b >>> 17) | (b << 15)) ^ ((b >>> 19) | (b << 13)) ^ (b >>> 10);
+        W[i] = (W[i - 16] + s0 + W[i - 7] + s1) | 0;
+      }
+      let a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7;
+      for (let i = 0; i < 64; i++) {
+        const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+        const t1 = (h + S1 + ((e & f) ^ (~e & g)) + K[i] + W[i]) | 0;
+        const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+        const t2 = (S0 + ((a & b) ^ (a & c) ^ (b & c))) | 0;
+        h = g; g = f; f = e; e = (d + t1) | 0; d = c; c = b; b = a; a = (t1 + t2) | 0;
+      }
+      h0 = (h0 + a) | 0; h1 = (h1 + b) | 0; h2 = (h2 + c) | 0; h3 = (h3 + d) | 0;
+      h4 = (h4 + e) | 0; h5 = (h5 + f) | 0; h6 = (h6 + g) | 0; h7 = (h7 + h) | 0;
+    }
+    const out = new Uint8Array(32);
+    const hs = [h0, h1, h2, h3, h4, h5, h6, h7];
+    for (let i = 0; i < 8; i++) {
+      out[4 * i] = hs[i] >>> 24; out[4 * i + 1] = hs[i] >>> 16;
+      out[4 * i + 2] = hs[i] >>> 8; out[4 * i + 3] = hs[i];
+    }
+    return out;
+  }
+
+  const HEX = "0123456789abcdef";
+  const BYTE_HEX = [];
+  for (let i = 0; i < 256; i++) BYTE_HEX.push(HEX[i >> 4] + HEX[i & 15]);
+  const NIBBLE = new Int8Array(128).fill(-1);
+  for (let i = 0; i < 16; i++) { NIBBLE[HEX.charCodeAt(i)] = i; NIBBLE["0123456789ABCDEF".charCodeAt(i)] = i; }
+  function hex(bytes) {
+    let s = "";
+    for (let i = 0; i < bytes.length; i++) s += BYTE_HEX[bytes[i]];
+    return s;
+  }
+  // 64 hex digits of either case (as Digest::from_hex), else null.
+  function fromHex(s) {
+    if (typeof s !== "string" || s.length !== 64) return null;
+    const out = new Uint8Array(32);
+    for (let i = 0; i < 32; i++) {
+      const a = s.charCodeAt(2 * i), b = s.charCodeAt(2 * i + 1);
+      const hi = a < 128 ? NIBBLE[a] : -1, lo = b < 128 ? NIBBLE[b] : -1;
+      if (hi < 0 || lo < 0) return null;
+      out[i] = (hi << 4) | lo;
+    }
+    return out;
+  }
+  // sha256 of an ASCII string (canonical JSON is ASCII by construction).
+  let asciiBuf = new Uint8Array(1 << 16);
+  const encoder = new TextEncoder();
+  function sha256Ascii(s) {
+    const n = s.length;
+    if (asciiBuf.length < n + 72) asciiBuf = new Uint8Array((n + 72) * 2);
+    encoder.encodeInto(s, asciiBuf);
+    return digestInPlace(asciiBuf, n);
+  }
+  function sha256Utf8(s) {
+    return sha256(new TextEncoder().encode(s));
+  }
+
+  // ---- Canonical JSON: CPython's json.dumps(obj, sort_keys=True, separators=(",", ":")),
+  // as src/canon does it (FORMATS.md §1.3).
+  const PLAIN = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+  const SHORT = { 0x22: '\\"', 0x5c: "\\\\", 0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t", 0x08: "\\b", 0x0c: "\\f" };
+  const ESCAPE = /[^\x20\x21\x23-\x5b\x5d-\x7e]/g;
+  function escapeOne(ch) {
+    const c = ch.charCodeAt(0);
+    if (SHORT[c] !== undefined) return SHORT[c];
+    return "\\u" + HEX[(c >> 12) & 15] + HEX[(c >> 8) & 15] + HEX[(c >> 4) & 15] + HEX[c & 15];
+  }
+  // A JSON string as CPython writes it with ensure_ascii (surrogate pairs escaped unit by unit,
+  // which is what the regular expression without the u flag does).
+  function canonStr(s) {
+    if (PLAIN.test(s)) return '"' + s + '"';
+    return '"' + s.replace(ESCAPE, escapeOne) + '"';
+  }
+
+  // Code-point order (what serde_json's map keeps): UTF-16 order differs only when a
+  // surrogate meets a unit at or above U+E000.
+  function byCodePoint(a, b) {
+    const n = Math.min(a.length, b.length);
+    for (let i = 0; i < n; i++) {
+      const x = a.charCodeAt(i), y = b.charCodeAt(i);
+      if (x === y) continue;
+      const xs = x >= 0xd800 && x < 0xe000, ys = y >= 0xd800 && y < 0xe000;
+      if (xs !== ys) return xs ? 1 : -1;
+      return x - y;
+    }
+    return a.length - b.length;
+  }
+
+  // CPython repr(float) of a finite number: the shortest digits that round-trip, and of those
+  // the correctly rounded (ties to even) string when it round-trips too (src/canon float_repr).
+  function floatRepr(f) {
+    if (f === 0) return Object.is(f, -0) ? "-0.0" : "0.0";
+    const neg = f < 0;
+    const x = Math.abs(f);
+    const [mant, e] = x.toExponential().split("e");
+    let digits = mant.replace(".", "");
+    let exp = parseInt(e, 10);
+    const nearest = nearestDigits(x, digits.length);
+    if (Number(nearest[0][0] + "." + nearest[0].slice(1) + "e" + nearest[1]) === x) {
+      digits = nearest[0];
+      exp = nearest[1];
+    }
+    let s = neg ? "-" : "";
+    if (exp >= -4 && exp < 16) {
+      if (exp >= 0) {
+        const il = exp + 1;
+        if (digits.length <= il) s += digits + "0".repeat(il - digits.length) + ".0";
+        else s += digits.slice(0, il) + "." + digits.slice(il);
+      } else s += "0." + "0".repeat(-exp - 1) + digits;
+    } else {
+      s += digits[0] + (digits.length > 1 ? "." + digits.slice(1) : "");
+      s += "e" + (exp < 0 ? "-" : "+") + (Math.abs(exp) < 10 ? "0" : "") + Math.abs(exp);
+    }
+    return s;
+  }
+
+  // The k significant digits nearest to x (exactly, ties to even) and their exponent.
+  function nearestDigits(x, k) {
+    const dv = new DataView(new ArrayBuffer(8));
+    dv.setFloat64(0, x);
+    const hi = dv.getUint32(0), lo = dv.getUint32(4);
+    const bexp = (hi >>> 20) & 0x7ff;
+    let m = (BigInt(hi & 0xfffff) << 32n) | BigInt(lo);
+    let e2;
+    if (bexp === 0) e2 = -1074;
+    else { m |= 1n << 52n; e2 = bexp - 1075; }
+    let n, scale;
+    if (e2 >= 0) { n = m << BigInt(e2); scale = 0; }
+    else { n = m * 5n ** BigInt(-e2); scale = -e2; }
+    const nd = n.toString();
+    let exp = nd.length - 1 - scale;
+    if (nd.length <= k) return [nd + "0".repeat(k - nd.length), exp];
+    let head = nd.slice(0, k);
+    const rest = nd.slice(k);
+    let up;
+    if (rest[0] > "5") up = true;
+    else if (rest[0] < "5") up = false;
+    else if (/[1-9]/.test(rest.slice(1))) up = true;
+    else up = (head.charCodeAt(k - 1) & 1) === 1;
+    if (up) {
+      head = (BigInt(head) + 1n).toString();
+      if (head.length > k) { head = head.slice(0, k); exp += 1; }
+    }
+    return [head, exp];
+  }
+
+  // A strict JSON parser (RFC 8259, what serde_json accepts) that returns the canonical text
+  // of what it parsed; numbers are kept as the text they were written with until written.
+  function canonJson(text) {
+    let i = 0;
+    const fail = (why) => { throw new Error(why + " at " + i); };
+    const ws = () => {
+      for (;;) {
+        const c = text.charCodeAt(i);
+        if (c === 32 || c === 9 || c === 10 || c === 13) i++;
+        else return;
+      }
+    };
+    const NUM = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/y;
+    const PLAIN_STR = /"([^"\\\x00-\x1f]*)"/y;
+    function str() {
+      // text[i] is the opening quote; most strings have no escape at all.
+      PLAIN_STR.lastIndex = i;
+      const fast = PLAIN_STR.exec(text);
+      if (fast) { i = PLAIN_STR.lastIndex; return fast[1]; }
+      let out = "";
+      i++;
+      for (;;) {
+        const c = text.charCodeAt(i);
+        if (Number.isNaN(c)) fail("a string without end");
+        if (c === 0x22) { i++; return out; }
+        if (c < 0x20) fail("a control character in a string");
+        if (c !== 0x5c) { out += text[i++]; continue; }
+        const e = text[i + 1];
+        i += 2;
+        const simple = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" }[e];
+        if (simple !== undefined) { out += simple; continue; }
+        if (e !== "u") fail("a bad escape");
+        const u = hex4(i);
+        i += 4;
+        if (u >= 0xd800 && u < 0xdc00) {
+          if (text[i] !== "\\" || text[i + 1] !== "u") fail("a lone surrogate");
+          const v = hex4(i + 2);
+          if (v < 0xdc00 || v >= 0xe000) fail("a lone surrogate");
+          i += 6;
+          out += String.fromCharCode(u, v);
+        } else if (u >= 0xdc00 && u < 0xe000) fail("a lone surrogate");
+        else out += String.fromCharCode(u);
+      }
+    }
+    function hex4(at) {
+      const h = text.substr(at, 4);
+      if (!/^[0-9a-fA-F]{4}$/.test(h)) fail("a bad \\u escape");
+      return parseInt(h, 16);
+    }
+    function value(depth) {
+      if (depth > 128) fail("nesting too deep");
+      ws();
+      const c = text[i];
+      if (c === "{") {
+        i++;
+        const map = new Map();
+        ws();
+        if (text[i] === "}") { i++; return "{}"; }
+        for (;;) {
+          ws();
+          if (text[i] !== '"') fail("a key that is not a string");
+          const k = str();
+          ws();
+          if (text[i] !== ":") fail("no ':' after a key");
+          i++;
+          map.set(k, value(depth + 1));
+          ws();
+          if (text[i] === ",") { i++; continue; }
+          if (text[i] === "}") { i++; break; }
+          fail("no ',' or '}' in an object");
+        }
+        const keys = Array.from(map.keys()).sort(byCodePoint);
+        return "{" + keys.map((k) => canonStr(k) + ":" + map.get(k)).join(",") + "}";
+      }
+      if (c === "[") {
+        i++;
+        const items = [];
+        ws();
+        if (text[i] === "]") { i++; return "[]"; }
+        for (;;) {
+          items.push(value(depth + 1));
+          ws();
+          if (text[i] === ",") { i++; continue; }
+          if (text[i] === "]") { i++; break; }
+          fail("no ',' or ']' in an array");
+        }
+        return "[" + items.join(",") + "]";
+      }
+      if (c === '"') return canonStr(str());
+      for (const lit of ["true", "false", "null"]) {
+        if (text.startsWith(lit, i)) { i += lit.length; return lit; }
+      }
+      NUM.lastIndex = i;
+      const mm = NUM.exec(text);
+      if (!mm) fail("not a JSON value");
+      i += mm[0].length;
+      if (mm[1] !== undefined || mm[2] !== undefined) {
+        const f = Number(mm[0]);
+        if (!Number.isFinite(f)) throw new Error("number " + mm[0] + " is out of range");
+        return floatRepr(f);
+      }
+      return /^-?0+$/.test(mm[0]) ? "0" : mm[0];
+    }
+    const out = value(0);
+    ws();
+    if (i !== text.length) fail("trailing characters");
+    return out;
+  }
+
+  // The canonical text of a stored meta: an object (an empty or blank text is {}, as the
+  // export readers take it). Most metas are short and repeat (`{"source":"autonomy_kernel"}`),
+  // so short ones are remembered.
+  const metaMemo = new Map();
+  function canonMeta(text) {
+    const short = text.length <= 256;
+    if (short) { const hit = metaMemo.get(text); if (hit !== undefined) return hit; }
+    let out;
+    if (text.trim() === "") out = "{}";
+    else {
+      out = fastCanon(text);
+      if (out === null) out = canonJson(text);
+      if (out[0] !== "{") throw new Error("meta must be a JSON object");
+    }
+    if (short && metaMemo.size < 50000) metaMemo.set(text, out);
+    return out;
+  }
+
+  // The native parser is exact whenever no number could change on the way (no fraction, no
+  // exponent, no integer of 16 digits or more: a digit followed by '.', 'e' or 'E', or 16
+  // digits in a row, anywhere in the text) and no \u escape could be a lone surrogate (which
+  // JSON.parse accepts and serde_json refuses): otherwise null, and canonJson parses it.
+  const RISKY = /[0-9][.eE]|[0-9]{16}|\\u[dD][89a-fA-F]/;
+  function fastCanon(text) {
+    if (RISKY.test(text)) return null;
+    let v;
+    try { v = JSON.parse(text); } catch (e) { return null; }
+    return canonValue(v);
+  }
+  function canonValue(v) {
+    if (v === null) return "null";
+    switch (typeof v) {
+      case "string": return canonStr(v);
+      case "boolean": return v ? "true" : "false";
+      case "number": return String(v);
+      default:
+        if (Array.isArray(v)) return "[" + v.map(canonValue).join(",") + "]";
+        return "{" + Object.keys(v).sort(byCodePoint).map((k) => canonStr(k) + ":" + canonValue(v[k])).join(",") + "}";
+    }
+  }
+
+  function payload(ev) {
+    return '{"content":' + canonStr(ev.content) + ',"kind":' + canonStr(ev.kind) +
+      ',"meta":' + canonMeta(ev.meta) + ',"prev_hash":' +
+      (ev.prev_hash === null ? "null" : canonStr(ev.prev_hash)) + "}";
+  }
+
+  // The hash an event should have, in hex; throws when its meta has no canonical form.
+  function eventHash(ev) {
+    return hex(sha256Ascii(payload(ev)));
+  }
+
+  // ---- The Merkle tree (RFC 9162): leaf = H(0x00 ‖ 32 bytes of the event's hash), or H(0x00)
+  // for an event without a well-formed hash; node = H(0x01 ‖ l ‖ r).
+  const leafBuf = new Uint8Array(128);
+  const nodeBuf = new Uint8Array(192);
+  function leafHash(hashHex) {
+    const d = fromHex(hashHex);
+    leafBuf[0] = 0;
+    if (!d) return digestInPlace(leafBuf, 1);
+    leafBuf.set(d, 1);
+    return digestInPlace(leafBuf, 33);
+  }
+  function nodeHash(l, r) {
+    nodeBuf[0] = 1;
+    nodeBuf.set(l, 1);
+    nodeBuf.set(r, 33);
+    return digestInPlace(nodeBuf, 65);
+  }
+  // A streaming root: the perfect subtrees the size decomposes into, largest first.
+  function RootHasher() {
+    this.stack = [];
+    this.size = 0;
+  }
+  RootHasher.prototype.push = function (hashHex) {
+    let node = { h: leafHash(hashHex), n: 1 };
+    while (this.stack.length && this.stack[this.stack.length - 1].n === node.n) {
+      const left = this.stack.pop();
+      node = { h: nodeHash(left.h, node.h), n: left.n * 2 };
+    }
+    this.stack.push(node);
+    this.size++;
+  };
+  RootHasher.prototype.root = function () {
+    if (this.size === 0) return sha256(new Uint8Array(0));
+    let r = this.stack[this.stack.length - 1].h;
+    for (let j = this.stack.length - 2; j >= 0; j--) r = nodeHash(this.stack[j].h, r);
+    return r;
+  };
+  function merkleRoot(hashes) {
+    const t = new RootHasher();
+    for (const h of hashes) t.push(h);
+    return hex(t.root());
+  }
+
+  // ---- The chain, as src/chain/verify.rs checks it. Findings carry the event's id. A report
+  // whose first event is not event 1 is a window: its first event starts the chain check (its
+  // link to what came before cannot be checked here) and it has no root.
+  const HASH_HEX = /^[0-9a-fA-F]{64}$/;
+  function Chain(opts) {
+    this.opts = opts || {};
+    this.findings = [];
+    this.prev = null;
+    this.seen = new Map();
+    this.maybeErased = [];
+    this.erasures = new Map();
+    this.erased = new Map();
+    this.count = 0;
+    this.first = null;
+    this.head = "";
+    this.tree = null;
+    this.rootAt = new Map();
+  }
+  Chain.prototype.find = function (id, problem, extra) {
+    this.findings.push(Object.assign({ id: id, problem: problem }, extra || {}));
+  };
+  Chain.prototype.check = function (ev) {
+    const id = ev.id;
+    this.count++;
+    if (this.first === null) {
+      this.first = id;
+      if (id === 1) this.tree = new RootHasher();
+    } else if (ev.id !== this.prev.id + 1) this.find(id, "id_gap", { expected: this.prev.id + 1 });
+    const bad = this.findings.length;
+    let lastErased = false;
+    let computed = null;
+    try { computed = eventHash(ev); } catch (e) { this.find(id, "malformed", { error: String(e.message) }); }
+    if (computed !== null && computed !== ev.hash) {
+      if (ev.content === "" && ev.meta === "{}") {
+        lastErased = true;
+        this.maybeErased.push({ id: id, found: ev.hash, expected: computed });
+      } else this.find(id, "hash_mismatch", { expected: computed, found: ev.hash });
+    }
+    if (ev.kind === "erasure" && this.findings.length === bad && !lastErased) this.noteErasure(ev);
+    if (this.prev === null) {
+      if (id === 1 && ev.prev_hash !== null) this.find(id, "genesis_prev_hash", { found: ev.prev_hash });
+    } else if (ev.prev_hash !== this.prev.hash) {
+      this.find(id, "broken_link", { expected: this.prev.hash, found: ev.prev_hash });
+    }
+    if (typeof ev.hash === "string" && HASH_HEX.test(ev.hash)) {
+      const key = ev.hash.toLowerCase();
+      if (this.seen.has(key)) this.find(id, "duplicate_hash", { hash: key, first_id: this.seen.get(key) });
+      else this.seen.set(key, id);
+    }
+    if (this.tree) {
+      this.tree.push(ev.hash);
+      const want = this.opts.rootAt;
+      if (want && want === this.tree.size) this.rootAt.set(want, hex(this.tree.root()));
+    }
+    this.head = ev.hash === null ? "" : ev.hash;
+    this.prev = { id: id, hash: ev.hash };
+  };
+  Chain.prototype.noteErasure = function (ev) {
+    let m;
+    try { m = JSON.parse(ev.meta); } catch (e) { return; }
+    if (!m || typeof m !== "object" || Array.isArray(m)) return;
+    const id = m.erased_id, hash = m.erased_hash;
+    if (Number.isSafeInteger(id) && typeof hash === "string" && !this.erasures.has(id)) {
+      this.erasures.set(id, { hash: hash, erasure_id: ev.id, reason: typeof m.reason === "string" ? m.reason : "", source: typeof m.source === "string" ? m.source : "" });
+    }
+  };
+  Chain.prototype.finish = function () {
+    for (const e of this.maybeErased) {
+      const named = this.erasures.get(e.id);
+      if (named && named.hash === e.found) this.erased.set(e.id, named);
+      else this.find(e.id, "hash_mismatch", { expected: e.expected, found: e.found });
+    }
+    let firstBad = null;
+    for (const f of this.findings) if (f.id !== null && (firstBad === null || f.id < firstBad)) firstBad = f.id;
+    return {
+      status: this.findings.length === 0 && this.count > 0 ? "ok" : "failed",
+      events: this.count,
+      first: this.first,
+      head: this.head,
+      root: this.tree ? hex(this.tree.root()) : "",
+      firstBad: firstBad,
+      erased: this.erased,
+      findings: this.findings,
+      rootAt: this.rootAt,
+    };
+  };
+
+  // ---- Signed checkpoints (C2SP signed note + tlog-checkpoint, src/chain/note.rs).
+  function b64(s) {
+    if (!/^[A-Za-z0-9+/]*={0,2}$/.test(s) || s.length % 4 !== 0) throw new Error("not base64");
+    const bin = atob(s);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+  function parseVerifierKey(text) {
+    // NAME+HASH+BASE64: the name has no "+", base64 may.
+    const m = /^([^+]+)\+([0-9a-f]{8})\+(.+)$/.exec(text.trim());
+    if (!m) throw new Error("not a verifier key");
+    const parts = [m[1], m[2], m[3]];
+    const name = parts[0];
+    const raw = b64(parts[2]);
+    if (raw.length !== 33 || raw[0] !== 1) throw new Error("not an Ed25519 verifier key");
+    const pub = raw.slice(1);
+    const idBytes = new TextEncoder().encode(name + "\n");
+    const buf = new Uint8Array(idBytes.length + 33);
+    buf.set(idBytes, 0); buf[idBytes.length] = 1; buf.set(pub, idBytes.length + 1);
+    const h = hex(sha256(buf).subarray(0, 4));
+    if (h !== parts[1]) throw new Error("the key's hash does not match its name and key");
+    return { name: name, hash: h, pub: pub, text: text.trim() };
+  }
+  function parseCheckpointBody(body) {
+    const lines = body.slice(0, -1).split("\n");
+    if (lines.length < 3 || lines[0] === "") throw new Error("not a checkpoint");
+    if (!/^(0|[1-9][0-9]*)$/.test(lines[1])) throw new Error("the tree size is not a number");
+    const root = b64(lines[2]);
+    if (root.length !== 32) throw new Error("the root is not 32 bytes");
+    return { origin: lines[0], size: Number(lines[1]), root: hex(root) };
+  }
+  // Opens the note with the key: {ok, why, key, checkpoint}. Ed25519 through WebCrypto.
+  async function openCheckpoint(cp) {
+    const key = parseVerifierKey(cp.key);
+    const note = cp.note;
+    if (!note.endsWith("\n")) throw new Error("the note does not end in a newline");
+    const split = note.lastIndexOf("\n\n");
+    if (split < 0) throw new Error("no blank line before the signatures");
+    const body = note.slice(0, split + 1), sigs = note.slice(split + 2);
+    const checkpoint = parseCheckpointBody(body);
+    const pub = await crypto.subtle.importKey("raw", key.pub, { name: "Ed25519" }, false, ["verify"]);
+    let signed = false;
+    for (const line of sigs.split("\n")) {
+      if (line === "") continue;
+      if (!line.startsWith("\u2014 ")) throw new Error("a signature line does not start with '\u2014 '");
+      const sp = line.indexOf(" ", 2);
+      if (sp < 0) throw new Error("a signature line has no signature");
+      const name = line.slice(2, sp);
+      const blob = b64(line.slice(sp + 1));
+      if (blob.length < 4 || name !== key.name || hex(blob.subarray(0, 4)) !== key.hash) continue;
+      if (blob.length === 68 && await crypto.subtle.verify({ name: "Ed25519" }, pub, blob.slice(4), new TextEncoder().encode(body))) signed = true;
+    }
+    if (!signed) return { ok: false, why: "no valid signature by " + key.name, key: key, checkpoint: checkpoint };
+    if (checkpoint.origin !== key.name) return { ok: false, why: "its origin is not the key's name", key: key, checkpoint: checkpoint };
+    return { ok: true, why: "", key: key, checkpoint: checkpoint };
+  }
+
+  window.PMM = {
+    sha256: sha256, sha256Ascii: sha256Ascii, sha256Utf8: sha256Utf8, hex: hex, fromHex: fromHex,
+    canonStr: canonStr, canonJson: canonJson, canonMeta: canonMeta, floatRepr: floatRepr,
+    payload: payload, eventHash: eventHash, leafHash: leafHash, nodeHash: nodeHash,
+    RootHasher: RootHasher, merkleRoot: merkleRoot, Chain: Chain,
+    parseVerifierKey: parseVerifierKey, parseCheckpointBody: parseCheckpointBody, openCheckpoint: openCheckpoint,
+  };
+})();
