@@ -23,6 +23,10 @@ pub struct Options {
     pub allow_empty: bool,
     /// For SQLite ledgers, SQLite's full `integrity_check` instead of `quick_check`.
     pub integrity: bool,
+    /// For PostgreSQL ledgers, leave out the checks of this host's record of the ledger and
+    /// of its cache (`--accept-restored-server` verifies the server alone); the head row is
+    /// still checked.
+    pub server_only: bool,
 }
 
 /// The self-model `--deep` checks `summary_update` snapshots against: the two folds it is
@@ -202,6 +206,11 @@ fn verify_with(
         return Err(Error::io("<stdout>", e));
     }
     second_pass(input, &mut v, checker.as_mut(), &mut found)?;
+    if let Some(url) = input.postgres_url() {
+        for f in crate::store::replica::audit::audit(url, !opts.server_only)? {
+            v.report(f.id, f.problem, &mut found);
+        }
+    }
     if v.events() == 0 && !opts.allow_empty {
         v.report(
             None,
@@ -213,7 +222,9 @@ fn verify_with(
     }
     let prompts = match side {
         Some(side) => Some(finish_side(side, opts.integrity, &mut v, &mut found)?),
-        None if format == interchange::Format::Sqlite => {
+        // A PostgreSQL ledger is read as a SQLite one is, but has no file to check (its
+        // host's cache is compared with the server instead: `replica::audit`).
+        None if format == interchange::Format::Sqlite && input.postgres_url().is_none() => {
             sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
             None
         }

@@ -185,6 +185,10 @@ REVOKE ALL ON FUNCTION pmm_erase_text(BIGINT) FROM PUBLIC;
 /// The advisory lock the first writers take while they create or migrate the schema.
 const SCHEMA_LOCK: i64 = 0x706d_6d5f_7363_6865; // "pmm_sche"
 
+/// How long a program whose connection the server closed tries to connect again before it
+/// gives up ([`PgLog::revive`]): a restart takes seconds, a failover tens of them.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
+
 /// How long a session may sit idle inside a transaction before the server ends it (and frees
 /// the head lock): pmm never waits on anything but the database inside one.
 pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(30);
@@ -248,6 +252,10 @@ pub struct PgLog {
     /// The write path's statements, prepared once per connection (a statement given as text
     /// costs a round trip of its own to prepare each time).
     stmts: Option<Stmts>,
+    /// The URL as given (never shown: it may hold a password) and whether the session is
+    /// read-only, to connect again when the server closed the connection ([`PgLog::revive`]).
+    given: String,
+    read_only: bool,
 }
 
 /// See [`PgLog::stmts`].
@@ -314,6 +322,8 @@ impl PgLog {
             scratch: Vec::with_capacity(1024),
             retries: 0,
             stmts: None,
+            given: url.to_string(),
+            read_only,
         };
         // The server's side of the keepalives too (per session, ignored on a Unix socket): a
         // client host that vanished while holding the head lock is noticed after about
@@ -335,6 +345,37 @@ impl PgLog {
             .batch_execute(&session)
             .map_err(|e| log.err(e))?;
         Ok(log)
+    }
+
+    /// Connects again when the server has closed this connection (it restarted, failed over,
+    /// or ended an idle session), retrying with jittered back-off for up to
+    /// [`RECONNECT_FOR`]: a long-lived program (`pmm-tick --every`, `pmm-replay --follow`,
+    /// `pmm-turn` reading stdin) goes on once the server is back. Whether it connected again;
+    /// an open connection is left alone.
+    pub(crate) fn revive(&mut self) -> Result<bool> {
+        if !self.client.get_mut().is_closed() {
+            return Ok(false);
+        }
+        let started = Instant::now();
+        let mut wait = 100u64;
+        loop {
+            match PgLog::connect(&self.given, self.ctx.busy_ms, self.read_only) {
+                Ok(fresh) => {
+                    let isolation = self.isolation;
+                    *self = PgLog {
+                        isolation,
+                        retries: self.retries,
+                        ..fresh
+                    };
+                    return Ok(true);
+                }
+                Err(e) if started.elapsed() >= RECONNECT_FOR => return Err(e),
+                Err(_) => {
+                    std::thread::sleep(jitter(wait));
+                    wait = (wait * 2).min(2_000);
+                }
+            }
+        }
     }
 
     /// The ledger's URL, its password left out.
@@ -723,6 +764,29 @@ impl PgLog {
             }
         }
         Ok(())
+    }
+
+    /// The head row every append locks and moves: `(id, hash)` (0 and null before the first).
+    pub(crate) fn head_row(&self) -> Result<(i64, Option<String>)> {
+        let row = self
+            .client
+            .borrow_mut()
+            .query_one("SELECT id, hash FROM pmm_head", &[])
+            .map_err(|e| self.err(e))?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// The meta of the first `erasure` event after event `id` that names it, if there is one.
+    pub(crate) fn erasure_naming(&self, id: i64) -> Result<Option<String>> {
+        let row = self
+            .client
+            .borrow_mut()
+            .query_opt(
+                "SELECT meta FROM events WHERE kind = 'erasure' AND id > $1 AND strpos(meta, $2) > 0 ORDER BY id LIMIT 1",
+                &[&id, &format!("\"erased_id\":{id},")],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(row.map(|r| r.get(0)))
     }
 
     /// The hash of event `id`, if it exists.

@@ -33,7 +33,7 @@ pub use checkpoint::{
 
 pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
-use super::{log, postgres, replica};
+use super::{log, notices, postgres, replica};
 use crate::event::{Clock, Event, Kind};
 use crate::{Error, Result};
 use rusqlite::types::ValueRef;
@@ -203,9 +203,15 @@ impl Ledger {
         }
     }
 
-    /// Makes this (cache) file the local copy of the PostgreSQL ledger at `url`.
-    pub(crate) fn attach(&mut self, up: replica::Upstream, url: &str) {
+    /// Makes this (cache) file the local copy of the PostgreSQL ledger at `url`. Freed bytes
+    /// are zeroed from now on (`secure_delete`): a cache erases a text it caught up the
+    /// erasure of, and no stale copy of it may stay in a freed cell or page.
+    pub(crate) fn attach(&mut self, up: replica::Upstream, url: &str) -> Result<()> {
+        self.conn
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(|e| self.err(e))?;
         self.upstream = Some((up, postgres::url::shown(url), url.to_string()));
+        Ok(())
     }
 
     /// The PostgreSQL ledger this file caches, as shown (no password), if it is one.
@@ -229,8 +235,18 @@ impl Ledger {
             return Ok(0);
         }
         let before = self.max_id()?;
-        // Catching up writes only to the cache: no need to lock the server's head.
-        self.begin_with(false)?.commit()?;
+        // Catching up writes only to the cache: no need to lock the server's head. A server
+        // that closed the connection meanwhile (a restart) is connected to again, once.
+        if let Err(e) = self.begin_with(false).and_then(Batch::commit) {
+            let revived = match &mut self.upstream {
+                Some((up, _, _)) => up.log.revive()?,
+                None => false,
+            };
+            if !revived {
+                return Err(e);
+            }
+            self.begin_with(false)?.commit()?;
+        }
         Ok((self.max_id()? - before).max(0) as u64)
     }
 
@@ -576,6 +592,7 @@ impl Ledger {
         // order, so two writers on one host cannot wait on each other).
         let (lease, server_head) = match &mut self.upstream {
             Some((up, _, _)) => {
+                up.log.revive()?;
                 let (lease, head) = replica::Lease::take(up, lock)?;
                 (Some(lease), head)
             }
@@ -619,6 +636,7 @@ impl Ledger {
             lease: None,
             pulled: 0,
             vectors_put: Default::default(),
+            scrubbed: false,
         };
         if let Some(lease) = lease {
             replica::pull(&mut batch, lease.log())?;
@@ -1717,6 +1735,9 @@ pub struct Batch<'a> {
     /// The vectors this transaction stored, `(model, dim, event ids)`, for a cached PostgreSQL
     /// ledger's server.
     vectors_put: std::cell::RefCell<Vec<(String, usize, Vec<i64>)>>,
+    /// Whether an erasure caught up from the server erased a text in this transaction (the
+    /// WAL is truncated after the commit).
+    scrubbed: bool,
 }
 
 impl Batch<'_> {
@@ -1730,6 +1751,7 @@ impl Batch<'_> {
             return Ok(false);
         }
         erase::scrub(&self.tx, id, &ev.kind, &ev.content).map_err(|e| self.err(e))?;
+        self.scrubbed = true;
         Ok(true)
     }
 
@@ -1983,6 +2005,7 @@ impl Batch<'_> {
     pub fn commit(mut self) -> Result<()> {
         self.catch_up()?;
         let (path, busy) = (self.path.clone(), self.busy_ms);
+        let mut on_server = false;
         if let Some(lease) = self.lease.take() {
             // The server first: once it has committed, the events exist; a cache that then
             // fails to commit only lags, and the next catch-up reads them back.
@@ -1991,14 +2014,50 @@ impl Batch<'_> {
                 ..Filter::default()
             };
             let vectors = self.vectors_to_push()?;
-            lease.commit(&vectors, &mut |push| {
-                self.scan(&mine, |ev| {
-                    push(&ev)?;
-                    Ok(true)
-                })
-            })?;
+            let head = self.head.clone();
+            on_server = lease.commit(
+                &vectors,
+                &mut |push| {
+                    self.scan(&mine, |ev| {
+                        push(&ev)?;
+                        Ok(true)
+                    })
+                },
+                head.as_ref(),
+            )?;
         }
-        self.tx.commit().map_err(|e| map_err(e, &path, busy))
+        let scrubbed = self.scrubbed;
+        match self.tx.commit().map_err(|e| map_err(e, &path, busy)) {
+            // What the server committed is the truth: say the append succeeded, and that
+            // this host's copy lags (the next program catches it up).
+            Err(e) if on_server => {
+                notices::push(format!(
+                    "the events are committed on the server, but this host's cache of them could not be ({e}); it is behind, and is caught up by the next program that opens the ledger"
+                ));
+                Ok(())
+            }
+            Err(e) => Err(e),
+            Ok(()) => {
+                if scrubbed {
+                    truncate_cache_wal(&path);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Checkpoints a cache's WAL into its file and truncates it, after a catch-up erased a text
+/// (its frames may hold the text as it was), through a connection of its own (the batch's is
+/// gone with its commit). A reader that keeps part of it leaves it to the next checkpoint.
+fn truncate_cache_wal(path: &Path) {
+    let done = Connection::open(path).and_then(|conn| erase::truncate_wal(&conn));
+    if !matches!(done, Ok(true)) {
+        notices::push(format!(
+            "{}: an erased text may stay in this cache's WAL until its next checkpoint ({})",
+            path.display(),
+            done.map_or_else(|e| e.to_string(), |_| "a reader kept part of it".into())
+        ));
     }
 }
 
