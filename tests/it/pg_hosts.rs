@@ -30,14 +30,19 @@ fn cache_files(host: &Pmm) -> Vec<PathBuf> {
     out
 }
 
-/// How many times `needle` occurs in the bytes of the host's cache files.
+/// How many times `needle` occurs in the bytes of the host's cache files (each file that
+/// holds it is named on stderr, for the failure's message).
 fn copies_on(host: &Pmm, needle: &str) -> usize {
     let n = needle.as_bytes();
     cache_files(host)
         .iter()
         .map(|f| {
             let bytes = std::fs::read(f).unwrap_or_default();
-            bytes.windows(n.len()).filter(|w| *w == n).count()
+            let count = bytes.windows(n.len()).filter(|w| *w == n).count();
+            if count > 0 {
+                eprintln!("{}: {count} × {needle}", f.display());
+            }
+            count
         })
         .sum()
 }
@@ -623,4 +628,146 @@ fn long_lived_programs_go_on_after_the_server_restarts() {
         all.contains("\"content\":\"two after the restart\""),
         "{all}"
     );
+}
+
+/// A small deterministic generator (xorshift), for the stress test's choices.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// One host's share of the stress: appends, turns and ticks, about one in three killed
+/// (SIGKILL or SIGTERM) a random moment after it started. How many were killed.
+fn stress_host(host: &Pmm, h: u64, rounds: u64) -> u64 {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (h + 1).wrapping_mul(0xff51_afd7_ed55_8ccd));
+    let mut killed = 0;
+    for round in 0..rounds {
+        let (prog, args, stdin): (&str, Vec<String>, String) = match rng.below(3) {
+            0 => (
+                "pmm-append",
+                vec![],
+                (0..5)
+                    .map(|i| {
+                        format!("{{\"kind\":\"user_message\",\"content\":\"host {h} round {round} line {i}\"}}\n")
+                    })
+                    .collect(),
+            ),
+            1 => (
+                "pmm-turn",
+                vec![
+                    "--adapter".into(),
+                    "dummy".into(),
+                    format!("host {h} asks about the lake painting, round {round}"),
+                ],
+                String::new(),
+            ),
+            _ => (
+                "pmm-tick",
+                vec!["--slot".into(), format!("{}", 1000 + h * 1000 + round)],
+                String::new(),
+            ),
+        };
+        let mut child = host
+            .std_cmd(prog)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+        if rng.below(3) == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(rng.below(400)));
+            let sig = if rng.below(2) == 0 {
+                libc::SIGKILL
+            } else {
+                libc::SIGTERM
+            };
+            unsafe { libc::kill(child.id() as i32, sig) };
+            killed += 1;
+        }
+        let _ = child.wait();
+    }
+    killed
+}
+
+/// The sweep's stress (issue 44, "Must show"): four hosts append, turn and tick at once, a
+/// third of their programs killed at random; one host erases a secret meanwhile. Afterwards
+/// every host's cache equals the server (`pmm-verify` compares them), `--deep` is clean, and
+/// no host holds a byte of the erased text.
+#[test]
+fn four_hosts_killed_at_random_share_one_chain_and_no_copy_of_an_erased_text() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let url = server.database();
+    let hosts: Vec<Pmm> = (0..4)
+        .map(|h| on_server(&server, Some(&url), &format!("host{h}")))
+        .collect();
+    conversation(&hosts[0]);
+    let secret = "my passport is QQPASS-778899, keep it safe for me";
+    let turn = hosts[0].run("pmm-turn", &["--adapter", "dummy", secret], "");
+    ok(&turn, "the secret");
+    let ids: Vec<String> = turn
+        .records()
+        .iter()
+        .filter(|e| e["content"].as_str().is_some_and(|t| t.contains("QQPASS")))
+        .map(|e| e["id"].to_string())
+        .collect();
+    for host in &hosts[1..] {
+        ok(
+            &host.run("pmm-replay", &["--tail", "1"], ""),
+            "each host copies it",
+        );
+    }
+    let killed: u64 = std::thread::scope(|s| {
+        let workers: Vec<_> = hosts
+            .iter()
+            .enumerate()
+            .map(|(h, host)| s.spawn(move || stress_host(host, h as u64, 14)))
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(3000));
+        for id in &ids {
+            let r = hosts[3].run(
+                "pmm-append",
+                &[
+                    "--erase",
+                    id,
+                    "--with-quotes",
+                    "--reason",
+                    "r",
+                    "--source",
+                    "owner",
+                ],
+                "",
+            );
+            assert!(r.code == 0 || r.stderr.contains("already erased"), "{r:?}");
+        }
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    assert!(killed > 0);
+    for (h, host) in hosts.iter().enumerate() {
+        let r = host.run("pmm-verify", &[], "");
+        ok(
+            &r,
+            &format!("host {h}: the chain, and the cache equal to the server"),
+        );
+        assert_eq!(
+            copies_on(host, "QQPASS"),
+            0,
+            "host {h} holds the erased text"
+        );
+        assert_eq!(copies_on(host, "qqpass"), 0, "host {h} holds its tokens");
+    }
+    let exports: Vec<String> = hosts.iter().map(export).collect();
+    assert!(exports.iter().all(|e| *e == exports[0]), "one chain");
+    ok(&hosts[1].run("pmm-verify", &["--deep"], ""), "--deep");
 }

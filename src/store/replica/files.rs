@@ -9,7 +9,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 
 /// The companion files SQLite keeps beside a cache file.
-pub(crate) const SUFFIXES: [&str; 3] = ["", "-wal", "-shm"];
+pub(crate) const SUFFIXES: [&str; 4] = ["", "-wal", "-shm", "-erased"];
 
 /// `path` with `suffix` added to its name.
 pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {

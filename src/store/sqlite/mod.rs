@@ -553,6 +553,18 @@ impl Ledger {
                 .optional()?
                 .flatten();
             let Some(hash) = hash else { return Ok(()) };
+            // A state projected before an erasure that came after its event may hold the
+            // erased text (another process erased it, or a host's cache caught the erasure
+            // up, after this one projected): it is not kept, or the text would come back in
+            // what is projected from it.
+            let erased_after: i64 = tx.query_row(
+                "SELECT coalesce(max(id), 0) FROM events WHERE kind = ?1",
+                [Kind::Erasure.as_str()],
+                |r| r.get(0),
+            )?;
+            if erased_after > event_id {
+                return Ok(());
+            }
             tx.execute(
                 "INSERT OR REPLACE INTO pmm_checkpoints (name, event_id, event_hash, format, state) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![name, event_id, hash, format, state],
@@ -789,9 +801,13 @@ impl Ledger {
     /// are refused (exit 2) before anything is written. `refuse` is the write session's policy
     /// check, run inside the transaction once the targets are known: an error it returns is
     /// committed with whatever it appended (a `violation`) and returned, and nothing is erased.
+    /// With `with_quotes`, the later events that quote an erased text ([`Ledger::quoting`])
+    /// are erased too, looked for inside the transaction: one appended by another process (or
+    /// caught up from the server) just before it is not missed.
     pub fn erase(
         &mut self,
         ids: &[i64],
+        with_quotes: bool,
         reason: &str,
         actor: &str,
         clock: &Clock,
@@ -801,6 +817,18 @@ impl Ledger {
             .pragma_update(None, "secure_delete", "ON")
             .map_err(|e| self.err(e))?;
         let mut batch = self.begin()?;
+        let mut ids = ids.to_vec();
+        if with_quotes {
+            for id in ids.clone() {
+                if let Some(ev) = batch.get(id)? {
+                    ids.extend(
+                        erase::quoting(&batch.tx, id, &ev.content).map_err(|e| batch.err(e))?,
+                    );
+                }
+            }
+            ids.sort_unstable();
+            ids.dedup();
+        }
         let targets = ids
             .iter()
             .map(|&id| batch.erasable(id))
@@ -818,6 +846,7 @@ impl Ledger {
         let wal_truncated = erase::truncate_wal(&self.conn).map_err(|e| self.err(e))?;
         Ok(Erased {
             events,
+            erased: ids,
             wal_truncated,
         })
     }
@@ -1706,6 +1735,8 @@ const REPLICA_TABLE: &str = "CREATE TABLE IF NOT EXISTS pmm_replica (
 pub struct Erased {
     /// The `erasure` events appended, one per erased event, in id order.
     pub events: Vec<Event>,
+    /// The ids erased, in order (with their quotes when asked).
+    pub erased: Vec<i64>,
     /// Whether the WAL was checkpointed and truncated (`false`: a reader held part of it; the
     /// next checkpoint copies and truncates it).
     pub wal_truncated: bool,
@@ -2027,6 +2058,9 @@ impl Batch<'_> {
             )?;
         }
         let scrubbed = self.scrubbed;
+        if scrubbed {
+            mark_erasure(&path);
+        }
         match self.tx.commit().map_err(|e| map_err(e, &path, busy)) {
             // What the server committed is the truth: say the append succeeded, and that
             // this host's copy lags (the next program catches it up).
@@ -2047,12 +2081,42 @@ impl Batch<'_> {
     }
 }
 
+/// The file beside a cache that says its WAL may still hold an erased text: made before the
+/// commit of a catch-up that erased one, removed once the WAL is truncated. A program killed
+/// in between leaves it, and the next program that opens the cache truncates the WAL
+/// ([`finish_erasure`]).
+fn erasure_mark(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push("-erased");
+    PathBuf::from(p)
+}
+
+fn mark_erasure(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(erasure_mark(path));
+}
+
+/// Truncates the WAL of the cache at `path` when a program was killed before it could after
+/// a catch-up erased a text.
+pub(crate) fn finish_erasure(path: &Path) {
+    if erasure_mark(path).exists() {
+        truncate_cache_wal(path);
+    }
+}
+
 /// Checkpoints a cache's WAL into its file and truncates it, after a catch-up erased a text
 /// (its frames may hold the text as it was), through a connection of its own (the batch's is
 /// gone with its commit). A reader that keeps part of it leaves it to the next checkpoint.
 fn truncate_cache_wal(path: &Path) {
     let done = Connection::open(path).and_then(|conn| erase::truncate_wal(&conn));
-    if !matches!(done, Ok(true)) {
+    if matches!(done, Ok(true)) {
+        let _ = std::fs::remove_file(erasure_mark(path));
+    } else {
         notices::push(format!(
             "{}: an erased text may stay in this cache's WAL until its next checkpoint ({})",
             path.display(),
@@ -2179,8 +2243,10 @@ mod tests {
         );
         assert!(temp_tables(&r) > 0, "a temporary index was built");
         let mut w = Ledger::open_writer(&path, 1000).unwrap();
-        w.erase(&[1], "a card number", "owner", &clock, &mut |_| Ok(None))
-            .unwrap();
+        w.erase(&[1], false, "a card number", "owner", &clock, &mut |_| {
+            Ok(None)
+        })
+        .unwrap();
         assert!(r
             .text_index(10)
             .unwrap()
