@@ -207,7 +207,7 @@ pub(crate) fn open(url: &str, writer: bool, busy_ms: u64) -> Result<Ledger> {
         refuse_if_diverged(head, &log, &file)?;
     }
     let mut ledger = Ledger::open_writer(&file, busy_ms)?;
-    super::sqlite::finish_erasure(&file);
+    super::sqlite::erase::finish_erasure(&file);
     let cached = {
         use super::Reads;
         ledger.head()?

@@ -2059,7 +2059,7 @@ impl Batch<'_> {
         }
         let scrubbed = self.scrubbed;
         if scrubbed {
-            mark_erasure(&path);
+            erase::mark_erasure(&path);
         }
         match self.tx.commit().map_err(|e| map_err(e, &path, busy)) {
             // What the server committed is the truth: say the append succeeded, and that
@@ -2073,55 +2073,11 @@ impl Batch<'_> {
             Err(e) => Err(e),
             Ok(()) => {
                 if scrubbed {
-                    truncate_cache_wal(&path);
+                    erase::truncate_cache_wal(&path);
                 }
                 Ok(())
             }
         }
-    }
-}
-
-/// The file beside a cache that says its WAL may still hold an erased text: made before the
-/// commit of a catch-up that erased one, removed once the WAL is truncated. A program killed
-/// in between leaves it, and the next program that opens the cache truncates the WAL
-/// ([`finish_erasure`]).
-fn erasure_mark(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push("-erased");
-    PathBuf::from(p)
-}
-
-fn mark_erasure(path: &Path) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(erasure_mark(path));
-}
-
-/// Truncates the WAL of the cache at `path` when a program was killed before it could after
-/// a catch-up erased a text.
-pub(crate) fn finish_erasure(path: &Path) {
-    if erasure_mark(path).exists() {
-        truncate_cache_wal(path);
-    }
-}
-
-/// Checkpoints a cache's WAL into its file and truncates it, after a catch-up erased a text
-/// (its frames may hold the text as it was), through a connection of its own (the batch's is
-/// gone with its commit). A reader that keeps part of it leaves it to the next checkpoint.
-fn truncate_cache_wal(path: &Path) {
-    let done = Connection::open(path).and_then(|conn| erase::truncate_wal(&conn));
-    if matches!(done, Ok(true)) {
-        let _ = std::fs::remove_file(erasure_mark(path));
-    } else {
-        notices::push(format!(
-            "{}: an erased text may stay in this cache's WAL until its next checkpoint ({})",
-            path.display(),
-            done.map_or_else(|e| e.to_string(), |_| "a reader kept part of it".into())
-        ));
     }
 }
 
