@@ -146,6 +146,13 @@ impl std::fmt::Display for Coded {
     }
 }
 
+impl Coded {
+    /// The module's error, if it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.error.downcast_ref::<T>()
+    }
+}
+
 impl std::error::Error for Coded {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.error.source()

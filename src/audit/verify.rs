@@ -23,6 +23,10 @@ pub struct Options {
     pub allow_empty: bool,
     /// For SQLite ledgers, SQLite's full `integrity_check` instead of `quick_check`.
     pub integrity: bool,
+    /// For PostgreSQL ledgers, leave out the checks of this host's record of the ledger and
+    /// of its cache (`--accept-restored-server` verifies the server alone); the head row is
+    /// still checked.
+    pub server_only: bool,
 }
 
 /// The self-model `--deep` checks `summary_update` snapshots against: the two folds it is
@@ -202,6 +206,7 @@ fn verify_with(
         return Err(Error::io("<stdout>", e));
     }
     second_pass(input, &mut v, checker.as_mut(), &mut found)?;
+    replica_findings(input, opts.server_only, &mut v, &mut found)?;
     if v.events() == 0 && !opts.allow_empty {
         v.report(
             None,
@@ -213,7 +218,8 @@ fn verify_with(
     }
     let prompts = match side {
         Some(side) => Some(finish_side(side, opts.integrity, &mut v, &mut found)?),
-        None if format == interchange::Format::Sqlite => {
+        // A PostgreSQL ledger (read as a SQLite one is) has no file: `replica_findings`.
+        None if format == interchange::Format::Sqlite && input.postgres_url().is_none() => {
             sqlite_damage(input, opts.integrity, &mut v, &mut found)?;
             None
         }
@@ -224,6 +230,22 @@ fn verify_with(
     drain(&mut found).map_err(|e| Error::io("<stdout>", e))?;
     summary.source = Some(input.name());
     Ok(summary)
+}
+
+/// What a PostgreSQL ledger's rows alone do not show ([`crate::store::replica::audit`]): the
+/// head row, and (unless `server_only`) this host's record and cache of the ledger.
+fn replica_findings(
+    input: &Input,
+    server_only: bool,
+    v: &mut Verifier,
+    found: &mut Vec<Finding>,
+) -> crate::Result<()> {
+    if let Some(url) = input.postgres_url() {
+        for f in crate::store::replica::audit::audit(url, !server_only)? {
+            v.report(f.id, f.problem, found);
+        }
+    }
+    Ok(())
 }
 
 /// One more read, when the first left something open, settles both far-pointing links and

@@ -198,6 +198,39 @@ pub enum Problem {
         /// Why it was erased.
         reason: String,
     },
+    /// A PostgreSQL ledger's head row (`pmm_head`) is not its last event: a role that may
+    /// update the row moved it (every writer then refuses to append). The id is the last
+    /// event's.
+    HeadMismatch {
+        /// The last event, `{"id","hash"}`.
+        expected: Value,
+        /// The head row, `{"id","hash"}`.
+        found: Value,
+    },
+    /// The PostgreSQL server's event at the newest head this host verified has another hash:
+    /// history was rewritten on the server (the id is that event's).
+    HistoryRewritten {
+        /// The hash this host verified.
+        expected: Option<String>,
+        /// The hash the server has.
+        found: Option<String>,
+    },
+    /// The PostgreSQL server's events end before the newest head this host verified (a
+    /// restored backup, a database made again, rows deleted; the id is the verified one's).
+    RolledBack {
+        /// The hash this host verified.
+        expected: Option<String>,
+        /// The server's last event (0: none).
+        server_head: i64,
+    },
+    /// This host's cache of a PostgreSQL ledger holds an event other than the server's (it
+    /// was changed on this host): programs on this host would read it.
+    CacheMismatch {
+        /// The server's event, as exported.
+        expected: Value,
+        /// The cache's.
+        found: Value,
+    },
     /// A derived event that does not match what its inputs give.
     DerivedMismatch {
         /// What was checked.
@@ -271,6 +304,11 @@ pub struct Summary {
     pub empty: u64,
     /// Count of `sqlite_damage` findings (SQLite ledgers only).
     pub sqlite_damage: u64,
+    /// Count of `head_mismatch`, `history_rewritten`, `rolled_back` and `cache_mismatch`
+    /// findings (PostgreSQL ledgers only: the server's head row, and this host's record of
+    /// the ledger); left out when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub replica_findings: u64,
     /// Events reported as `erased` (not findings); left out when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub erased: u64,
@@ -303,6 +341,10 @@ impl Summary {
             Problem::Empty { .. } => self.empty += 1,
             Problem::SqliteDamage { .. } => self.sqlite_damage += 1,
             Problem::Erased { .. } => self.erased += 1,
+            Problem::HeadMismatch { .. }
+            | Problem::HistoryRewritten { .. }
+            | Problem::RolledBack { .. }
+            | Problem::CacheMismatch { .. } => self.replica_findings += 1,
         }
     }
 
@@ -317,6 +359,7 @@ impl Summary {
             + self.derived_mismatches
             + self.empty
             + self.sqlite_damage
+            + self.replica_findings
     }
 }
 

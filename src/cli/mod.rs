@@ -160,7 +160,12 @@ pub fn main<A: Program>(name: &str, run: fn(A) -> anyhow::Result<Exit>) -> ExitC
         clap_complete::generate(shell, &mut cmd, name, &mut io::stdout());
         return ExitCode::SUCCESS;
     }
-    match run(args) {
+    let outcome = run(args);
+    // What the store could not do wholly (a cache behind its server), said once at the end.
+    for w in crate::store::notices::take() {
+        let _ = writeln!(io::stderr(), "{name}: warning: {w}");
+    }
+    match outcome {
         Ok(Exit::Success) => ExitCode::SUCCESS,
         Ok(Exit::Negative) => ExitCode::from(1),
         Err(e) => report(name, &e),

@@ -559,12 +559,15 @@ fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Exit> {
         Some(ev) => ledger.quoting(id, &ev.content)?,
         None => Vec::new(),
     };
-    let mut targets = vec![id];
-    if args.with_quotes {
-        targets.extend(&quotes);
-    }
     let clock = args.clock.clock();
-    let erased = match session::erase(&mut ledger, &targets, reason, &args.source, &clock) {
+    let erased = match session::erase(
+        &mut ledger,
+        &[id],
+        args.with_quotes,
+        reason,
+        &args.source,
+        &clock,
+    ) {
         Ok(e) => e,
         Err(e) => {
             let e = anyhow::Error::new(e);
@@ -577,7 +580,7 @@ fn erase(args: &Args, id: i64, out: &mut Out) -> anyhow::Result<Exit> {
     }
     out.record(&EraseRecord {
         record: "erasure",
-        erased: targets,
+        erased: erased.erased.clone(),
         quoted_by: if args.with_quotes { vec![] } else { quotes },
         wal_truncated: erased.wal_truncated,
     })?;

@@ -110,6 +110,12 @@ pub struct Args {
     /// table) instead of the default quick_check (page structure and records)
     #[arg(long)]
     integrity: bool,
+    /// For a PostgreSQL ledger this host refuses (history_rewritten, rolled_back): verify the
+    /// server's chain alone and, when it is clean, follow the server from now on, as restored
+    /// from a backup on purpose. This host's cache is kept aside (renamed), and the step is
+    /// logged beside it (docs/scale-out.md, "Backups and restores")
+    #[arg(long)]
+    accept_restored_server: bool,
 
     /// Print the Merkle root of the ledger (of its first --size events)
     #[arg(long, help_heading = "Proofs")]
@@ -254,11 +260,8 @@ pub fn read_anchors(path: &Path) -> crate::Result<Vec<Anchor>> {
 /// derived events are recomputed too (the engine is [`crate::audit::verify`]).
 pub fn verify_input(
     input: &Input,
-    anchors: Vec<Anchor>,
+    opts: crate::audit::verify::Options,
     quiet: bool,
-    deep: bool,
-    allow_empty: bool,
-    integrity: bool,
     out: &mut Out,
 ) -> anyhow::Result<Summary> {
     let size = input
@@ -267,12 +270,6 @@ pub fn verify_input(
         .and_then(|p| std::fs::metadata(p).ok())
         .map_or(0, |m| m.len());
     let bar = crate::cli::progress(size, quiet, "verifying");
-    let opts = crate::audit::verify::Options {
-        anchors,
-        deep,
-        allow_empty,
-        integrity,
-    };
     let summary = crate::audit::verify::verify(input, opts, &|n| bar.set_position(n), &mut |f| {
         out.record(&f)
     })
@@ -307,6 +304,20 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     })? {
         return Ok(outcome);
     }
+    if args.accept_restored_server
+        && (!args.files.is_empty()
+            || !args
+                .ledger
+                .path()
+                .to_str()
+                .is_some_and(crate::store::postgres::is_postgres_url))
+    {
+        return Err(Error::bad_input(
+            Some("--accept-restored-server".into()),
+            "is for a PostgreSQL ledger (--db postgres://…), which this host refuses after a restore",
+        )
+        .into());
+    }
     let mut anchors = args.anchor.clone();
     if let Some(path) = &args.anchors_from {
         anchors.extend(read_anchors(path)?);
@@ -326,18 +337,36 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     let mut out = Out::new();
     let mut ok = true;
     for input in &inputs {
-        ok &= verify_input(
-            input,
-            anchors.clone(),
-            args.common.quiet,
-            args.deep,
-            args.allow_empty,
-            args.integrity,
-            &mut out,
-        )?
-        .ok;
+        let opts = crate::audit::verify::Options {
+            anchors: anchors.clone(),
+            deep: args.deep,
+            allow_empty: args.allow_empty,
+            integrity: args.integrity,
+            server_only: args.accept_restored_server,
+        };
+        let summary = verify_input(input, opts, args.common.quiet, &mut out)?;
+        ok &= summary.ok;
+        if let Some(url) = input
+            .postgres_url()
+            .filter(|_| args.accept_restored_server && summary.ok)
+        {
+            accept_restored(url, &summary)?;
+        }
     }
     Ok(if ok { Exit::Success } else { Exit::Negative })
+}
+
+/// `--accept-restored-server`, once the server's chain verified clean: this host follows it
+/// from its head on (its cache kept aside), and says so on stderr as in the log beside the
+/// cache.
+fn accept_restored(url: &str, summary: &Summary) -> anyhow::Result<()> {
+    let head = summary.last_id.map(|id| crate::store::Head {
+        id,
+        hash: summary.last_hash.clone(),
+    });
+    let line = crate::store::replica::witness::accept_restored(url, head.as_ref())?;
+    eprintln!("pmm-verify: {line}");
+    Ok(())
 }
 
 /// The proof options, apart from the chain verification's.

@@ -39,6 +39,12 @@ pub struct Event {
 }
 
 impl Event {
+    /// Whether the row is blank, as an erasure leaves it (no content, meta `{}`): nothing of
+    /// it may be recalled.
+    pub fn is_blank(&self) -> bool {
+        self.content.is_empty() && self.meta == "{}"
+    }
+
     /// Appends the JSONL wire form (`meta` as an object) without the trailing newline.
     pub fn write_jsonl(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"id\":");

@@ -72,6 +72,10 @@ fn refusal(f: &Finding, first: bool, accept_forks: bool, points_to: Option<i64>)
         },
         Problem::SqliteDamage { error, .. } => format!("the source is damaged: {error}"),
         Problem::AnchorMismatch { .. }
+        | Problem::HeadMismatch { .. }
+        | Problem::HistoryRewritten { .. }
+        | Problem::RolledBack { .. }
+        | Problem::CacheMismatch { .. }
         | Problem::DerivedMismatch { .. }
         | Problem::Erased { .. }
         | Problem::Empty { .. } => return None,

@@ -173,7 +173,8 @@ fn lend_to_neighbours<R: Indexes>(
                 }
             }
             last_ts = ts;
-            if e.id >= q.before || q.exclude.contains(&e.id) {
+            // An erased message lends its place in the session, not its (gone) text.
+            if e.id >= q.before || q.exclude.contains(&e.id) || e.is_blank() {
                 continue;
             }
             let t = total.entry(e.id).or_default();

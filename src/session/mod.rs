@@ -153,11 +153,12 @@ pub fn record_violation(ledger: &mut Ledger, v: &Violation, clock: &Clock) -> cr
 pub fn erase(
     ledger: &mut Ledger,
     ids: &[i64],
+    with_quotes: bool,
     reason: &str,
     actor: &str,
     clock: &Clock,
 ) -> crate::Result<Erased> {
-    ledger.erase(ids, reason, actor, clock, &mut |batch| {
+    ledger.erase(ids, with_quotes, reason, actor, clock, &mut |batch| {
         let refused = |unreadable| Violation {
             actor: actor.to_string(),
             kind: Kind::Erasure.to_string(),

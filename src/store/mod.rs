@@ -20,6 +20,7 @@
 
 pub mod indexes;
 pub mod log;
+pub mod notices;
 pub mod postgres;
 pub mod replica;
 pub mod sqlite;

@@ -538,3 +538,40 @@ fn a_checkpoint_signed_before_an_erasure_still_checks() {
     let error = r.records()[0]["error"].as_str().unwrap().to_string();
     assert!(error.contains("event 3: hash_mismatch"), "{error}");
 }
+
+#[test]
+fn an_erased_message_is_not_recalled_as_a_neighbour_of_a_hit() {
+    let pmm = Pmm::new();
+    append(
+        &pmm,
+        "user_message",
+        "Alice: I painted a lake at sunrise last weekend.",
+        "{}",
+    );
+    append(
+        &pmm,
+        "assistant_message",
+        "Bob: noted, and your card is 4111 1111 1111 1111",
+        "{}",
+    );
+    append(&pmm, "user_message", "Alice: mostly teal and orange.", "{}");
+    let recalled = |pmm: &Pmm| -> Vec<i64> {
+        let r = pmm.run("pmm-recall", &["what did Alice paint?"], "");
+        assert_eq!(r.code, 0, "{r:?}");
+        r.records()
+            .iter()
+            .filter_map(|e| e["id"].as_i64())
+            .collect()
+    };
+    assert!(
+        recalled(&pmm).contains(&2),
+        "a neighbour before the erasure"
+    );
+    let r = erase(
+        &pmm,
+        &["2", "--reason", "a card number", "--source", "owner"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let ids = recalled(&pmm);
+    assert!(ids.contains(&1) && !ids.contains(&2), "{ids:?}");
+}

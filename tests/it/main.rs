@@ -36,6 +36,7 @@ mod mcp_http;
 mod merkle;
 mod netns;
 mod pg;
+mod pg_hosts;
 mod pg_tls;
 mod pgserver;
 mod policy;

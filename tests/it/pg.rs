@@ -53,7 +53,7 @@ fn a_postgres_url_is_never_taken_for_a_file_path() {
 
 /// A workspace whose ledger is a new database on `server`, with its own cache directory
 /// (one "host"); `cache` names the directory, so that two workspaces can share a ledger.
-fn on_server(server: &PgServer, url: Option<&str>, cache: &str) -> Pmm {
+pub(crate) fn on_server(server: &PgServer, url: Option<&str>, cache: &str) -> Pmm {
     let mut pmm = Pmm::new();
     pmm.db = PathBuf::from(url.map_or_else(|| server.database(), str::to_string));
     std::fs::create_dir_all(pmm.path(cache)).unwrap();
@@ -63,7 +63,7 @@ fn on_server(server: &PgServer, url: Option<&str>, cache: &str) -> Pmm {
 }
 
 /// Events as exported (JSON Lines), for comparing ledgers byte for byte.
-fn export(pmm: &Pmm) -> String {
+pub(crate) fn export(pmm: &Pmm) -> String {
     let r = pmm.run("pmm-export", &["--format", "jsonl"], "");
     assert_eq!(r.code, 0, "{r:?}");
     r.stdout
@@ -190,7 +190,7 @@ fn every_program_works_on_a_postgres_ledger() {
 }
 
 /// The database name of a workspace's URL.
-fn db_name(pmm: &Pmm) -> &str {
+pub(crate) fn db_name(pmm: &Pmm) -> &str {
     let url = pmm.db.to_str().unwrap();
     let tail = url.rsplit('/').next().unwrap();
     tail.split('?').next().unwrap()
@@ -281,7 +281,7 @@ fn a_row_changed_behind_pmms_back_is_a_hash_mismatch_and_the_writer_role_cannot_
 }
 
 #[test]
-fn a_cache_that_no_longer_matches_its_server_is_rebuilt() {
+fn a_database_made_again_under_a_hosts_cache_is_refused_until_the_operator_accepts_it() {
     let Some(server) = PgServer::start() else {
         return;
     };
@@ -293,18 +293,26 @@ fn a_cache_that_no_longer_matches_its_server_is_rebuilt() {
     );
     assert_eq!(r.code, 0, "{r:?}");
     let db = db_name(&pmm).to_string();
-    // The database is dropped and made again under the same name: another chain.
+    // The database is dropped and made again under the same name: another chain, which
+    // this host never verified (issue 44, N3: it used to be followed silently).
     server
         .psql("postgres", &format!("DROP DATABASE {db}"))
         .unwrap();
     server
         .psql("postgres", &format!("CREATE DATABASE {db}"))
         .unwrap();
+    let second = ["--kind", "user_message", "--content", "second life"];
+    let r = pmm.run("pmm-append", &second, "");
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("rolled_back"), "{r:?}");
+    // An empty server verifies only with --allow-empty.
     let r = pmm.run(
-        "pmm-append",
-        &["--kind", "user_message", "--content", "second life"],
+        "pmm-verify",
+        &["--accept-restored-server", "--allow-empty"],
         "",
     );
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = pmm.run("pmm-append", &second, "");
     assert_eq!(r.code, 0, "{r:?}");
     let out = export(&pmm);
     assert!(

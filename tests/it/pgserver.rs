@@ -304,6 +304,27 @@ impl PgServer {
         self.url(&name)
     }
 
+    /// Restarts the server (`pg_ctl restart -m fast`: every session is ended) on the same
+    /// port, waiting until it accepts connections again.
+    pub fn restart(&self) {
+        let out = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.path().join("log"))
+            .args(["-w", "-t", "60", "-m", "fast", "restart"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .output()
+            .expect("pg_ctl runs");
+        assert!(
+            out.status.success(),
+            "restart: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()

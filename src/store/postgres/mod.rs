@@ -45,6 +45,7 @@
 //! `pmm-replay --follow` woken by LISTEN/NOTIFY instead of polling (today it polls the
 //! server every 200 ms).
 
+mod host;
 pub mod tls;
 pub mod url;
 
@@ -185,6 +186,10 @@ REVOKE ALL ON FUNCTION pmm_erase_text(BIGINT) FROM PUBLIC;
 /// The advisory lock the first writers take while they create or migrate the schema.
 const SCHEMA_LOCK: i64 = 0x706d_6d5f_7363_6865; // "pmm_sche"
 
+/// How long a program whose connection the server closed tries to connect again before it
+/// gives up ([`PgLog::revive`]): a restart takes seconds, a failover tens of them.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
+
 /// How long a session may sit idle inside a transaction before the server ends it (and frees
 /// the head lock): pmm never waits on anything but the database inside one.
 pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(30);
@@ -248,6 +253,10 @@ pub struct PgLog {
     /// The write path's statements, prepared once per connection (a statement given as text
     /// costs a round trip of its own to prepare each time).
     stmts: Option<Stmts>,
+    /// The URL as given (never shown: it may hold a password) and whether the session is
+    /// read-only, to connect again when the server closed the connection ([`PgLog::revive`]).
+    given: String,
+    read_only: bool,
 }
 
 /// See [`PgLog::stmts`].
@@ -314,6 +323,8 @@ impl PgLog {
             scratch: Vec::with_capacity(1024),
             retries: 0,
             stmts: None,
+            given: url.to_string(),
+            read_only,
         };
         // The server's side of the keepalives too (per session, ignored on a Unix socket): a
         // client host that vanished while holding the head lock is noticed after about

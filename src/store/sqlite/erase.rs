@@ -13,6 +13,7 @@ use super::{fts, vectors};
 use crate::event::Kind;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 
 /// Characters of an erased text (stripped) that another event must contain to quote it.
 pub const QUOTE_CHARS: usize = 60;
@@ -167,6 +168,50 @@ pub(crate) fn compact_index(conn: &Connection) -> rusqlite::Result<()> {
 pub(crate) fn truncate_wal(conn: &Connection) -> rusqlite::Result<bool> {
     let busy: i64 = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
     Ok(busy == 0)
+}
+
+/// The file beside a cache that says its WAL may still hold an erased text: made before the
+/// commit of a catch-up that erased one, removed once the WAL is truncated. A program killed
+/// in between leaves it, and the next program that opens the cache truncates the WAL
+/// ([`finish_erasure`]).
+fn erasure_mark(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push("-erased");
+    PathBuf::from(p)
+}
+
+pub(crate) fn mark_erasure(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(erasure_mark(path));
+}
+
+/// Truncates the WAL of the cache at `path` when a program was killed before it could after
+/// a catch-up erased a text.
+pub(crate) fn finish_erasure(path: &Path) {
+    if erasure_mark(path).exists() {
+        truncate_cache_wal(path);
+    }
+}
+
+/// Checkpoints a cache's WAL into its file and truncates it, after a catch-up erased a text
+/// (its frames may hold the text as it was), through a connection of its own (the batch's is
+/// gone with its commit). A reader that keeps part of it leaves it to the next checkpoint.
+pub(crate) fn truncate_cache_wal(path: &Path) {
+    let done = Connection::open(path).and_then(|conn| truncate_wal(&conn));
+    if matches!(done, Ok(true)) {
+        let _ = std::fs::remove_file(erasure_mark(path));
+    } else {
+        crate::store::notices::push(format!(
+            "{}: an erased text may stay in this cache's WAL until its next checkpoint ({})",
+            path.display(),
+            done.map_or_else(|e| e.to_string(), |_| "a reader kept part of it".into())
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ pub use checkpoint::{
 
 pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
-use super::{log, postgres, replica};
+use super::{log, notices, postgres, replica};
 use crate::event::{Clock, Event, Kind};
 use crate::{Error, Result};
 use rusqlite::types::ValueRef;
@@ -207,9 +207,15 @@ impl Ledger {
         }
     }
 
-    /// Makes this (cache) file the local copy of the PostgreSQL ledger at `url`.
-    pub(crate) fn attach(&mut self, up: replica::Upstream, url: &str) {
+    /// Makes this (cache) file the local copy of the PostgreSQL ledger at `url`. Freed bytes
+    /// are zeroed from now on (`secure_delete`): a cache erases a text it caught up the
+    /// erasure of, and no stale copy of it may stay in a freed cell or page.
+    pub(crate) fn attach(&mut self, up: replica::Upstream, url: &str) -> Result<()> {
+        self.conn
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(|e| self.err(e))?;
         self.upstream = Some((up, postgres::url::shown(url), url.to_string()));
+        Ok(())
     }
 
     /// The PostgreSQL ledger this file caches, as shown (no password), if it is one.
@@ -233,8 +239,18 @@ impl Ledger {
             return Ok(0);
         }
         let before = self.max_id()?;
-        // Catching up writes only to the cache: no need to lock the server's head.
-        self.begin_with(false)?.commit()?;
+        // Catching up writes only to the cache: no need to lock the server's head. A server
+        // that closed the connection meanwhile (a restart) is connected to again, once.
+        if let Err(e) = self.begin_with(false).and_then(Batch::commit) {
+            let revived = match &mut self.upstream {
+                Some((up, _, _)) => up.log.revive()?,
+                None => false,
+            };
+            if !revived {
+                return Err(e);
+            }
+            self.begin_with(false)?.commit()?;
+        }
         Ok((self.max_id()? - before).max(0) as u64)
     }
 
@@ -543,6 +559,18 @@ impl Ledger {
                 .optional()?
                 .flatten();
             let Some(hash) = hash else { return Ok(()) };
+            // A state projected before an erasure that came after its event may hold the
+            // erased text (another process erased it, or a host's cache caught the erasure
+            // up, after this one projected): it is not kept, or the text would come back in
+            // what is projected from it.
+            let erased_after: i64 = tx.query_row(
+                "SELECT coalesce(max(id), 0) FROM events WHERE kind = ?1",
+                [Kind::Erasure.as_str()],
+                |r| r.get(0),
+            )?;
+            if erased_after > event_id {
+                return Ok(());
+            }
             tx.execute(
                 "INSERT OR REPLACE INTO pmm_checkpoints (name, event_id, event_hash, format, state) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![name, event_id, hash, format, state],
@@ -582,6 +610,7 @@ impl Ledger {
         // order, so two writers on one host cannot wait on each other).
         let (lease, server_head) = match &mut self.upstream {
             Some((up, _, _)) => {
+                up.log.revive()?;
                 let (lease, head) = replica::Lease::take(up, lock)?;
                 (Some(lease), head)
             }
@@ -635,6 +664,7 @@ impl Ledger {
             lease: None,
             pulled: 0,
             vectors_put: Default::default(),
+            scrubbed: false,
         };
         if let Some(lease) = lease {
             replica::pull(&mut batch, lease.log())?;
@@ -787,9 +817,13 @@ impl Ledger {
     /// are refused (exit 2) before anything is written. `refuse` is the write session's policy
     /// check, run inside the transaction once the targets are known: an error it returns is
     /// committed with whatever it appended (a `violation`) and returned, and nothing is erased.
+    /// With `with_quotes`, the later events that quote an erased text ([`Ledger::quoting`])
+    /// are erased too, looked for inside the transaction: one appended by another process (or
+    /// caught up from the server) just before it is not missed.
     pub fn erase(
         &mut self,
         ids: &[i64],
+        with_quotes: bool,
         reason: &str,
         actor: &str,
         clock: &Clock,
@@ -799,6 +833,18 @@ impl Ledger {
             .pragma_update(None, "secure_delete", "ON")
             .map_err(|e| self.err(e))?;
         let mut batch = self.begin()?;
+        let mut ids = ids.to_vec();
+        if with_quotes {
+            for id in ids.clone() {
+                if let Some(ev) = batch.get(id)? {
+                    ids.extend(
+                        erase::quoting(&batch.tx, id, &ev.content).map_err(|e| batch.err(e))?,
+                    );
+                }
+            }
+            ids.sort_unstable();
+            ids.dedup();
+        }
         let targets = ids
             .iter()
             .map(|&id| batch.erasable(id))
@@ -816,6 +862,7 @@ impl Ledger {
         let wal_truncated = erase::truncate_wal(&self.conn).map_err(|e| self.err(e))?;
         Ok(Erased {
             events,
+            erased: ids,
             wal_truncated,
         })
     }
@@ -1714,6 +1761,8 @@ const REPLICA_TABLE: &str = "CREATE TABLE IF NOT EXISTS pmm_replica (
 pub struct Erased {
     /// The `erasure` events appended, one per erased event, in id order.
     pub events: Vec<Event>,
+    /// The ids erased, in order (with their quotes when asked).
+    pub erased: Vec<i64>,
     /// Whether the WAL was checkpointed and truncated (`false`: a reader held part of it; the
     /// next checkpoint copies and truncates it).
     pub wal_truncated: bool,
@@ -1743,6 +1792,9 @@ pub struct Batch<'a> {
     /// The vectors this transaction stored, `(model, dim, event ids)`, for a cached PostgreSQL
     /// ledger's server.
     vectors_put: std::cell::RefCell<Vec<(String, usize, Vec<i64>)>>,
+    /// Whether an erasure caught up from the server erased a text in this transaction (the
+    /// WAL is truncated after the commit).
+    scrubbed: bool,
 }
 
 impl Batch<'_> {
@@ -1756,6 +1808,7 @@ impl Batch<'_> {
             return Ok(false);
         }
         erase::scrub(&self.tx, id, &ev.kind, &ev.content).map_err(|e| self.err(e))?;
+        self.scrubbed = true;
         Ok(true)
     }
 
@@ -2009,6 +2062,7 @@ impl Batch<'_> {
     pub fn commit(mut self) -> Result<()> {
         self.catch_up()?;
         let (path, busy) = (self.path.clone(), self.busy_ms);
+        let mut on_server = false;
         if let Some(lease) = self.lease.take() {
             // The server first: once it has committed, the events exist; a cache that then
             // fails to commit only lags, and the next catch-up reads them back.
@@ -2017,14 +2071,39 @@ impl Batch<'_> {
                 ..Filter::default()
             };
             let vectors = self.vectors_to_push()?;
-            lease.commit(&vectors, &mut |push| {
-                self.scan(&mine, |ev| {
-                    push(&ev)?;
-                    Ok(true)
-                })
-            })?;
+            let head = self.head.clone();
+            on_server = lease.commit(
+                &vectors,
+                &mut |push| {
+                    self.scan(&mine, |ev| {
+                        push(&ev)?;
+                        Ok(true)
+                    })
+                },
+                head.as_ref(),
+            )?;
         }
-        self.tx.commit().map_err(|e| map_err(e, &path, busy))
+        let scrubbed = self.scrubbed;
+        if scrubbed {
+            erase::mark_erasure(&path);
+        }
+        match self.tx.commit().map_err(|e| map_err(e, &path, busy)) {
+            // What the server committed is the truth: say the append succeeded, and that
+            // this host's copy lags (the next program catches it up).
+            Err(e) if on_server => {
+                notices::push(format!(
+                    "the events are committed on the server, but this host's cache of them could not be ({e}); it is behind, and is caught up by the next program that opens the ledger"
+                ));
+                Ok(())
+            }
+            Err(e) => Err(e),
+            Ok(()) => {
+                if scrubbed {
+                    erase::truncate_cache_wal(&path);
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -2146,8 +2225,10 @@ mod tests {
         );
         assert!(temp_tables(&r) > 0, "a temporary index was built");
         let mut w = Ledger::open_writer(&path, 1000).unwrap();
-        w.erase(&[1], "a card number", "owner", &clock, &mut |_| Ok(None))
-            .unwrap();
+        w.erase(&[1], false, "a card number", "owner", &clock, &mut |_| {
+            Ok(None)
+        })
+        .unwrap();
         assert!(r
             .text_index(10)
             .unwrap()

@@ -8,10 +8,17 @@
 //!   id and inserted into the cache, each one checked on the way: its id follows, its
 //!   `prev_hash` is the previous event's hash, and its hash is the sha256 of its payload (an
 //!   erased row, whose text is gone, is taken as it is: `pmm-verify` checks it against its
-//!   erasure). An erasure caught up erases the text it names from the cache and its indexes.
-//! - **A cache that no longer matches** the server (its head's hash is not the server's event
-//!   at that id: the database was restored, recreated or tampered with) is never trusted:
-//!   `open` deletes it and builds it again from the server.
+//!   erasure, and it must be named by an `erasure` event on the server). An erasure caught
+//!   up erases the text it names from the cache and its indexes.
+//! - **A server that no longer holds what this host verified** (its event at the newest head
+//!   this host verified has another hash, or its events end below it: the database was
+//!   restored, recreated, rolled back or rewritten) is refused, exit 1 ([`witness`]): the
+//!   cache is kept aside as evidence, and only an operator's `pmm-verify
+//!   --accept-restored-server` makes this host follow the server again.
+//! - **Erasure**: an `erasure` event caught up erases the text it names from the cache as
+//!   the erasing host does (`secure_delete` is on for every cache, the full-text index is
+//!   rewritten, the WAL truncated after the commit), so that no byte of it is left on the host.
+//! - **Its files** are this user's only ([`files`]): the directory `0700`, the files `0600`.
 //! - **An append** ([`super::Ledger::begin`]): the server's head row is locked first (one short
 //!   transaction), the cache is caught up to that head inside its own write transaction, the
 //!   write session works on the cache exactly as on a SQLite ledger (policy, links, derived
@@ -25,6 +32,10 @@
 //! The cache lives in `PMM_CACHE_DIR`, else `$XDG_CACHE_HOME/pmm`, else `~/.cache/pmm`, one
 //! file per ledger named after the server, port, user and database (never the password).
 
+pub mod audit;
+mod files;
+pub mod witness;
+
 use super::postgres::PgLog;
 use super::{erase, Batch, Head, Ledger};
 use crate::chain::event_digest;
@@ -32,6 +43,7 @@ use crate::event::{Event, Kind};
 use crate::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use witness::{Divergence, Witness};
 
 /// How many events one round trip of a catch-up reads.
 const PAGE: i64 = 5_000;
@@ -42,12 +54,15 @@ pub(crate) struct Upstream {
     pub(crate) log: PgLog,
     /// Opened by a writer (a reader's session is read-only and never locks).
     pub(crate) writer: bool,
+    /// The newest head this host verified, kept beside the cache.
+    pub(crate) witness: Witness,
 }
 
 /// The server's side of one write transaction: the head row locked until the commit. Dropped
 /// without [`Lease::commit`], the server's transaction is rolled back.
 pub(crate) struct Lease<'a> {
     log: &'a mut PgLog,
+    witness: &'a mut Witness,
     locked: bool,
     /// The server's head as of the lock.
     head: Option<Head>,
@@ -61,16 +76,26 @@ impl<'a> Lease<'a> {
             return Ok((
                 Lease {
                     log: &mut up.log,
+                    witness: &mut up.witness,
                     locked: false,
                     head: None,
                 },
                 None,
             ));
         }
-        let head = up.log.lock_head()?;
+        // A connection the server closed while this program waited (a restart) is found
+        // closed by its first use: connected again, the lock is taken once more.
+        let head = match up.log.lock_head() {
+            Ok(head) => head,
+            Err(e) => match up.log.revive()? {
+                true => up.log.lock_head()?,
+                false => return Err(e),
+            },
+        };
         Ok((
             Lease {
                 log: &mut up.log,
+                witness: &mut up.witness,
                 locked: true,
                 head: head.clone(),
             },
@@ -89,12 +114,15 @@ impl<'a> Lease<'a> {
     }
 
     /// Inserts on the server the events `feed` hands over (this transaction's own, in id
-    /// order), moves its head row and commits. A reader's lease takes none.
+    /// order), moves its head row and commits; then writes `head` (the cache's, as caught up
+    /// and appended to) down as verified. A reader's lease takes none. Whether the server
+    /// committed anything.
     pub(crate) fn commit(
         mut self,
         vectors: &[super::postgres::SharedVector],
         feed: super::postgres::Feed<'_>,
-    ) -> Result<()> {
+        head: Option<&Head>,
+    ) -> Result<bool> {
         if !self.locked {
             let mut any = false;
             feed(&mut |_| {
@@ -102,7 +130,8 @@ impl<'a> Lease<'a> {
                 Ok(())
             })?;
             if !any && vectors.is_empty() {
-                return Ok(());
+                self.witness.record(head);
+                return Ok(false);
             }
             return Err(Error::bad_input(
                 None,
@@ -113,7 +142,8 @@ impl<'a> Lease<'a> {
         self.log.push_vectors(vectors)?;
         self.log.commit_locked()?;
         self.locked = false;
-        Ok(())
+        self.witness.record(head);
+        Ok(true)
     }
 }
 
@@ -161,8 +191,9 @@ fn cache_dir() -> Result<PathBuf> {
 }
 
 /// Opens the cached ledger at `url`: the server's connection (a writer's may create the
-/// schema, a reader's is read-only), the cache file (built again when it no longer matches
-/// the server), caught up.
+/// schema, a reader's is read-only), the cache file (`0600`, in a `0700` directory), caught
+/// up. A server that no longer holds the newest head this host verified (written down beside
+/// the cache, or the cache's own) is refused, and the cache set aside as evidence.
 pub(crate) fn open(url: &str, writer: bool, busy_ms: u64) -> Result<Ledger> {
     let log = if writer {
         PgLog::open_writer(url, busy_ms)?
@@ -170,28 +201,44 @@ pub(crate) fn open(url: &str, writer: bool, busy_ms: u64) -> Result<Ledger> {
         PgLog::open_reader(url)?
     };
     let file = cache_file(url)?;
+    files::prepare(&file)?;
+    let witness = Witness::load(&file)?;
+    if let Some(head) = witness.head() {
+        refuse_if_diverged(head, &log, &file)?;
+    }
     let mut ledger = Ledger::open_writer(&file, busy_ms)?;
-    if !matches(&ledger, &log)? {
+    super::sqlite::erase::finish_erasure(&file);
+    let cached = {
+        use super::Reads;
+        ledger.head()?
+    };
+    if let Some(head) = cached.filter(|c| witness.head() != Some(c)) {
         drop(ledger);
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = file.as_os_str().to_owned();
-            p.push(suffix);
-            let _ = std::fs::remove_file(PathBuf::from(p));
-        }
+        refuse_if_diverged(&head, &log, &file)?;
         ledger = Ledger::open_writer(&file, busy_ms)?;
     }
-    ledger.attach(Upstream { log, writer }, url);
+    ledger.attach(
+        Upstream {
+            log,
+            writer,
+            witness,
+        },
+        url,
+    )?;
     ledger.refresh()?;
     Ok(ledger)
 }
 
-/// Whether the cache's head is the server's event at that id (an empty cache matches).
-fn matches(cache: &Ledger, log: &PgLog) -> Result<bool> {
-    use super::Reads;
-    let Some(head) = cache.head()? else {
-        return Ok(true);
-    };
-    Ok(log.hash_at(head.id)? == Some(head.hash))
+/// Refuses the server behind `log` when it no longer holds `verified`, setting the cache
+/// file aside as evidence.
+fn refuse_if_diverged(verified: &Head, log: &PgLog, cache: &Path) -> Result<()> {
+    match witness::judge(verified, log)? {
+        None => Ok(()),
+        Some(divergence) => {
+            let aside = witness::set_aside(cache, divergence.finding())?;
+            Err(witness::refused(log.url(), divergence, aside))
+        }
+    }
 }
 
 /// Catches the cache up inside `batch`: every event the server has after the batch's head,
@@ -200,14 +247,19 @@ pub(crate) fn pull(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     let mut pulled = 0u64;
     let mut scratch = Vec::with_capacity(1024);
     let mut erased = false;
+    // The first page starts at the cache's head, which must still be the server's.
+    let mut held = batch.head().cloned();
     loop {
         let after = batch.head().map_or(0, |h| h.id);
-        let page = log.events_after(after, PAGE)?;
+        let mut page = log.events_after(after - i64::from(held.is_some()), PAGE)?;
+        if let Some(head) = held.take() {
+            still_held(&head, &mut page, log)?;
+        }
         if page.is_empty() {
             break;
         }
         for ev in page {
-            check(batch.head(), &ev, &mut scratch, log.url())?;
+            check(batch.head(), &ev, &mut scratch, log)?;
             batch.insert_verbatim(&ev)?;
             if ev.kind == Kind::Erasure {
                 if let Some(target) = erase::erased_id(&ev.meta) {
@@ -222,6 +274,31 @@ pub(crate) fn pull(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     }
     pull_vectors(batch, log)?;
     Ok(pulled)
+}
+
+/// Takes the cache's head off the front of `page` (the server's events from the head's id
+/// on), or refuses the server: its event there has another hash, or it has none.
+fn still_held(head: &Head, page: &mut Vec<Event>, log: &PgLog) -> Result<()> {
+    let divergence = match page.first() {
+        Some(ev) if ev.id == head.id && ev.hash == head.hash => {
+            page.remove(0);
+            return Ok(());
+        }
+        Some(ev) if ev.id == head.id => Divergence::Rewritten {
+            id: head.id,
+            verified: head.hash.clone(),
+            found: ev.hash.clone(),
+        },
+        _ => Divergence::RolledBack {
+            id: head.id,
+            verified: head.hash.clone(),
+            server_head: {
+                use super::log::EventLog;
+                log.head()?.map_or(0, |h| h.id)
+            },
+        },
+    };
+    Err(witness::refused(log.url(), divergence, None))
 }
 
 /// Copies the vectors the server has after the cache's last one (another host embedded them).
@@ -243,10 +320,11 @@ fn pull_vectors(batch: &Batch<'_>, log: &PgLog) -> Result<()> {
     Ok(())
 }
 
-/// Refuses an event that does not continue `head`, or whose hash is not its payload's.
-fn check(head: Option<&Head>, ev: &Event, scratch: &mut Vec<u8>, url: &str) -> Result<()> {
+/// Refuses an event that does not continue `head`, or whose hash is not its payload's (an
+/// erased row's must be named, with its hash, by an `erasure` event on the server).
+fn check(head: Option<&Head>, ev: &Event, scratch: &mut Vec<u8>, log: &PgLog) -> Result<()> {
     let damaged = |why: String| Error::Damaged {
-        path: Path::new(url).into(),
+        path: Path::new(log.url()).into(),
         why: format!(
             "{why}; the cache on this host was not changed (run pmm-verify on the ledger)"
         ),
@@ -283,11 +361,28 @@ fn check(head: Option<&Head>, ev: &Event, scratch: &mut Vec<u8>, url: &str) -> R
         .is_ok_and(|d| Some(d.to_string()) == ev.hash),
         None => false,
     };
-    if !ok && !erased {
+    if !(ok || erased && erasure_names(ev, log)?) {
         return Err(damaged(format!(
-            "event {}'s hash is not the hash of its content (hash_mismatch)",
-            ev.id
+            "event {}'s hash is not the hash of its content (hash_mismatch{})",
+            ev.id,
+            if erased {
+                ": its text is blank, but no erasure event names it"
+            } else {
+                ""
+            }
         )));
     }
     Ok(())
+}
+
+/// Whether an `erasure` event on the server, after `ev`, names `ev` and its hash (a row
+/// blanked by `pmm_erase_text` alone, without one, is a tampered row).
+fn erasure_names(ev: &Event, log: &PgLog) -> Result<bool> {
+    let Some(meta) = log.erasure_naming(ev.id)? else {
+        return Ok(false);
+    };
+    let named = serde_json::from_str::<serde_json::Value>(&meta)
+        .ok()
+        .and_then(|m| m.get("erased_hash")?.as_str().map(str::to_string));
+    Ok(named.is_some() && named == ev.hash)
 }
