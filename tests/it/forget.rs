@@ -458,3 +458,80 @@ fn only_an_admin_token_forgets_and_corrects() {
     assert_eq!(fixed["event"]["meta"]["supersedes"], json!([1]));
     deep_clean(&pmm);
 }
+
+/// On PostgreSQL: forgetting a source leaves none of its texts on the server (a `pg_dump`
+/// after `VACUUM FULL`) nor in the forgetting host's cache files; `--deep` is clean.
+#[test]
+fn forgetting_a_source_on_postgres_leaves_no_text_on_the_server_or_in_the_cache() {
+    use crate::pgserver::{server_bin, PgServer};
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let mut pmm = Pmm::new();
+    let url = server.database();
+    pmm.db = std::path::PathBuf::from(&url);
+    let cache = pmm.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    pmm.cache = Some(cache.clone());
+    for (text, source) in [
+        (
+            "guest whispers the quince password is rowan-77",
+            "mcp:guest",
+        ),
+        ("owner notes the garden gate", "owner"),
+        (
+            "guest repeats the quince password is rowan-77 again",
+            "mcp:guest",
+        ),
+    ] {
+        let meta = json!({"role": "user", "source": source}).to_string();
+        let r = pmm.run(
+            "pmm-append",
+            &["--kind", "user_message", "--content", text, "--meta", &meta],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let r = forget(
+        &pmm,
+        &[
+            "--erase-source",
+            "mcp:guest",
+            "--with-quotes",
+            "--reason",
+            "guest data",
+            "--source",
+            "owner",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.of_type("erasure")[0]["erased"], json!([1, 3]), "{r:?}");
+    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    server.psql(db, "VACUUM FULL").unwrap();
+    let dump = std::process::Command::new(server_bin().unwrap().join("pg_dump"))
+        .arg(server.url(db))
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{dump:?}");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    // Contents are bytea: the dump writes them in hex.
+    let hex = |t: &str| t.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    assert!(
+        dump.contains(&hex("owner notes the garden gate")),
+        "the dump has the ledger"
+    );
+    for needle in ["rowan-77".to_string(), hex("rowan-77")] {
+        assert!(!dump.contains(&needle), "the server keeps no erased text");
+    }
+    for f in std::fs::read_dir(&cache).unwrap().flatten() {
+        if f.path().is_file() {
+            let bytes = std::fs::read(f.path()).unwrap();
+            assert!(
+                !bytes.windows(8).any(|w| w == b"rowan-77"),
+                "{:?}",
+                f.path()
+            );
+        }
+    }
+    deep_clean(&pmm);
+}
