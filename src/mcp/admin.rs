@@ -133,7 +133,6 @@ pub fn refuse(
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
     let mut ledger = cfg.writer()?;
-    let mut batch = ledger.begin()?;
     let kind = match name {
         "forget" => Kind::Erasure,
         _ => {
@@ -143,7 +142,7 @@ pub fn refuse(
                 .map(|l| l.iter().filter_map(Value::as_i64).collect())
                 .unwrap_or_default();
             let asked = args.get("kind").and_then(Value::as_str);
-            correction_kind(&batch, asked, &ids).unwrap_or(Kind::Reflection)
+            correction_kind(&ledger, asked, &ids).unwrap_or(Kind::Reflection)
         }
     };
     let v = Violation {
@@ -156,13 +155,16 @@ pub fn refuse(
             caller.scope.as_str()
         )),
     };
-    let event = session::append_violation(&mut batch, &v, &cfg.clock)?;
-    batch.commit()?;
+    // The write session records it, as it records every refused write.
+    let recorded = session::record_violation(&mut ledger, &v, &cfg.clock)?;
+    let id = match recorded {
+        crate::Error::PolicyViolation { violation_id, .. } => violation_id.to_string(),
+        _ => "?".into(),
+    };
     fail(format!(
-        "refused: '{name}' needs an admin token and '{}' is {}-scoped (nothing was changed; the attempt is recorded as violation event {})",
+        "refused: '{name}' needs an admin token and '{}' is {}-scoped (nothing was changed; the attempt is recorded as violation event {id})",
         caller.name,
         caller.scope.as_str(),
-        event.id
     ))
 }
 
