@@ -240,6 +240,10 @@ pub struct DeepCounts {
     /// ([`super::goals`]). Left out when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub open_goals: u64,
+    /// Retention erasures whose rule, cutoff, kind and age were recomputed
+    /// ([`super::retention`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub retention_erasures: u64,
     /// `derived_mismatch` findings reported.
     pub mismatches: u64,
     /// Derived values that could not be checked: the input they need is not in the ledger or
@@ -321,6 +325,8 @@ pub struct DeepChecker {
     index: super::indexed::IndexCheck,
     /// The goals that stay open, recomputed.
     goals: super::goals::GoalCheck,
+    /// The retention erasures, recomputed.
+    retention: super::retention::RetentionCheck,
 }
 
 impl Default for DeepChecker {
@@ -452,6 +458,7 @@ impl DeepChecker {
             adaptive: Default::default(),
             index: Default::default(),
             goals: Default::default(),
+            retention: Default::default(),
         }
     }
 
@@ -469,6 +476,7 @@ impl DeepChecker {
     ) {
         if erased {
             self.erased.insert(ev.id);
+            self.retention.erased(ev);
             if check_of(&ev.kind).is_some() {
                 self.skip(ev.id, ev.kind.as_str(), ev.id);
             }
@@ -538,6 +546,10 @@ impl DeepChecker {
         }
         self.check_adaptive(&seen, out);
         self.check_index(&seen, out);
+        for (what, expected, found) in self.retention.check(&seen) {
+            self.emit(out, ev.id, mismatch(what, expected, found));
+        }
+        self.counts.retention_erasures = self.retention.checked;
         self.remember(&seen);
     }
 

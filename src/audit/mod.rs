@@ -11,4 +11,5 @@ pub mod indexed;
 pub mod metrics;
 pub mod prompts;
 pub mod prove;
+pub mod retention;
 pub mod verify;

@@ -381,7 +381,7 @@ fn fold_to<R: Indexes>(
 }
 
 /// Folds `e` into the projections a prompt reads: the mirror, the self-model, the concept
-/// graph and the event graph. The autonomy and adaptive logs, which no prompt reads (the
+/// graph, the event graph and the corrections. The autonomy and adaptive logs, which no prompt reads (the
 /// `context` module does not use them), are left as they were: a rebuilt prompt differs
 /// from the recorded one if that ever changes.
 fn fold(p: &mut Projections, e: &Event) {
@@ -389,6 +389,7 @@ fn fold(p: &mut Projections, e: &Event) {
     p.rsm.apply(e);
     p.concepts.apply(e);
     p.graph.apply(e);
+    p.supersession.fold(&crate::event::Seen::new(e));
 }
 
 /// A bounded stream of events from the walk to the checking thread: the walk's [`Feed`] and

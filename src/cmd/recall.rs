@@ -47,7 +47,12 @@ OUTPUT:
   'in May 2023', '2023-05-08', 'yesterday', 'last week', '3 days ago' - and the event was told
   from a day before to a week after it; relative dates count from the newest event),
   \"speaker:NAME\" (the text names the speaker the message is labelled with - 'Melanie: ...',
-  as transcripts and imported chats are written - and its score counted twice).
+  as transcripts and imported chats are written - and its score counted twice),
+  \"corrects:ID\" (brought in because it corrects event ID, which matched).
+  An event that a later event corrected (its meta.supersedes names it; pmm-append
+  --supersedes) comes right after the event believed now in its place, and carries
+  \"superseded_by\": {\"by\",\"source\",\"ts\",\"current\"} (who corrected it, when, and the
+  end of the chain of corrections); --current leaves it out.
   --explain first prints {\"type\":\"explain\",\"terms\",\"budget\",\"index\"}: the search terms
   the text became (stop words and FTS5 syntax removed) and the index's state; with an
   embedding model also \"asked\": what the model embedded for the query (the text without
@@ -146,6 +151,11 @@ pub struct Args {
     /// Only events at or before this time (RFC 3339, or a date YYYY-MM-DD: its start)
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     until: Option<String>,
+
+    /// Only what is believed now: leave out the events a later event corrected
+    /// (meta.supersedes); without it each comes after its successor, labelled superseded_by
+    #[arg(long)]
+    current: bool,
 
     /// Also print how the text was read and the index's state
     #[arg(long)]
@@ -369,6 +379,7 @@ fn ask(
         kinds: args.kind.clone(),
         since: args.since.clone(),
         until: args.until.clone(),
+        current: args.current,
         ..Query::new(text, i64::MAX)
     };
     // One read transaction for the many small reads (and one snapshot for all of them).
@@ -390,15 +401,7 @@ fn ask(
         record(timings_record(ledger, setup, embedded, recalled, dense)?)?;
     }
     for r in found {
-        let e = &r.event;
-        record(json!({
-            "id": e.id,
-            "ts": e.ts,
-            "kind": e.kind,
-            "content": e.content,
-            "score": crate::context::retrieval::round6(r.score),
-            "via": r.via,
-        }))?;
+        record(crate::context::retrieval::recalled_json(&r))?;
         if cli::stdout_closed() {
             break;
         }

@@ -22,10 +22,12 @@ use serde_json::{json, Value};
 /// The prompt format this build renders. Bump it whenever the context block, the rules, the
 /// history or the digest change, so that older turns are named rather than misreported (or,
 /// when the change is one this build can undo, rebuilt: see [`REBUILT_FORMATS`]).
-pub const PROMPT_FORMAT: i64 = 4;
+pub const PROMPT_FORMAT: i64 = 5;
 /// The prompt formats this build rebuilds: 3 differs from 4 in the rules' first sentences only
-/// (`context::render::rules`).
-pub const REBUILT_FORMATS: [i64; 2] = [3, 4];
+/// (`context::render::rules`); 5 labels superseded evidence and puts it after what is
+/// believed now (`context::render::SUPERSEDED_FROM`), and is 4 on a ledger without
+/// corrections.
+pub const REBUILT_FORMATS: [i64; 3] = [3, 4, 5];
 /// How many of the newest messages every prompt carries as chat history (3 exchanges).
 pub const HISTORY_MESSAGES: usize = 6;
 /// The most characters of history a prompt carries.
@@ -122,7 +124,7 @@ pub fn render_of(
     history: &[Event],
     format: i64,
 ) -> Prompt {
-    let context = render::context_block(p, p.mirror.last_event_id, sel, user);
+    let context = render::context_block_of(p, p.mirror.last_event_id, sel, user, format);
     Prompt {
         system: render::system_prompt_of(&context, format),
         history: history_pairs(history),
@@ -137,7 +139,7 @@ pub enum RebuildError {
     #[error("event {0} is not a turn's user or assistant message")]
     NotATurn(i64),
     /// The reply was written by an older pmm (or another program): named, not checked.
-    #[error("event {id} was written with {format}, not prompt format 3 or {PROMPT_FORMAT}: its prompt cannot be rebuilt by this version")]
+    #[error("event {id} was written with {format}, not prompt format 3 to {PROMPT_FORMAT}: its prompt cannot be rebuilt by this version")]
     OtherFormat {
         /// The reply.
         id: i64,

@@ -7,6 +7,7 @@
 use super::select::Selection;
 use crate::projection::mirror::Commitment;
 use crate::projection::state::Projections;
+use crate::projection::supersession::Supersession;
 pub use crate::recall::concepts::mentioned_concepts;
 use std::fmt::Write as _;
 
@@ -52,6 +53,24 @@ fn push_truncated(s: &mut String, text: &str, n: usize) {
 /// The context block for a turn: sections joined by a blank line, empty ones left out.
 /// `head_id` is the ledger's newest event (the user's message).
 pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: &str) -> String {
+    context_block_of(
+        p,
+        head_id,
+        sel,
+        user_text,
+        crate::context::prompt::PROMPT_FORMAT,
+    )
+}
+
+/// [`context_block`] as prompt format `format` renders it: from format 5 on, superseded
+/// evidence is labelled and put after what is believed now ([`SUPERSEDED_FROM`]).
+pub fn context_block_of(
+    p: &Projections,
+    head_id: i64,
+    sel: &Selection,
+    user_text: &str,
+    format: i64,
+) -> String {
     let open = p.mirror.open_in_order();
     let mut sections: Vec<String> = Vec::new();
     sections.extend(concepts_section(p, user_text));
@@ -62,10 +81,12 @@ pub fn context_block(p: &Projections, head_id: i64, sel: &Selection, user_text: 
     }
     state_lines(&mut sections, p, head_id, sel, &open);
     if !sel.events.is_empty() {
+        // Before format 5 nothing was labelled: an older turn is rebuilt as it was sent.
+        let corrections = (format >= SUPERSEDED_FROM).then_some(&p.supersession);
         sections.push(if sel.via.is_empty() {
-            evidence(sel)
+            evidence(sel, corrections)
         } else {
-            recalled_evidence(sel)
+            recalled_evidence(sel, corrections)
         });
     }
     sections.join("\n\n")
@@ -223,12 +244,35 @@ fn internal_goals(p: &Projections) -> Option<String> {
     Some(line)
 }
 
-/// The reference's Evidence section: `[id] kind: text`, text cut at 300 characters.
-fn evidence(sel: &Selection) -> String {
+/// The first prompt format that labels superseded evidence.
+pub const SUPERSEDED_FROM: i64 = 5;
+
+/// The label of a superseded event in the Evidence section: `, superseded by [B] (SOURCE,
+/// TS)`, and `, now [C]` when B was corrected in turn.
+fn superseded_label(s: &Supersession, id: i64) -> Option<String> {
+    let c = s.corrected(id)?;
+    let mut label = format!(", superseded by [{}] ({}, {})", c.by, c.source, c.ts);
+    let now = s.current(id);
+    if now != c.by {
+        let _ = write!(label, ", now [{now}]");
+    }
+    Some(label)
+}
+
+/// The reference's Evidence section: `[id] kind: text`, text cut at 300 characters; a
+/// superseded event (with `corrections`) is labelled after its kind.
+fn evidence(sel: &Selection, corrections: Option<&Supersession>) -> String {
     let mut s = String::from("## Evidence");
     for e in &sel.events {
+        let label = corrections.and_then(|c| superseded_label(c, e.id));
         // Written in place: a prompt holds a line per selected event.
-        let _ = write!(s, "\n[{}] {}: ", e.id, e.kind.as_str());
+        let _ = write!(
+            s,
+            "\n[{}] {}{}: ",
+            e.id,
+            e.kind.as_str(),
+            label.as_deref().unwrap_or("")
+        );
         push_truncated(&mut s, &e.content, EVIDENCE_CHARS);
     }
     s
@@ -236,13 +280,17 @@ fn evidence(sel: &Selection) -> String {
 
 /// The Evidence section of whole-ledger recall: in conversation time, under a heading per
 /// day, each event as `[id] HH:MM:SS kind: text`, the text verbatim up to
-/// [`crate::recall::EVIDENCE_CHARS`], so that dates answer "when" questions.
-fn recalled_evidence(sel: &Selection) -> String {
+/// [`crate::recall::EVIDENCE_CHARS`], so that dates answer "when" questions. With
+/// `corrections`, the superseded events are left out of that list and follow it under
+/// `### Superseded`, each labelled with who corrected it and when: what is believed now
+/// comes first.
+fn recalled_evidence(sel: &Selection, corrections: Option<&Supersession>) -> String {
     let mut s = String::from(
         "## Evidence\nRecalled from the whole ledger for this message, oldest first: [event id] time, kind: text.",
     );
+    let superseded = |id: i64| corrections.is_some_and(|c| c.corrected(id).is_some());
     let mut day = "";
-    for e in &sel.events {
+    for e in sel.events.iter().filter(|e| !superseded(e.id)) {
         let (d, t) = e.ts.split_once('T').unwrap_or((e.ts.as_str(), ""));
         if d != day {
             s.push_str("\n### ");
@@ -254,7 +302,31 @@ fn recalled_evidence(sel: &Selection) -> String {
         let _ = write!(s, "\n[{}] {time} {}: ", e.id, e.kind.as_str());
         push_truncated(&mut s, &e.content, crate::recall::EVIDENCE_CHARS);
     }
+    if let Some(c) = corrections {
+        superseded_evidence(&mut s, sel, c);
+    }
     s
+}
+
+/// The `### Superseded` part of the recalled Evidence section (nothing when no selected
+/// event is superseded): `[id] DAY TIME kind, superseded by [B] (SOURCE, TS): text`.
+fn superseded_evidence(s: &mut String, sel: &Selection, c: &Supersession) {
+    let mut heading = false;
+    for e in &sel.events {
+        let Some(label) = superseded_label(c, e.id) else {
+            continue;
+        };
+        if !heading {
+            s.push_str(
+                "\n### Superseded (corrected later: the events above are what is believed now)",
+            );
+            heading = true;
+        }
+        let (d, t) = e.ts.split_once('T').unwrap_or((e.ts.as_str(), ""));
+        let time = t.get(..8).unwrap_or(t);
+        let _ = write!(s, "\n[{}] {d} {time} {}{label}: ", e.id, e.kind.as_str());
+        push_truncated(s, &e.content, crate::recall::EVIDENCE_CHARS);
+    }
 }
 
 /// The rules after their opening sentences, the same in every prompt format.

@@ -5,6 +5,25 @@
 use crate::canon;
 use sha2::{Digest as _, Sha256};
 
+/// The record `pmm-recall` prints and the MCP `recall` tool returns for one recalled event:
+/// `{"id","ts","kind","content","score","via"}` (the score rounded as [`round6`]), and
+/// `"superseded_by"` (`{"by","source","ts","current"}`) for a superseded event.
+pub fn recalled_json(r: &crate::recall::Recalled) -> serde_json::Value {
+    let e = &r.event;
+    let mut v = serde_json::json!({
+        "id": e.id,
+        "ts": e.ts,
+        "kind": e.kind,
+        "content": e.content,
+        "score": round6(r.score),
+        "via": r.via,
+    });
+    if let Some(c) = &r.corrected {
+        v["superseded_by"] = serde_json::json!(c);
+    }
+    v
+}
+
 /// A score as the reference reports it: `float(f"{s:.6f}")`, rounded to 6 decimals from the
 /// exact binary value (ties to even, as CPython and Rust's fixed-precision formatting both do).
 pub fn round6(s: f64) -> f64 {

@@ -67,6 +67,97 @@ pub enum OutOfRange {
     /// A retrieval strategy pmm does not have.
     #[error("strategy: {0} is not \"hybrid\", \"vector\" or \"fixed\"")]
     Strategy(Value),
+    /// A retention policy that does not read ([`retention_rules`]).
+    #[error("retention: {0}")]
+    Retention(String),
+}
+
+/// The most rules a retention policy holds.
+pub const MAX_RETENTION_RULES: usize = 64;
+
+/// One rule of a retention policy (`{"type":"retention","rules":[…]}`): the events of `kind`
+/// and/or written by `source` (`meta.source`) are erased once they are `older_than` seconds
+/// older than the tick's slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionRule {
+    /// Only events of this kind.
+    pub kind: Option<String>,
+    /// Only events whose `meta.source` is this.
+    pub source: Option<String>,
+    /// The age, in seconds, past which they go.
+    pub older_than: i64,
+}
+
+/// `365d`, `12h`, `30m`, `90s`, `2w` as seconds (a positive whole number and one unit).
+fn age_secs(text: &str) -> Option<i64> {
+    let unit = text.chars().last()?;
+    let n: i64 = text[..text.len() - unit.len_utf8()].parse().ok()?;
+    let secs = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
+        'w' => 7 * 86_400,
+        _ => return None,
+    };
+    n.checked_mul(secs).filter(|s| *s > 0 && n > 0)
+}
+
+/// The rules of a `config` content that is a retention policy: `None` when it is not one
+/// (another `type`), else the rules or why they do not read. Each rule names a `kind` and/or a
+/// `source` (strings; `erasure` and `config` events are never erased by retention) and an
+/// `older_than` age (`365d`; units s, m, h, d, w).
+pub fn retention_rules(content: &str) -> Option<Result<Vec<RetentionRule>, String>> {
+    let Ok(Value::Object(c)) = serde_json::from_str::<Value>(content) else {
+        return None;
+    };
+    if c.get("type").and_then(Value::as_str) != Some("retention") {
+        return None;
+    }
+    let Some(list) = c.get("rules").and_then(Value::as_array) else {
+        return Some(Err("\"rules\" must be a list".into()));
+    };
+    if list.len() > MAX_RETENTION_RULES {
+        return Some(Err(format!("at most {MAX_RETENTION_RULES} rules")));
+    }
+    Some(
+        list.iter()
+            .enumerate()
+            .map(|(i, r)| retention_rule(i, r))
+            .collect(),
+    )
+}
+
+fn retention_rule(i: usize, r: &Value) -> Result<RetentionRule, String> {
+    let text = |key: &str| match r.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        Some(v) => Err(format!(
+            "rule {i}: {key} must be a non-empty string, not {v}"
+        )),
+    };
+    let (kind, source) = (text("kind")?, text("source")?);
+    if kind.is_none() && source.is_none() {
+        return Err(format!("rule {i} names neither a kind nor a source"));
+    }
+    if let Some(k) = kind
+        .as_deref()
+        .filter(|k| matches!(*k, "erasure" | "config"))
+    {
+        return Err(format!("rule {i}: {k} events are not erased by retention"));
+    }
+    let older_than = r
+        .get("older_than")
+        .and_then(Value::as_str)
+        .and_then(age_secs)
+        .ok_or_else(|| {
+            format!("rule {i}: older_than must be an age such as \"365d\" (s, m, h, d, w)")
+        })?;
+    Ok(RetentionRule {
+        kind,
+        source,
+        older_than,
+    })
 }
 
 fn int_in(v: &Value, key: &'static str, lo: i64, hi: i64) -> Result<(), OutOfRange> {
@@ -109,6 +200,10 @@ pub fn out_of_range(content: &str) -> Option<OutOfRange> {
             .iter()
             .filter_map(|k| c.get(k.as_str()).map(|v| (k.as_str(), v)))
             .try_for_each(|(k, v)| int_in(v, k, *THRESHOLD_RANGE.start(), *THRESHOLD_RANGE.end())),
+        Some("retention") => match retention_rules(content) {
+            Some(Err(why)) => Err(OutOfRange::Retention(why)),
+            _ => Ok(()),
+        },
         _ => Ok(()),
     };
     checked.err()

@@ -28,6 +28,7 @@ pub use crate::formats::slot;
 pub mod adapt;
 pub mod goals;
 pub mod index;
+pub mod retention;
 pub mod think;
 pub mod tick;
 

@@ -10,7 +10,8 @@
 //! `coherence_check`, `policy_update`, `meta_policy_update` and the rule table);
 //! CTL maintenance bindings (`concept_bind_event`, `index::maintain`); internal goals,
 //! each opened, worked and closed ([`super::goals`]); on every 10th
-//! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9).
+//! tick `autonomy_metrics`; a `checkpoint_manifest` when one is due (FORMATS.md §8.9); last,
+//! the retention pass when a retention policy is in force ([`super::retention`]).
 
 use super::{decide, Action, Decision, Slot, View};
 use crate::canon;
@@ -203,9 +204,17 @@ fn run_inner(
         open_goals,
     };
     append_tick(&mut s, slot, &th, &decision, mode, &mut |_| Ok(()))?;
+    // Last: the projections are not folded past what it erases (nothing after it reads them).
+    let first = events.first().map_or(i64::MAX, |e| e.id);
+    let erased = super::retention::apply(&mut batch, first, slot, clock)?;
+    events.extend(erased.iter().cloned());
     test_pause();
     batch.commit()?;
-    if projected.folded >= store::CHECKPOINT_EVERY / 4 {
+    if !erased.is_empty() {
+        // The erased texts may sit in the WAL's frames; a reader that holds them keeps them
+        // until the next checkpoint.
+        ledger.truncate_wal()?;
+    } else if projected.folded >= store::CHECKPOINT_EVERY / 4 {
         store::save_projection_checkpoint(ledger.path(), &p);
     }
     Ok(Ticked::Done(TickDone {

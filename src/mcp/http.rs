@@ -424,7 +424,7 @@ impl State {
         let doc = serde_json::json!({
             "resource": self.resource(host),
             "bearer_methods_supported": ["header"],
-            "scopes_supported": ["read", "write"],
+            "scopes_supported": ["read", "write", "admin"],
             "resource_name": "pmm ledger (pmm-mcp)",
         });
         let mut r = Response::new(Full::new(Bytes::from(doc.to_string())).boxed());

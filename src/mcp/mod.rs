@@ -8,6 +8,7 @@
 //! `pmm-append` does, one short `BEGIN IMMEDIATE` transaction per call, so `pmm-mcp`,
 //! `pmm-turn` and a cron `pmm-tick` can share one ledger.
 
+pub mod admin;
 pub mod framing;
 pub mod gate;
 pub mod http;

@@ -48,12 +48,17 @@ impl Server {
         self.tools_for(None)
     }
 
-    /// The tools `caller` may call (a read-scoped token: only the reading ones).
+    /// The tools `caller` may call (a read-scoped token: only the reading ones; the admin
+    /// tools only to an admin token or a caller without one).
     fn tools_for(&self, caller: Option<&Caller>) -> Vec<Tool> {
         let read_only = self.cfg.read_only || caller.is_some_and(|c| c.scope == Scope::Read);
+        // The admin tools are listed to the callers that may call them (a token of another
+        // scope that calls one anyway is refused, and the attempt recorded).
+        let admin = caller.is_none_or(|c| c.scope == Scope::Admin);
         tools::specs()
             .into_iter()
             .filter(|s| !(s.writes && read_only))
+            .filter(|s| admin || !super::admin::is_admin(s.name))
             .map(|s| {
                 let schema = match s.schema {
                     Value::Object(m) => m,
@@ -64,7 +69,7 @@ impl Server {
                 t.annotations = Some(
                     ToolAnnotations::with_title(s.title)
                         .read_only(!s.writes)
-                        .destructive(false)
+                        .destructive(s.name == "forget")
                         .idempotent(!s.writes)
                         .open_world(false),
                 );

@@ -17,25 +17,30 @@ use sha2::{Digest, Sha256};
 pub enum Scope {
     /// recall, state, events, verify, prove and the resources.
     Read,
-    /// Everything, writes too.
+    /// Everything but the admin tools, writes too.
     Write,
+    /// Everything, the admin tools too (`correct`, `forget`: they change what the memory
+    /// holds rather than add to it).
+    Admin,
 }
 
 impl Scope {
-    /// `read` or `write`.
+    /// `read`, `write` or `admin`.
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Read => "read",
             Scope::Write => "write",
+            Scope::Admin => "admin",
         }
     }
 
-    /// `read` or `write`, else an error naming both.
+    /// `read`, `write` or `admin`, else an error naming them.
     pub fn parse(s: &str) -> Result<Scope, String> {
         match s {
             "read" => Ok(Scope::Read),
             "write" => Ok(Scope::Write),
-            _ => Err(format!("scope must be read or write (not '{s}')")),
+            "admin" => Ok(Scope::Admin),
+            _ => Err(format!("scope must be read, write or admin (not '{s}')")),
         }
     }
 }

@@ -43,7 +43,7 @@ impl From<crate::event::EventError> for ToolError {
     }
 }
 
-fn fail<T>(msg: impl Into<String>) -> Result<T, ToolError> {
+pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T, ToolError> {
     Err(ToolError(msg.into()))
 }
 
@@ -80,13 +80,13 @@ impl Config {
         }
     }
 
-    fn reader(&self) -> Result<Ledger, ToolError> {
+    pub(crate) fn reader(&self) -> Result<Ledger, ToolError> {
         let mut ledger = Ledger::open_reader(&self.db)?;
         ledger.keep_vector_packs(self.packs.clone());
         Ok(ledger)
     }
 
-    fn writer(&self) -> Result<Ledger, ToolError> {
+    pub(crate) fn writer(&self) -> Result<Ledger, ToolError> {
         Ok(Ledger::open_writer(&self.db, self.busy_ms)?)
     }
 
@@ -154,6 +154,7 @@ pub fn specs() -> Vec<Spec> {
         commitment_specs(),
         reading_specs(),
         audit_specs(),
+        super::admin::specs(),
     ]
     .concat()
 }
@@ -165,7 +166,7 @@ fn memory_specs() -> Vec<Spec> {
         Spec {
             name: "recall",
             title: "Recall from memory",
-            description: "Search the agent's whole memory (the pmm ledger) for events relevant to a query; returns them best first, each with its score and via (why it was recalled: fts, dense, neighbour-of:ID, concept:TOKEN, thread:CID, fact:TYPE=VALUE, when:DAY, speaker:NAME).",
+            description: "Search the agent's whole memory (the pmm ledger) for events relevant to a query; returns them best first, each with its score and via (why it was recalled: fts, dense, neighbour-of:ID, concept:TOKEN, thread:CID, fact:TYPE=VALUE, when:DAY, speaker:NAME, corrects:ID); an event a later one corrected comes after it, with superseded_by {by, source, ts, current}.",
             schema: json!({
                 "type": "object",
                 "properties": {
@@ -173,6 +174,7 @@ fn memory_specs() -> Vec<Spec> {
                     "k": {"type": "integer", "description": "At most this many events", "minimum": 1, "maximum": MAX_K},
                     "budget": {"type": "integer", "description": "Characters of event text to return at most (default 8000)", "minimum": 1, "maximum": MAX_BUDGET},
                     "kinds": {"type": "array", "description": "Only events of these kinds", "items": {"type": "string", "enum": recalled}},
+                    "current": {"type": "boolean", "description": "Only what is believed now: leave out events a later event corrected (default false: each comes after its correction, with superseded_by)"},
                 },
                 "required": ["query"],
                 "additionalProperties": false,
@@ -188,6 +190,7 @@ fn memory_specs() -> Vec<Spec> {
                 "properties": {
                     "text": {"type": "string", "description": "What to remember, verbatim", "minLength": 1, "maxLength": MAX_TEXT},
                     "kind": {"type": "string", "description": "reflection (a note, the default), user_message or assistant_message", "enum": REMEMBER_KINDS},
+                    "supersedes": {"type": "array", "description": "Ids of earlier events this one corrects: recall shows them after it, labelled superseded", "items": {"type": "integer", "minimum": 1}},
                 },
                 "required": ["text"],
                 "additionalProperties": false,
@@ -322,6 +325,9 @@ pub fn call_as(
             "refused: pmm-mcp runs --read-only and '{name}' writes to the ledger (nothing was written)"
         ));
     }
+    if let Some(c) = caller.filter(|c| super::admin::is_admin(name) && c.scope != Scope::Admin) {
+        return super::admin::refuse(cfg, c, name, &args);
+    }
     if let Some(c) = caller.filter(|c| spec.writes && c.scope == Scope::Read) {
         return fail(format!(
             "refused: the token '{}' is read-scoped and '{name}' writes to the ledger (nothing was written)",
@@ -334,6 +340,8 @@ pub fn call_as(
         "remember" => remember(cfg, parse(name, args)?, source),
         "commit" => commit(cfg, parse(name, args)?, source),
         "close" => close(cfg, parse(name, args)?, source),
+        "correct" => super::admin::correct(cfg, parse(name, args)?, source),
+        "forget" => super::admin::forget(cfg, parse(name, args)?, source),
         "state" => state(cfg, parse(name, args)?),
         "events" => events(cfg, parse(name, args)?),
         "prove" => {
@@ -350,13 +358,16 @@ pub fn call_as(
     }
 }
 
-fn parse<T: DeserializeOwned>(tool: &str, args: Map<String, Value>) -> Result<T, ToolError> {
+pub(crate) fn parse<T: DeserializeOwned>(
+    tool: &str,
+    args: Map<String, Value>,
+) -> Result<T, ToolError> {
     serde_json::from_value(Value::Object(args))
         .map_err(|e| ToolError(format!("invalid arguments for {tool}: {e}")))
 }
 
 /// A text argument: not blank, at most [`MAX_TEXT`] bytes.
-fn check_text<'a>(what: &str, text: &'a str) -> Result<&'a str, ToolError> {
+pub(crate) fn check_text<'a>(what: &str, text: &'a str) -> Result<&'a str, ToolError> {
     if text.len() > MAX_TEXT {
         return fail(format!(
             "{what} is {} bytes; the limit is {MAX_TEXT} bytes (1 MiB)",
@@ -393,6 +404,7 @@ struct RecallArgs {
     k: Option<u64>,
     budget: Option<u64>,
     kinds: Option<Vec<String>>,
+    current: Option<bool>,
 }
 
 fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
@@ -415,6 +427,7 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
         budget: budget.map_or(recall::DEFAULT_BUDGET, |b| b as usize),
         k: k.map(|k| k as usize),
         kinds,
+        current: a.current.unwrap_or(false),
         ..Query::new(query, i64::MAX)
     };
     let found = cfg.with_projections(&ledger, |p| {
@@ -422,17 +435,7 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
     })??;
     let results: Vec<Value> = found
         .iter()
-        .map(|r| {
-            let e = &r.event;
-            json!({
-                "id": e.id,
-                "ts": e.ts,
-                "kind": e.kind,
-                "content": e.content,
-                "score": crate::context::retrieval::round6(r.score),
-                "via": r.via,
-            })
-        })
+        .map(crate::context::retrieval::recalled_json)
         .collect();
     let mut answer = json!({"count": results.len(), "results": results});
     if let Some(why) = unavailable {
@@ -477,6 +480,7 @@ fn query_vector(
 struct RememberArgs {
     text: String,
     kind: Option<String>,
+    supersedes: Option<Vec<i64>>,
 }
 
 fn remember(cfg: &Config, a: RememberArgs, source: &str) -> Result<Value, ToolError> {
@@ -496,6 +500,10 @@ fn remember(cfg: &Config, a: RememberArgs, source: &str) -> Result<Value, ToolEr
         Kind::AssistantMessage => meta.insert("role".into(), "assistant".into()),
         _ => None,
     };
+    if let Some(ids) = a.supersedes.filter(|ids| !ids.is_empty()) {
+        // Checked by the session (earlier events, none repeated) inside the write.
+        meta.insert(crate::projection::supersession::KEY.into(), json!(ids));
+    }
     // The text is kept verbatim (a message is what was said, whitespace and all).
     let ev = NewEvent::new(kind, a.text, meta)?;
     let event = session::append(&mut cfg.writer()?, &ev, &cfg.clock)?;

@@ -102,6 +102,9 @@ pub enum EdgeLabel {
     Closes,
     /// A reflection to the node named by its `meta.about_event`.
     ReflectsOn,
+    /// An event to each earlier node its `meta.supersedes` names (a correction; not in the
+    /// reference, whose ledgers have none).
+    Supersedes,
 }
 
 impl EdgeLabel {
@@ -113,6 +116,7 @@ impl EdgeLabel {
             EdgeLabel::CommitsTo => "commits_to",
             EdgeLabel::Closes => "closes",
             EdgeLabel::ReflectsOn => "reflects_on",
+            EdgeLabel::Supersedes => "supersedes",
         }
     }
 }
@@ -212,11 +216,30 @@ trait EdgeFacts {
     fn edge(&mut self, from: Self::At, to: Self::At, label: EdgeLabel);
 }
 
+/// A correction's edges: to each earlier node its `meta.supersedes` list names.
+fn supersedes_rule<F: EdgeFacts>(f: &mut F, at: F::At, s: &Seen<'_>) {
+    if !s.ev.meta.contains("\"supersedes\"") {
+        return;
+    }
+    let ids = s
+        .meta_object()
+        .and_then(crate::projection::supersession::supersedes_of);
+    for id in ids.unwrap_or_default() {
+        if id >= s.ev.id {
+            continue;
+        }
+        if let Some(target) = f.node_of(id) {
+            f.edge(at, target, EdgeLabel::Supersedes);
+        }
+    }
+}
+
 /// The edge rules (FORMATS.md §6.2) for the node `at` just added for `ev` (of tracked kind
 /// `kind`). The rules read the meta when it is a JSON object (canonical or not; any other
 /// reads as `{}`).: the edges it draws to earlier nodes and what it leaves for later
 /// events. A reflection about itself gets a loop, as in the reference (its node is there).
 fn edge_rule<F: EdgeFacts>(f: &mut F, kind: NodeKind, at: F::At, s: &Seen<'_>) {
+    supersedes_rule(f, at, s);
     let str_of = |key: &str| s.meta_object().and_then(|m| non_empty_str(m, key));
     match kind {
         NodeKind::UserMessage => *f.latest().0 = Some(at),

@@ -11,3 +11,4 @@ pub mod mirror;
 mod packed;
 pub mod rsm;
 pub mod state;
+pub mod supersession;

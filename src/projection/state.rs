@@ -7,6 +7,7 @@ use super::concepts::ConceptGraph;
 use super::graph::GraphCounts;
 use super::mirror::Mirror;
 use super::rsm::{Rsm, RsmMark, SnapshotView};
+use super::supersession::Supersession;
 use crate::event::{Event, Seen};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -33,6 +34,9 @@ pub struct Projections {
     /// kernel's drift goal compares with; `None` before the first).
     #[serde(default)]
     pub at_summary: Option<RsmMark>,
+    /// Which events later events correct (`meta.supersedes`).
+    #[serde(default)]
+    pub supersession: Supersession,
 }
 
 impl Projections {
@@ -51,6 +55,7 @@ impl Projections {
         self.graph.fold(s);
         self.autonomy.fold(s);
         self.adapt.apply(ev);
+        self.supersession.fold(s);
         if self.autonomy.last_summary == Some(ev.id) {
             self.at_summary = Some(self.rsm.mark());
         }
@@ -113,6 +118,7 @@ impl Projections {
             open_commitments: open,
             retrieval: m.retrieval.as_ref(),
             rsm: self.rsm.snapshot_view(&self.concepts),
+            supersession: (!self.supersession.is_empty()).then(|| self.supersession.state_value()),
             thresholds: {
                 let mut t = m.thresholds.values();
                 t.insert("set_by".into(), json!(m.thresholds.set_by));
@@ -136,6 +142,8 @@ pub struct StateRecord<'a> {
     open_commitments: Vec<Value>,
     retrieval: Option<&'a Value>,
     rsm: SnapshotView<'a>,
+    /// Only on a ledger with corrections, so the record of one without is as it was.
+    supersession: Option<Value>,
     thresholds: Value,
 }
 
@@ -164,6 +172,9 @@ impl StateRecord<'_> {
         field(out, ",\"retrieval\":", &self.retrieval)?;
         out.write_all(b",\"rsm\":")?;
         self.rsm.write_json(out)?;
+        if let Some(s) = &self.supersession {
+            field(out, ",\"supersession\":", s)?;
+        }
         field(out, ",\"thresholds\":", &self.thresholds)?;
         out.write_all(b",\"type\":\"state\"}")?;
         Ok(())

@@ -89,6 +89,8 @@ pub struct Query {
     /// How much of the ledger the full-text and dense sources look at: [`Depth::FULL`] (a
     /// turn's, `pmm-recall`'s) unless a caller wants less for a prompt of its own.
     pub depth: Depth,
+    /// Leave out superseded events (`pmm-recall --current`): only what is believed now.
+    pub current: bool,
 }
 
 /// How much of the ledger the full-text source (and the dense one, which spreads its hits
@@ -149,6 +151,7 @@ impl Query {
             exclude: BTreeSet::new(),
             dense: None,
             depth: Depth::FULL,
+            current: false,
         }
     }
 
@@ -169,8 +172,24 @@ pub struct Recalled {
     /// Its fused score (higher is better).
     pub score: f64,
     /// Why it was picked: `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`,
-    /// `fact:TYPE=VALUE`, `when:DAY` or `when:FIRST..LAST`, `speaker:NAME`.
+    /// `fact:TYPE=VALUE`, `when:DAY` or `when:FIRST..LAST`, `speaker:NAME`; `corrects:ID`
+    /// for the event believed now that a superseded match brought in.
     pub via: Vec<String>,
+    /// Who corrected it, when the event is superseded (see [`supersede`]).
+    pub corrected: Option<Corrected>,
+}
+
+/// A recalled event that a later event corrects (`meta.supersedes`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Corrected {
+    /// The event that corrected it.
+    pub by: i64,
+    /// That event's actor.
+    pub source: String,
+    /// That event's time.
+    pub ts: String,
+    /// The event believed now (the end of the chain of corrections).
+    pub current: i64,
 }
 
 /// One source's ranking: event ids best first, each with its reasons.
@@ -226,7 +245,71 @@ pub fn recall_with<R: Indexes>(
         fused = fuse_weighted(&weighted);
     }
     speakers::favour(r, q, &mut fused, &mut cache)?;
-    fill(r, q, fused, &mut cache)
+    let found = fill(r, q, fused, &mut cache)?;
+    supersede(r, p, q, found)
+}
+
+/// Never shows a superseded event as if current: each comes right after the event believed
+/// now in its place (brought in, with `via` `corrects:ID` and the superseded event's score,
+/// when it did not match itself), labelled with who corrected it and when; with
+/// [`Query::current`] it is left out. A ledger without corrections is returned as it was.
+/// The events brought in may pass the budget by their text; `k` still bounds the count.
+pub fn supersede<R: Indexes>(
+    r: &R,
+    p: &Projections,
+    q: &Query,
+    found: Vec<Recalled>,
+) -> Result<Vec<Recalled>> {
+    let s = &p.supersession;
+    if s.is_empty() || !found.iter().any(|x| s.corrected(x.event.id).is_some()) {
+        return Ok(found);
+    }
+    let index: BTreeMap<i64, usize> = found
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x.event.id, i))
+        .collect();
+    let mut slots: Vec<Option<Recalled>> = found.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(slots.len());
+    let mut placed = BTreeSet::new();
+    for i in 0..slots.len() {
+        let Some(mut x) = slots[i].take() else {
+            continue;
+        };
+        let id = x.event.id;
+        if let Some(c) = s.corrected(id) {
+            let now = s.current(id);
+            let shown = now < q.before && !q.exclude.contains(&now);
+            if shown && placed.insert(now) {
+                let successor = match index.get(&now).and_then(|&j| slots[j].take()) {
+                    Some(found) => Some(found),
+                    None => r.get(now)?.map(|event| Recalled {
+                        event,
+                        score: x.score,
+                        via: vec![format!("corrects:{id}")],
+                        corrected: None,
+                    }),
+                };
+                out.extend(successor);
+            }
+            if q.current {
+                continue;
+            }
+            x.corrected = Some(Corrected {
+                by: c.by,
+                source: c.source.clone(),
+                ts: c.ts.clone(),
+                current: now,
+            });
+        } else if !placed.insert(id) {
+            continue;
+        }
+        out.push(x);
+    }
+    if let Some(k) = q.k {
+        out.truncate(k);
+    }
+    Ok(out)
 }
 
 /// Reciprocal-rank fusion: each list adds `1 / (RRF_K + rank)` to its items; reasons are
@@ -285,7 +368,12 @@ fn fill<R: Indexes>(
             continue;
         }
         used += len;
-        out.push(Recalled { event, score, via });
+        out.push(Recalled {
+            event,
+            score,
+            via,
+            corrected: None,
+        });
     }
     Ok(out)
 }

@@ -16,6 +16,7 @@
 mod call;
 pub mod concepts;
 pub mod derive;
+pub mod forget;
 pub(crate) mod markers;
 pub mod policy;
 pub mod reference;
@@ -27,6 +28,7 @@ pub use policy::{Policy, PolicyVerdict};
 use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Event, Kind, NewEvent, Source};
 use crate::projection::state::Projections;
+use crate::projection::supersession;
 use crate::store::log::Txn;
 use crate::store::{self, Batch, Erased, EventLog, Indexes, Ledger, Violation};
 use crate::Error;
@@ -52,7 +54,8 @@ impl From<Error> for Refusal {
 
 /// Why `ev` may not be written, as `r` sees the ledger: the policy's verdict on its actor
 /// for a sensitive kind, or a config out of its range (`None`: it may). An `erasure` is an
-/// error: only [`erase`] writes those, with the content it removes.
+/// error: only [`erase`] writes those, with the content it removes; so is a `meta.supersedes`
+/// that does not name earlier events ([`supersession::check`]).
 pub fn refusal<R: Indexes + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Option<Violation>> {
     let refused = |unreadable, reason| Violation {
         actor: ev.actor(),
@@ -72,6 +75,13 @@ pub fn refusal<R: Indexes + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Optio
             None,
             "an erasure event is written only by pmm-append --erase, with the content it removes",
         ));
+    }
+    if ev.meta.contains_key(supersession::KEY) {
+        // Ids rise by one, so an id below the next one is an event of the ledger.
+        let next = r.max_id()?.saturating_add(1);
+        if let Some(why) = supersession::check(&ev.kind, &ev.meta, next) {
+            return Err(Error::bad_input(None, why));
+        }
     }
     if ev.kind == Kind::Config {
         if let Some(why) = crate::event::config::out_of_range(&ev.content) {

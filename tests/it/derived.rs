@@ -84,6 +84,7 @@ fn reference_ledger_has_no_derived_mismatch() {
             adaptive_events: 176,
             adaptive_repeats: 9,
             open_goals: 0,
+            retention_erasures: 0,
             mismatches: 0,
             unresolved: 0,
             skipped_erased: 0,

@@ -177,7 +177,11 @@ fn a_format_3_turn_rebuilds_with_the_rules_it_was_sent_with() {
         .iter()
         .map(|&(reply, _)| {
             let rec = prompt(&pmm, reply).records()[0].clone();
-            assert_eq!(rec["prompt_format"], 4, "{rec}");
+            assert_eq!(
+                rec["prompt_format"],
+                pmm::context::prompt::PROMPT_FORMAT,
+                "{rec}"
+            );
             let system = rec["system"].as_str().unwrap();
             assert!(system.ends_with(RULES), "{system}");
             let old = system.replace(RULES, RULES_3);

@@ -342,6 +342,15 @@ fn step(t: &Tour, line: &str, reference: Option<&Path>) {
             }
             None => eprintln!("tour: no reference ledger fixture; not run: {line}"),
         },
+        c if c.starts_with("pmm-append --kind user_message --content 'hello again, corrected'") => {
+            let e = one_json(&run(""));
+            assert_eq!(e["content"], "hello again, corrected");
+            assert!(e["meta"]["supersedes"][0].as_i64().is_some(), "{e}");
+        }
+        c if c.starts_with("pmm-append --erase-query hello ") => {
+            let r = one_json(&run(""));
+            assert!(!r["erased"].as_array().unwrap().is_empty(), "{r}");
+        }
         c if c.starts_with("pmm-append --kind user_message") => {
             let e = one_json(&run(""));
             assert_eq!(e["kind"], "user_message");
@@ -591,8 +600,8 @@ fn readme_tour_is_self_contained_and_its_proofs_can_fail() {
             std::fs::read_to_string(root.join("docs/operations.md")).unwrap(),
         ),
         (
-            "src/cmd/append.rs",
-            std::fs::read_to_string(root.join("src/cmd/append.rs")).unwrap(),
+            "src/cmd/append/mod.rs",
+            std::fs::read_to_string(root.join("src/cmd/append/mod.rs")).unwrap(),
         ),
     ] {
         assert!(

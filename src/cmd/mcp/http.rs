@@ -31,9 +31,9 @@ pub struct HttpArgs {
     #[arg(long, value_name = "NAME", requires = "scope", conflicts_with_all = ["http", "revoke"])]
     pub new_token: Option<String>,
 
-    /// The scope of --new-token: read (recall, state, events, verify, prove, the resources)
-    /// or write (everything)
-    #[arg(long, value_parser = ["read", "write"], requires = "new_token")]
+    /// The scope of --new-token: read (recall, state, events, verify, prove, the resources),
+    /// write (everything but the admin tools) or admin (everything, correct and forget too)
+    #[arg(long, value_parser = ["read", "write", "admin"], requires = "new_token")]
     pub scope: Option<String>,
 
     /// Remove the token NAME from --tokens FILE and exit; a running server refuses it from its

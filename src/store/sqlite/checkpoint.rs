@@ -13,8 +13,8 @@ pub const CHECKPOINT: &str = "projections";
 /// pinned thresholds and `index_threshold`, unindexed messages and facts. 10: the self-model's
 /// tendencies and gaps at the newest summary. 11: what thinking ticks spent, and the cause of
 /// the kernel's goals that stay open. 12: the self-model's hash prefixes as one sorted byte
-/// string.
-pub const CHECKPOINT_FORMAT: i64 = 12;
+/// string. 13: the supersession fold (which events later events correct).
+pub const CHECKPOINT_FORMAT: i64 = 13;
 /// Save a new checkpoint when a rebuild had to fold at least this many events.
 pub const CHECKPOINT_EVERY: u64 = 1000;
 

@@ -15,6 +15,21 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+/// Environment variable (a testing aid): milliseconds to wait inside an erasure's
+/// transaction, after every event is erased and before the commit, so that a test can kill
+/// the process in the middle of a large erasure.
+pub const PAUSE_ENV: &str = "PMM_TEST_ERASE_PAUSE_MS";
+
+/// [`PAUSE_ENV`]'s wait.
+pub(crate) fn test_pause() {
+    if let Some(ms) = std::env::var(PAUSE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
 /// Characters of an erased text (stripped) that another event must contain to quote it.
 pub const QUOTE_CHARS: usize = 60;
 
@@ -23,7 +38,7 @@ pub const QUOTE_CHARS: usize = 60;
 pub const MIN_QUOTE_CHARS: usize = 16;
 
 /// The id an erasure event's `meta` text names (`erased_id`).
-pub(crate) fn erased_id(meta: &str) -> Option<i64> {
+pub fn erased_id(meta: &str) -> Option<i64> {
     serde_json::from_str::<serde_json::Value>(meta)
         .ok()?
         .get("erased_id")?
@@ -95,6 +110,90 @@ pub(crate) fn quoting(conn: &Connection, id: i64, content: &str) -> rusqlite::Re
     }
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// [`quoting`] for many events in one pass: the events after the first target of the
+/// [`QUOTING_KINDS`] are searched for every target's needles at once (Aho-Corasick), and the
+/// `embedding_add` events after it are matched by their `event_id`. A quote counts only for
+/// the targets before it. Quoted id → quoting ids, in id order.
+pub(crate) fn quoting_many(
+    conn: &Connection,
+    targets: &[(i64, String)],
+) -> rusqlite::Result<std::collections::BTreeMap<i64, Vec<i64>>> {
+    use std::collections::BTreeMap;
+    let mut found: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    let Some(first) = targets.iter().map(|t| t.0).min() else {
+        return Ok(found);
+    };
+    let ids: std::collections::BTreeSet<i64> = targets.iter().map(|t| t.0).collect();
+    // Pattern i belongs to target owner[i]: each text as written and as JSON writes it.
+    let mut patterns = Vec::new();
+    let mut owner = Vec::new();
+    for (id, content) in targets {
+        if let Some((raw, json)) = quote_needles(content) {
+            patterns.push(raw);
+            owner.push(*id);
+            patterns.push(json);
+            owner.push(*id);
+        }
+    }
+    let matcher = aho_corasick::AhoCorasick::new(&patterns)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    let mut kinds: Vec<String> = QUOTING_KINDS
+        .iter()
+        .map(|k| format!("'{}'", k.as_str()))
+        .collect();
+    kinds.push(format!("'{}'", Kind::EmbeddingAdd.as_str()));
+    let mut stmt = conn.prepare(&format!(
+        "SELECT id, kind, content, meta FROM events WHERE id > ?1 AND +kind IN ({}) ORDER BY id",
+        kinds.join(",")
+    ))?;
+    let mut rows = stmt.query([first])?;
+    while let Some(row) = rows.next()? {
+        let (id, kind, content, meta): (i64, String, String, String) =
+            (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+        let mut quoted = std::collections::BTreeSet::new();
+        if kind == Kind::EmbeddingAdd.as_str() {
+            let of = serde_json::from_str::<Value>(&content)
+                .ok()
+                .and_then(|v| v.get("event_id")?.as_i64());
+            quoted.extend(of.filter(|t| ids.contains(t)));
+        } else if !patterns.is_empty() {
+            for text in [&content, &meta] {
+                for m in matcher.find_overlapping_iter(text.as_str()) {
+                    quoted.insert(owner[m.pattern().as_usize()]);
+                }
+            }
+        }
+        for t in quoted.into_iter().filter(|&t| t < id) {
+            found.entry(t).or_default().push(id);
+        }
+    }
+    Ok(found)
+}
+
+/// What one retention rule selects ([`crate::event::config::RetentionRule`]): the events
+/// before `before`, of `kind` and written by `source` (each when given), whose time is before
+/// `cutoff`, that still have text (an erased event is blank), never an `erasure` or a
+/// `config`; in id order, at most `limit`.
+pub(crate) fn retention_candidates(
+    conn: &Connection,
+    before: i64,
+    kind: Option<&str>,
+    source: Option<&str>,
+    cutoff: &str,
+    limit: usize,
+) -> rusqlite::Result<Vec<i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM events WHERE id < ?1 AND ts < ?2 AND kind NOT IN ('erasure', 'config')
+         AND (?3 IS NULL OR kind = ?3)
+         AND (?4 IS NULL OR (json_valid(meta) AND json_extract(meta, '$.source') = ?4))
+         AND NOT (content = '' AND meta = '{}') AND hash IS NOT NULL AND hash != ''
+         ORDER BY id LIMIT ?5",
+    )?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt.query_map(params![before, cutoff, kind, source, limit], |r| r.get(0))?;
+    rows.collect()
 }
 
 /// The `embedding_add` events after `id` whose `event_id` is `id`.

@@ -32,7 +32,11 @@ pub use checkpoint::{
     CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
 };
 
-pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
+/// The testing aid's variable that pauses an erasure before its commit.
+pub fn erase_pause_env() -> &'static str {
+    erase::PAUSE_ENV
+}
+pub use erase::{erased_id, quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
 use super::{log, notices, postgres, replica};
 use crate::event::{Clock, Event, Kind};
@@ -298,6 +302,10 @@ impl Ledger {
             &self.path,
             self.busy_ms,
         )?);
+        // Every writer zeroes what it frees: a row moved by a page split, not only an erased
+        // one, would otherwise leave a copy of its text in the file's free space, which an
+        // erasure later cannot reach.
+        self.conn.pragma_update(None, "secure_delete", "ON")?;
         let has_tables: bool = self.conn.query_row(
             "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')",
             [],
@@ -367,7 +375,7 @@ impl Ledger {
         ledger
             .conn
             .execute_batch(
-                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE;",
+                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE; PRAGMA secure_delete=ON;",
             )
             .and_then(|()| ledger.create_schema(false))
             .map_err(|e| ledger.err(e))?;
@@ -855,9 +863,10 @@ impl Ledger {
         }
         let mut events = Vec::with_capacity(targets.len());
         for target in &targets {
-            events.push(batch.erase(target, reason, actor, clock)?);
+            events.push(batch.erase(target, reason, actor, clock, None)?);
         }
         erase::compact_index(&batch.tx).map_err(|e| batch.err(e))?;
+        erase::test_pause();
         batch.commit()?;
         let wal_truncated = erase::truncate_wal(&self.conn).map_err(|e| self.err(e))?;
         Ok(Erased {
@@ -872,6 +881,22 @@ impl Ledger {
     /// (`--with-quotes`). Texts shorter than [`MIN_QUOTE_CHARS`] are not looked for.
     pub fn quoting(&self, id: i64, content: &str) -> Result<Vec<i64>> {
         erase::quoting(&self.conn, id, content).map_err(|e| self.err(e))
+    }
+
+    /// [`Ledger::quoting`] for many events at once, in one pass over the later events of
+    /// the quoting kinds and `embedding_add` (`targets`: `(id, content)`): quoted id → the
+    /// ids that quote it, in id order; events quoted by none are left out.
+    pub fn quoting_many(
+        &self,
+        targets: &[(i64, String)],
+    ) -> Result<std::collections::BTreeMap<i64, Vec<i64>>> {
+        erase::quoting_many(&self.conn, targets).map_err(|e| self.err(e))
+    }
+
+    /// Checkpoints the WAL into the file and truncates it (after a write transaction that
+    /// erased: the erased text may sit in its frames); `false` when a reader kept part of it.
+    pub fn truncate_wal(&self) -> Result<bool> {
+        erase::truncate_wal(&self.conn).map_err(|e| self.err(e))
     }
 
     /// The `erasure` event that names event `id`, if it was erased.
@@ -1871,6 +1896,48 @@ impl Batch<'_> {
         })
     }
 
+    /// Erases events inside this write transaction, as [`Ledger::erase`] does (the caller
+    /// checked the policy): each `(id, extra)` gets its `erasure` event, whose meta holds
+    /// `extra` besides the usual keys; then the full-text index is rewritten once. Freed pages
+    /// are zeroed (`secure_delete`); the caller truncates the WAL after the commit
+    /// ([`Ledger::truncate_wal`]). A retention pass of a tick writes its erasures so.
+    pub fn erase_within(
+        &mut self,
+        ids: &[(i64, Map<String, Value>)],
+        reason: &str,
+        actor: &str,
+        clock: &Clock,
+    ) -> Result<Vec<Event>> {
+        self.tx
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(|e| self.err(e))?;
+        let mut events = Vec::with_capacity(ids.len());
+        for (id, extra) in ids {
+            let target = self.erasable(*id)?;
+            events.push(self.erase(&target, reason, actor, clock, Some(extra))?);
+        }
+        if !events.is_empty() {
+            erase::compact_index(&self.tx).map_err(|e| self.err(e))?;
+        }
+        Ok(events)
+    }
+
+    /// What one retention rule selects in this transaction (see
+    /// [`crate::event::config::RetentionRule`]): the events before `before` of `kind` and by
+    /// `source` (when given) older than `cutoff` that still have text, in id order, at most
+    /// `limit`.
+    pub fn retention_candidates(
+        &self,
+        before: i64,
+        kind: Option<&str>,
+        source: Option<&str>,
+        cutoff: &str,
+        limit: usize,
+    ) -> Result<Vec<i64>> {
+        erase::retention_candidates(&self.tx, before, kind, source, cutoff, limit)
+            .map_err(|e| self.err(e))
+    }
+
     /// Appends the `erasure` event for `t` and removes its text (see [`Ledger::erase`]).
     fn erase(
         &mut self,
@@ -1878,8 +1945,9 @@ impl Batch<'_> {
         reason: &str,
         actor: &str,
         clock: &Clock,
+        extra: Option<&Map<String, Value>>,
     ) -> Result<Event> {
-        let mut meta = Map::new();
+        let mut meta = extra.cloned().unwrap_or_default();
         meta.insert("erased_hash".into(), Value::String(t.hash.clone()));
         meta.insert("erased_id".into(), t.id.into());
         meta.insert("erased_kind".into(), Value::String(t.kind.to_string()));

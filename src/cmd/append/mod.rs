@@ -12,6 +12,9 @@ use chrono::{DateTime, Utc};
 use std::io::{BufRead, Read};
 use std::path::PathBuf;
 
+mod forget;
+mod receipt;
+
 const AFTER_HELP: &str = "\
 EXAMPLES:
   Append one event:
@@ -31,6 +34,9 @@ EXAMPLES:
     pmm-append --db new.db --import ledger.json.gz --accept-forks
     gunzip -c ledger.json.gz > ledger.json      # each side in a file: cmp cannot pass
     pmm-export --db new.db -o kept.json && cmp kept.json ledger.json   # when both failed
+  Correct a fact (the old event stays as history; recall shows the new one first):
+    pmm-append --kind user_message --content 'I live in Berlin now' --supersedes 12
+    pmm-recall --current 'where do I live'
   Erase a message and the summaries that quote it (the chain and proofs still verify):
     pmm-append --erase 42 --reason 'user asked to forget' --source owner --with-quotes
     pmm-verify | jq -c 'select(.type==\"erased\")'
@@ -75,6 +81,8 @@ ENVIRONMENT:
 /// checked against the ledger's write policy; a refusal appends a violation event.
 #[derive(Debug, clap::Parser)]
 #[command(name = "pmm-append", version, after_long_help = AFTER_HELP)]
+#[command(group(clap::ArgGroup::new("erasing").multiple(true)
+    .args(["erase", "erase_query", "erase_concept", "erase_source", "erase_range"])))]
 pub struct Args {
     #[command(flatten)]
     ledger: LedgerArgs,
@@ -94,6 +102,12 @@ pub struct Args {
     /// The meta object of the --kind event, as JSON
     #[arg(long, value_name = "JSON", requires = "kind")]
     meta: Option<String>,
+    /// The --kind event corrects event ID (repeatable): it is written with meta.supersedes
+    /// listing them (earlier events; checked in the write). The old events stay as history;
+    /// recall puts the correction first and labels them superseded, pmm-recall --current
+    /// leaves them out
+    #[arg(long, value_name = "ID", requires = "kind")]
+    supersedes: Vec<i64>,
     /// Commit all of stdin in one transaction: every line or none
     #[arg(long, conflicts_with = "import")]
     batch: bool,
@@ -127,23 +141,54 @@ pub struct Args {
     /// an erasure event naming its id, hash and --reason, in one transaction. The chain still
     /// links through it and its Merkle proofs still verify; pmm-verify reports it as erased.
     /// Only an actor trusted with the write policy may erase (see --source)
-    #[arg(long, value_name = "ID", conflicts_with_all = ["kind", "batch", "keep_ts", "import"], requires = "reason")]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["kind", "batch", "keep_ts", "import", "erase_query", "erase_concept", "erase_source", "erase_range"], requires = "reason")]
     erase: Option<i64>,
-    /// Why the --erase is made (kept in the erasure event)
-    #[arg(long, value_name = "TEXT", requires = "erase")]
+    /// Forget by subject: erase the events recall finds for TEXT (as pmm-recall TEXT does,
+    /// the whole ledger, no budget) whose fused score is at least --min-score
+    #[arg(long, value_name = "TEXT", requires = "min_score", conflicts_with_all = ["kind", "batch", "keep_ts", "import"])]
+    erase_query: Option<String>,
+    /// With --erase-query: the lowest fused score taken (pmm-recall prints each event's
+    /// score; one source's best match scores 1/61 = 0.0164)
+    #[arg(long, value_name = "SCORE", requires = "erase_query")]
+    min_score: Option<f64>,
+    /// Forget by subject: erase the events bound to the concept TOKEN (its aliases too)
+    #[arg(long, value_name = "TOKEN", conflicts_with_all = ["kind", "batch", "keep_ts", "import"])]
+    erase_concept: Option<String>,
+    /// Forget by subject: erase the events whose meta.source is ACTOR (e.g. mcp:laptop)
+    #[arg(long, value_name = "ACTOR", conflicts_with_all = ["kind", "batch", "keep_ts", "import"])]
+    erase_source: Option<String>,
+    /// Forget by subject: erase the events whose time is in FROM..TO (RFC 3339 times or
+    /// YYYY-MM-DD dates, both ends included; a date as TO is its whole day)
+    #[arg(long, value_name = "FROM..TO", conflicts_with_all = ["kind", "batch", "keep_ts", "import"])]
+    erase_range: Option<String>,
+    /// With an --erase option: print every event that would be erased (and the quotes
+    /// --with-quotes would take) and write nothing
+    #[arg(long, requires = "erasing")]
+    dry_run: bool,
+    /// Why the erasure is made (kept in each erasure event)
+    #[arg(long, value_name = "TEXT", requires = "erasing")]
     reason: Option<String>,
-    /// With --erase: erase too the later events that quote the erased text (reflections,
-    /// summaries, lifetime-memory chunks, meta summaries, claims, commitments, identity
-    /// adoptions whose content or meta holds its first 60 characters) and its embedding_add
-    /// events (whose sha256 of the text confirms a guess of it); without it they are only
-    /// listed
-    #[arg(long, requires = "erase")]
+    /// With an --erase option: erase too the later events that quote the erased text
+    /// (reflections, summaries, lifetime-memory chunks, meta summaries, claims, commitments,
+    /// identity adoptions whose content or meta holds its first 60 characters) and its
+    /// embedding_add events (whose sha256 of the text confirms a guess of it); without it
+    /// they are only listed
+    #[arg(long, requires = "erasing")]
     with_quotes: bool,
-    /// With --erase: the actor erasing (the erasure event's meta.source). The write policy
-    /// lets only an actor that may write config events erase: under the reference's default
-    /// policy any actor but cli
-    #[arg(long, value_name = "NAME", default_value = "cli", requires = "erase")]
+    /// With an --erase option: the actor erasing (the erasure event's meta.source). The write
+    /// policy lets only an actor that may write config events erase: under the reference's
+    /// default policy any actor but cli
+    #[arg(long, value_name = "NAME", default_value = "cli", requires = "erasing")]
     source: String,
+    /// With an --erase option: write a receipt to FILE after the erasure (JSON: the erased
+    /// ids, their hashes, an inclusion proof of each, and a checkpoint signed with --key
+    /// taken after the erasure, which pmm-verify --checkpoint and --check-proof accept)
+    #[arg(long, value_name = "FILE", requires_all = ["erasing", "key"], conflicts_with = "dry_run")]
+    receipt: Option<PathBuf>,
+    /// The ledger's private key file (pmm-export --keygen) that signs the --receipt's
+    /// checkpoint
+    #[arg(long, value_name = "KEYFILE", requires = "receipt")]
+    key: Option<PathBuf>,
 }
 
 impl Program for Args {
@@ -171,7 +216,11 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
 
 /// A refused write still appended its `violation` event: print it like any appended event
 /// (then the refusal is reported as the error, exit 1).
-fn print_violation(ledger: &Ledger, e: &anyhow::Error, out: &mut Out) -> anyhow::Result<()> {
+pub(crate) fn print_violation(
+    ledger: &Ledger,
+    e: &anyhow::Error,
+    out: &mut Out,
+) -> anyhow::Result<()> {
     if let Some(Error::PolicyViolation { violation_id, .. }) =
         e.chain().find_map(|c| c.downcast_ref::<Error>())
     {
@@ -184,17 +233,21 @@ fn print_violation(ledger: &Ledger, e: &anyhow::Error, out: &mut Out) -> anyhow:
 }
 
 fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
+    if forget::wanted(args) {
+        return forget::run(args, out);
+    }
     if let Some(id) = args.erase {
         return erase(args, id, out);
     }
     // Parse and validate before opening anything for writing.
     let single = match &args.kind {
         Some(kind) => {
-            let meta = match &args.meta {
+            let mut meta = match &args.meta {
                 Some(m) => crate::canon::parse_meta(m)
                     .map_err(|e| Error::bad_input(Some("--meta".into()), e.0))?,
                 None => Default::default(),
             };
+            with_supersedes(&mut meta, &args.supersedes)?;
             Some(
                 NewEvent::new(Kind::from(kind.as_str()), args.content.clone(), meta)
                     .map_err(|e| Error::bad_input(Some("--kind".into()), e))?,
@@ -266,6 +319,25 @@ fn read_first(input: &mut dyn BufRead) -> anyhow::Result<Vec<u8>> {
         parse(&buf, 1)?;
     }
     Ok(buf.into_bytes())
+}
+
+/// `--supersedes`: the ids into `meta.supersedes` (a meta that names its own is ambiguous).
+fn with_supersedes(
+    meta: &mut serde_json::Map<String, serde_json::Value>,
+    ids: &[i64],
+) -> Result<(), Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let key = crate::projection::supersession::KEY;
+    if meta.contains_key(key) {
+        return Err(Error::bad_input(
+            Some("--supersedes".into()),
+            format!("--meta already has \"{key}\": give the ids one way"),
+        ));
+    }
+    meta.insert(key.into(), serde_json::json!(ids));
+    Ok(())
 }
 
 fn read_line(input: &mut dyn BufRead, buf: &mut String, n: u64) -> anyhow::Result<bool> {

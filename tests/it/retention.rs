@@ -1,0 +1,223 @@
+//! Retention (issue 46, item 3): a policy `config` event that `pmm-tick` applies as erasures
+//! with reason `retention`, per slot by the slot's time (not the clock), over a simulated year
+//! with a pinned clock; two processes ticking the same slots erase each event once; `--deep`
+//! recomputes every pass.
+
+use crate::harness::Pmm;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The slot (10-second slots from 2025-11-01T00:00:00Z) whose start is `day` at midnight UTC.
+fn slot_of(day: &str) -> i64 {
+    let t = chrono::DateTime::parse_from_rfc3339(&format!("{day}T00:00:00Z")).unwrap();
+    (t.timestamp() - 1_761_955_200) / 10
+}
+
+fn append_dated(pmm: &Pmm, lines: &[(String, &str, &str)]) {
+    let input: String = lines
+        .iter()
+        .map(|(ts, kind, source)| {
+            format!("{}\n", json!({"ts": ts, "kind": kind, "content": format!("{kind} by {source} at {ts}"), "meta": {"source": source}}))
+        })
+        .collect();
+    let r = pmm.run("pmm-append", &["--keep-ts"], &input);
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// The `erasure` events with reason retention: erased id → (the pass's slot, the rule).
+fn retained(pmm: &Pmm) -> BTreeMap<i64, (i64, i64)> {
+    let mut out = BTreeMap::new();
+    for e in pmm.run("pmm-replay", &["--kind", "erasure"], "").records() {
+        let m = &e["meta"];
+        assert_eq!(m["reason"], "retention", "{e}");
+        let id = m["erased_id"].as_i64().unwrap();
+        let pass = (
+            m["retention"]["slot"].as_i64().unwrap(),
+            m["retention"]["rule"].as_i64().unwrap(),
+        );
+        assert!(out.insert(id, pass).is_none(), "event {id} erased twice");
+    }
+    out
+}
+
+fn tick(pmm: &Pmm, slot: i64, now: &str) {
+    let r = pmm.run("pmm-tick", &["--slot", &slot.to_string(), "--now", now], "");
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn a_simulated_year_erases_each_event_once_by_the_slot_that_was_due() {
+    let pmm = Pmm::new();
+    // 2026: a user message on the 1st of each month, a guest message on the 15th.
+    let mut lines = Vec::new();
+    for m in 1..=12 {
+        lines.push((format!("2026-{m:02}-01T12:00:00Z"), "user_message", "owner"));
+        lines.push((
+            format!("2026-{m:02}-15T12:00:00Z"),
+            "user_message",
+            "mcp:guest",
+        ));
+    }
+    append_dated(&pmm, &lines);
+    let policy = json!({"type": "retention", "rules": [
+        {"kind": "user_message", "older_than": "365d"},
+        {"source": "mcp:guest", "older_than": "30d"},
+    ]});
+    let r = pmm.run(
+        "pmm-append",
+        &[
+            "--kind",
+            "config",
+            "--content",
+            &policy.to_string(),
+            "--meta",
+            r#"{"source":"owner"}"#,
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let messages: BTreeMap<i64, (String, String)> = pmm
+        .run("pmm-replay", &["--kind", "user_message"], "")
+        .records()
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_i64().unwrap(),
+                (
+                    e["ts"].as_str().unwrap().to_string(),
+                    e["meta"]["source"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect();
+    // Monthly ticks from February 2026 to March 2027; a clock that says something else.
+    let mut ticks = Vec::new();
+    for i in 0..14 {
+        let (y, m) = (2026 + (i + 1) / 12, (i + 1) % 12 + 1);
+        ticks.push((format!("{y}-{m:02}-01"), slot_of(&format!("{y}-{m:02}-01"))));
+    }
+    for (day, slot) in &ticks {
+        tick(&pmm, *slot, "2030-06-01T00:00:00Z");
+        // After each pass: exactly the events older than a rule's age at this slot are gone.
+        let gone = retained(&pmm);
+        for (id, (ts, source)) in &messages {
+            let t = chrono::DateTime::parse_from_rfc3339(ts).unwrap();
+            let at = chrono::DateTime::parse_from_rfc3339(&format!("{day}T00:00:00Z")).unwrap();
+            let age = (at - t).num_days();
+            let due = age > 365 || (source == "mcp:guest" && age > 30);
+            assert_eq!(
+                gone.contains_key(id),
+                due,
+                "event {id} ({ts}, {source}) at {day}"
+            );
+        }
+    }
+    // Each was erased by the first slot at which it was due.
+    let gone = retained(&pmm);
+    for (id, (slot, _)) in &gone {
+        let (ts, source) = &messages[id];
+        let t = chrono::DateTime::parse_from_rfc3339(ts).unwrap();
+        let first_due = ticks
+            .iter()
+            .find(|(day, _)| {
+                let at = chrono::DateTime::parse_from_rfc3339(&format!("{day}T00:00:00Z")).unwrap();
+                let age = (at - t).num_days();
+                age > 365 || (source == "mcp:guest" && age > 30)
+            })
+            .unwrap();
+        assert_eq!(*slot, first_due.1, "event {id}");
+    }
+    assert!(gone.len() > 12, "{gone:?}");
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.findings().len(), 0, "{r:?}");
+    assert_eq!(r.summary()["erased"].as_u64(), Some(gone.len() as u64));
+    assert_eq!(
+        r.summary()["deep"]["retention_erasures"].as_u64(),
+        Some(gone.len() as u64),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn two_processes_ticking_the_same_slots_erase_each_event_once() {
+    let pmm = Pmm::new();
+    let lines: Vec<(String, &str, &str)> = (0..40)
+        .map(|d| {
+            (
+                format!("2026-01-{:02}T08:00:00Z", d % 28 + 1),
+                "user_message",
+                "mcp:guest",
+            )
+        })
+        .collect();
+    let mut sorted = lines.clone();
+    sorted.sort();
+    append_dated(&pmm, &sorted);
+    let policy =
+        json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]});
+    let r = pmm.run(
+        "pmm-append",
+        &[
+            "--kind",
+            "config",
+            "--content",
+            &policy.to_string(),
+            "--meta",
+            r#"{"source":"owner"}"#,
+        ],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let slots: Vec<i64> = ["2026-01-10", "2026-01-20", "2026-02-10"]
+        .iter()
+        .map(|d| slot_of(d))
+        .collect();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for slot in &slots {
+                    let r = pmm.run("pmm-tick", &["--slot", &slot.to_string()], "");
+                    assert_eq!(r.code, 0, "{r:?}");
+                }
+            });
+        }
+    });
+    let gone = retained(&pmm);
+    assert_eq!(gone.len(), 40, "{gone:?}");
+    let stimuli = pmm
+        .run("pmm-replay", &["--kind", "autonomy_stimulus"], "")
+        .records();
+    assert_eq!(stimuli.len(), 3, "one tick per slot");
+    let by_slot: Vec<i64> = gone.values().map(|(s, _)| *s).collect();
+    assert!(by_slot.iter().all(|s| slots.contains(s)));
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let _: Value = r.summary();
+}
+
+#[test]
+fn a_retention_policy_that_does_not_read_is_refused() {
+    let pmm = Pmm::new();
+    for bad in [
+        json!({"type": "retention", "rules": [{"older_than": "30d"}]}),
+        json!({"type": "retention", "rules": [{"kind": "user_message", "older_than": "soon"}]}),
+        json!({"type": "retention", "rules": [{"kind": "erasure", "older_than": "1d"}]}),
+        json!({"type": "retention"}),
+    ] {
+        let r = pmm.run(
+            "pmm-append",
+            &[
+                "--kind",
+                "config",
+                "--content",
+                &bad.to_string(),
+                "--meta",
+                r#"{"source":"owner"}"#,
+            ],
+            "",
+        );
+        assert_eq!(r.code, 1, "{bad}: {r:?}");
+        assert!(r.stderr.contains("retention"), "{r:?}");
+    }
+}
