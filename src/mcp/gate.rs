@@ -261,7 +261,7 @@ impl BodyBudget {
 }
 
 /// What one body holds of the [`BodyBudget`]; given back when dropped, and when no body holds
-/// any more, the memory the bodies had is given back to the system ([`give_back`]).
+/// any more, the memory the bodies had is given back to the system (`give_back`).
 pub struct BodyShare {
     budget: Arc<Semaphore>,
     total: usize,

@@ -187,7 +187,7 @@ REVOKE ALL ON FUNCTION pmm_erase_text(BIGINT) FROM PUBLIC;
 const SCHEMA_LOCK: i64 = 0x706d_6d5f_7363_6865; // "pmm_sche"
 
 /// How long a program whose connection the server closed tries to connect again before it
-/// gives up ([`PgLog::revive`]): a restart takes seconds, a failover tens of them.
+/// gives up (`PgLog::revive`): a restart takes seconds, a failover tens of them.
 pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
 
 /// How long a session may sit idle inside a transaction before the server ends it (and frees

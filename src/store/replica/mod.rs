@@ -12,13 +12,13 @@
 //!   up erases the text it names from the cache and its indexes.
 //! - **A server that no longer holds what this host verified** (its event at the newest head
 //!   this host verified has another hash, or its events end below it: the database was
-//!   restored, recreated, rolled back or rewritten) is refused, exit 1 ([`witness`]): the
+//!   restored, recreated, rolled back or rewritten) is refused, exit 1 (`witness`): the
 //!   cache is kept aside as evidence, and only an operator's `pmm-verify
 //!   --accept-restored-server` makes this host follow the server again.
 //! - **Erasure**: an `erasure` event caught up erases the text it names from the cache as
 //!   the erasing host does (`secure_delete` is on for every cache, the full-text index is
 //!   rewritten, the WAL truncated after the commit), so that no byte of it is left on the host.
-//! - **Its files** are this user's only ([`files`]): the directory `0700`, the files `0600`.
+//! - **Its files** are this user's only (`files`): the directory `0700`, the files `0600`.
 //! - **An append** ([`super::Ledger::begin`]): the server's head row is locked first (one short
 //!   transaction), the cache is caught up to that head inside its own write transaction, the
 //!   write session works on the cache exactly as on a SQLite ledger (policy, links, derived
