@@ -738,7 +738,30 @@ fn proofs_batches_and_signed_checkpoints_work_on_a_postgres_ledger() {
 }
 
 /// Runs openssl with `args` in `dir`.
-fn openssl(dir: &std::path::Path, args: &[&str]) {
+/// A server with `ssl=on` serving `dir`'s `server.pem` and `server.key`, and a new database on
+/// it (its name); `None` when no server can start here.
+pub(crate) fn tls_server(dir: &std::path::Path) -> Option<(PgServer, String)> {
+    use std::os::unix::fs::PermissionsExt;
+    let key = dir.join("server.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if unsafe { libc::geteuid() } == 0 {
+        // The server runs as postgres: its key must be postgres's own.
+        let status = std::process::Command::new("chown")
+            .args(["-R", "postgres:", dir.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let cert = format!("ssl_cert_file={}", dir.join("server.pem").display());
+    let key = format!("ssl_key_file={}", key.display());
+    let server = PgServer::start_with(&["ssl=on", &cert, &key])?;
+    let url = server.database();
+    let tail = url.rsplit('/').next().unwrap().to_string();
+    let db = tail.split('?').next().unwrap().to_string();
+    Some((server, db))
+}
+
+pub(crate) fn openssl(dir: &std::path::Path, args: &[&str]) {
     let out = std::process::Command::new("openssl")
         .args(args)
         .current_dir(dir)
@@ -831,25 +854,8 @@ fn tls_verify_full_checks_the_servers_certificate_and_its_name() {
             "ext.cnf",
         ],
     );
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(d.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
-    if unsafe { libc::geteuid() } == 0 {
-        // The server runs as postgres: its key must be postgres's own.
-        let status = std::process::Command::new("chown")
-            .args(["-R", "postgres:", d.to_str().unwrap()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    let cert = format!("ssl_cert_file={}", d.join("server.pem").display());
-    let key = format!("ssl_key_file={}", d.join("server.key").display());
-    let Some(server) = PgServer::start_with(&["ssl=on", &cert, &key]) else {
+    let Some((server, db)) = tls_server(d) else {
         return;
-    };
-    let db = {
-        let url = server.database();
-        let tail = url.rsplit('/').next().unwrap().to_string();
-        tail.split('?').next().unwrap().to_string()
     };
     let ca = d.join("ca.pem");
     let other = d.join("other.pem");

@@ -4,17 +4,8 @@
 //! size limit (`/dev/zero` is refused at once, not read until memory runs out).
 
 use crate::harness::Pmm;
-use crate::pgserver::PgServer;
+use crate::pg::openssl;
 use std::path::{Path, PathBuf};
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(out.status.success(), "openssl {args:?}: {out:?}");
-}
 
 /// A self-signed certificate `NAME.pem` (CA:TRUE, as `openssl req -x509` makes it) for the
 /// DNS name `cn`, with its key `NAME.key`.
@@ -53,24 +44,8 @@ fn a_self_signed_server_certificate_is_its_own_root() {
     let d = certs.path();
     self_signed(d, "server", "localhost");
     self_signed(d, "other", "localhost");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(d.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
-    if unsafe { libc::geteuid() } == 0 {
-        let status = std::process::Command::new("chown")
-            .args(["-R", "postgres:", d.to_str().unwrap()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    let cert = format!("ssl_cert_file={}", d.join("server.pem").display());
-    let key = format!("ssl_key_file={}", d.join("server.key").display());
-    let Some(server) = PgServer::start_with(&["ssl=on", &cert, &key]) else {
+    let Some((server, db)) = crate::pg::tls_server(d) else {
         return;
-    };
-    let db = {
-        let url = server.database();
-        let tail = url.rsplit('/').next().unwrap().to_string();
-        tail.split('?').next().unwrap().to_string()
     };
     let url = |host: &str, mode: &str, root: &Path| {
         format!(
