@@ -283,7 +283,11 @@ fn run_inner(
         Ok(claimed) => claimed,
         Err(not_asked) => return Ok(not_asked),
     };
-    let stimulus = claim.last().map_or(0, |e| e.id);
+    // The claim's stimulus (the slot's retention erasures may follow it).
+    let stimulus = claim
+        .iter()
+        .rfind(|e| e.kind == Kind::AutonomyStimulus)
+        .map_or(0, |e| e.id);
 
     // 3. The prompt and the call, outside any transaction.
     let request =
@@ -491,7 +495,16 @@ fn claim(
         slot,
         &[("claim", "think".into())],
     )?;
+    // The slot's retention pass goes with its claim, so that the prompt is built after it
+    // (the model is never sent what the policy says is gone) and a failed call still leaves
+    // the pass done. `p` is caught up past its erasures by the write, as by any reader.
+    let first = events.first().map_or(i64::MAX, |e| e.id);
+    let erased = super::retention::apply(&mut batch, first, slot, clock)?;
+    events.extend(erased.iter().cloned());
     batch.commit()?;
+    if !erased.is_empty() {
+        ledger.truncate_wal()?;
+    }
     Ok(Claimed::Mine(Box::new(p), events, decision))
 }
 

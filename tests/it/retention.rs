@@ -221,3 +221,84 @@ fn a_retention_policy_that_does_not_read_is_refused() {
         assert!(r.stderr.contains("retention"), "{r:?}");
     }
 }
+
+/// A ledger of five January guest messages about the garden (with the guest retention rule
+/// when `policy`), a scripted turn about it, then a thinking tick at 2026-02-10 against an
+/// Ollama stub: the tick record and what the model was sent.
+fn think_after_guests(pmm: &Pmm, policy: bool) -> (Value, String) {
+    use crate::stub::{Stub, StubResponse};
+    let input: String = (1..=5)
+        .map(|d| {
+            let ev = json!({"ts": format!("2026-01-0{d}T08:00:00Z"), "kind": "user_message",
+                "content": format!("the guest garden plan number {d}"), "meta": {"source": "mcp:guest"}});
+            format!("{ev}\n")
+        })
+        .collect();
+    let r = pmm.run("pmm-append", &["--keep-ts"], &input);
+    assert_eq!(r.code, 0, "{r:?}");
+    if policy {
+        let rule =
+            json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]});
+        let meta = r#"{"source":"owner"}"#;
+        let args = [
+            "--kind",
+            "config",
+            "--content",
+            &rule.to_string(),
+            "--meta",
+            meta,
+        ];
+        let r = pmm.run("pmm-append", &args, "");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let script = pmm.path("turns.jsonl");
+    // The scripted model answers the ledger's Nth user message with line N: the guests' five
+    // come first.
+    std::fs::write(&script, "\"Noted.\"\n".repeat(6)).unwrap();
+    let script = script.to_string_lossy().into_owned();
+    let msg = "what was the guest garden plan?";
+    let r = pmm.run(
+        "pmm-turn",
+        &["--adapter", "scripted", "--script", &script, msg],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let ollama = Stub::start(vec![StubResponse::Ollama("Worth a look.".into())]);
+    let slot = slot_of("2026-02-10").to_string();
+    let mut c = pmm.std_cmd("pmm-tick");
+    c.args(["--slot", &slot, "--adapter", "ollama"])
+        .env("OLLAMA_HOST", ollama.url())
+        .stdin(std::process::Stdio::null());
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let tick: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "tick")
+        .expect("a tick record");
+    assert_eq!(tick["think"]["asked"], true, "{tick}");
+    assert_eq!(ollama.requests().len(), 1);
+    (tick, ollama.requests()[0].body.to_string())
+}
+
+/// A tick that asks a model runs the slot's retention pass too, before the prompt is made:
+/// the model is never sent what the policy says is gone (without the policy it is sent), and
+/// `--deep` recomputes the pass.
+#[test]
+fn a_thinking_tick_erases_what_is_due_before_it_asks_the_model() {
+    let (_, sent) = think_after_guests(&Pmm::new(), false);
+    assert!(sent.contains("guest garden plan number"), "{sent}");
+    let pmm = Pmm::new();
+    let (_, sent) = think_after_guests(&pmm, true);
+    assert!(!sent.contains("guest garden plan number"), "{sent}");
+    let gone = retained(&pmm);
+    assert_eq!(
+        gone.keys().copied().collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5]
+    );
+    let slot = slot_of("2026-02-10");
+    assert!(gone.values().all(|(s, _)| *s == slot), "{gone:?}");
+    let r = pmm.run("pmm-verify", &["--quiet", "--deep"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.summary()["deep"]["retention_erasures"], 5, "{r:?}");
+}

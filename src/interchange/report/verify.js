@@ -107,7 +107,6 @@
   // as src/canon does it (FORMATS.md §1.3).
   const PLAIN = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
   const SHORT = { 0x22: '\\"', 0x5c: "\\\\", 0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t", 0x08: "\\b", 0x0c: "\\f" };
-  const ESCAPE = /[^\x20\x21\x23-\x5b\x5d-\x7e]/g;
   function escapeOne(ch) {
     const c = ch.charCodeAt(0);
     if (SHORT[c] !== undefined) return SHORT[c];
@@ -115,9 +114,15 @@
   }
   // A JSON string as CPython writes it with ensure_ascii (surrogate pairs escaped unit by unit,
   // which is what the regular expression without the u flag does).
+  // JSON.stringify escapes what CPython does below U+007F, the same way (\" \\ \b \f \n \r \t,
+  // \u00xx in lower case, lone surrogates as \udxxx), natively: what is left is every unit from
+  // U+007F up, which ensure_ascii escapes and JSON.stringify keeps.
+  const HIGH = /[\x7f-\uffff]/;
+  const HIGH_ALL = /[\x7f-\uffff]/g;
   function canonStr(s) {
     if (PLAIN.test(s)) return '"' + s + '"';
-    return '"' + s.replace(ESCAPE, escapeOne) + '"';
+    const j = JSON.stringify(s);
+    return HIGH.test(j) ? j.replace(HIGH_ALL, escapeOne) : j;
   }
 
   // Code-point order (what serde_json's map keeps): UTF-16 order differs only when a
