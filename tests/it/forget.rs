@@ -535,3 +535,107 @@ fn forgetting_a_source_on_postgres_leaves_no_text_on_the_server_or_in_the_cache(
     }
     deep_clean(&pmm);
 }
+
+/// A host of a PostgreSQL ledger: its own workspace and cache directory, the server's URL.
+fn pg_host(url: &str) -> Pmm {
+    let mut pmm = Pmm::new();
+    pmm.db = std::path::PathBuf::from(url);
+    let cache = pmm.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    pmm.cache = Some(cache);
+    pmm
+}
+
+/// Whether any file under `dir` holds `needle`'s bytes.
+fn any_file_holds(dir: &std::path::Path, needle: &[u8]) -> Option<std::path::PathBuf> {
+    for f in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = f.path();
+        if p.is_dir() {
+            if let Some(found) = any_file_holds(&p, needle) {
+                return Some(found);
+            }
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// On PostgreSQL with two hosts: one host talks about the pets, the other reads it all (its
+/// cache holds the texts), then the first forgets the concept with its quotes. No byte of the
+/// texts is left on either host (caches, WALs) nor on the server (a `pg_dump` after `VACUUM
+/// FULL`); a checkpoint signed before still checks; `--deep` is clean on both.
+#[test]
+fn forgetting_a_concept_on_postgres_leaves_no_text_on_any_host_or_the_server() {
+    use crate::pgserver::{server_bin, PgServer};
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let url = server.database();
+    let (a, b) = (pg_host(&url), pg_host(&url));
+    let pets = conversation(&a);
+    let r = b.run("pmm-recall", &["Biscuit slipper"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let needle = b"Biscuit chewed slipper";
+    let cache_b = b.cache.clone().unwrap();
+    assert!(
+        any_file_holds(&cache_b, needle).is_some(),
+        "host b read the texts"
+    );
+    let key = a.path("log.key");
+    let key_s = key.to_str().unwrap();
+    let r = a.run(
+        "pmm-export",
+        &["--keygen", "test.example/log", "--key", key_s],
+        "",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let vkey = r.stdout.trim().to_string();
+    let r = a.run("pmm-export", &["--checkpoint", "--key", key_s], "");
+    let before = a.path("before.txt");
+    std::fs::write(&before, &r.stdout).unwrap();
+    let args = [
+        "--erase-concept",
+        "topic.pets",
+        "--with-quotes",
+        "--reason",
+        "forget the dog",
+    ];
+    let r = forget(&a, &[&args[..], &["--source", "owner"]].concat());
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.of_type("erasure")[0]["erased"].as_array().unwrap().len() >= pets.len());
+    // Host b catches up past the erasures (any read does).
+    let r = b.run("pmm-replay", &["--kind", "erasure"], "");
+    assert_eq!(r.code, 0, "{r:?}");
+    for host in [&a, &b] {
+        let cache = host.cache.clone().unwrap();
+        assert_eq!(any_file_holds(&cache, needle), None, "a host's cache");
+        deep_clean(host);
+        let r = host.run(
+            "pmm-verify",
+            &["--checkpoint", before.to_str().unwrap(), "--key", &vkey],
+            "",
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    server.psql(db, "VACUUM FULL").unwrap();
+    let dump = std::process::Command::new(server_bin().unwrap().join("pg_dump"))
+        .arg(server.url(db))
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{dump:?}");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let hex = |t: &[u8]| t.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    assert!(
+        dump.contains(&hex(b"tomatoes in bed")),
+        "the dump has the ledger"
+    );
+    assert!(
+        !dump.contains(&hex(needle)),
+        "the server keeps no erased text"
+    );
+    assert!(!dump.contains("Biscuit chewed slipper"), "nor as text");
+}

@@ -302,3 +302,69 @@ fn a_thinking_tick_erases_what_is_due_before_it_asks_the_model() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.summary()["deep"]["retention_erasures"], 5, "{r:?}");
 }
+
+/// On PostgreSQL: two hosts, each with its own cache, ticking the same slots at once erase
+/// each event once, by one pass a slot; `--deep` is clean on both.
+#[test]
+fn two_postgres_hosts_ticking_the_same_slots_erase_each_event_once() {
+    use crate::pgserver::PgServer;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let url = server.database();
+    let host = || {
+        let mut pmm = Pmm::new();
+        pmm.db = std::path::PathBuf::from(&url);
+        let cache = pmm.path("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        pmm.cache = Some(cache);
+        pmm
+    };
+    let (a, b) = (host(), host());
+    let mut lines: Vec<(String, &str, &str)> = (0..40)
+        .map(|d| {
+            let day = format!("2026-01-{:02}T08:00:00Z", d % 28 + 1);
+            (day, "user_message", "mcp:guest")
+        })
+        .collect();
+    lines.sort();
+    append_dated(&a, &lines);
+    let policy =
+        json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]});
+    let meta = r#"{"source":"owner"}"#;
+    let args = [
+        "--kind",
+        "config",
+        "--content",
+        &policy.to_string(),
+        "--meta",
+        meta,
+    ];
+    let r = a.run("pmm-append", &args, "");
+    assert_eq!(r.code, 0, "{r:?}");
+    let slots: Vec<i64> = ["2026-01-10", "2026-01-20", "2026-02-10"]
+        .iter()
+        .map(|d| slot_of(d))
+        .collect();
+    std::thread::scope(|s| {
+        for h in [&a, &b] {
+            let slots = &slots;
+            s.spawn(move || {
+                for slot in slots {
+                    let r = h.run("pmm-tick", &["--slot", &slot.to_string()], "");
+                    assert_eq!(r.code, 0, "{r:?}");
+                }
+            });
+        }
+    });
+    for h in [&a, &b] {
+        let gone = retained(h);
+        assert_eq!(gone.len(), 40, "{gone:?}");
+        assert!(gone.values().all(|(s, _)| slots.contains(s)), "{gone:?}");
+        let stimuli = h.run("pmm-replay", &["--kind", "autonomy_stimulus"], "");
+        assert_eq!(stimuli.records().len(), 3, "one tick per slot");
+        let r = h.run("pmm-verify", &["--quiet", "--deep"], "");
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(r.summary()["deep"]["retention_erasures"], 40, "{r:?}");
+    }
+}
