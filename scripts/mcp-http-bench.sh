@@ -2,8 +2,9 @@
 # mcp-http-bench.sh -- pmm-mcp --http's figures (issue 36): the round trip of a `recall` over
 # Streamable HTTP through the official MCP Python SDK client with a bearer token, with 1 and
 # with 8 concurrent clients (8 sessions of one server), beside the same through stdio (8
-# clients: 8 stdio servers, one each); the HTTP server's RSS idle, and at its peak while the 8
-# sessions call.
+# clients: 8 stdio servers, one each); the 8-client runs again with a minimal client of
+# JSON-RPC written by hand (scripts/mcp-raw-client.py), whose own CPU is small beside the SDK's;
+# the HTTP server's RSS idle, and at its peak while the 8 sessions call.
 #
 # Usage: scripts/mcp-http-bench.sh [EVENTS] [CALLS]     (defaults 1000000 and 200)
 #   PMM_BIN=target/release (default) holds pmm-mcp and pmm-append; needs python3 with `mcp`
@@ -66,11 +67,12 @@ idle_after=$(rss "$SERVER")
 many() {
   local kind=$1 n=$2 pids=() i peak=0
   for i in $(seq "$n"); do
-    if [ "$kind" = http ]; then
-      python3 tests/mcp_http_client.py bench "$URL" "$CALLS" "$Q" 3 > "$W/$kind.$i" &
-    else
-      python3 tests/mcp_client.py bench "$CALLS" "$Q" 3 -- "$BIN/pmm-mcp" --db "$DB" --quiet > "$W/$kind.$i" &
-    fi
+    case $kind in
+      http) python3 tests/mcp_http_client.py bench "$URL" "$CALLS" "$Q" 3 > "$W/$kind.$i" & ;;
+      stdio) python3 tests/mcp_client.py bench "$CALLS" "$Q" 3 -- "$BIN/pmm-mcp" --db "$DB" --quiet > "$W/$kind.$i" & ;;
+      raw-http) python3 scripts/mcp-raw-client.py http "$CALLS" "$Q" 3 "$URL" > "$W/$kind.$i" & ;;
+      raw-stdio) python3 scripts/mcp-raw-client.py stdio "$CALLS" "$Q" 3 -- "$BIN/pmm-mcp" --db "$DB" --quiet > "$W/$kind.$i" & ;;
+    esac
     pids+=($!)
   done
   alive() { local p; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
@@ -93,6 +95,11 @@ EOF
 read -r h8_p95 h8_tput h8_p50 h8_peak < <(many http 8)
 read -r s8_p95 s8_tput s8_p50 _ < <(many stdio 8)
 read -r s1_p95 s1_tput s1_p50 _ < <(many stdio 1)
+# The same 8 clients written without the SDK (scripts/mcp-raw-client.py: JSON-RPC by hand, one
+# kept-alive HTTP connection or one pipe each): the servers' throughput with less of the
+# clients' own CPU on the same 2 cores.
+read -r r8h_p95 r8h_tput r8h_p50 _ < <(many raw-http 8)
+read -r r8s_p95 r8s_tput r8s_p50 _ < <(many raw-stdio 8)
 h1_p50=$(echo "$one" | field p50_ms)
 h1_p95=$(echo "$one" | field p95_ms)
 h1_max=$(echo "$one" | field max_ms)
@@ -107,6 +114,8 @@ echo "| 1 client: recalls a second | $h1_tput | $s1_tput |"
 echo "| 8 clients: p50 (the slowest client's) | $h8_p50 ms | $s8_p50 ms |"
 echo "| 8 clients: p95 (the slowest client's) | $h8_p95 ms | $s8_p95 ms |"
 echo "| 8 clients: recalls a second, all together | $h8_tput | $s8_tput (8 servers) |"
+echo "| 8 minimal clients (no SDK): p50 / p95 (the slowest client's) | $r8h_p50 / $r8h_p95 ms | $r8s_p50 / $r8s_p95 ms |"
+echo "| 8 minimal clients (no SDK): recalls a second, all together | $r8h_tput | $r8s_tput (8 servers) |"
 echo "| the server's first recall (folds the projections) | $first ms | |"
 echo "| RSS idle, just started | $idle MiB | |"
 echo "| RSS idle after the first client (projections kept) | $idle_after MiB | |"
