@@ -14,11 +14,12 @@ use super::{
     SOURCE,
 };
 use crate::event::{Clock, Event, Kind, NewEvent};
+use crate::projection::checkpoint;
 use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
 use crate::session;
-use crate::store::{self, Batch, EventLog, Filter, Indexes, Ledger, RECALLED_KINDS};
+use crate::store::{Batch, EventLog, Filter, Indexes, Ledger, RECALLED_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -91,7 +92,7 @@ impl Config {
     }
 
     /// Runs `f` on the projections as of `r`'s head: the cached ones brought up to date
-    /// ([`store::catch_up`], which projects them anew after an erasure) when they still
+    /// ([`checkpoint::catch_up`], which projects them anew after an erasure) when they still
     /// describe this ledger (their last event is still there with the same hash), else a
     /// projection from the newest checkpoint.
     ///
@@ -119,10 +120,10 @@ impl Config {
                 Some(p) if usable && p.mirror.last_event_id == head => p,
                 Some(mut p) if usable => {
                     // An erasure since the last call makes it a projection anew.
-                    store::catch_up(r, std::sync::Arc::make_mut(&mut p), Some(head))?;
+                    checkpoint::catch_up(r, std::sync::Arc::make_mut(&mut p), Some(head))?;
                     p
                 }
-                _ => std::sync::Arc::new(store::project(r, Some(head), true)?.projections),
+                _ => std::sync::Arc::new(checkpoint::project(r, Some(head), true)?.projections),
             };
             *guard = Some(p.clone());
             p
@@ -606,7 +607,7 @@ pub fn state_json(cfg: &Config, ledger: &Ledger, at: Option<i64>) -> Result<Valu
                     "event {at} is not in the ledger (events 1..{last})"
                 ));
             }
-            let p = store::project(ledger, Some(at), true)?.projections;
+            let p = checkpoint::project(ledger, Some(at), true)?.projections;
             p.state_record()
                 .write_json(&mut bytes)
                 .map_err(|e| ToolError(e.to_string()))?;
