@@ -147,7 +147,7 @@ pub fn refuse(
     };
     let v = Violation {
         actor: caller.source.clone(),
-        kind: kind.to_string(),
+        kind,
         unreadable: None,
         reason: Some(format!(
             "the tool '{name}' needs an admin token; '{}' is {}-scoped",

@@ -427,7 +427,7 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
         dense,
         budget: budget.map_or(recall::DEFAULT_BUDGET, |b| b as usize),
         k: k.map(|k| k as usize),
-        kinds,
+        kinds: kinds.iter().map(|k| Kind::from(k.as_str())).collect(),
         current: a.current.unwrap_or(false),
         ..Query::new(query, i64::MAX)
     };
