@@ -1,6 +1,7 @@
 //! The library's typed errors. Each variant carries the evidence a user needs (line, event id,
 //! path) and knows which exit status it maps to (SPEC §3).
 
+use crate::event::Kind;
 use std::path::PathBuf;
 
 /// Result with the library [`Error`].
@@ -214,7 +215,7 @@ pub struct Violation {
     /// The actor (`meta.source` or `unknown`).
     pub actor: String,
     /// The kind it tried to write.
-    pub kind: String,
+    pub kind: Kind,
     /// Set when the refusal is fail-closed: the policy could not be read (event id, why).
     pub unreadable: Option<(i64, String)>,
     /// Set when the content was refused whoever wrote it: a `config` value out of the range
@@ -226,7 +227,7 @@ impl Violation {
     pub(crate) fn into_error(self, violation_id: i64) -> Error {
         Error::PolicyViolation {
             actor: self.actor,
-            kind: self.kind,
+            kind: self.kind.to_string(),
             violation_id,
             unreadable: self.unreadable.is_some(),
             reason: self.reason,

@@ -6,9 +6,10 @@
 //!
 //! Layers, bottom up (docs/architecture.md has the table, which a test checks against the
 //! code): [`canon`] (CPython-compatible canonical JSON, the bytes that are hashed), [`pystr`],
-//! [`formats`], [`error`], [`lines`] (the bounded line reader) and [`outfile`] (output files
-//! beside their target); [`event`]; [`chain`] (digests and verification), [`marker`] and
-//! [`metrics`]; [`projection`] (the folds); [`store`] (the only SQL) and [`llm`] (the only
+//! [`formats`], [`lines`] (the bounded line reader) and [`outfile`] (output files
+//! beside their target); [`event`]; [`error`] (it names the kinds), [`chain`] (digests and verification), [`marker`] and
+//! [`metrics`]; [`projection`] (the folds) and [`vector`] (the
+//! nearest-neighbour engine); [`store`] (the only SQL) and [`llm`] (the only
 //! network) at the edges; [`claim`], [`recall`], [`context`] and [`interchange`] (import and
 //! export formats: it reads files, and stdin for `-`); [`turn`], [`kernel`] and [`audit`];
 //! [`mcp`] (the MCP server's tools) and [`cli`]; [`cmd`] on top. Only [`cli`] and [`cmd`] touch
@@ -38,6 +39,7 @@ pub mod recall;
 pub mod session;
 pub mod store;
 pub mod turn;
+pub mod vector;
 
 pub use error::{Error, Result};
 

@@ -237,7 +237,8 @@ fn check_paged<R: Indexes>(
                 Some(_) => prompt::rebuild(r, &t)?,
                 None => {
                     let head = prompt::head_of(r, t.user_id)?;
-                    let start = crate::store::project(r, Some(head), true)?.projections;
+                    let start =
+                        crate::projection::checkpoint::project(r, Some(head), true)?.projections;
                     prompt::rebuild_with(r, p.insert(start), &t)?
                 }
             };

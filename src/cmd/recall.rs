@@ -2,7 +2,7 @@
 
 use crate::cli::embed::EmbedArgs;
 use crate::cli::{self, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
-use crate::event::Clock;
+use crate::event::{Clock, Kind};
 use crate::llm::embed::Shared;
 use crate::projection::state::Projections;
 use crate::recall::{self, terms, Query, MAX_BUDGET};
@@ -376,7 +376,7 @@ fn ask(
         dense,
         budget: args.budget as usize,
         k: args.k.map(|k| k as usize),
-        kinds: args.kind.clone(),
+        kinds: args.kind.iter().map(|k| Kind::from(k.as_str())).collect(),
         since: args.since.clone(),
         until: args.until.clone(),
         current: args.current,

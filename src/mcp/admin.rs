@@ -5,7 +5,7 @@
 //! `violation` event, as the write policy records a refused write ([`refuse`]).
 
 use super::tokens::Caller;
-use super::tools::{check_text, event_json, fail, Config, Spec, ToolError};
+use super::tools::{check_text, event_json, fail, Config, Spec, ToolError, ToolName};
 use super::{MAX_TEXT, REMEMBER_KINDS};
 use crate::event::{Kind, NewEvent};
 use crate::projection::supersession;
@@ -15,11 +15,11 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 /// The admin tools.
-pub const TOOLS: [&str; 2] = ["correct", "forget"];
+pub const TOOLS: [ToolName; 2] = [ToolName::Correct, ToolName::Forget];
 
-/// Whether tool `name` is an admin tool.
-pub fn is_admin(name: &str) -> bool {
-    TOOLS.contains(&name)
+/// Whether `tool` is an admin tool.
+pub fn is_admin(tool: ToolName) -> bool {
+    TOOLS.contains(&tool)
 }
 
 /// The tools of this module, in the order they are listed.
@@ -29,7 +29,7 @@ pub fn specs() -> Vec<Spec> {
 
 fn forget_spec() -> Spec {
     Spec {
-        name: "forget",
+        name: ToolName::Forget,
         title: "Forget",
         description: "Erase events from memory: by ids, or a selection (query with min_score, concept, source, range FROM..TO). Each event's text leaves the ledger and every index, an erasure event records it, and verification still holds. dry_run lists what would go and writes nothing; with_quotes erases the later reflections and summaries that quote them too.",
         schema: json!({
@@ -54,7 +54,7 @@ fn forget_spec() -> Spec {
 
 fn correct_spec() -> Spec {
     Spec {
-        name: "correct",
+        name: ToolName::Correct,
         title: "Correct a memory",
         description: "Replace what earlier events said with a new text: appends it with meta.supersedes naming them (the old events stay on the ledger as history; recall puts the new one first and labels the old ones superseded). kind defaults to the first replaced event's kind when it is a message, else reflection; returns the appended event.",
         schema: json!({
@@ -129,12 +129,12 @@ fn correction_kind<R: EventLog>(
 pub fn refuse(
     cfg: &Config,
     caller: &Caller,
-    name: &str,
+    name: ToolName,
     args: &Map<String, Value>,
 ) -> Result<Value, ToolError> {
     let mut ledger = cfg.writer()?;
     let kind = match name {
-        "forget" => Kind::Erasure,
+        ToolName::Forget => Kind::Erasure,
         _ => {
             let ids: Vec<i64> = args
                 .get("supersedes")
@@ -147,7 +147,7 @@ pub fn refuse(
     };
     let v = Violation {
         actor: caller.source.clone(),
-        kind: kind.to_string(),
+        kind,
         unreadable: None,
         reason: Some(format!(
             "the tool '{name}' needs an admin token; '{}' is {}-scoped",

@@ -7,7 +7,7 @@
 //! error (as the protocol asks).
 
 use super::tokens::{Caller, Scope};
-use super::tools::{self, Config, ToolError};
+use super::tools::{self, Config, ToolError, ToolName};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
@@ -64,12 +64,12 @@ impl Server {
                     Value::Object(m) => m,
                     _ => serde_json::Map::new(),
                 };
-                let mut t = Tool::new(s.name, s.description, Arc::new(schema));
+                let mut t = Tool::new(s.name.as_str(), s.description, Arc::new(schema));
                 t.title = Some(s.title.to_string());
                 t.annotations = Some(
                     ToolAnnotations::with_title(s.title)
                         .read_only(!s.writes)
-                        .destructive(s.name == "forget")
+                        .destructive(s.name == ToolName::Forget)
                         .idempotent(!s.writes)
                         .open_world(false),
                 );
@@ -146,7 +146,7 @@ impl ServerHandler for Server {
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = caller(&context);
         let name = request.name.to_string();
-        if !tools::specs().iter().any(|s| s.name == name) {
+        if !tools::specs().iter().any(|s| s.name.as_str() == name) {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool '{name}'"),
                 None,

@@ -13,12 +13,14 @@ use super::{
     DEFAULT_LIMIT, MAX_BUDGET, MAX_K, MAX_LIMIT, MAX_REPLY_CONTENT, MAX_TEXT, REMEMBER_KINDS,
     SOURCE,
 };
+use crate::event::vocab::vocabulary;
 use crate::event::{Clock, Event, Kind, NewEvent};
+use crate::projection::checkpoint;
 use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
 use crate::session;
-use crate::store::{self, Batch, EventLog, Filter, Indexes, Ledger, RECALLED_KINDS};
+use crate::store::{Batch, EventLog, Filter, Indexes, Ledger, RECALLED_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -91,7 +93,7 @@ impl Config {
     }
 
     /// Runs `f` on the projections as of `r`'s head: the cached ones brought up to date
-    /// ([`store::catch_up`], which projects them anew after an erasure) when they still
+    /// ([`checkpoint::catch_up`], which projects them anew after an erasure) when they still
     /// describe this ledger (their last event is still there with the same hash), else a
     /// projection from the newest checkpoint.
     ///
@@ -119,10 +121,10 @@ impl Config {
                 Some(p) if usable && p.mirror.last_event_id == head => p,
                 Some(mut p) if usable => {
                     // An erasure since the last call makes it a projection anew.
-                    store::catch_up(r, std::sync::Arc::make_mut(&mut p), Some(head))?;
+                    checkpoint::catch_up(r, std::sync::Arc::make_mut(&mut p), Some(head))?;
                     p
                 }
-                _ => std::sync::Arc::new(store::project(r, Some(head), true)?.projections),
+                _ => std::sync::Arc::new(checkpoint::project(r, Some(head), true)?.projections),
             };
             *guard = Some(p.clone());
             p
@@ -136,7 +138,7 @@ impl Config {
 #[derive(Debug, Clone)]
 pub struct Spec {
     /// The tool's name.
-    pub name: &'static str,
+    pub name: ToolName,
     /// A short title.
     pub title: &'static str,
     /// What it does, for the model.
@@ -145,6 +147,34 @@ pub struct Spec {
     pub schema: Value,
     /// True for the tools that append to the ledger (refused under `--read-only`).
     pub writes: bool,
+}
+
+vocabulary! {
+    /// The names of the MCP server's tools, declared once: [`specs`] lists a spec for each and
+    /// [`call_as`] dispatches on them with an exhaustive match, so that a tool cannot be listed
+    /// without being callable, nor called without being listed (a test checks the specs).
+    pub enum ToolName {
+        /// Search memory.
+        Recall = "recall",
+        /// Add a message or a note.
+        Remember = "remember",
+        /// Open a commitment.
+        Commit = "commit",
+        /// Close a commitment.
+        Close = "close",
+        /// The projected state.
+        State = "state",
+        /// Read events.
+        Events = "events",
+        /// An inclusion proof.
+        Prove = "prove",
+        /// Verify the chain.
+        Verify = "verify",
+        /// Supersede events with a new text (admin).
+        Correct = "correct",
+        /// Erase events (admin).
+        Forget = "forget",
+    }
 }
 
 /// Every tool, in the order they are listed.
@@ -164,7 +194,7 @@ fn memory_specs() -> Vec<Spec> {
     let recalled: Vec<&str> = RECALLED_KINDS.to_vec();
     vec![
         Spec {
-            name: "recall",
+            name: ToolName::Recall,
             title: "Recall from memory",
             description: "Search the agent's whole memory (the pmm ledger) for events relevant to a query; returns them best first, each with its score and via (why it was recalled: fts, dense, neighbour-of:ID, concept:TOKEN, thread:CID, fact:TYPE=VALUE, when:DAY, speaker:NAME, corrects:ID); an event a later one corrected comes after it, with superseded_by {by, source, ts, current}.",
             schema: json!({
@@ -182,7 +212,7 @@ fn memory_specs() -> Vec<Spec> {
             writes: false,
         },
         Spec {
-            name: "remember",
+            name: ToolName::Remember,
             title: "Remember",
             description: "Append a note (kind reflection, the default) or a message (user_message, assistant_message) to the agent's memory so it can be recalled later; returns the appended event.",
             schema: json!({
@@ -204,7 +234,7 @@ fn memory_specs() -> Vec<Spec> {
 fn commitment_specs() -> Vec<Spec> {
     vec![
         Spec {
-            name: "commit",
+            name: ToolName::Commit,
             title: "Open a commitment",
             description: "Open a commitment (something the agent undertakes to do) in its memory; returns its cid (use it with close) and the commitment_open event.",
             schema: json!({
@@ -218,7 +248,7 @@ fn commitment_specs() -> Vec<Spec> {
             writes: true,
         },
         Spec {
-            name: "close",
+            name: ToolName::Close,
             title: "Close a commitment",
             description: "Close an open commitment by its cid (see state's open_commitments); fails when no open commitment has that cid.",
             schema: json!({
@@ -238,7 +268,7 @@ fn commitment_specs() -> Vec<Spec> {
 fn reading_specs() -> Vec<Spec> {
     vec![
         Spec {
-            name: "state",
+            name: ToolName::State,
             title: "Identity, commitments, self-model",
             description: "The agent's state as of the newest event (or event at): identity, open commitments, self-model (rsm), thresholds, retrieval config, last_event_id and last_hash.",
             schema: json!({
@@ -251,7 +281,7 @@ fn reading_specs() -> Vec<Spec> {
             writes: false,
         },
         Spec {
-            name: "events",
+            name: ToolName::Events,
             title: "Read events",
             description: "Read the ledger's events in id order: since and until are event ids (inclusive), kind filters by kind, limit caps the count (default 100, at most 10000).",
             schema: json!({
@@ -273,7 +303,7 @@ fn reading_specs() -> Vec<Spec> {
 fn audit_specs() -> Vec<Spec> {
     vec![
         Spec {
-            name: "prove",
+            name: ToolName::Prove,
             title: "Prove an event is in memory",
             description: "An RFC 9162 inclusion proof that event id is in the ledger's Merkle tree (of size events, default all): leaf, path and root, checkable offline with pmm-verify --check-proof or any RFC 9162 verifier, against a root or a signed checkpoint.",
             schema: json!({
@@ -288,7 +318,7 @@ fn audit_specs() -> Vec<Spec> {
             writes: false,
         },
         Spec {
-            name: "verify",
+            name: ToolName::Verify,
             title: "Verify the ledger",
             description: "Verify the ledger's hash chain (every hash, link and id; with deep=true also every derived event); returns the summary (ok, counts, last_hash) and the first findings.",
             schema: json!({
@@ -317,7 +347,9 @@ pub fn call_as(
     name: &str,
     args: Map<String, Value>,
 ) -> Result<Value, ToolError> {
-    let Some(spec) = specs().into_iter().find(|s| s.name == name) else {
+    let Some((tool, spec)) = ToolName::parse(name)
+        .and_then(|tool| Some((tool, specs().into_iter().find(|s| s.name == tool)?)))
+    else {
         return fail(format!("unknown tool '{name}'"));
     };
     if spec.writes && cfg.read_only {
@@ -325,8 +357,8 @@ pub fn call_as(
             "refused: pmm-mcp runs --read-only and '{name}' writes to the ledger (nothing was written)"
         ));
     }
-    if let Some(c) = caller.filter(|c| super::admin::is_admin(name) && c.scope != Scope::Admin) {
-        return super::admin::refuse(cfg, c, name, &args);
+    if let Some(c) = caller.filter(|c| super::admin::is_admin(tool) && c.scope != Scope::Admin) {
+        return super::admin::refuse(cfg, c, tool, &args);
     }
     if let Some(c) = caller.filter(|c| spec.writes && c.scope == Scope::Read) {
         return fail(format!(
@@ -335,26 +367,25 @@ pub fn call_as(
         ));
     }
     let source = caller.map_or(SOURCE, |c| c.source.as_str());
-    match name {
-        "recall" => recall_tool(cfg, parse(name, args)?),
-        "remember" => remember(cfg, parse(name, args)?, source),
-        "commit" => commit(cfg, parse(name, args)?, source),
-        "close" => close(cfg, parse(name, args)?, source),
-        "correct" => super::admin::correct(cfg, parse(name, args)?, source),
-        "forget" => super::admin::forget(cfg, parse(name, args)?, source),
-        "state" => state(cfg, parse(name, args)?),
-        "events" => events(cfg, parse(name, args)?),
-        "prove" => {
+    match tool {
+        ToolName::Recall => recall_tool(cfg, parse(name, args)?),
+        ToolName::Remember => remember(cfg, parse(name, args)?, source),
+        ToolName::Commit => commit(cfg, parse(name, args)?, source),
+        ToolName::Close => close(cfg, parse(name, args)?, source),
+        ToolName::Correct => super::admin::correct(cfg, parse(name, args)?, source),
+        ToolName::Forget => super::admin::forget(cfg, parse(name, args)?, source),
+        ToolName::State => state(cfg, parse(name, args)?),
+        ToolName::Events => events(cfg, parse(name, args)?),
+        ToolName::Prove => {
             let a: ProveArgs = parse(name, args)?;
             let ledger = cfg.reader()?;
             let proof = crate::audit::prove::inclusion(&ledger, a.id, a.size, "size")?;
             serde_json::to_value(&proof).map_err(|e| ToolError(format!("prove: {e}")))
         }
-        "verify" => {
+        ToolName::Verify => {
             let a: VerifyArgs = parse(name, args)?;
             super::verify::verify(&cfg.db, a.deep.unwrap_or(false))
         }
-        _ => fail(format!("unknown tool '{name}'")),
     }
 }
 
@@ -426,7 +457,7 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
         dense,
         budget: budget.map_or(recall::DEFAULT_BUDGET, |b| b as usize),
         k: k.map(|k| k as usize),
-        kinds,
+        kinds: kinds.iter().map(|k| Kind::from(k.as_str())).collect(),
         current: a.current.unwrap_or(false),
         ..Query::new(query, i64::MAX)
     };
@@ -606,7 +637,7 @@ pub fn state_json(cfg: &Config, ledger: &Ledger, at: Option<i64>) -> Result<Valu
                     "event {at} is not in the ledger (events 1..{last})"
                 ));
             }
-            let p = store::project(ledger, Some(at), true)?.projections;
+            let p = checkpoint::project(ledger, Some(at), true)?.projections;
             p.state_record()
                 .write_json(&mut bytes)
                 .map_err(|e| ToolError(e.to_string()))?;
@@ -721,6 +752,17 @@ pub fn current_state(cfg: &Config) -> Result<Value, ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one table of tool names: every name has exactly one spec, so each is listed and,
+    /// by the exhaustive match of `call_as`, dispatched.
+    #[test]
+    fn every_tool_name_has_one_spec() {
+        let specs = specs();
+        for tool in ToolName::ALL {
+            assert_eq!(specs.iter().filter(|s| s.name == tool).count(), 1, "{tool}");
+        }
+        assert_eq!(specs.len(), ToolName::ALL.len());
+    }
 
     /// Two calls on one server (two HTTP sessions) run `f` on the projections at the same
     /// time: each waits inside `f` for the other, which a lock held across `f` would make a

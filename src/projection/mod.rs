@@ -4,6 +4,7 @@
 
 pub mod adapt;
 pub mod autonomy;
+pub mod checkpoint;
 pub mod concepts;
 pub mod graph;
 pub mod indexing;

@@ -41,7 +41,7 @@ pub mod text;
 pub mod vectors;
 pub mod when;
 
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::projection::state::Projections;
 use crate::store::Indexes;
 use crate::Result;
@@ -77,7 +77,7 @@ pub struct Query {
     /// At most this many events.
     pub k: Option<usize>,
     /// Only these kinds (all recalled kinds when empty).
-    pub kinds: Vec<String>,
+    pub kinds: Vec<Kind>,
     /// Only events at or after this timestamp (RFC 3339, compared as the ledger stores it).
     pub since: Option<String>,
     /// Only events at or before this timestamp.
@@ -158,7 +158,7 @@ impl Query {
     fn admits(&self, e: &Event) -> bool {
         e.id < self.before
             && !self.exclude.contains(&e.id)
-            && (self.kinds.is_empty() || self.kinds.iter().any(|k| e.kind == k.as_str()))
+            && (self.kinds.is_empty() || self.kinds.contains(&e.kind))
             && self.since.as_deref().is_none_or(|s| e.ts.as_str() >= s)
             && self.until.as_deref().is_none_or(|u| e.ts.as_str() <= u)
     }

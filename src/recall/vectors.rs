@@ -3,7 +3,7 @@
 //! in id order, each batch committed on its own) and the recomputation of `--check`.
 
 use crate::llm::embed::{EmbedError, Shared};
-use crate::store::{vectors, Indexes, Ledger};
+use crate::store::{Indexes, Ledger};
 use crate::Result;
 
 /// Events embedded per batch (and per write transaction).
@@ -154,7 +154,7 @@ pub fn check<R: Indexes>(
             .collect::<Result<_>>()?;
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         for ((id, q), v) in chunk.iter().zip(e.embed(&refs)?) {
-            let cosine = vectors::dot_quantized(q, &v).unwrap_or(0.0);
+            let cosine = crate::vector::dot_quantized(q, &v).unwrap_or(0.0);
             if cosine < CHECK_TOLERANCE {
                 bad.push(Mismatch { id: *id, cosine });
             }

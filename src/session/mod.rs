@@ -59,7 +59,7 @@ impl From<Error> for Refusal {
 pub fn refusal<R: Indexes + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Option<Violation>> {
     let refused = |unreadable, reason| Violation {
         actor: ev.actor(),
-        kind: ev.kind.to_string(),
+        kind: ev.kind.clone(),
         unreadable,
         reason,
     };
@@ -129,7 +129,7 @@ pub fn append_violation(
 ) -> crate::Result<Event> {
     let mut meta = Map::new();
     meta.insert("actor".into(), Value::String(v.actor.clone()));
-    meta.insert("attempt_kind".into(), Value::String(v.kind.clone()));
+    meta.insert("attempt_kind".into(), Value::String(v.kind.to_string()));
     meta.insert("source".into(), Source::Runtime.into());
     if let Some((id, why)) = &v.unreadable {
         meta.insert(
@@ -171,7 +171,7 @@ pub fn erase(
     ledger.erase(ids, with_quotes, reason, actor, clock, &mut |batch| {
         let refused = |unreadable| Violation {
             actor: actor.to_string(),
-            kind: Kind::Erasure.to_string(),
+            kind: Kind::Erasure,
             unreadable,
             reason: None,
         };

@@ -1,22 +1,57 @@
-//! Projection checkpoints: the folded [`Projections`] stored at an event in the cache table
-//! `pmm_checkpoints`, so that a rebuild folds only the events after it (SPEC §5).
+//! Projection checkpoints' bytes: the folded [`Projections`] stored at an event in the cache
+//! table `pmm_checkpoints`, so that a rebuild folds only the events after it (SPEC §5). What
+//! to fold is `projection::checkpoint`'s; every reader is its [`Replay`] here.
 
 use super::{Filter, Ledger};
+use crate::event::Event;
+use crate::projection::checkpoint::Replay;
 use crate::projection::state::Projections;
 use crate::store::Indexes;
 
-/// The name of our projection checkpoints in `pmm_checkpoints`.
-pub const CHECKPOINT: &str = "projections";
-/// The serialized shape of [`Projections`]; bump it whenever that shape changes, so that
-/// checkpoints written by an older build are ignored instead of misread. 8: MessagePack with
-/// byte-string fields and COMMIT-text digests (7 and before: JSON). 9: the adaptive fold,
-/// pinned thresholds and `index_threshold`, unindexed messages and facts. 10: the self-model's
-/// tendencies and gaps at the newest summary. 11: what thinking ticks spent, and the cause of
-/// the kernel's goals that stay open. 12: the self-model's hash prefixes as one sorted byte
-/// string. 13: the supersession fold (which events later events correct).
-pub const CHECKPOINT_FORMAT: i64 = 13;
-/// Save a new checkpoint when a rebuild had to fold at least this many events.
-pub const CHECKPOINT_EVERY: u64 = 1000;
+// Folding from a checkpoint lives in `projection`; the names stay reachable as `store::…`
+// for the callers that have not moved yet.
+pub use crate::projection::checkpoint::{
+    catch_up, project, Projected, CHECKPOINT, CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
+};
+
+/// Every reader replays: its checkpoints are read from `pmm_checkpoints` (or its backend's
+/// kind of it) and its events scanned in id order.
+impl<R: Indexes> Replay for R {
+    fn head_id(&self) -> crate::Result<i64> {
+        self.max_id()
+    }
+
+    fn checkpoint_at_most(
+        &self,
+        max_id: i64,
+        read: &mut dyn FnMut(&[u8]) -> Option<Projections>,
+    ) -> crate::Result<Option<(i64, Projections)>> {
+        self.load_checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, max_id, |_, bytes| {
+            read(bytes)
+        })
+    }
+
+    fn each_event(
+        &self,
+        since: Option<i64>,
+        until: i64,
+        each: &mut dyn FnMut(&Event),
+    ) -> crate::Result<()> {
+        let filter = Filter {
+            since,
+            until: Some(until),
+            ..Filter::default()
+        };
+        self.scan(&filter, &mut |ev| {
+            each(&ev);
+            Ok(true)
+        })
+    }
+
+    fn newest_erasure(&self) -> crate::Result<i64> {
+        self.last_erasure()
+    }
+}
 
 /// Drops the checkpoints that no longer match the ledger (their event's hash differs, or
 /// ours are of another format), inside the caller's write transaction: the rebuild of a
@@ -28,92 +63,6 @@ pub(crate) fn drop_stale(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
         rusqlite::params![CHECKPOINT, CHECKPOINT_FORMAT],
     )?;
     Ok(())
-}
-
-/// Projections as of an event, and how they were obtained.
-pub struct Projected {
-    /// The state.
-    pub projections: Projections,
-    /// The checkpoint it started from, if any.
-    pub from_checkpoint: Option<i64>,
-    /// Events folded on top of it.
-    pub folded: u64,
-}
-
-/// Folds events up to `at` (or all) into projections, starting from the newest checkpoint
-/// that still matches the ledger when `use_checkpoint` is set.
-pub fn project<R: Indexes>(
-    ledger: &R,
-    at: Option<i64>,
-    use_checkpoint: bool,
-) -> crate::Result<Projected> {
-    let target = match at {
-        Some(a) => a,
-        None => ledger.max_id()?,
-    };
-    let mut start = None;
-    let mut p = Projections::default();
-    if use_checkpoint {
-        // An unreadable checkpoint is only a cache miss.
-        if let Some((id, restored)) =
-            ledger.load_checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, target, |_, bytes| {
-                Projections::from_checkpoint(bytes)
-            })?
-        {
-            p = restored;
-            start = Some(id);
-        }
-    }
-    let filter = Filter {
-        since: start.map(|s| s + 1),
-        until: Some(target),
-        ..Filter::default()
-    };
-    let mut folded = 0;
-    ledger.scan(&filter, &mut |ev| {
-        p.apply(&ev);
-        folded += 1;
-        Ok(true)
-    })?;
-    Ok(Projected {
-        projections: p,
-        from_checkpoint: start,
-        folded,
-    })
-}
-
-/// Brings projections `p` up to event `until` (the head when `None`) for a process that keeps
-/// them between reads (`pmm-mcp` between calls, a turn or a tick between its reads and its
-/// write): the events after `p`'s last one, folded. When an `erasure` event came after `p`'s
-/// last one, `p` may hold the erased text (an open commitment's, an identity's, a summary's),
-/// which folding cannot take out: `p` is projected anew instead, from the newest checkpoint
-/// (the erasure deleted those that could hold the text) and the rows as they now are. True
-/// when it was.
-pub fn catch_up<R: Indexes>(r: &R, p: &mut Projections, until: Option<i64>) -> crate::Result<bool> {
-    let until = match until {
-        Some(u) => u,
-        None => r.max_id()?,
-    };
-    // Read after the head: an erasure committed in between is either seen here or has an id
-    // above `until`, so the next catch-up sees it.
-    if r.last_erasure()? > p.mirror.last_event_id {
-        *p = project(r, Some(until), true)?.projections;
-        return Ok(true);
-    }
-    // Ids are input (another writer's ledger): nothing follows i64::MAX.
-    let Some(since) = p.mirror.last_event_id.checked_add(1) else {
-        return Ok(false);
-    };
-    let filter = Filter {
-        since: Some(since),
-        until: Some(until),
-        ..Filter::default()
-    };
-    r.scan(&filter, &mut |ev| {
-        p.apply(&ev);
-        Ok(true)
-    })?;
-    Ok(false)
 }
 
 /// Saves a checkpoint for a *reader* (`pmm-replay --state`), which must leave the ledger as it

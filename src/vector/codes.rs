@@ -297,11 +297,11 @@ fn sum_tables(query: &[f32]) -> Vec<[f32; 256]> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A pseudo-random unit vector of `dim` dimensions.
-    pub(in crate::store::sqlite::vectors) fn unit(seed: u64, dim: usize) -> Vec<f32> {
+    pub(crate) fn unit(seed: u64, dim: usize) -> Vec<f32> {
         let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
         let mut v: Vec<f32> = (0..dim)
             .map(|_| {
