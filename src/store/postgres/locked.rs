@@ -2,24 +2,62 @@
 //! locked across the cache's own write transaction, the events and vectors it made pushed in,
 //! the lock released at the commit; and the reads a catch-up makes.
 
-use super::{explain, jitter, q_page, retryable, row_to_event, Head, PgLog, COLUMNS};
+use super::{explain, jitter, retryable, row_to_event, Head, PgLog, COLUMNS};
 use crate::event::{Event, Kind};
 use crate::store::log::fork_error;
-use crate::store::Filter;
 use crate::Result;
 use postgres::error::SqlState;
+use postgres::types::Type;
 use postgres::IsolationLevel;
+use postgres::SimpleQueryMessage;
 use std::time::{Duration, Instant};
+
+/// What the server holds as of [`PgLog::lock_head`]'s lock.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Locked {
+    /// The head row: the ledger's head.
+    pub(crate) head: Option<Head>,
+    /// The last event's id (0: none); the head's, unless the server is damaged.
+    pub(crate) last_event: i64,
+    /// The last shared vector's `seq` (0: none).
+    pub(crate) vectors_seq: i64,
+}
+
+/// [`Locked`] from the rows of [`PgLog::lock_head`]'s statements (text, as a simple query
+/// returns them): the head row's, then the ends'.
+fn locked(messages: &[SimpleQueryMessage]) -> Option<Locked> {
+    let mut rows = messages.iter().filter_map(|m| match m {
+        SimpleQueryMessage::Row(r) => Some(r),
+        _ => None,
+    });
+    let (head, ends) = (rows.next()?, rows.next()?);
+    let int = |v: Option<&str>| v.map_or(Some(0), |t| t.parse::<i64>().ok());
+    let id = int(head.get(0))?;
+    Some(Locked {
+        head: (id > 0).then(|| Head {
+            id,
+            hash: head.get(1).map(str::to_string),
+        }),
+        last_event: int(ends.get(0))?,
+        vectors_seq: int(ends.get(1))?,
+    })
+}
 
 /// The operations of a host's cache of this ledger ([`crate::store::replica`]): the head lock
 /// held across a local write transaction, the events it made pushed in, the lock released.
 /// The transaction is plain SQL on the connection (`BEGIN` … `COMMIT`), so that it can live
 /// as long as the local one beside it.
 impl PgLog {
-    /// Begins a transaction and locks the head row: the ledger's head as of the lock. Retried
-    /// like an append ([`Writer::transact`]) when the session's isolation level makes the lock
-    /// fail with a serialization failure.
-    pub(crate) fn lock_head(&mut self) -> Result<Option<Head>> {
+    /// Begins a transaction and locks the head row: what the server holds as of the lock.
+    /// Retried like an append ([`Writer::transact`]) when the session's isolation level makes
+    /// the lock fail with a serialization failure.
+    ///
+    /// One round trip: `BEGIN`, the lock, and (a statement after the lock, so that its
+    /// snapshot sees what the last holder committed) where the events and the shared vectors
+    /// end, which lets a cache that already holds them skip its catch-up's reads.
+    ///
+    /// [`Writer::transact`]: crate::store::log::Writer::transact
+    pub(crate) fn lock_head(&mut self) -> Result<Locked> {
         let started = Instant::now();
         let budget = Duration::from_millis(self.ctx.busy_ms);
         let begin = match self.isolation {
@@ -27,16 +65,19 @@ impl PgLog {
             IsolationLevel::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
             _ => "BEGIN ISOLATION LEVEL READ COMMITTED",
         };
+        let sql = format!(
+            "{begin}; SELECT id, hash FROM pmm_head FOR UPDATE; \
+             SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors)"
+        );
         let mut attempt: u32 = 0;
         loop {
             let c = self.client.get_mut();
-            let locked = c
-                .batch_execute(begin)
-                .and_then(|()| c.query_one("SELECT id, hash FROM pmm_head FOR UPDATE", &[]));
-            match locked {
-                Ok(row) => {
-                    let (id, hash): (i64, Option<String>) = (row.get(0), row.get(1));
-                    return Ok((id > 0).then_some(Head { id, hash }));
+            match c.simple_query(&sql) {
+                Ok(messages) => {
+                    return locked(&messages).ok_or_else(|| {
+                        let _ = c.batch_execute("ROLLBACK");
+                        self.ctx.fail("the head row could not be read")
+                    })
                 }
                 Err(e) => {
                     let _ = c.batch_execute("ROLLBACK");
@@ -53,17 +94,27 @@ impl PgLog {
 
     /// Inserts the events `feed` hands over (made by a local write transaction after the
     /// locked head `head`, in id order) inside the transaction [`PgLog::lock_head`] began, in
-    /// one binary `COPY`; erases the text an erasure among them names; moves the head row to
-    /// the last. A repeated hash or a second successor of one hash is a fork error.
-    pub(crate) fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<()> {
+    /// one binary `COPY`; erases the text an erasure among them names. The new head (the
+    /// last event), which [`PgLog::commit_locked`] moves the head row to. A repeated hash or a
+    /// second successor of one hash is a fork error.
+    pub(crate) fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<Option<Head>> {
         use postgres::binary_copy::BinaryCopyInWriter;
-        use postgres::types::Type;
-        let PgLog { client, ctx, .. } = self;
+        let PgLog {
+            client, ctx, copy, ..
+        } = self;
         let c = client.get_mut();
+        // Prepared once per connection: a statement given as text costs a round trip of its
+        // own to prepare, every time, and the head lock is held meanwhile.
+        if copy.is_none() {
+            *copy = Some(
+                c.prepare(
+                    "COPY events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) FROM STDIN BINARY",
+                )
+                .map_err(|e| ctx.err(e))?,
+            );
+        }
         let sink = c
-            .copy_in(
-                "COPY events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) FROM STDIN BINARY",
-            )
+            .copy_in(copy.as_ref().expect("prepared above"))
             .map_err(|e| ctx.err(e))?;
         let types = [
             Type::INT8,
@@ -108,19 +159,11 @@ impl PgLog {
                 ctx.err(e)
             }
         })?;
-        let Some(last) = last else {
-            return Ok(());
-        };
         for target in erased {
             c.execute("SELECT pmm_erase_text($1)", &[&target])
                 .map_err(|e| ctx.err(e))?;
         }
-        c.execute(
-            "UPDATE pmm_head SET id = $1, hash = $2 WHERE one",
-            &[&last.id, &last.hash],
-        )
-        .map_err(|e| ctx.err(e))?;
-        Ok(())
+        Ok(last)
     }
 
     /// Stores vectors inside the transaction [`PgLog::lock_head`] began: `(model, dim, event
@@ -164,11 +207,11 @@ impl PgLog {
         let rows = self
             .client
             .borrow_mut()
-            .query(
+            .query_typed(
                 "SELECT v.seq, v.model, m.dim, v.id, v.q FROM pmm_vectors v
                  JOIN pmm_embed_models m ON m.name = v.model
                  WHERE v.seq > $1 ORDER BY v.seq LIMIT $2",
-                &[&seq, &limit],
+                &[(&seq, Type::INT8), (&limit, Type::INT8)],
             )
             .map_err(|e| self.err(e))?;
         Ok(rows
@@ -186,10 +229,32 @@ impl PgLog {
             .collect())
     }
 
-    /// Commits the transaction [`PgLog::lock_head`] began.
-    pub(crate) fn commit_locked(&mut self) -> Result<()> {
-        let c = self.client.get_mut();
-        c.batch_execute("COMMIT").map_err(|e| self.ctx.err(e))
+    /// Moves the head row to `moved` (the new head [`PgLog::push`] returned, if any) and
+    /// commits the transaction [`PgLog::lock_head`] began, in one round trip: the head lock
+    /// is released one round trip sooner. The values are written into the statement only
+    /// when they are plain (a digest's hex); anything else is bound as a parameter.
+    pub(crate) fn commit_locked(&mut self, moved: Option<&Head>) -> Result<()> {
+        let PgLog { client, ctx, .. } = self;
+        let c = client.get_mut();
+        let plain = |h: &str| h.bytes().all(|b| b.is_ascii_hexdigit());
+        let sql = match moved {
+            None => "COMMIT".to_string(),
+            Some(Head { id, hash: None }) => {
+                format!("UPDATE pmm_head SET id = {id}, hash = NULL WHERE one; COMMIT")
+            }
+            Some(Head { id, hash: Some(h) }) if plain(h) => {
+                format!("UPDATE pmm_head SET id = {id}, hash = '{h}' WHERE one; COMMIT")
+            }
+            Some(Head { id, hash }) => {
+                c.execute(
+                    "UPDATE pmm_head SET id = $1, hash = $2 WHERE one",
+                    &[id, hash],
+                )
+                .map_err(|e| ctx.err(e))?;
+                "COMMIT".to_string()
+            }
+        };
+        c.batch_execute(&sql).map_err(|e| ctx.err(e))
     }
 
     /// Rolls back the transaction [`PgLog::lock_head`] began (nothing of it exists).
@@ -197,21 +262,18 @@ impl PgLog {
         let _ = self.client.get_mut().batch_execute("ROLLBACK");
     }
 
-    /// Up to `limit` events after `after`, in id order (a cache catching up).
+    /// Up to `limit` events after `after`, in id order (a cache catching up). One round trip
+    /// (the parameters' types given: nothing to prepare).
     pub(crate) fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
-        let filter = Filter {
-            since: after.checked_add(1),
-            ..Filter::default()
-        };
-        q_page(
-            &mut *self.client.borrow_mut(),
-            &filter,
-            after.saturating_add(1),
-            i64::MAX,
-            limit,
-            false,
-        )
-        .map_err(|e| self.err(e))
+        let rows = self
+            .client
+            .borrow_mut()
+            .query_typed(
+                &format!("SELECT {COLUMNS} FROM events WHERE id > $1 ORDER BY id LIMIT $2"),
+                &[(&after, Type::INT8), (&limit, Type::INT8)],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(rows.iter().map(row_to_event).collect())
     }
 
     /// Every event in id order, streamed by one query (a verification reads the whole log:

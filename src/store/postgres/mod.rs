@@ -60,7 +60,7 @@ use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row};
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
-pub(crate) use locked::{Feed, SharedVector};
+pub(crate) use locked::{Feed, Locked, SharedVector};
 pub use url::is_postgres_url;
 
 /// Refuses a PostgreSQL URL where only a SQLite file's path is taken (exit 2): a `REF:`
@@ -255,6 +255,8 @@ pub struct PgLog {
     /// The write path's statements, prepared once per connection (a statement given as text
     /// costs a round trip of its own to prepare each time).
     stmts: Option<Stmts>,
+    /// The cache's `COPY` of its new events, prepared once per connection ([`PgLog::push`]).
+    copy: Option<postgres::Statement>,
     /// The URL as given (never shown: it may hold a password) and whether the session is
     /// read-only, to connect again when the server closed the connection ([`PgLog::revive`]).
     given: String,
@@ -325,6 +327,7 @@ impl PgLog {
             scratch: Vec::with_capacity(1024),
             retries: 0,
             stmts: None,
+            copy: None,
             given: url.to_string(),
             read_only,
         };
