@@ -22,7 +22,8 @@
 #      postgres user when run as root) on a free loopback port, fsync ON as a real server.
 #   2. Floor: pgbench -c W -j W -T N with a script of pmm's transaction shape -- BEGIN; lock the
 #      head row FOR UPDATE; insert an event row of the same size (the same columns, UNIQUE(hash),
-#      UNIQUE(prev_hash), the kind index); move the head; COMMIT -- for W = 1, 4, 16.
+#      UNIQUE(prev_hash), the kind index); move the head; COMMIT -- for W = 1, 4, 16, each
+#      measured right before pmm's streams of the same W, so that the load of the moment hits both.
 #   3. pmm: W concurrent `pmm-append --db postgresql://...` processes (scripts/append-streams.py),
 #      each reading one event a line on stdin and keeping its host cache in a directory of its
 #      own (W hosts), on a fresh database per W; the same W streams on a SQLite file per W.
@@ -110,11 +111,12 @@ COMMIT;
 SQL
 
 declare -A floor
-for w in 1 4 16; do
-  tps=$("$bin/pgbench" -n -h 127.0.0.1 -p "$port" -U postgres -c "$w" -j "$w" -T "$seconds" \
+pgfloor() { # $1 writers: the floor's transactions per second
+  local tps
+  tps=$("$bin/pgbench" -n -h 127.0.0.1 -p "$port" -U postgres -c "$1" -j "$1" -T "$seconds" \
           -f "$work/shape.sql" floor 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-  floor[$w]=${tps%.*}
-done
+  floor[$1]=${tps%.*}
+}
 
 # 3. The streams users run, on the release binaries.
 if [ -z "$relbin" ]; then
@@ -122,7 +124,10 @@ if [ -z "$relbin" ]; then
   relbin=${CARGO_TARGET_DIR:-target}/release
 fi
 declare -A pg sq
+# Per W: the floor, then the same W streams on PostgreSQL and on SQLite, so that the
+# machine's load at the time hits the floor and pmm alike.
 for w in 1 4 16; do
+  pgfloor "$w"
   "${psql[@]}" -d postgres -c "CREATE DATABASE pmm$w"
   streams=(python3 scripts/append-streams.py --bin "$relbin/pmm-append" --writers "$w" --seconds "$seconds")
   p=$("${streams[@]}" --db "postgresql://postgres@127.0.0.1:$port/pmm$w?sslmode=disable" --caches "$work/hosts$w")
