@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # pg-bench.sh -- a PostgreSQL ledger against a SQLite one and against the database's own floor,
-# in one run (issue 35's benchmark): appends per second with 1, 4 and 16 concurrent writers, and
-# with --size N the programs on an N-event ledger (a turn with hybrid recall on a warm cache,
-# pmm-verify, catching up an empty cache).
+# in one run (issues 35 and 47): appends per second of 1, 4 and 16 concurrent `pmm-append`
+# streams, the path users run, beside pgbench with pmm's transaction shape; with --size N the
+# programs on an N-event ledger (a turn with hybrid recall on a warm cache, pmm-verify,
+# catching up an empty cache).
 #
 # Usage:
-#   scripts/pg-bench.sh [--seconds N] [--release] [--size N] [--keep]
+#   scripts/pg-bench.sh [--seconds N] [--release] [--library] [--bins DIR] [--size N] [--keep]
 #
 #   --seconds N  how long each append measurement runs (default 5)
-#   --release    build pmm optimised (slow to build; the appends are database-bound, so the
-#                default debug build with sha2 optimised measures nearly the same; use it with
-#                --size, where pmm's own work counts)
+#   --release    build the --library benchmark and the --size programs optimised (the streams
+#                always run release binaries, `cargo build --release --bin pmm-append`, unless --bins)
+#   --bins DIR   run the streams on the pmm-append in DIR instead of building release
+#   --library    also the library rows of issue 35: `Writer::append_one` straight on the
+#                server, a path no program takes
 #   --size N     also the program figures on an N-event ledger (the issue's: 1000000)
 #   --keep       keep the server's directory and print its path
 #
@@ -19,12 +22,17 @@
 #      postgres user when run as root) on a free loopback port, fsync ON as a real server.
 #   2. Floor: pgbench -c W -j W -T N with a script of pmm's transaction shape -- BEGIN; lock the
 #      head row FOR UPDATE; insert an event row of the same size (the same columns, UNIQUE(hash),
-#      UNIQUE(prev_hash), the kind index); move the head; COMMIT -- for W = 1, 4, 16.
-#   3. pmm: the library's `bench_appends` (src/store/postgres/tests.rs): W writers, each on its
-#      own connection, one event per transaction through `Writer::append_one`, on SQLite
-#      (a file in /tmp) and on the same server.
+#      UNIQUE(prev_hash), the kind index); move the head; COMMIT -- for W = 1, 4, 16, each
+#      measured right before pmm's streams of the same W, so that the load of the moment hits both.
+#   3. pmm: W concurrent `pmm-append --db postgresql://...` processes (scripts/append-streams.py),
+#      each reading one event a line on stdin and keeping its host cache in a directory of its
+#      own (W hosts), on a fresh database per W; the same W streams on a SQLite file per W.
+#      Counted: events committed (printed) in N seconds after a second's warm-up; every
+#      process must exit 0 when its stdin closes.
 #   4. Prints one table: writers, SQLite, PostgreSQL, pgbench floor, PostgreSQL / floor
-#      (target at 16 writers: >= 0.7).
+#      (target at 16 writers: >= 0.7). With --library, a second table of the library path
+#      (the library's `bench_appends`, src/store/postgres/tests.rs: W writers, each on its own
+#      connection, one event per transaction through `Writer::append_one`).
 #   5. With --size N: scripts/gen-ledger.py --chain writes N events; `pmm-append --import` loads
 #      them into a SQLite file (timed: the plain import) and into the server (timed; host A's
 #      cache fills as it goes); both get a hybrid retrieval config. Then, alternating SQLite
@@ -41,13 +49,17 @@ seconds=5
 size=0
 profile=()
 keep=0
+library=0
+relbin=
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --release) profile=(--release); shift ;;
+    --library) library=1; shift ;;
+    --bins) relbin="$2"; shift 2 ;;
     --size) size="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pg-bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -99,28 +111,57 @@ COMMIT;
 SQL
 
 declare -A floor
-for w in 1 4 16; do
-  tps=$("$bin/pgbench" -n -h 127.0.0.1 -p "$port" -U postgres -c "$w" -j "$w" -T "$seconds" \
+pgfloor() { # $1 writers: the floor's transactions per second
+  local tps
+  tps=$("$bin/pgbench" -n -h 127.0.0.1 -p "$port" -U postgres -c "$1" -j "$1" -T "$seconds" \
           -f "$work/shape.sql" floor 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-  floor[$w]=${tps%.*}
+  floor[$1]=${tps%.*}
+}
+
+# 3. The streams users run, on the release binaries.
+if [ -z "$relbin" ]; then
+  cargo build --release --locked --quiet --bin pmm-append
+  relbin=${CARGO_TARGET_DIR:-target}/release
+fi
+declare -A pg sq
+# Per W: the floor, then the same W streams on PostgreSQL and on SQLite, so that the
+# machine's load at the time hits the floor and pmm alike.
+for w in 1 4 16; do
+  pgfloor "$w"
+  "${psql[@]}" -d postgres -c "CREATE DATABASE pmm$w"
+  streams=(python3 scripts/append-streams.py --bin "$relbin/pmm-append" --writers "$w" --seconds "$seconds")
+  p=$("${streams[@]}" --db "postgresql://postgres@127.0.0.1:$port/pmm$w?sslmode=disable" --caches "$work/hosts$w")
+  s=$("${streams[@]}" --db "$work/streams$w.db")
+  pg[$w]=${p#appends_per_s=}
+  sq[$w]=${s#appends_per_s=}
 done
 
-if ! PMM_BENCH_SECONDS="$seconds" PMM_BENCH_PG_URL="postgres://postgres@127.0.0.1:$port/pmm?sslmode=disable" \
-  cargo test "${profile[@]}" --quiet --lib bench_appends -- --ignored --nocapture >"$work/appends.out" 2>&1; then
-  echo "pg-bench.sh: the append benchmark failed:" >&2
-  tail -30 "$work/appends.out" >&2
-  exit 1
-fi
-out=$(grep '^bench ' "$work/appends.out")
-
+echo "pmm-append streams, one event a line, each PostgreSQL stream on its own host cache ($relbin)"
 printf '%-8s %12s %12s %14s %10s\n' writers sqlite/s postgres/s pgbench-floor/s pg/floor
 for w in 1 4 16; do
-  s=$(sed -n "s/^bench sqlite writers=$w appends_per_s=//p" <<<"$out")
-  p=$(sed -n "s/^bench postgres writers=$w appends_per_s=//p" <<<"$out")
-  ratio=$(python3 -c "print(f'{$p/${floor[$w]}:.2f}')" 2>/dev/null || echo "?")
-  printf '%-8s %12s %12s %14s %10s\n' "$w" "$s" "$p" "${floor[$w]}" "$ratio"
+  ratio=$(python3 -c "print(f'{${pg[$w]}/${floor[$w]}:.2f}')" 2>/dev/null || echo "?")
+  printf '%-8s %12s %12s %14s %10s\n' "$w" "${sq[$w]}" "${pg[$w]}" "${floor[$w]}" "$ratio"
 done
 echo "target: postgres >= 0.7 x the floor at 16 writers"
+
+if ((library)); then
+  if ! PMM_BENCH_SECONDS="$seconds" PMM_BENCH_PG_URL="postgres://postgres@127.0.0.1:$port/pmm?sslmode=disable" \
+    cargo test "${profile[@]}" --quiet --lib bench_appends -- --ignored --nocapture >"$work/appends.out" 2>&1; then
+    echo "pg-bench.sh: the append benchmark failed:" >&2
+    tail -30 "$work/appends.out" >&2
+    exit 1
+  fi
+  out=$(grep '^bench ' "$work/appends.out")
+  echo
+  echo "the library path: Writer::append_one straight on the server (no program takes it)"
+  printf '%-8s %12s %12s %14s %10s\n' writers sqlite/s postgres/s pgbench-floor/s pg/floor
+  for w in 1 4 16; do
+    s=$(sed -n "s/^bench sqlite writers=$w appends_per_s=//p" <<<"$out")
+    p=$(sed -n "s/^bench postgres writers=$w appends_per_s=//p" <<<"$out")
+    ratio=$(python3 -c "print(f'{$p/${floor[$w]}:.2f}')" 2>/dev/null || echo "?")
+    printf '%-8s %12s %12s %14s %10s\n' "$w" "$s" "$p" "${floor[$w]}" "$ratio"
+  done
+fi
 
 ((size > 0)) || exit 0
 

@@ -23,9 +23,11 @@
 //!   transaction), the cache is caught up to that head inside its own write transaction, the
 //!   write session works on the cache exactly as on a SQLite ledger (policy, links, derived
 //!   indexes), and at the commit the new events are inserted on the server, the head row
-//!   moved, the server's transaction committed, then the cache's. Dropped without a commit,
-//!   both roll back. The lock is held only while the write runs: a model call or an embedding
-//!   happens before [`super::Ledger::begin`], as on SQLite.
+//!   moved, the server's transaction committed, then the cache's derived indexes caught up
+//!   and the cache's transaction committed (unsynced: the server holds the events, and a lost
+//!   cache commit is read back). Dropped without a commit, both roll back. The lock is held
+//!   only while the write runs: a model call or an embedding happens before
+//!   [`super::Ledger::begin`], as on SQLite.
 //! - **Readers** catch the cache up and read it; they never write to the server (their
 //!   session is read-only).
 //!
@@ -36,7 +38,7 @@ pub mod audit;
 mod files;
 pub mod witness;
 
-use super::postgres::PgLog;
+use super::postgres::{Locked, PgLog};
 use super::{erase, Batch, Head, Ledger};
 use crate::chain::event_digest;
 use crate::event::{Event, Kind};
@@ -66,6 +68,9 @@ pub(crate) struct Lease<'a> {
     locked: bool,
     /// The server's head as of the lock.
     head: Option<Head>,
+    /// What the server held as of the lock (a writer's): lets [`pull`] skip the reads of a
+    /// catch-up that has nothing to read.
+    ends: Option<Locked>,
 }
 
 impl<'a> Lease<'a> {
@@ -79,25 +84,28 @@ impl<'a> Lease<'a> {
                     witness: &mut up.witness,
                     locked: false,
                     head: None,
+                    ends: None,
                 },
                 None,
             ));
         }
         // A connection the server closed while this program waited (a restart) is found
         // closed by its first use: connected again, the lock is taken once more.
-        let head = match up.log.lock_head() {
-            Ok(head) => head,
+        let ends = match up.log.lock_head() {
+            Ok(ends) => ends,
             Err(e) => match up.log.revive()? {
                 true => up.log.lock_head()?,
                 false => return Err(e),
             },
         };
+        let head = ends.head.clone();
         Ok((
             Lease {
                 log: &mut up.log,
                 witness: &mut up.witness,
                 locked: true,
                 head: head.clone(),
+                ends: Some(ends),
             },
             head,
         ))
@@ -138,9 +146,9 @@ impl<'a> Lease<'a> {
                 "this PostgreSQL ledger was opened for reading: nothing can be appended through it",
             ));
         }
-        self.log.push(self.head.as_ref(), feed)?;
+        let moved = self.log.push(self.head.as_ref(), feed)?;
         self.log.push_vectors(vectors)?;
-        self.log.commit_locked()?;
+        self.log.commit_locked(moved.as_ref())?;
         self.locked = false;
         self.witness.record(head);
         Ok(true)
@@ -241,9 +249,27 @@ fn refuse_if_diverged(verified: &Head, log: &PgLog, cache: &Path) -> Result<()> 
     }
 }
 
-/// Catches the cache up inside `batch`: every event the server has after the batch's head,
-/// each link and hash checked. How many were read.
-pub(crate) fn pull(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
+/// Catches the cache up inside `batch` from the server behind `lease`: every event the server
+/// has after the batch's head, each link and hash checked, and the shared vectors. How many
+/// events were read. Under a writer's lock, what the lock saw spares the reads that would
+/// find nothing: the server ending at the cache's own head (id and hash) is still holding it,
+/// and has nothing after it.
+pub(crate) fn pull(batch: &mut Batch<'_>, lease: &Lease<'_>) -> Result<u64> {
+    let log = lease.log();
+    let ends = lease.ends.as_ref();
+    let held = |e: &Locked| {
+        e.head.as_ref() == batch.head() && e.last_event == e.head.as_ref().map_or(0, |h| h.id)
+    };
+    let pulled = match ends {
+        Some(e) if held(e) => 0,
+        _ => pull_events(batch, log)?,
+    };
+    pull_vectors(batch, log, ends.map(|e| e.vectors_seq))?;
+    Ok(pulled)
+}
+
+/// [`pull`]'s events.
+fn pull_events(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     let mut pulled = 0u64;
     let mut scratch = Vec::with_capacity(1024);
     let mut erased = false;
@@ -272,7 +298,6 @@ pub(crate) fn pull(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     if erased {
         batch.compact_index()?;
     }
-    pull_vectors(batch, log)?;
     Ok(pulled)
 }
 
@@ -301,9 +326,13 @@ fn still_held(head: &Head, page: &mut Vec<Event>, log: &PgLog) -> Result<()> {
     Err(witness::refused(log.url(), divergence, None))
 }
 
-/// Copies the vectors the server has after the cache's last one (another host embedded them).
-fn pull_vectors(batch: &Batch<'_>, log: &PgLog) -> Result<()> {
+/// Copies the vectors the server has after the cache's last one (another host embedded them);
+/// none when the server's last, as of the lock (`server`), is already here.
+fn pull_vectors(batch: &Batch<'_>, log: &PgLog, server: Option<i64>) -> Result<()> {
     let mut seq = batch.pulled_vectors_seq()?;
+    if server.is_some_and(|last| last <= seq) {
+        return Ok(());
+    }
     let start = seq;
     loop {
         let page = log.vectors_after(seq, PAGE)?;

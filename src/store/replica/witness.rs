@@ -14,10 +14,20 @@ use crate::store::Head;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
+/// How often a writer writes its newest verified head down while it keeps appending: once a
+/// second, and at its end (a stream of appends renamed a file per event, which cost as much
+/// as the server's commit). The file is never synced, so after a crash it could always be
+/// older than the cache; the cache's own head is checked at every open beside it.
+const RECORD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The head this host verified, and the file that keeps it.
 pub(crate) struct Witness {
     file: PathBuf,
     head: Option<Head>,
+    /// A verified head not written down yet ([`RECORD_EVERY`]), and when the file was last
+    /// written.
+    pending: Option<Head>,
+    written: Option<std::time::Instant>,
 }
 
 /// The file beside `cache` that keeps what this host verified.
@@ -51,7 +61,12 @@ impl Witness {
     pub(crate) fn load(cache: &Path) -> Result<Witness> {
         let file = witness_file(cache);
         let head = read_head(&file)?;
-        Ok(Witness { file, head })
+        Ok(Witness {
+            file,
+            head,
+            pending: None,
+            written: None,
+        })
     }
 
     /// The newest head this host verified, as last read or written.
@@ -63,10 +78,23 @@ impl Witness {
     /// write lock held, so that two processes of this host write one after the other. A
     /// head that cannot be written is a warning: the server and the cache are right, only
     /// this host's record of them is older.
+    ///
+    /// Within [`RECORD_EVERY`] of the last write, `head` waits for the next one, or the end.
     pub(crate) fn record(&mut self, head: Option<&Head>) {
         let Some(head) = head else {
             return;
         };
+        if self.written.is_some_and(|t| t.elapsed() < RECORD_EVERY) {
+            self.pending = Some(head.clone());
+            return;
+        }
+        self.pending = None;
+        self.written = Some(std::time::Instant::now());
+        self.write(head);
+    }
+
+    /// Writes `head` down when it is newer than the head on file.
+    fn write(&mut self, head: &Head) {
         let on_file = read_head(&self.file).ok().flatten();
         if on_file.as_ref().is_some_and(|h| h.id >= head.id) {
             self.head = on_file;
@@ -80,6 +108,18 @@ impl Witness {
                 self.file.display(),
                 head.id
             )),
+        }
+    }
+}
+
+impl Drop for Witness {
+    /// The newest head verified since the last write ([`RECORD_EVERY`]) is written down at
+    /// the end. Without the cache's lock now: a newer head another process wrote meanwhile
+    /// may be overwritten by this older one, which is still one this host verified (a weaker
+    /// check for a while, never a false alarm).
+    fn drop(&mut self) {
+        if let Some(head) = self.pending.take() {
+            self.write(&head);
         }
     }
 }

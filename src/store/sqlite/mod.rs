@@ -218,6 +218,12 @@ impl Ledger {
         self.conn
             .pragma_update(None, "secure_delete", "ON")
             .map_err(|e| self.err(e))?;
+        // The server holds the events durably: a cache commit lost to a power cut is read
+        // back by the next catch-up, so its commits need no fsync of their own (WAL keeps the
+        // file whole; an erasure's commit is synced by its checkpoint, `truncate_cache_wal`).
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| self.err(e))?;
         self.upstream = Some((up, postgres::url::shown(url), url.to_string()));
         Ok(())
     }
@@ -675,7 +681,7 @@ impl Ledger {
             scrubbed: false,
         };
         if let Some(lease) = lease {
-            replica::pull(&mut batch, lease.log())?;
+            replica::pull(&mut batch, &lease)?;
             let at = batch.head.as_ref().map_or(0, |h| h.id);
             if lease.locks() && server_head.as_ref().map_or(0, |h| h.id) != at {
                 return Err(Error::Damaged {
@@ -2128,7 +2134,12 @@ impl Batch<'_> {
     /// Makes everything appended in this transaction durable at once, with the full-text
     /// index and the Merkle tree brought up to the new head in the same transaction.
     pub fn commit(mut self) -> Result<()> {
-        self.catch_up()?;
+        // A cache's derived parts are this host's alone: they are caught up after the
+        // server's commit, which frees the head lock for the next host that much sooner.
+        let leased = self.lease.is_some();
+        if !leased {
+            self.catch_up()?;
+        }
         let (path, busy) = (self.path.clone(), self.busy_ms);
         let mut on_server = false;
         if let Some(lease) = self.lease.take() {
@@ -2151,11 +2162,14 @@ impl Batch<'_> {
                 head.as_ref(),
             )?;
         }
+        let caught_up = if leased { self.catch_up() } else { Ok(()) };
         let scrubbed = self.scrubbed;
         if scrubbed {
             erase::mark_erasure(&path);
         }
-        match self.tx.commit().map_err(|e| map_err(e, &path, busy)) {
+        let committed =
+            caught_up.and_then(|()| self.tx.commit().map_err(|e| map_err(e, &path, busy)));
+        match committed {
             // What the server committed is the truth: say the append succeeded, and that
             // this host's copy lags (the next program catches it up).
             Err(e) if on_server => {

@@ -1,0 +1,318 @@
+//! The operations of a host's cache on the server ([`crate::store::replica`]): the head row
+//! locked across the cache's own write transaction, the events and vectors it made pushed in,
+//! the lock released at the commit; and the reads a catch-up makes.
+
+use super::{explain, jitter, retryable, row_to_event, Head, PgLog, COLUMNS};
+use crate::event::{Event, Kind};
+use crate::store::log::fork_error;
+use crate::Result;
+use postgres::error::SqlState;
+use postgres::types::Type;
+use postgres::IsolationLevel;
+use postgres::SimpleQueryMessage;
+use std::time::{Duration, Instant};
+
+/// What the server holds as of [`PgLog::lock_head`]'s lock.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Locked {
+    /// The head row: the ledger's head.
+    pub(crate) head: Option<Head>,
+    /// The last event's id (0: none); the head's, unless the server is damaged.
+    pub(crate) last_event: i64,
+    /// The last shared vector's `seq` (0: none).
+    pub(crate) vectors_seq: i64,
+}
+
+/// [`Locked`] from the rows of [`PgLog::lock_head`]'s statements (text, as a simple query
+/// returns them): the head row's, then the ends'.
+fn locked(messages: &[SimpleQueryMessage]) -> Option<Locked> {
+    let mut rows = messages.iter().filter_map(|m| match m {
+        SimpleQueryMessage::Row(r) => Some(r),
+        _ => None,
+    });
+    let (head, ends) = (rows.next()?, rows.next()?);
+    let int = |v: Option<&str>| v.map_or(Some(0), |t| t.parse::<i64>().ok());
+    let id = int(head.get(0))?;
+    Some(Locked {
+        head: (id > 0).then(|| Head {
+            id,
+            hash: head.get(1).map(str::to_string),
+        }),
+        last_event: int(ends.get(0))?,
+        vectors_seq: int(ends.get(1))?,
+    })
+}
+
+/// The operations of a host's cache of this ledger ([`crate::store::replica`]): the head lock
+/// held across a local write transaction, the events it made pushed in, the lock released.
+/// The transaction is plain SQL on the connection (`BEGIN` … `COMMIT`), so that it can live
+/// as long as the local one beside it.
+impl PgLog {
+    /// Begins a transaction and locks the head row: what the server holds as of the lock.
+    /// Retried like an append ([`Writer::transact`]) when the session's isolation level makes
+    /// the lock fail with a serialization failure.
+    ///
+    /// One round trip: `BEGIN`, the lock, and (a statement after the lock, so that its
+    /// snapshot sees what the last holder committed) where the events and the shared vectors
+    /// end, which lets a cache that already holds them skip its catch-up's reads.
+    ///
+    /// [`Writer::transact`]: crate::store::log::Writer::transact
+    pub(crate) fn lock_head(&mut self) -> Result<Locked> {
+        let started = Instant::now();
+        let budget = Duration::from_millis(self.ctx.busy_ms);
+        let begin = match self.isolation {
+            IsolationLevel::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            IsolationLevel::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            _ => "BEGIN ISOLATION LEVEL READ COMMITTED",
+        };
+        let sql = format!(
+            "{begin}; SELECT id, hash FROM pmm_head FOR UPDATE; \
+             SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors)"
+        );
+        let mut attempt: u32 = 0;
+        loop {
+            let c = self.client.get_mut();
+            match c.simple_query(&sql) {
+                Ok(messages) => {
+                    return locked(&messages).ok_or_else(|| {
+                        let _ = c.batch_execute("ROLLBACK");
+                        self.ctx.fail("the head row could not be read")
+                    })
+                }
+                Err(e) => {
+                    let _ = c.batch_execute("ROLLBACK");
+                    if !retryable(&e) || started.elapsed() >= budget {
+                        return Err(self.err(e));
+                    }
+                    attempt += 1;
+                    self.retries += 1;
+                    std::thread::sleep(jitter(2u64 << attempt.min(5)));
+                }
+            }
+        }
+    }
+
+    /// Inserts the events `feed` hands over (made by a local write transaction after the
+    /// locked head `head`, in id order) inside the transaction [`PgLog::lock_head`] began, in
+    /// one binary `COPY`; erases the text an erasure among them names. The new head (the
+    /// last event), which [`PgLog::commit_locked`] moves the head row to. A repeated hash or a
+    /// second successor of one hash is a fork error.
+    pub(crate) fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<Option<Head>> {
+        use postgres::binary_copy::BinaryCopyInWriter;
+        let PgLog {
+            client, ctx, copy, ..
+        } = self;
+        let c = client.get_mut();
+        // Prepared once per connection: a statement given as text costs a round trip of its
+        // own to prepare, every time, and the head lock is held meanwhile.
+        if copy.is_none() {
+            *copy = Some(
+                c.prepare(
+                    "COPY events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) FROM STDIN BINARY",
+                )
+                .map_err(|e| ctx.err(e))?,
+            );
+        }
+        let sink = c
+            .copy_in(copy.as_ref().expect("prepared above"))
+            .map_err(|e| ctx.err(e))?;
+        let types = [
+            Type::INT8,
+            Type::TEXT,
+            Type::TEXT,
+            Type::BYTEA,
+            Type::TEXT,
+            Type::TEXT,
+            Type::TEXT,
+            Type::BOOL,
+        ];
+        let mut w = BinaryCopyInWriter::new(sink, &types);
+        let mut prev = head.and_then(|h| h.hash.clone());
+        let mut last: Option<Head> = None;
+        let mut erased = Vec::new();
+        feed(&mut |ev: &Event| {
+            w.write(&[
+                &ev.id,
+                &ev.ts,
+                &ev.kind.as_str(),
+                &ev.content.as_bytes(),
+                &ev.meta,
+                &ev.prev_hash,
+                &ev.hash,
+                &(ev.prev_hash != prev),
+            ])
+            .map_err(|e| ctx.err(e))?;
+            prev.clone_from(&ev.hash);
+            if ev.kind == Kind::Erasure {
+                erased.extend(crate::store::erase::erased_id(&ev.meta));
+            }
+            last = Some(Head {
+                id: ev.id,
+                hash: ev.hash.clone(),
+            });
+            Ok(())
+        })?;
+        w.finish().map_err(|e| {
+            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                fork_error(explain(&e))
+            } else {
+                ctx.err(e)
+            }
+        })?;
+        for target in erased {
+            c.execute("SELECT pmm_erase_text($1)", &[&target])
+                .map_err(|e| ctx.err(e))?;
+        }
+        Ok(last)
+    }
+
+    /// Stores vectors inside the transaction [`PgLog::lock_head`] began: `(model, dim, event
+    /// id, stored bytes)`: a vector the server already has is kept. A model the server knows
+    /// with other dimensions is refused (two vector spaces never share a name).
+    pub(crate) fn push_vectors(&mut self, rows: &[SharedVector]) -> Result<()> {
+        let PgLog { client, ctx, .. } = self;
+        let c = client.get_mut();
+        let mut known: Vec<&str> = Vec::new();
+        for SharedVector { model, dim, id, q } in rows {
+            if !known.contains(&model.as_str()) {
+                let dim_i = *dim as i32;
+                c.execute(
+                    "INSERT INTO pmm_embed_models (name, dim) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                    &[model, &dim_i],
+                )
+                .map_err(|e| ctx.err(e))?;
+                let have: i32 = c
+                    .query_one("SELECT dim FROM pmm_embed_models WHERE name = $1", &[model])
+                    .map_err(|e| ctx.err(e))?
+                    .get(0);
+                if have != dim_i {
+                    return Err(ctx.fail(format!(
+                        "embedding model {model} gives {dim} dimensions, but its stored vectors have {have}: a different model under the same name"
+                    )));
+                }
+                known.push(model);
+            }
+            c.execute(
+                "INSERT INTO pmm_vectors (model, id, q) VALUES ($1, $2, $3) ON CONFLICT (model, id) DO NOTHING",
+                &[model, id, q],
+            )
+            .map_err(|e| ctx.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` shared vectors numbered after `seq`, in order: `(seq, model, dim, event
+    /// id, stored bytes)`.
+    pub(crate) fn vectors_after(&self, seq: i64, limit: i64) -> Result<Vec<(i64, SharedVector)>> {
+        let rows = self
+            .client
+            .borrow_mut()
+            .query_typed(
+                "SELECT v.seq, v.model, m.dim, v.id, v.q FROM pmm_vectors v
+                 JOIN pmm_embed_models m ON m.name = v.model
+                 WHERE v.seq > $1 ORDER BY v.seq LIMIT $2",
+                &[(&seq, Type::INT8), (&limit, Type::INT8)],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let dim: i32 = r.get(2);
+                let v = SharedVector {
+                    model: r.get(1),
+                    dim: dim.max(0) as usize,
+                    id: r.get(3),
+                    q: r.get(4),
+                };
+                (r.get(0), v)
+            })
+            .collect())
+    }
+
+    /// Moves the head row to `moved` (the new head [`PgLog::push`] returned, if any) and
+    /// commits the transaction [`PgLog::lock_head`] began, in one round trip: the head lock
+    /// is released one round trip sooner. The values are written into the statement only
+    /// when they are plain (a digest's hex); anything else is bound as a parameter.
+    pub(crate) fn commit_locked(&mut self, moved: Option<&Head>) -> Result<()> {
+        let PgLog { client, ctx, .. } = self;
+        let c = client.get_mut();
+        let plain = |h: &str| h.bytes().all(|b| b.is_ascii_hexdigit());
+        let sql = match moved {
+            None => "COMMIT".to_string(),
+            Some(Head { id, hash: None }) => {
+                format!("UPDATE pmm_head SET id = {id}, hash = NULL WHERE one; COMMIT")
+            }
+            Some(Head { id, hash: Some(h) }) if plain(h) => {
+                format!("UPDATE pmm_head SET id = {id}, hash = '{h}' WHERE one; COMMIT")
+            }
+            Some(Head { id, hash }) => {
+                c.execute(
+                    "UPDATE pmm_head SET id = $1, hash = $2 WHERE one",
+                    &[id, hash],
+                )
+                .map_err(|e| ctx.err(e))?;
+                "COMMIT".to_string()
+            }
+        };
+        c.batch_execute(&sql).map_err(|e| ctx.err(e))
+    }
+
+    /// Rolls back the transaction [`PgLog::lock_head`] began (nothing of it exists).
+    pub(crate) fn rollback_locked(&mut self) {
+        let _ = self.client.get_mut().batch_execute("ROLLBACK");
+    }
+
+    /// Up to `limit` events after `after`, in id order (a cache catching up). One round trip
+    /// (the parameters' types given: nothing to prepare).
+    pub(crate) fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
+        let rows = self
+            .client
+            .borrow_mut()
+            .query_typed(
+                &format!("SELECT {COLUMNS} FROM events WHERE id > $1 ORDER BY id LIMIT $2"),
+                &[(&after, Type::INT8), (&limit, Type::INT8)],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(rows.iter().map(row_to_event).collect())
+    }
+
+    /// Every event in id order, streamed by one query (a verification reads the whole log:
+    /// pages would cost a round trip each), until `each` returns `false`.
+    pub fn stream_all(&self, each: &mut dyn FnMut(Event) -> Result<bool>) -> Result<()> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut c = self.client.borrow_mut();
+        let sql = format!("SELECT {COLUMNS} FROM events ORDER BY id");
+        let mut rows = c
+            .query_raw(sql.as_str(), std::iter::empty::<i64>())
+            .map_err(|e| self.ctx.err(e))?;
+        while let Some(row) = rows.next().map_err(|e| self.ctx.err(e))? {
+            if !each(row_to_event(&row))? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The hash of event `id`, if it exists.
+    pub(crate) fn hash_at(&self, id: i64) -> Result<Option<Option<String>>> {
+        let row = self
+            .client
+            .borrow_mut()
+            .query_opt("SELECT hash FROM events WHERE id = $1", &[&id])
+            .map_err(|e| self.err(e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+}
+
+/// An embedding vector as the server and every cache keep it: model `model` (`dim`
+/// dimensions), event `id`, the stored half floats `q`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SharedVector {
+    pub(crate) model: String,
+    pub(crate) dim: usize,
+    pub(crate) id: i64,
+    pub(crate) q: Vec<u8>,
+}
+
+/// Hands a write transaction's events, in id order, to the function it is given ([`PgLog::push`]).
+pub(crate) type Feed<'a> = &'a mut dyn FnMut(&mut dyn FnMut(&Event) -> Result<()>) -> Result<()>;
