@@ -388,7 +388,26 @@ pub(crate) fn map_err(e: rusqlite::Error, path: &Path, busy_ms: u64) -> Error {
             _ => {}
         }
     }
-    Error::Db(e)
+    Error::store(SqliteError(e))
+}
+
+/// A SQLite error as the store's ([`Error::Store`]): it reads "database error: …", its source
+/// the driver's error.
+#[derive(Debug, thiserror::Error)]
+#[error("database error: {0}")]
+pub struct SqliteError(#[source] rusqlite::Error);
+
+impl crate::error::DatabaseError for SqliteError {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+}
+
+/// A SQLite error met where no ledger path is known to name (`?` in the backend's code).
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Error {
+        Error::store(SqliteError(e))
+    }
 }
 
 pub use crate::error::Violation;
@@ -415,6 +434,19 @@ impl Ledger {
 mod tests {
     use super::*;
     use serde_json::Map;
+
+    /// A SQLite error is the store's error with the driver's boxed inside: it reads as it
+    /// always has ("database error: …", the driver's error as its source) and exits 2.
+    #[test]
+    fn a_sqlite_error_is_the_stores_and_reads_as_before() {
+        let raw = || rusqlite::Error::InvalidQuery;
+        let e = Error::from(raw());
+        assert!(matches!(&e, Error::Store(s) if s.backend() == "sqlite"));
+        assert_eq!(e.to_string(), format!("database error: {}", raw()));
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source, Some(raw().to_string()));
+        assert_eq!(crate::error::ExitStatus::exit_code(&e), 2);
+    }
 
     /// A vector search inside a read snapshot still splits its work over a helper connection
     /// (recall runs in one), as outside any transaction; inside the ledger's own write

@@ -528,7 +528,7 @@ impl TextIndex<'_> {
         for (on, table) in [(self.main, "main.pmm_fts"), (self.temp, "temp.pmm_fts_tmp")] {
             if on {
                 out.extend(
-                    fts::term_hits(self.conn, table, term, before, limit).map_err(Error::Db)?,
+                    fts::term_hits(self.conn, table, term, before, limit).map_err(Error::from)?,
                 );
             }
         }
