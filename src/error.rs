@@ -124,9 +124,10 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
-    /// Any other SQLite error.
-    #[error("database error: {0}")]
-    Db(#[from] rusqlite::Error),
+    /// Any other error of the store's database (SQLite or PostgreSQL), the backend's own error
+    /// boxed inside ([`StoreError`]): nothing above the store matches on a driver's type.
+    #[error(transparent)]
+    Store(StoreError),
     /// An error of a module above this one (a model call, a turn) with the exit status that
     /// module gave it ([`ExitStatus`]): the runner reads every status from this one type.
     #[error(transparent)]
@@ -160,6 +161,37 @@ impl std::error::Error for Coded {
     }
 }
 
+/// A backend's database error as the store hands it up (sqlx-core's `DatabaseError`): the
+/// text a user reads and the chain of causes are the backend's own.
+pub trait DatabaseError: std::error::Error + Send + Sync + 'static {
+    /// Which backend said it (`sqlite`, `postgres`).
+    fn backend(&self) -> &'static str;
+}
+
+/// A backend's database error, boxed ([`Error::Store`]): it reads as the backend's error (the
+/// same text, the same sources), whichever backend it came from.
+#[derive(Debug)]
+pub struct StoreError(Box<dyn DatabaseError>);
+
+impl StoreError {
+    /// Which backend said it.
+    pub fn backend(&self) -> &'static str {
+        self.0.backend()
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 /// The process exit status an error maps to (SPEC §3): each library error type says its own,
 /// so the program's runner asks the error instead of knowing every module's types.
 pub trait ExitStatus {
@@ -186,6 +218,11 @@ impl Error {
             code: e.exit_code(),
             error: Box::new(e),
         })
+    }
+
+    /// A backend's database error as the store's ([`Error::Store`], exit status 2).
+    pub fn store(e: impl DatabaseError) -> Self {
+        Error::Store(StoreError(Box::new(e)))
     }
 
     /// Wraps an I/O error with the path it concerns.

@@ -410,6 +410,30 @@ fn no_file_over_1000_lines_and_no_function_over_80() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The store sits below what it stores for: its code never reaches up into the write session,
+/// a turn, the kernel or recall (issue 47). `projection` joins the list once checkpoint
+/// folding has moved out of `store/sqlite/checkpoint.rs`.
+#[test]
+fn the_store_imports_nothing_above_it() {
+    let above = ["session", "turn", "kernel", "recall"];
+    let mut wrong = Vec::new();
+    for (file, lines) in code_by_file() {
+        if !file.starts_with("store/") {
+            continue;
+        }
+        for line in &lines {
+            for m in above {
+                if line.contains(&format!("crate::{m}::"))
+                    || line.contains(&format!("crate::{m}}}"))
+                {
+                    wrong.push(format!("{file}: {line}"));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// The function finder of the size rule finds what it must: a long function, nested or not,
 /// and no body for a declaration.
 #[test]
@@ -433,4 +457,23 @@ fn the_size_rule_measures_functions_by_their_braces() {
     );
     assert_eq!(fn_name("    pub async unsafe fn go<T>() {"), Some("go"));
     assert_eq!(fn_name("let f = fn_name;"), None);
+}
+
+/// The PostgreSQL backend names nothing of the SQLite one (issue 47): not its module, not its
+/// driver. (SQLite's path back to PostgreSQL, the host cache's fields, goes with the `Cached`
+/// wrapper.)
+#[test]
+fn the_postgres_backend_names_nothing_of_sqlite() {
+    let mut wrong = Vec::new();
+    for (file, lines) in code_by_file() {
+        if !file.starts_with("store/postgres/") {
+            continue;
+        }
+        for line in &lines {
+            if line.contains("sqlite") {
+                wrong.push(format!("{file}: {line}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -52,7 +52,6 @@ pub mod url;
 
 use super::log::{fork_error, link, verbatim_refusal, EventLog, Links, Txn, Writer};
 use super::{Filter, Head};
-use crate::error::ExitStatus;
 use crate::event::{Event, Kind, NewEvent};
 use crate::{Error, Result};
 use postgres::error::SqlState;
@@ -205,7 +204,8 @@ pub const KEEPALIVE_RETRIES: u32 = 3;
 
 const COLUMNS: &str = "id, ts, kind, content, meta, prev_hash, hash";
 
-/// A PostgreSQL error, with the ledger's URL (password left out). Exit status 2.
+/// A PostgreSQL error, with the ledger's URL (password left out): the store's error
+/// ([`Error::Store`], exit status 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{url}: {what}")]
 pub struct PgError {
@@ -213,9 +213,9 @@ pub struct PgError {
     what: String,
 }
 
-impl ExitStatus for PgError {
-    fn exit_code(&self) -> u8 {
-        2
+impl crate::error::DatabaseError for PgError {
+    fn backend(&self) -> &'static str {
+        "postgres"
     }
 }
 
@@ -309,7 +309,7 @@ impl PgLog {
             config.application_name("pmm");
         }
         let fail = |what: String| {
-            Error::with_exit_status(PgError {
+            Error::store(PgError {
                 url: shown.clone(),
                 what,
             })
@@ -528,7 +528,7 @@ struct Ctx {
 
 impl Ctx {
     fn fail(&self, what: impl Into<String>) -> Error {
-        Error::with_exit_status(PgError {
+        Error::store(PgError {
             url: self.shown.clone(),
             what: what.into(),
         })
