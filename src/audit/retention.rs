@@ -42,11 +42,10 @@ impl RetentionCheck {
                 Some(r) => {
                     self.checked += 1;
                     let m = s.meta_or_empty();
-                    self.recompute(
-                        r,
-                        m.get("erased_id").and_then(Value::as_i64),
-                        m.get("erased_kind"),
-                    )
+                    let erased = m.get("erased_id").and_then(Value::as_i64);
+                    let mut out = self.recompute(r, erased, m.get("erased_kind"));
+                    out.extend(content_differs(&s.ev.content, erased, m.get("erased_kind")));
+                    out
                 }
                 None => Vec::new(),
             },
@@ -99,4 +98,12 @@ impl RetentionCheck {
         }
         out
     }
+}
+
+/// The retention erasure's content as the writer's constructor builds it
+/// ([`crate::event::erasure::content`]), if `content` is not that.
+fn content_differs(content: &str, erased: Option<i64>, kind: Option<&Value>) -> Option<Difference> {
+    let (id, kind) = (erased?, kind?.as_str()?);
+    let want = crate::event::erasure::content(id, &Kind::from(kind), retention::REASON);
+    (content != want).then(|| ("erasure.content".into(), json!(want), json!(content)))
 }

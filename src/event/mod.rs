@@ -1,6 +1,7 @@
 //! Events, kinds, timestamps and the JSONL wire form. Pure data: no I/O.
 
 pub mod config;
+pub mod erasure;
 mod kind;
 pub(crate) mod vocab;
 

@@ -35,7 +35,6 @@ use crate::projection::mirror::{
 };
 use crate::projection::rsm;
 use crate::session::{meta, Session};
-use crate::store::EventLog;
 use serde_json::{json, Value};
 
 /// The knowledge-gap goal.
@@ -66,7 +65,7 @@ fn run_goal(
     outcome: &str,
     close_extra: &[(&str, Value)],
 ) -> crate::Result<()> {
-    let cid = format!("mc_{:06}", s.head_id() + 1);
+    let cid = format!("mc_{:06}", s.head_id()? + 1);
     let m = meta(&[
         ("cid", cid.clone().into()),
         ("goal", goal.into()),
@@ -101,10 +100,9 @@ fn knowledge_gaps(s: &mut Session<'_, '_>) -> crate::Result<()> {
         return Ok(());
     }
     if let Some(close) = last_closed(s, GAPS).and_then(|c| c.closed_at) {
-        let seen = s
-            .batch
-            .get(close)?
-            .and_then(|e| e.meta_map().ok()?.get("gaps").cloned());
+        let seen =
+            s.tx.get(close)?
+                .and_then(|e| e.meta_map().ok()?.get("gaps").cloned());
         if seen == Some(json!(gaps)) {
             return Ok(());
         }
@@ -126,7 +124,7 @@ fn rsm_drift(s: &mut Session<'_, '_>) -> crate::Result<()> {
     let Some(anchor) = s.p.autonomy.last_summary else {
         return Ok(());
     };
-    let now = s.head_id();
+    let now = s.head_id()?;
     let recorded = last_closed(s, DRIFT).and_then(|c| c.closed_at);
     if now - anchor < DRIFT_WINDOW || recorded.is_some_and(|id| id > anchor) {
         return Ok(());
@@ -219,7 +217,7 @@ pub fn to_work(m: &Mirror) -> Option<&Commitment> {
 
 /// The `commitment_open` of `g`, with cid `mc_` + its id (six digits).
 fn open_goal(s: &mut Session<'_, '_>, g: &NewGoal) -> crate::Result<()> {
-    let cid = format!("mc_{:06}", s.head_id() + 1);
+    let cid = format!("mc_{:06}", s.head_id()? + 1);
     let m = meta(&[
         ("cause", g.cause.clone().into()),
         ("cid", cid.into()),

@@ -11,7 +11,6 @@ use crate::canon;
 use crate::event::{Event, Kind, Source};
 use crate::projection::indexing::{self, Message};
 use crate::session::{meta, Session};
-use crate::store::EventLog;
 use serde_json::{json, Value};
 
 /// Messages one `index` tick takes.
@@ -22,7 +21,7 @@ pub const BATCH: usize = indexing::BATCH;
 pub(crate) fn append(s: &mut Session<'_, '_>, ids: &[i64]) -> crate::Result<()> {
     let mut read = Vec::new();
     for &id in ids.iter().take(BATCH) {
-        if let Some(ev) = s.batch.get(id)? {
+        if let Some(ev) = s.tx.get(id)? {
             read.push(ev);
         }
     }

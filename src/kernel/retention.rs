@@ -15,8 +15,8 @@
 use super::Slot;
 use crate::event::config::{retention_rules, RetentionRule};
 use crate::event::{Clock, Event, Kind, Source};
-use crate::session::{Policy, PolicyVerdict};
-use crate::store::{Batch, EventLog};
+use crate::store::log::SessionTxn;
+use crate::store::EventLog;
 use serde_json::{json, Map, Value};
 
 /// The most events one tick erases.
@@ -59,7 +59,7 @@ pub fn cutoff(slot: &Slot, rule: &RetentionRule) -> String {
 /// event) that some rule selects, each with the first rule that did and its cutoff, in id
 /// order, at most [`MAX_PER_TICK`].
 pub fn selection(
-    batch: &Batch<'_>,
+    tx: &dyn SessionTxn,
     before: i64,
     slot: &Slot,
     rules: &[RetentionRule],
@@ -69,7 +69,7 @@ pub fn selection(
         let cut = cutoff(slot, rule);
         let kind = rule.kind.as_deref();
         let source = rule.source.as_deref();
-        for id in batch.retention_candidates(before, kind, source, &cut, MAX_PER_TICK)? {
+        for id in tx.retention_candidates(before, kind, source, &cut, MAX_PER_TICK)? {
             chosen.entry(id).or_insert_with(|| (i, cut.clone()));
         }
     }
@@ -84,19 +84,19 @@ pub fn selection(
 /// (the erasing actor is the kernel, `autonomy_kernel`, which the write policy must trust with
 /// erasure; when it does not, nothing is erased). The `erasure` events appended.
 pub fn apply(
-    batch: &mut Batch<'_>,
+    tx: &mut dyn SessionTxn,
     before: i64,
     slot: &Slot,
     clock: &Clock,
 ) -> crate::Result<Vec<Event>> {
-    let Some((_, rules)) = policy(&*batch)? else {
+    let Some((_, rules)) = policy(&*tx)? else {
         return Ok(Vec::new());
     };
     let actor = Source::AutonomyKernel.as_str();
-    if Policy::current(&*batch)?.erasure_verdict(actor) != PolicyVerdict::Allowed {
+    if crate::session::erasure_refusal(&*tx, actor)?.is_some() {
         return Ok(Vec::new());
     }
-    let ids: Vec<(i64, Map<String, Value>)> = selection(batch, before, slot, &rules)?
+    let targets: Vec<(Event, Option<Map<String, Value>>)> = selection(&*tx, before, slot, &rules)?
         .into_iter()
         .map(|(id, rule, cut)| {
             let mut m = Map::new();
@@ -104,8 +104,8 @@ pub fn apply(
                 "retention".into(),
                 json!({"slot": slot.slot, "interval": slot.interval, "rule": rule, "cutoff": cut}),
             );
-            (id, m)
+            crate::session::erasable(&*tx, id).map(|t| (t, Some(m)))
         })
-        .collect();
-    batch.erase_within(&ids, REASON, actor, clock)
+        .collect::<crate::Result<_>>()?;
+    crate::session::erase_in(tx, &targets, REASON, actor, clock)
 }

@@ -285,3 +285,100 @@ fn a_repeated_reflect_gives_way_to_a_due_summary() {
         "reflection_interval reached (130), but nothing changed since kernel reflection 100"
     );
 }
+
+/// The tick on the in-memory log ([`crate::store::memory`]): its decisions and what it
+/// records, with no file and no database.
+mod on_memory {
+    use super::*;
+    use crate::event::{Clock, Kind};
+    use crate::store::memory::Memory;
+    use crate::store::EventLog;
+
+    fn clock() -> Clock {
+        Clock::pinned("2025-11-24T05:55:41.123456Z").unwrap()
+    }
+
+    fn done(t: tick::Ticked) -> tick::TickDone {
+        match t {
+            tick::Ticked::Done(d) => d,
+            other => panic!("a tick written: {other:?}"),
+        }
+    }
+
+    /// On a fresh log the tick is idle, and records the defaults, its stimulus and its
+    /// decision, in that order.
+    #[test]
+    fn a_first_tick_is_idle_and_records_its_decision() {
+        let mut m = Memory::new();
+        let slot = Slot::new(7, crate::formats::slot::INTERVAL_SECS);
+        let d = done(tick::run(&mut m, &slot, &clock()).unwrap());
+        assert_eq!(d.decision.decision, Action::Idle);
+        assert_eq!(d.decision.reasoning, "no metrics_turn recorded yet");
+        let kinds: Vec<&str> = d.events.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds[..3], ["config", "config", "autonomy_stimulus"]);
+        let tick = d
+            .events
+            .iter()
+            .find(|e| e.kind == Kind::AutonomyTick)
+            .unwrap();
+        let content: Value = serde_json::from_str(&tick.content).unwrap();
+        assert_eq!(content["decision"], "idle");
+        assert!(d.events[2].content.contains(&slot.slot_id));
+        assert_eq!(m.max_id().unwrap(), d.events.last().unwrap().id);
+    }
+
+    /// A slot is ticked once: the second run finds its stimulus and writes nothing.
+    #[test]
+    fn a_slot_already_ticked_writes_nothing() {
+        let mut m = Memory::new();
+        let slot = Slot::new(7, crate::formats::slot::INTERVAL_SECS);
+        let first = done(tick::run(&mut m, &slot, &clock()).unwrap());
+        let head = m.max_id().unwrap();
+        match tick::run(&mut m, &slot, &clock()).unwrap() {
+            tick::Ticked::AlreadyTicked { stimulus, .. } => {
+                assert_eq!(Some(stimulus), first.events.get(2).map(|e| e.id));
+            }
+            other => panic!("already ticked: {other:?}"),
+        }
+        assert_eq!(m.max_id().unwrap(), head);
+    }
+
+    /// After a turn (a `metrics_turn` with no kernel reflection after it), the tick reflects
+    /// and writes the kernel's reflection, evidence the turn's metrics.
+    #[test]
+    fn a_tick_after_a_turn_reflects() {
+        let mut m = Memory::new();
+        let c = clock();
+        let mut meta = serde_json::Map::new();
+        meta.insert("source".into(), "pmm-turn".into());
+        let metrics = crate::event::NewEvent::new(Kind::MetricsTurn, "{}", meta).unwrap();
+        let turn = crate::session::append(&mut m, &metrics, &c).unwrap();
+        let slot = Slot::new(8, crate::formats::slot::INTERVAL_SECS);
+        let d = done(tick::run(&mut m, &slot, &c).unwrap());
+        assert_eq!(d.decision.decision, Action::Reflect);
+        assert_eq!(d.decision.evidence, vec![turn.id]);
+        let refl = d
+            .events
+            .iter()
+            .find(|e| e.kind == Kind::Reflection)
+            .unwrap();
+        assert_eq!(refl.meta_map().unwrap()["source"], "autonomy_kernel");
+    }
+
+    /// Thresholds set on the log are in force for the next decision and pinned.
+    #[test]
+    fn set_thresholds_writes_a_config_and_the_rule_table() {
+        let mut m = Memory::new();
+        let set = [(String::from("reflection_interval"), 3)];
+        let (th, events) = tick::set_thresholds(&mut m, &set, &[], &clock()).unwrap();
+        assert_eq!(
+            th.get(crate::event::config::Threshold::ReflectionInterval),
+            3
+        );
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["config", "autonomy_rule_table"]);
+        // Again: already in force and pinned, nothing written.
+        let (_, again) = tick::set_thresholds(&mut m, &set, &[], &clock()).unwrap();
+        assert!(again.is_empty());
+    }
+}

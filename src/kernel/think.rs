@@ -406,7 +406,7 @@ fn write_thought(
     let goal = goals::to_work(&p.mirror).map(|c| c.cid.clone());
     let mut done = Done::default();
     let mut s = Session {
-        batch: &mut batch,
+        tx: &mut batch,
         p: &mut p,
         events: &mut events,
         clock: &opts.clock,
@@ -487,7 +487,7 @@ fn claim(
     }
     tick::append_stimulus_with(
         &mut Session {
-            batch: &mut batch,
+            tx: &mut batch,
             p: &mut p,
             events: &mut events,
             clock,
@@ -813,7 +813,7 @@ fn record_failure(
     }
     let mut events = Vec::new();
     let failure = Session {
-        batch: &mut batch,
+        tx: &mut batch,
         p,
         events: &mut events,
         clock,

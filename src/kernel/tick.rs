@@ -22,7 +22,8 @@ use crate::projection::state::Projections;
 use crate::session::{
     append_summary, catch_up, ensure_defaults, meta, new_event, put, record_refusal, Session,
 };
-use crate::store::{self, EventLog, Ledger};
+use crate::store::log::{SessionTxn, SessionWriter};
+use crate::store::{self, EventLog, Indexes};
 use serde_json::{json, Map, Value};
 
 /// Environment variable (a testing aid): milliseconds to wait inside the tick's transaction,
@@ -96,7 +97,7 @@ impl Ticked {
 /// this slot's (cron fired twice), or the slot is past every slot of its interval stimulated
 /// so far (cron and `--every` move forwards). Otherwise (an explicit older `--slot`, a clock
 /// set back), a look-up among the stimuli.
-pub(super) fn stimulus_for<R: EventLog>(
+pub(super) fn stimulus_for<R: EventLog + ?Sized>(
     r: &R,
     p: &Projections,
     slot: &Slot,
@@ -124,7 +125,7 @@ pub(super) fn slot_meta(slot: &Slot, pairs: &[(&str, Value)]) -> Map<String, Val
 
 /// The decision for `slot` on `ledger` without writing anything, and the stimulus the slot
 /// already has, if any.
-pub fn dry_run(ledger: &Ledger, slot: &Slot) -> crate::Result<(Decision, Option<i64>)> {
+pub fn dry_run<R: Indexes>(ledger: &R, slot: &Slot) -> crate::Result<(Decision, Option<i64>)> {
     let p = store::project(ledger, None, true)?.projections;
     let already = stimulus_for(ledger, &p, slot)?;
     Ok((decide(&View::of(&p), &p.mirror.thresholds), already))
@@ -133,7 +134,7 @@ pub fn dry_run(ledger: &Ledger, slot: &Slot) -> crate::Result<(Decision, Option<
 /// `sha256(C([{"content","kind","meta"}, …]))` of the newest changes (the reference's
 /// `delta_hash`, FORMATS.md §8.5, over changes rather than over every non-reflection event, so
 /// that the ticks themselves do not move it).
-fn delta_hash<R: EventLog>(r: &R, ids: &[i64]) -> crate::Result<String> {
+fn delta_hash<R: EventLog + ?Sized>(r: &R, ids: &[i64]) -> crate::Result<String> {
     let mut items = Vec::new();
     for &id in ids {
         if let Some(e) = r.get(id)? {
@@ -150,79 +151,101 @@ fn delta_hash<R: EventLog>(r: &R, ids: &[i64]) -> crate::Result<String> {
 
 /// Runs the tick for `slot`. A write the policy forbids rolls the tick back and is recorded
 /// as a `violation` ([`crate::Error::PolicyViolation`], exit 1).
-pub fn run(ledger: &mut Ledger, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
-    run_noted(ledger, slot, clock, None, false)
+pub fn run<W: SessionWriter>(w: &mut W, slot: &Slot, clock: &Clock) -> crate::Result<Ticked> {
+    run_noted(w, slot, clock, None, false)
 }
 
 /// [`run`], with `note` recorded as the `autonomy_tick`'s `meta.think` (why a tick that
 /// could have asked the model did not: [`super::think`]); with `open_goals` (a tick given a
 /// model), the kernel may open a goal that stays open ([`super::goals::to_open`]).
-pub fn run_noted(
-    ledger: &mut Ledger,
+pub fn run_noted<W: SessionWriter>(
+    w: &mut W,
     slot: &Slot,
     clock: &Clock,
     note: Option<&str>,
     open_goals: bool,
 ) -> crate::Result<Ticked> {
-    run_inner(ledger, slot, clock, note, open_goals).map_err(|e| record_refusal(ledger, e, clock))
-}
-
-/// The tick, step by step: look for the slot's stimulus, decide, then write the slot's
-/// events, the auto-closes, the action and the bookkeeping in one transaction.
-fn run_inner(
-    ledger: &mut Ledger,
-    slot: &Slot,
-    clock: &Clock,
-    note: Option<&str>,
-    open_goals: bool,
-) -> crate::Result<Ticked> {
-    let rows_at_start = store::rows_read();
-    let projected = store::project(&*ledger, None, true)?;
-    let mut p = projected.projections;
-    let mut events = Vec::new();
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, &mut p)?;
-    if let Some(stimulus) = stimulus_for(&batch, &p, slot)? {
-        return Ok(Ticked::AlreadyTicked {
-            slot: slot.clone(),
-            stimulus,
-        });
-    }
-    let th = p.mirror.thresholds.clone();
-    let decision = decide(&View::of(&p), &th);
-    ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
-    let mut s = Session {
-        batch: &mut batch,
-        p: &mut p,
-        events: &mut events,
-        clock,
-    };
-    append_stimulus(&mut s, slot)?;
     let note = note.map(|n| Value::String(n.to_string()));
     let mode = Mode {
         note: note.as_ref(),
         open_goals,
     };
+    run_inner(w, slot, clock, mode).map_err(|e| record_refusal(w, e, clock))
+}
+
+/// The tick: the projections read, then [`tick_in`] in one write transaction; after the
+/// commit, the erased texts' bytes forgotten or the projections kept.
+fn run_inner<W: SessionWriter>(
+    w: &mut W,
+    slot: &Slot,
+    clock: &Clock,
+    mode: Mode<'_>,
+) -> crate::Result<Ticked> {
+    let rows_at_start = store::rows_read();
+    let projected = store::project(&*w, None, true)?;
+    let mut first = Some(projected.projections);
+    let (mut ticked, erased, p) = w.session(&mut |tx| {
+        // `session` runs this once: the projections move in and out.
+        let mut p = first.take().unwrap_or_default();
+        let (ticked, erased) = tick_in(tx, &mut p, slot, clock, mode)?;
+        Ok((ticked, erased, p))
+    })?;
+    if erased {
+        // The erased texts may sit in the WAL's frames; a reader that holds them keeps them
+        // until the next checkpoint.
+        w.forget_erased_bytes()?;
+    } else if projected.folded >= store::CHECKPOINT_EVERY / 4 && matches!(ticked, Ticked::Done(_)) {
+        w.keep_projections(&p);
+    }
+    if let Ticked::Done(done) = &mut ticked {
+        done.rows_read = store::rows_read() - rows_at_start;
+    }
+    Ok(ticked)
+}
+
+/// The tick inside its write transaction, step by step: look for the slot's stimulus,
+/// decide, then write the slot's events, the auto-closes, the action, the bookkeeping and
+/// last the retention pass. Whether the retention pass erased anything.
+pub(super) fn tick_in(
+    tx: &mut dyn SessionTxn,
+    p: &mut Projections,
+    slot: &Slot,
+    clock: &Clock,
+    mode: Mode<'_>,
+) -> crate::Result<(Ticked, bool)> {
+    catch_up(&*tx, p)?;
+    if let Some(stimulus) = stimulus_for(&*tx, p, slot)? {
+        let already = Ticked::AlreadyTicked {
+            slot: slot.clone(),
+            stimulus,
+        };
+        return Ok((already, false));
+    }
+    let th = p.mirror.thresholds.clone();
+    let decision = decide(&View::of(p), &th);
+    let mut events = Vec::new();
+    ensure_defaults(tx, p, &mut events, clock)?;
+    let mut s = Session {
+        tx: &mut *tx,
+        p,
+        events: &mut events,
+        clock,
+    };
+    append_stimulus(&mut s, slot)?;
     append_tick(&mut s, slot, &th, &decision, mode, &mut |_| Ok(()))?;
     // Last: the projections are not folded past what it erases (nothing after it reads them).
     let first = events.first().map_or(i64::MAX, |e| e.id);
-    let erased = super::retention::apply(&mut batch, first, slot, clock)?;
-    events.extend(erased.iter().cloned());
+    let erased = super::retention::apply(tx, first, slot, clock)?;
+    let any = !erased.is_empty();
+    events.extend(erased);
     test_pause();
-    batch.commit()?;
-    if !erased.is_empty() {
-        // The erased texts may sit in the WAL's frames; a reader that holds them keeps them
-        // until the next checkpoint.
-        ledger.truncate_wal()?;
-    } else if projected.folded >= store::CHECKPOINT_EVERY / 4 {
-        store::save_projection_checkpoint(ledger.path(), &p);
-    }
-    Ok(Ticked::Done(TickDone {
+    let done = TickDone {
         slot: slot.clone(),
         decision,
         events,
-        rows_read: store::rows_read() - rows_at_start,
-    }))
+        rows_read: 0,
+    };
+    Ok((Ticked::Done(done), any))
 }
 
 /// [`PAUSE_ENV`]: the testing aid's wait, inside the transaction, before its commit.
@@ -357,7 +380,7 @@ fn append_action(
     match decision.decision {
         Action::Reflect => {
             let payload = decision.reflection.clone().unwrap_or(Value::Null);
-            let delta = delta_hash(&*s.batch, &s.p.autonomy.recent_changes)?;
+            let delta = delta_hash(&*s.tx, &s.p.autonomy.recent_changes)?;
             let m = meta(&[
                 (
                     "auto_close_threshold",
@@ -375,7 +398,7 @@ fn append_action(
             let content = canon::built(&payload);
             s.put(Kind::Reflection, content, m)?;
         }
-        Action::Summarize => append_summary(s.batch, s.p, s.events, s.clock, true)?,
+        Action::Summarize => append_summary(s, true)?,
         Action::Index => super::index::append(s, &decision.evidence)?,
         Action::Idle => {}
     }
@@ -486,24 +509,30 @@ fn manifest(p: &Projections) -> Option<(String, Map<String, Value>)> {
 /// handed back to learning; then the `autonomy_rule_table` of the thresholds now in force, in
 /// one transaction. Nothing is written when the values are already in force and pinned, and
 /// the keys to unset are not pinned.
-pub fn set_thresholds(
-    ledger: &mut Ledger,
+pub fn set_thresholds<W: SessionWriter>(
+    w: &mut W,
     changes: &[(String, i64)],
     unset: &[String],
     clock: &Clock,
 ) -> crate::Result<(Thresholds, Vec<Event>)> {
-    set_inner(ledger, changes, unset, clock).map_err(|e| record_refusal(ledger, e, clock))
+    let mut first = Some(store::project(&*w, None, true)?.projections);
+    w.session(&mut |tx| {
+        // `session` runs this once: the projections move in.
+        let mut p = first.take().unwrap_or_default();
+        set_in(tx, &mut p, changes, unset, clock)
+    })
+    .map_err(|e| record_refusal(w, e, clock))
 }
 
-fn set_inner(
-    ledger: &mut Ledger,
+/// [`set_thresholds`] inside its write transaction.
+fn set_in(
+    tx: &mut dyn SessionTxn,
+    p: &mut Projections,
     changes: &[(String, i64)],
     unset: &[String],
     clock: &Clock,
 ) -> crate::Result<(Thresholds, Vec<Event>)> {
-    let mut p = store::project(&*ledger, None, true)?.projections;
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, &mut p)?;
+    catch_up(&*tx, p)?;
     let mut events = Vec::new();
     let current = p.mirror.thresholds.clone();
     // A budget key is no threshold: its change is always written.
@@ -532,18 +561,17 @@ fn set_inner(
         canon::built(&Value::Object(content)),
         meta(&[("source", Source::PmmTick.into())]),
     )?;
-    put(&mut batch, &mut p, &mut events, ev, clock)?;
+    put(tx, p, &mut events, ev, clock)?;
     let text = p.mirror.thresholds.rule_table_text();
     if p.autonomy.last_rule_table.as_deref() != Some(text.as_str()) {
         let m = meta(&[("source", Source::AutonomyKernel.into())]);
         put(
-            &mut batch,
-            &mut p,
+            tx,
+            p,
             &mut events,
             new_event(Kind::AutonomyRuleTable, text, m)?,
             clock,
         )?;
     }
-    batch.commit()?;
     Ok((p.mirror.thresholds.clone(), events))
 }

@@ -478,9 +478,9 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
 /// The query's vector when the server has an embedding model: `(vector, None)`, or `(None,
 /// why)` when the model failed (recall goes on with the other sources); a model whose
 /// dimensions differ from its stored vectors is the caller's error.
-fn query_vector(
+fn query_vector<R: Indexes>(
     cfg: &Config,
-    r: &Ledger,
+    r: &R,
     query: &str,
 ) -> Result<(Option<recall::DenseQuery>, Option<String>), ToolError> {
     let Some(e) = &cfg.embedder else {
@@ -626,7 +626,11 @@ fn state(cfg: &Config, a: StateArgs) -> Result<Value, ToolError> {
 }
 
 /// The `{"type":"state"}` record of `pmm-replay --state [--at]`.
-pub fn state_json(cfg: &Config, ledger: &Ledger, at: Option<i64>) -> Result<Value, ToolError> {
+pub fn state_json<R: Indexes>(
+    cfg: &Config,
+    ledger: &R,
+    at: Option<i64>,
+) -> Result<Value, ToolError> {
     let mut bytes = Vec::new();
     match at {
         None => cfg.with_projections(ledger, |p| p.state_record().write_json(&mut bytes))??,

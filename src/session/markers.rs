@@ -5,35 +5,35 @@
 use super::{concepts, derive, meta, new_event, put, reference, Session};
 use crate::canon;
 use crate::claim::{self, ClaimContext};
-use crate::event::{Clock, Event, Kind, Source};
+use crate::event::{Kind, Source};
 use crate::marker;
 use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
-use crate::store::{Batch, EventLog};
+use crate::store::log::SessionTxn;
 use serde_json::{json, Value};
 
 /// The claim checker's view of the ledger. A database error while looking an event up is
 /// kept and ends the turn's write ([`LedgerClaims::failure`]): it must never be recorded as a
 /// claim that failed because the event "does not exist".
-struct LedgerClaims<'a, 'b> {
-    batch: &'a Batch<'b>,
+struct LedgerClaims<'a> {
+    tx: &'a dyn SessionTxn,
     p: &'a Projections,
     error: std::cell::RefCell<Option<crate::Error>>,
 }
 
-impl LedgerClaims<'_, '_> {
+impl LedgerClaims<'_> {
     /// The first database error a look-up met, if any.
     fn failure(self) -> Option<crate::Error> {
         self.error.into_inner()
     }
 }
 
-impl ClaimContext for LedgerClaims<'_, '_> {
+impl ClaimContext for LedgerClaims<'_> {
     fn event_exists(&self, id: i64) -> bool {
         if id < 1 {
             return false;
         }
-        match self.batch.get(id) {
+        match self.tx.get(id) {
             Ok(found) => found.is_some(),
             Err(e) => {
                 self.error.borrow_mut().get_or_insert(e);
@@ -56,7 +56,7 @@ pub(crate) fn append_claims(
     markers: &marker::Markers,
 ) -> crate::Result<(Vec<Value>, Vec<claim::FailedClaim>)> {
     let ctx = LedgerClaims {
-        batch: s.batch,
+        tx: &*s.tx,
         p: s.p,
         error: std::cell::RefCell::new(None),
     };
@@ -99,7 +99,7 @@ pub(crate) fn append_opens(
     let mut opened = Vec::new();
     for c in &markers.commits {
         let cid = commitment_cid(&c.value);
-        let score = derive::impact_score(s.p, &cid, s.head_id());
+        let score = derive::impact_score(s.p, &cid, s.head_id()?);
         let ev = mirror::commitment_open(&c.value, score, Source::Assistant.as_str(), source);
         let open = s.put(ev.kind, ev.content, ev.meta)?;
         concepts::bind_thread(s, &cid, open.id, about, Source::Loop)?;
@@ -149,24 +149,18 @@ pub(crate) fn append_delta_reflection(
             meta(&[("about_event", assistant_id.into())]),
         )?;
         for r in marker::parse(&text).refs {
-            append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
+            append_ref(s, &r.value)?;
         }
     }
     Ok(())
 }
 
-pub(crate) fn append_ref(
-    batch: &mut Batch<'_>,
-    p: &mut Projections,
-    out: &mut Vec<Event>,
-    target: &str,
-    clock: &Clock,
-) -> crate::Result<()> {
+pub(crate) fn append_ref(s: &mut Session<'_, '_>, target: &str) -> crate::Result<()> {
     let Some(req) = claim::parse_ref(target) else {
         return Ok(());
     };
     let outcome = claim::RefOutcome::from(reference::resolve(&req));
     let ev = new_event(Kind::InterLedgerRef, req.content(), outcome.meta_map())?;
-    put(batch, p, out, ev, clock)?;
+    put(s.tx, s.p, s.events, ev, s.clock)?;
     Ok(())
 }

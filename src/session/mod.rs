@@ -29,8 +29,8 @@ use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Event, Kind, NewEvent, Source};
 use crate::projection::state::Projections;
 use crate::projection::supersession;
-use crate::store::log::Txn;
-use crate::store::{self, Batch, Erased, EventLog, Indexes, Ledger, Violation};
+use crate::store::log::{SessionTxn, SessionWriter, Txn, Writer};
+use crate::store::{self, Batch, Erased, EventLog, Violation};
 use crate::Error;
 use serde_json::{Map, Value};
 
@@ -56,7 +56,7 @@ impl From<Error> for Refusal {
 /// for a sensitive kind, or a config out of its range (`None`: it may). An `erasure` is an
 /// error: only [`erase`] writes those, with the content it removes; so is a `meta.supersedes`
 /// that does not name earlier events ([`supersession::check`]).
-pub fn refusal<R: Indexes + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Option<Violation>> {
+pub fn refusal<R: EventLog + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Option<Violation>> {
     let refused = |unreadable, reason| Violation {
         actor: ev.actor(),
         kind: ev.kind.clone(),
@@ -91,39 +91,51 @@ pub fn refusal<R: Indexes + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Optio
     Ok(None)
 }
 
-/// Appends `ev` in `batch` after the checks of [`refusal`].
-pub fn append_in(batch: &mut Batch<'_>, ev: &NewEvent, clock: &Clock) -> Result<Event, Refusal> {
-    if let Some(v) = refusal(&*batch, ev)? {
+/// Appends `ev` in the write transaction `tx` after the checks of [`refusal`].
+pub fn append_in<T: Txn + ?Sized>(
+    tx: &mut T,
+    ev: &NewEvent,
+    clock: &Clock,
+) -> Result<Event, Refusal> {
+    if let Some(v) = refusal(&*tx, ev)? {
         return Err(Refusal::Policy(v));
     }
-    Ok(batch.append_linked(ev, &clock.ts())?)
+    Ok(tx.append_linked(ev, &clock.ts())?)
 }
 
-/// Appends `ev` in `batch` and commits it. A refused write commits the `violation` event
-/// instead and is [`Error::PolicyViolation`].
-pub fn commit_one(mut batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> crate::Result<Event> {
-    match append_in(&mut batch, ev, clock) {
-        Ok(event) => {
-            batch.commit()?;
-            Ok(event)
-        }
+/// Appends `ev` in `tx`, or the `violation` event of its refusal: the event, or the error to
+/// report once the transaction commits ([`Error::PolicyViolation`]).
+fn append_or_violation<T: Txn + ?Sized>(
+    tx: &mut T,
+    ev: &NewEvent,
+    clock: &Clock,
+) -> crate::Result<crate::Result<Event>> {
+    match append_in(tx, ev, clock) {
+        Ok(event) => Ok(Ok(event)),
         Err(Refusal::Policy(v)) => {
-            let violation = append_violation(&mut batch, &v, clock)?;
-            batch.commit()?;
-            Err(v.into_error(violation.id))
+            let violation = append_violation(tx, &v, clock)?;
+            Ok(Err(v.into_error(violation.id)))
         }
         Err(Refusal::Error(e)) => Err(e),
     }
 }
 
-/// Appends one event in a write transaction of its own ([`commit_one`]).
-pub fn append(ledger: &mut Ledger, ev: &NewEvent, clock: &Clock) -> crate::Result<Event> {
-    commit_one(ledger.begin()?, ev, clock)
+/// Appends `ev` in `batch` and commits it. A refused write commits the `violation` event
+/// instead and is [`Error::PolicyViolation`].
+pub fn commit_one(mut batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> crate::Result<Event> {
+    let out = append_or_violation(&mut batch, ev, clock)?;
+    batch.commit()?;
+    out
+}
+
+/// Appends one event in a write transaction of its own ([`commit_one`]'s rules).
+pub fn append<W: Writer>(w: &mut W, ev: &NewEvent, clock: &Clock) -> crate::Result<Event> {
+    w.transact(&mut |tx| append_or_violation(tx, ev, clock))?
 }
 
 /// Appends the reference's `violation` event for a refused write.
-pub fn append_violation(
-    batch: &mut Batch<'_>,
+pub fn append_violation<T: Txn + ?Sized>(
+    tx: &mut T,
     v: &Violation,
     clock: &Clock,
 ) -> crate::Result<Event> {
@@ -145,51 +157,164 @@ pub fn append_violation(
         content: format!("policy_violation:{}:{}", v.actor, v.kind),
         meta,
     };
-    batch.append_linked(&ev, &clock.ts())
+    tx.append_linked(&ev, &clock.ts())
 }
 
 /// Records a policy refusal found inside a write that was rolled back: appends the
 /// `violation` event in a transaction of its own and returns the error to report.
-pub fn record_violation(ledger: &mut Ledger, v: &Violation, clock: &Clock) -> crate::Result<Error> {
-    let mut batch = ledger.begin()?;
-    let event = append_violation(&mut batch, v, clock)?;
-    batch.commit()?;
+pub fn record_violation<W: Writer>(
+    w: &mut W,
+    v: &Violation,
+    clock: &Clock,
+) -> crate::Result<Error> {
+    let event = w.transact(&mut |tx| append_violation(tx, v, clock))?;
     Ok(v.clone().into_error(event.id))
 }
 
-/// Erases events `ids` for `actor` ([`Ledger::erase`]), when the write policy trusts the
-/// actor with erasure ([`Policy::erasure_verdict`]); else a `violation` event and
-/// [`Error::PolicyViolation`], nothing erased.
-pub fn erase(
-    ledger: &mut Ledger,
+/// Erases events `ids` for `actor` (`pmm-append --erase`, `pmm-forget`): in one write
+/// transaction, an `erasure` event per id ([`crate::event::erasure`]) and the event's text
+/// removed from its row and every derived part ([`erase_in`]); then the bytes the database
+/// keeps beside are forgotten ([`SessionWriter::forget_erased_bytes`]). Bad ids, erasure
+/// events and events already erased are refused (exit 2) before anything is written. When
+/// the write policy does not trust the actor with erasure ([`Policy::erasure_verdict`]), a
+/// `violation` event is committed instead and the result is [`Error::PolicyViolation`],
+/// nothing erased. With `with_quotes`, the later events that quote an erased text
+/// ([`SessionTxn::quoting`]) are erased too, looked for inside the transaction: one appended
+/// by another process just before it is not missed.
+pub fn erase<W: SessionWriter>(
+    w: &mut W,
     ids: &[i64],
     with_quotes: bool,
     reason: &str,
     actor: &str,
     clock: &Clock,
 ) -> crate::Result<Erased> {
-    ledger.erase(ids, with_quotes, reason, actor, clock, &mut |batch| {
-        let refused = |unreadable| Violation {
-            actor: actor.to_string(),
-            kind: Kind::Erasure,
-            unreadable,
-            reason: None,
-        };
-        let v = match Policy::current(&*batch)?.erasure_verdict(actor) {
-            PolicyVerdict::Allowed => return Ok(None),
-            PolicyVerdict::Forbidden => refused(None),
-            PolicyVerdict::Unreadable(id, why) => refused(Some((id, why))),
-        };
-        let event = append_violation(batch, &v, clock)?;
-        Ok(Some(v.into_error(event.id)))
+    let done = w.session(&mut |tx| {
+        let ids = with_their_quotes(&*tx, ids, with_quotes)?;
+        let targets = ids
+            .iter()
+            .map(|&id| erasable(&*tx, id).map(|t| (t, None)))
+            .collect::<crate::Result<Vec<_>>>()?;
+        if let Some(v) = erasure_refusal(&*tx, actor)? {
+            let event = append_violation(tx, &v, clock)?;
+            return Ok(Err(v.into_error(event.id)));
+        }
+        let events = erase_in(tx, &targets, reason, actor, clock)?;
+        erase_pause();
+        Ok(Ok((events, ids)))
+    })?;
+    let (events, erased) = done?;
+    let wal_truncated = w.forget_erased_bytes()?;
+    Ok(Erased {
+        events,
+        erased,
+        wal_truncated,
     })
+}
+
+/// `ids` and, with `with_quotes`, the later events that quote their texts: sorted, once each.
+fn with_their_quotes(
+    tx: &dyn SessionTxn,
+    ids: &[i64],
+    with_quotes: bool,
+) -> crate::Result<Vec<i64>> {
+    let mut all = ids.to_vec();
+    if with_quotes {
+        for &id in ids {
+            if let Some(ev) = tx.get(id)? {
+                all.extend(tx.quoting(id, &ev.content)?);
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+    }
+    Ok(all)
+}
+
+/// The `violation` of erasing as `actor`, when the write policy does not trust it with
+/// erasure (`None`: it does).
+pub fn erasure_refusal<R: EventLog + ?Sized>(
+    r: &R,
+    actor: &str,
+) -> crate::Result<Option<Violation>> {
+    let refused = |unreadable| Violation {
+        actor: actor.to_string(),
+        kind: Kind::Erasure,
+        unreadable,
+        reason: None,
+    };
+    Ok(match Policy::current(r)?.erasure_verdict(actor) {
+        PolicyVerdict::Allowed => None,
+        PolicyVerdict::Forbidden => Some(refused(None)),
+        PolicyVerdict::Unreadable(id, why) => Some(refused(Some((id, why)))),
+    })
+}
+
+/// Event `id` as an erasure target, or why it cannot be one (exit 2): it exists, is no
+/// erasure, is not erased yet and has a hash for its erasure to name.
+pub fn erasable(r: &dyn SessionTxn, id: i64) -> crate::Result<Event> {
+    let bad = |msg: String| Error::bad_input(Some("--erase".into()), msg);
+    let head = r.head()?.map_or(0, |h| h.id);
+    let Some(ev) = r.get(id)? else {
+        return Err(bad(format!(
+            "no event {id} (the ledger's ids run from 1 to {head})"
+        )));
+    };
+    if ev.kind == Kind::Erasure {
+        return Err(bad(format!(
+            "event {id} is an erasure: erasures are not erased"
+        )));
+    }
+    if let Some(by) = r.erased_by(id)? {
+        return Err(bad(format!("event {id} is already erased (by event {by})")));
+    }
+    if ev.hash.as_deref().is_none_or(str::is_empty) {
+        return Err(bad(format!(
+            "event {id} has no hash to name (run pmm-verify)"
+        )));
+    }
+    Ok(ev)
+}
+
+/// Erases `targets` inside `tx` (the caller checked the policy and the targets): each target
+/// gets its `erasure` event ([`crate::event::erasure::erasure`], its meta holding the extra
+/// keys given with it), then its text is scrubbed; the derived parts are compacted once at
+/// the end. The `erasure` events, in order.
+pub fn erase_in(
+    tx: &mut dyn SessionTxn,
+    targets: &[(Event, Option<Map<String, Value>>)],
+    reason: &str,
+    actor: &str,
+    clock: &Clock,
+) -> crate::Result<Vec<Event>> {
+    let mut events = Vec::with_capacity(targets.len());
+    for (target, extra) in targets {
+        let ev = crate::event::erasure::erasure(target, reason, actor, extra.as_ref());
+        events.push(tx.append_linked(&ev, &clock.ts())?);
+        tx.scrub(target)?;
+    }
+    if !events.is_empty() {
+        tx.compact_after_erasure()?;
+    }
+    Ok(events)
+}
+
+/// The testing aid of [`store::erase_pause_env`]: a wait inside an erasure's transaction,
+/// before its commit, so that a test can kill the process in the middle of it.
+fn erase_pause() {
+    if let Some(ms) = std::env::var(store::erase_pause_env())
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 /// Where a writer's stages write, in a turn or a tick: the open transaction, the projections each event
 /// is folded into as it is written (so later events see earlier ones), and the list of what was
 /// written.
 pub struct Session<'s, 'b> {
-    pub(crate) batch: &'s mut Batch<'b>,
+    pub(crate) tx: &'s mut (dyn SessionTxn + 'b),
     pub(crate) p: &'s mut Projections,
     pub(crate) events: &'s mut Vec<Event>,
     pub(crate) clock: &'s Clock,
@@ -204,7 +329,7 @@ impl Session<'_, '_> {
         m: Map<String, Value>,
     ) -> crate::Result<Event> {
         put(
-            self.batch,
+            self.tx,
             self.p,
             self.events,
             new_event(kind, content, m)?,
@@ -213,8 +338,8 @@ impl Session<'_, '_> {
     }
 
     /// The head as this transaction sees it.
-    pub(crate) fn head_id(&self) -> i64 {
-        self.batch.head().map_or(0, |h| h.id)
+    pub(crate) fn head_id(&self) -> crate::Result<i64> {
+        self.tx.max_id()
     }
 }
 
@@ -233,16 +358,16 @@ pub(crate) fn new_event(
     NewEvent::new(kind, content, m).map_err(|e| crate::Error::bad_input(None, e))
 }
 
-/// Appends inside a batch. A policy refusal is [`crate::Error::Refused`]: the whole write is
-/// rolled back, and [`record_refusal`] then appends the `violation` (SPEC §2.5).
+/// Appends inside a write transaction. A policy refusal is [`crate::Error::Refused`]: the
+/// whole write is rolled back, and [`record_refusal`] then appends the `violation` (SPEC §2.5).
 pub(crate) fn put(
-    batch: &mut Batch<'_>,
+    tx: &mut dyn SessionTxn,
     p: &mut Projections,
     out: &mut Vec<Event>,
     ev: NewEvent,
     clock: &Clock,
 ) -> crate::Result<Event> {
-    match append_in(batch, &ev, clock) {
+    match append_in(tx, &ev, clock) {
         Ok(e) => {
             p.apply(&e);
             out.push(e.clone());
@@ -256,18 +381,18 @@ pub(crate) fn put(
 /// On a ledger's first use by a runtime program (SPEC §2.5): the reference's default write
 /// policy and retrieval `config` events, when the ledger has none.
 pub(crate) fn ensure_defaults(
-    batch: &mut Batch<'_>,
+    tx: &mut dyn SessionTxn,
     p: &mut Projections,
     events: &mut Vec<Event>,
     clock: &Clock,
 ) -> crate::Result<()> {
-    if !batch.has_policy_config()? {
+    if !tx.has_policy_config()? {
         let ev = new_event(
             Kind::Config,
             DEFAULT_POLICY,
             meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
-        put(batch, p, events, ev, clock)?;
+        put(tx, p, events, ev, clock)?;
     }
     if p.mirror.retrieval.is_none() {
         let ev = new_event(
@@ -275,59 +400,47 @@ pub(crate) fn ensure_defaults(
             RetrievalConfig::DEFAULT_CONTENT,
             meta(&[("source", Source::AutonomyKernel.into())]),
         )?;
-        put(batch, p, events, ev, clock)?;
+        put(tx, p, events, ev, clock)?;
     }
     Ok(())
 }
 
 /// After a write that [`put`] found forbidden was rolled back: appends the `violation` in a
 /// transaction of its own and gives the error to report (exit 1). Other errors pass through.
-pub(crate) fn record_refusal(ledger: &mut Ledger, e: crate::Error, clock: &Clock) -> crate::Error {
+pub(crate) fn record_refusal<W: Writer>(w: &mut W, e: crate::Error, clock: &Clock) -> crate::Error {
     match e {
-        crate::Error::Refused(v) => record_violation(ledger, &v, clock).unwrap_or_else(|e| e),
+        crate::Error::Refused(v) => record_violation(w, &v, clock).unwrap_or_else(|e| e),
         other => other,
     }
 }
 
 /// Appends a `summary_update` (FORMATS.md §7.4) against the newest summary when the gate lets
 /// it through, or whatever the gate says with `force` (a `summarize` tick).
-pub(crate) fn append_summary(
-    batch: &mut Batch<'_>,
-    p: &mut Projections,
-    events: &mut Vec<Event>,
-    clock: &Clock,
-    force: bool,
-) -> crate::Result<()> {
-    let previous = match p.autonomy.last_summary {
-        Some(id) => batch.get(id)?,
+pub(crate) fn append_summary(s: &mut Session<'_, '_>, force: bool) -> crate::Result<()> {
+    let previous = match s.p.autonomy.last_summary {
+        Some(id) => s.tx.get(id)?,
         None => None,
     };
     let after = previous.as_ref().map_or(0, |e| e.id);
-    let head = p.mirror.last_event_id;
+    let head = s.p.mirror.last_event_id;
     let inputs = derive::SummaryInputs {
         previous: previous.as_ref(),
         events_since: head.saturating_sub(after),
-        reflections_since: batch.count_kind_after(Kind::Reflection, after)?,
+        reflections_since: s.tx.count_kind_after(Kind::Reflection, after)?,
         last_event_id: head,
         force,
     };
-    if let Some((content, m)) = derive::summary_update(p, &inputs) {
-        put(
-            batch,
-            p,
-            events,
-            new_event(Kind::SummaryUpdate, content, m)?,
-            clock,
-        )?;
+    if let Some((content, m)) = derive::summary_update(s.p, &inputs) {
+        s.put(Kind::SummaryUpdate, content, m)?;
     }
     Ok(())
 }
 
 /// Folds events past the projections' last id into them (what other processes appended), or
-/// projects them anew when one of those is an erasure ([`store::catch_up`]: the turn must not
-/// write what it derives from erased text).
-pub(crate) fn catch_up<R: Indexes>(r: &R, p: &mut Projections) -> crate::Result<()> {
-    store::catch_up(r, p, None).map(|_| ())
+/// projects them anew when one of those is an erasure ([`SessionTxn::catch_up`]: the turn must
+/// not write what it derives from erased text).
+pub(crate) fn catch_up(tx: &dyn SessionTxn, p: &mut Projections) -> crate::Result<()> {
+    tx.catch_up(p).map(|_| ())
 }
 
 #[cfg(test)]
@@ -353,5 +466,38 @@ mod tests {
         sorted.sort_unstable();
         sensitive.sort_unstable();
         assert_eq!(sorted, sensitive);
+    }
+
+    /// Erasure is session code over the store's traits: on the in-memory log, the policy
+    /// check, the targets' checks, the erasure events and the scrubbed rows.
+    #[test]
+    fn erasure_checks_the_policy_then_scrubs_on_any_store() {
+        use crate::store::memory::Memory;
+        let clock = Clock::pinned("2025-11-24T05:55:41.123456Z").unwrap();
+        let mut m = Memory::new();
+        let said = NewEvent::new(Kind::UserMessage, "my card is 4111", Map::new()).unwrap();
+        let said = append(&mut m, &said, &clock).unwrap();
+        let policy = r#"{"forbid_sources":{"stranger":["erasure"]},"type":"policy"}"#;
+        let policy = new_event(Kind::Config, policy, meta(&[("source", "test".into())])).unwrap();
+        append(&mut m, &policy, &clock).unwrap();
+        let done = erase(&mut m, &[said.id], false, "pii", "owner", &clock);
+        let done = done.unwrap();
+        assert_eq!(done.erased, vec![said.id]);
+        assert_eq!(done.events[0].content, "erased event 1 (user_message): pii");
+        assert!(m.get(said.id).unwrap().unwrap().is_blank());
+        let again = erase(&mut m, &[said.id], false, "pii", "owner", &clock).unwrap_err();
+        assert!(
+            again.to_string().contains("already erased (by event 3)"),
+            "{again}"
+        );
+        let head = m.max_id().unwrap();
+        let refused = erase(&mut m, &[2], false, "x", "stranger", &clock).unwrap_err();
+        assert!(
+            matches!(refused, Error::PolicyViolation { .. }),
+            "{refused}"
+        );
+        let violation = m.get(head + 1).unwrap().unwrap();
+        assert_eq!(violation.kind, Kind::Violation);
+        assert_eq!(m.max_id().unwrap(), head + 1, "nothing erased");
     }
 }

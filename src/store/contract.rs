@@ -1,6 +1,6 @@
 //! The contract every event-log backend keeps ([`super::log`]): one suite of cases, each a
 //! function of an empty log, run against every backend by [`contract_suite!`] (tantivy's
-//! `directory/tests.rs` is the model). SQLite runs it here; PostgreSQL in
+//! `directory/tests.rs` is the model). SQLite and the in-memory log run it here; PostgreSQL in
 //! `store/postgres/tests.rs`, on a throwaway server.
 
 use super::log::{link, EventLog, Links, Txn, Writer};
@@ -527,6 +527,18 @@ impl Fresh for Sqlite {
 mod sqlite {
     use super::Sqlite;
     contract_suite!(Some(Sqlite::new()));
+}
+
+/// The in-memory log ([`super::memory::Memory`]): every connection a clone of one.
+impl Fresh for super::memory::Memory {
+    type Conn = super::memory::Memory;
+    fn connect(&self) -> super::memory::Memory {
+        self.clone()
+    }
+}
+
+mod memory {
+    contract_suite!(Some(crate::store::memory::Memory::new()));
 }
 
 /// The reads by kind (newest first, the newest matching a text, counts, the head's id, a

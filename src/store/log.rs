@@ -7,9 +7,10 @@
 //! PostgreSQL (`store/postgres/`). The hash rule lives in one place, [`link`], so that every
 //! backend writes the bytes `pmm-append` writes.
 
-use super::{Batch, Filter, Head, Ledger};
+use super::{Batch, Filter, Head, Indexes, Ledger};
 use crate::chain::event_digest;
 use crate::event::{Event, Kind, NewEvent};
+use crate::projection::state::Projections;
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
 
@@ -230,5 +231,64 @@ impl Writer for Ledger {
         let out = f(&mut batch)?;
         batch.commit()?;
         Ok(out)
+    }
+}
+
+/// What a write session ([`crate::session::Session`]) needs of its transaction besides
+/// linking and inserting: the capabilities of the derived parts that a writer's events touch.
+/// A backend implements it on its write transaction; the in-memory log keeps simple versions.
+pub trait SessionTxn: Txn {
+    /// Folds into `p` the events past its last id, or projects `p` anew when one of them is
+    /// an erasure (the session must not derive from erased text).
+    fn catch_up(&self, p: &mut Projections) -> Result<bool>;
+    /// Stores the vectors `v` (event id, vector) of embedding model `name` (`dim`
+    /// dimensions) inside this transaction: how many were new.
+    fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize>;
+    /// What one retention rule selects: the events before `before`, of `kind` and written by
+    /// `source` (each when given), whose time is before `cutoff`, that still have text, never
+    /// an `erasure` or a `config`; in id order, at most `limit`.
+    fn retention_candidates(
+        &self,
+        before: i64,
+        kind: Option<&str>,
+        source: Option<&str>,
+        cutoff: &str,
+        limit: usize,
+    ) -> Result<Vec<i64>>;
+    /// The later events that quote `content` (event `id`'s text) or identify it (its
+    /// `embedding_add`s), in id order: what an erasure `--with-quotes` takes along.
+    fn quoting(&self, id: i64, content: &str) -> Result<Vec<i64>>;
+    /// The first `erasure` event that names event `id`, if one does.
+    fn erased_by(&self, id: i64) -> Result<Option<i64>>;
+    /// Removes `target`'s text from its row and from every derived part that could hold it;
+    /// the `erasure` event naming it is already appended in this transaction.
+    fn scrub(&mut self, target: &Event) -> Result<()>;
+    /// After the last [`SessionTxn::scrub`] of a transaction: rewrites what still holds the
+    /// erased texts' traces (SQLite: the full-text index's segments).
+    fn compact_after_erasure(&mut self) -> Result<()>;
+}
+
+/// A connection a write session runs on: [`Writer`] with the session's transaction, and what
+/// a writer does around it (reading projections, keeping their checkpoint, forgetting the
+/// bytes an erasure leaves beside the database).
+pub trait SessionWriter: Writer + Indexes {
+    /// One write transaction around `f`, committed when `f` returns `Ok`, rolled back when
+    /// it fails. Unlike [`Writer::transact`], `f` runs once: it folds what it writes into the
+    /// caller's projections, which a second run would fold twice (a backend that must retry
+    /// takes its locks before `f` runs).
+    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T>;
+    /// After a committed erasure: forgets the bytes of erased texts the database keeps beside
+    /// its tables (SQLite: the WAL, checkpointed and truncated). `false` when a reader kept
+    /// part of them (the next checkpoint does it).
+    fn forget_erased_bytes(&mut self) -> Result<bool>;
+    /// Keeps `p` as a projection checkpoint, best effort (a writer that folded many events).
+    fn keep_projections(&mut self, p: &Projections);
+    /// Runs `f` on this connection with every read of it seeing one snapshot (SQLite: one
+    /// read transaction, its lock taken once for many small reads).
+    fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T>
+    where
+        Self: Sized,
+    {
+        f(self)
     }
 }

@@ -7,6 +7,8 @@
 //! - [`indexes`]: [`Indexes`], the derived indexes' reads (full text, neighbours, vectors,
 //!   projection checkpoints). Readers above the store name [`EventLog`] and [`Indexes`],
 //!   never a connection: the SQLite backend's own `Reads` trait is private to the store.
+//! - [`memory`]: an event log in memory, under the same contract: the turn's and the tick's
+//!   unit tests run on it.
 //! - [`sqlite`]: a ledger file (the reference's format) with its derived indexes beside the
 //!   events; its items are re-exported here (`store::Ledger`, `store::Batch`, …), as every
 //!   program opens ledgers through them.
@@ -20,6 +22,7 @@
 
 pub mod indexes;
 pub mod log;
+pub mod memory;
 pub mod notices;
 pub mod postgres;
 pub mod replica;

@@ -7,7 +7,8 @@
 
 use crate::llm::embed::{EmbedError, Shared};
 use crate::recall::DenseQuery;
-use crate::store::{Batch, Indexes};
+use crate::store::log::SessionTxn;
+use crate::store::Indexes;
 
 /// What the dense source has for one turn.
 #[derive(Debug, Default)]
@@ -140,7 +141,12 @@ impl Dense {
     }
 
     /// Stores the message's and the reply's vectors inside the turn's write.
-    pub(crate) fn store(&self, batch: &Batch<'_>, user: i64, assistant: i64) -> crate::Result<()> {
+    pub(crate) fn store(
+        &self,
+        tx: &mut dyn SessionTxn,
+        user: i64,
+        assistant: i64,
+    ) -> crate::Result<()> {
         let Some(q) = &self.query else {
             return Ok(());
         };
@@ -151,7 +157,7 @@ impl Dense {
         if let Some(r) = &self.reply {
             v.push((assistant, r.clone()));
         }
-        batch.put_vectors(&q.model, q.vector.len(), &v)?;
+        tx.put_vectors(&q.model, q.vector.len(), &v)?;
         Ok(())
     }
 

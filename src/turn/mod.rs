@@ -32,7 +32,8 @@ use crate::session::{
     append_claims, append_closes, append_delta_reflection, append_opens, append_summary, catch_up,
     concepts, derive, ensure_defaults, markers::append_ref, meta, record_refusal, Session,
 };
-use crate::store::{self, EventLog, Filter, Indexes, Ledger};
+use crate::store::log::{SessionTxn, SessionWriter};
+use crate::store::{self, Filter, Indexes};
 use serde_json::{json, Map, Value};
 
 pub use crate::formats::reply::TRUNCATED;
@@ -109,8 +110,8 @@ fn structured_header(reply: &str) -> Option<String> {
 
 /// Runs one turn for `message` on `ledger` with `adapter`. A write the policy forbids rolls
 /// back that transaction and is recorded as a `violation` ([`crate::Error::PolicyViolation`]).
-pub fn run(
-    ledger: &mut Ledger,
+pub fn run<W: SessionWriter>(
+    ledger: &mut W,
     adapter: &mut dyn Adapter,
     message: &str,
     opts: &Options,
@@ -122,8 +123,8 @@ pub fn run(
 }
 
 /// The turn, stage by stage: record → recall and prompt → call → parse and derive → write.
-fn run_inner(
-    ledger: &mut Ledger,
+fn run_inner<W: SessionWriter>(
+    ledger: &mut W,
     adapter: &mut dyn Adapter,
     message: &str,
     opts: &Options,
@@ -171,7 +172,7 @@ fn run_inner(
     };
     let done = write_reply(ledger, &mut p, &mut events, &said)?;
     if folded_before >= store::CHECKPOINT_EVERY / 4 {
-        store::save_projection_checkpoint(ledger.path(), &p);
+        ledger.keep_projections(&p);
     }
     let truncated = reply.truncated();
     Ok(TurnDone {
@@ -201,8 +202,8 @@ struct Asked {
 /// Stages 1 and 2: the user's message recorded, then the prompt built in one read snapshot.
 /// The in-process model embeds the message on a second core meanwhile; recall asks for the
 /// vector when it needs it.
-fn record_and_prompt(
-    ledger: &mut Ledger,
+fn record_and_prompt<W: SessionWriter>(
+    ledger: &mut W,
     dense: &mut dense::Dense,
     message: &str,
     opts: &Options,
@@ -221,7 +222,7 @@ fn record_and_prompt(
         let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
         // One read transaction for recall's many small reads (and one snapshot for them all).
         let prompt = ledger
-            .in_snapshot(|l| build_prompt(l, &p, &cfg, message, user.id, opts, &mut query))?;
+            .in_snapshot(&mut |l| build_prompt(l, &p, &cfg, message, user.id, opts, &mut query))?;
         query();
         Ok(Asked {
             p,
@@ -235,25 +236,24 @@ fn record_and_prompt(
 
 /// Stages 4 to 6 in one write transaction, against the true head (what other processes
 /// appended during the call folded in first).
-fn write_reply(
-    ledger: &mut Ledger,
+fn write_reply<W: SessionWriter>(
+    ledger: &mut W,
     p: &mut Projections,
     events: &mut Vec<Event>,
     said: &Said<'_>,
 ) -> crate::Result<Consequences> {
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, p)?;
-    let done = write_consequences(
-        &mut Session {
-            batch: &mut batch,
-            p,
-            events,
-            clock: &said.opts.clock,
-        },
-        said,
-    )?;
-    batch.commit()?;
-    Ok(done)
+    ledger.session(&mut |tx| {
+        catch_up(&*tx, p)?;
+        write_consequences(
+            &mut Session {
+                tx,
+                p: &mut *p,
+                events: &mut *events,
+                clock: &said.opts.clock,
+            },
+            said,
+        )
+    })
 }
 
 /// What the model was shown and what it said: the input of the last stage.
@@ -280,20 +280,37 @@ struct Consequences {
 
 /// Stage 1: on a first turn the default configs, then the user's message (and its embedding),
 /// committed on their own before the model is called, so the message is never lost.
-fn record_user(
-    ledger: &mut Ledger,
+fn record_user<W: SessionWriter>(
+    ledger: &mut W,
     message: &str,
     clock: &Clock,
     events: &mut Vec<Event>,
 ) -> crate::Result<(Projections, Event, u64)> {
     let projected = store::project(&*ledger, None, true)?;
-    let mut p = projected.projections;
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, &mut p)?;
-    ensure_defaults(&mut batch, &mut p, events, clock)?;
+    let mut first = Some(projected.projections);
+    let (p, user) = ledger.session(&mut |tx| {
+        // `session` runs this once: the projections move in and out.
+        let mut p = first.take().unwrap_or_default();
+        let user = record_user_in(tx, &mut p, message, clock, events)?;
+        Ok((p, user))
+    })?;
+    Ok((p, user, projected.folded))
+}
+
+/// Stage 1 inside its write transaction: the default configs when missing, then the user's
+/// message and, under an embedding strategy, its `embedding_add`.
+fn record_user_in(
+    tx: &mut dyn SessionTxn,
+    p: &mut Projections,
+    message: &str,
+    clock: &Clock,
+    events: &mut Vec<Event>,
+) -> crate::Result<Event> {
+    catch_up(&*tx, p)?;
+    ensure_defaults(tx, p, events, clock)?;
     let mut s = Session {
-        batch: &mut batch,
-        p: &mut p,
+        tx,
+        p,
         events,
         clock,
     };
@@ -303,13 +320,12 @@ fn record_user(
         let content = embed::embedding_content(user.id, message, &cfg.model, cfg.dims);
         s.put(Kind::EmbeddingAdd, content, Map::new())?;
     }
-    batch.commit()?;
-    Ok((p, user, projected.folded))
+    Ok(user)
 }
 
 /// Stage 3's failure: a `generation_failure` about the user's message, in its own transaction.
-fn record_failure(
-    ledger: &mut Ledger,
+fn record_failure<W: SessionWriter>(
+    ledger: &mut W,
     adapter: &dyn Adapter,
     p: &mut Projections,
     events: &mut Vec<Event>,
@@ -317,7 +333,6 @@ fn record_failure(
     error: &LlmError,
     clock: &Clock,
 ) -> crate::Result<Event> {
-    let mut batch = ledger.begin()?;
     let mut m = meta(&[
         ("about_event", user.id.into()),
         ("error", error.to_string().into()),
@@ -328,19 +343,19 @@ fn record_failure(
     if let Some(reason) = error.reason() {
         m.insert("reason".into(), reason.into());
     }
-    let failure = Session {
-        batch: &mut batch,
-        p,
-        events,
-        clock,
-    }
-    .put(
-        Kind::GenerationFailure,
-        format!("generation failed: {error}"),
-        m,
-    )?;
-    batch.commit()?;
-    Ok(failure)
+    ledger.session(&mut |tx| {
+        Session {
+            tx,
+            p: &mut *p,
+            events: &mut *events,
+            clock,
+        }
+        .put(
+            Kind::GenerationFailure,
+            format!("generation failed: {error}"),
+            m.clone(),
+        )
+    })
 }
 
 /// Stages 4 to 6, in one transaction against the true head: the reply, what its markers
@@ -356,13 +371,13 @@ fn write_consequences(s: &mut Session<'_, '_>, said: &Said<'_>) -> crate::Result
     let opened = append_opens(s, &markers, &about, Source::Assistant.as_str())?;
     let closed = append_closes(s, &markers, Source::Assistant.as_str())?;
     for r in &markers.refs {
-        append_ref(s.batch, s.p, s.events, &r.value, s.clock)?;
+        append_ref(s, &r.value)?;
     }
     append_retrieval_record(s, said, assistant.id)?;
-    said.dense.store(s.batch, said.user_id, assistant.id)?;
+    said.dense.store(s.tx, said.user_id, assistant.id)?;
     append_metrics(s, said)?;
     append_reflections(s, &markers, &failed_claims, &opened, &closed, assistant.id)?;
-    append_summary(s.batch, s.p, s.events, s.clock, false)?;
+    append_summary(s, false)?;
     append_memory(s)?;
     Ok(Consequences {
         opened,
@@ -510,7 +525,7 @@ fn append_reflections(
     closed: &[String],
     assistant_id: i64,
 ) -> crate::Result<()> {
-    let mut window = s.batch.tail(&Filter::default(), derive::WINDOW)?;
+    let mut window = s.tx.tail(&Filter::default(), derive::WINDOW)?;
     if let Some(content) = derive::synthesized_reflection(&window, s.p) {
         let m = meta(&[("source", Source::PmmTurn.into()), ("synth", "pmm".into())]);
         let refl = s.put(Kind::Reflection, content, m)?;
@@ -518,7 +533,7 @@ fn append_reflections(
             window.remove(0);
         }
         window.push(refl.clone());
-        let content = derive::meta_summary(&window, s.p, s.head_id());
+        let content = derive::meta_summary(&window, s.p, s.head_id()?);
         let m = meta(&[
             ("about_event", refl.id.into()),
             ("source", Source::MetaReflectionEngine.into()),
@@ -530,14 +545,13 @@ fn append_reflections(
 
 /// A `lifetime_memory` chunk (and its embedding) when enough has happened since the last.
 fn append_memory(s: &mut Session<'_, '_>) -> crate::Result<()> {
-    let last_chunk = s
-        .batch
-        .last_of_kind(Kind::LifetimeMemory, 1)?
-        .into_iter()
-        .next();
+    let last_chunk =
+        s.tx.last_of_kind(Kind::LifetimeMemory, 1)?
+            .into_iter()
+            .next();
     let start = derive::chunk_start(last_chunk.as_ref());
     let mut candidates = Vec::new();
-    s.batch.scan(
+    s.tx.scan(
         &Filter {
             since: Some(start + 1),
             ..Filter::default()
@@ -602,3 +616,6 @@ fn build_prompt<R: Indexes>(
         prompt_sha256,
     })
 }
+
+#[cfg(test)]
+mod tests;

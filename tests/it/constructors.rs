@@ -79,3 +79,14 @@ fn a_refused_write_commits_its_violation_only_in_the_write_session() {
         |l| l.contains("append_violation("),
     );
 }
+
+#[test]
+fn an_erasure_event_is_built_only_by_its_constructor() {
+    // `event::erasure::erasure`: `pmm-append --erase`, `pmm-forget`, the MCP tool and a
+    // tick's retention pass all call it.
+    only_in(
+        "event/erasure.rs",
+        "an erasure event's content (event::erasure::erasure)",
+        |l| l.contains("erased event "),
+    );
+}

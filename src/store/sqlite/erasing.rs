@@ -197,14 +197,17 @@ impl Batch<'_> {
         clock: &Clock,
         extra: Option<&Map<String, Value>>,
     ) -> Result<Event> {
-        let mut meta = extra.cloned().unwrap_or_default();
-        meta.insert("erased_hash".into(), Value::String(t.hash.clone()));
-        meta.insert("erased_id".into(), t.id.into());
-        meta.insert("erased_kind".into(), Value::String(t.kind.to_string()));
-        meta.insert("reason".into(), Value::String(reason.to_string()));
-        meta.insert("source".into(), Value::String(actor.to_string()));
-        let content = format!("erased event {} ({}): {reason}", t.id, t.kind);
-        let event = self.insert(&Kind::Erasure, &content, &meta, &clock.ts())?;
+        let named = Event {
+            id: t.id,
+            ts: String::new(),
+            kind: t.kind.clone(),
+            content: String::new(),
+            meta: String::new(),
+            prev_hash: None,
+            hash: Some(t.hash.clone()),
+        };
+        let ev = crate::event::erasure::erasure(&named, reason, actor, extra);
+        let event = self.insert(&ev.kind, &ev.content, &ev.meta, &clock.ts())?;
         erase::scrub(&self.tx, t.id, &t.kind, &t.content).map_err(|e| self.err(e))?;
         Ok(event)
     }

@@ -104,3 +104,64 @@ impl<R: Reads> crate::store::indexes::Indexes for R {
         Reads::load_checkpoint(self, name, format, max_id, read)
     }
 }
+
+/// The write session's capabilities on a SQLite write transaction: the derived tables live
+/// beside the events, in the same transaction.
+impl crate::store::log::SessionTxn for super::Batch<'_> {
+    fn catch_up(&self, p: &mut crate::projection::state::Projections) -> Result<bool> {
+        super::catch_up(self, p, None)
+    }
+    fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
+        super::Batch::put_vectors(self, name, dim, v)
+    }
+    fn retention_candidates(
+        &self,
+        before: i64,
+        kind: Option<&str>,
+        source: Option<&str>,
+        cutoff: &str,
+        limit: usize,
+    ) -> Result<Vec<i64>> {
+        super::Batch::retention_candidates(self, before, kind, source, cutoff, limit)
+    }
+    fn quoting(&self, id: i64, content: &str) -> Result<Vec<i64>> {
+        super::erase::quoting(&self.tx, id, content).map_err(|e| self.err(e))
+    }
+    fn erased_by(&self, id: i64) -> Result<Option<i64>> {
+        super::erase::erased_by(&self.tx, id).map_err(|e| self.err(e))
+    }
+    fn scrub(&mut self, target: &Event) -> Result<()> {
+        // Freed pages are zeroed, not just unlinked: the text must leave the file's bytes.
+        self.tx
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(|e| self.err(e))?;
+        super::erase::scrub(&self.tx, target.id, &target.kind, &target.content)
+            .map_err(|e| self.err(e))
+    }
+    fn compact_after_erasure(&mut self) -> Result<()> {
+        super::erase::compact_index(&self.tx).map_err(|e| self.err(e))
+    }
+}
+
+/// A SQLite ledger (or a PostgreSQL ledger's cache on this host) runs write sessions in its
+/// `BEGIN IMMEDIATE` transactions, as [`crate::store::log::Writer`] does.
+impl crate::store::log::SessionWriter for super::Ledger {
+    fn session<T>(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn crate::store::log::SessionTxn) -> Result<T>,
+    ) -> Result<T> {
+        let mut batch = self.begin()?;
+        let out = f(&mut batch)?;
+        batch.commit()?;
+        Ok(out)
+    }
+    fn forget_erased_bytes(&mut self) -> Result<bool> {
+        self.truncate_wal()
+    }
+    fn keep_projections(&mut self, p: &crate::projection::state::Projections) {
+        super::save_projection_checkpoint(self.path(), p);
+    }
+    fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T> {
+        super::Ledger::in_snapshot(self, f)
+    }
+}
