@@ -221,6 +221,18 @@ pub trait PackCodes: Sync {
     fn codes(&self) -> (&[u8], &[u8], &[u8]);
 }
 
+/// A shared row reads as the row (a cache hands out its rows shared, so that a search scores
+/// them without holding the cache).
+impl<T: PackCodes + Send> PackCodes for std::sync::Arc<T> {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+
+    fn codes(&self) -> (&[u8], &[u8], &[u8]) {
+        (**self).codes()
+    }
+}
+
 /// Step 1 over packs kept in memory: in two threads when the machine has a second core.
 pub fn nearest_in_memory<'q, R: PackCodes>(
     rows: &[R],

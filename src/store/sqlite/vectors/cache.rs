@@ -8,6 +8,7 @@
 use super::{magnitudes_column, Model, PackRow};
 use rusqlite::{params, Connection};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The most pack bytes kept (ids and both codes: 104 bytes per 384-dimension vector, so
 /// about 1.6·10^6 vectors).
@@ -18,15 +19,17 @@ pub const CACHED_BYTES: usize = 160 << 20;
 pub struct PackCache {
     /// The model and whether its packs had magnitude bits.
     of: Option<(i64, bool)>,
-    rows: Vec<PackRow>,
+    /// Shared: a search scores a copy of this list (each row shared, not copied) after the
+    /// cache's lock is released, so that the sessions of one server search at the same time.
+    rows: Vec<Arc<PackRow>>,
     /// The ledger's newest erasure when the rows were read ([`super::super::Reads::last_erasure`]).
     erasure: i64,
 }
 
 impl PackCache {
-    /// The rows, by chunk.
-    pub(super) fn rows(&self) -> &[PackRow] {
-        &self.rows
+    /// The rows, by chunk, shared.
+    pub(super) fn rows(&self) -> Vec<Arc<PackRow>> {
+        self.rows.clone()
     }
 
     /// Drops every row kept when the ledger's newest erasure is no longer `mark` (the one
@@ -70,7 +73,7 @@ impl PackCache {
             };
         }
         let last = index.last().map(|(chunk, _)| *chunk);
-        let mut old: BTreeMap<i64, PackRow> = std::mem::take(&mut self.rows)
+        let mut old: BTreeMap<i64, Arc<PackRow>> = std::mem::take(&mut self.rows)
             .into_iter()
             .map(|r| (r.chunk, r))
             .collect();
@@ -83,7 +86,8 @@ impl PackCache {
             .collect();
         let mut fresh = read_rows(conn, m.mid, mags, &stale)?;
         for (chunk, _) in index {
-            if let Some(row) = fresh.remove(&chunk).or_else(|| old.remove(&chunk)) {
+            let row = fresh.remove(&chunk).map(Arc::new);
+            if let Some(row) = row.or_else(|| old.remove(&chunk)) {
                 self.rows.push(row);
             }
         }

@@ -523,15 +523,17 @@ pub(crate) fn search(
         |r| r.get(0),
     )?;
     let mut helper = r.helper;
-    let mut cached = r.packs.map(|p| p.lock().unwrap_or_else(|e| e.into_inner()));
-    let in_memory = match cached.as_deref_mut() {
-        Some(packs) => packs.refresh(conn, m)?,
-        None => false,
-    };
-    let near = match cached.as_deref() {
-        Some(packs) if in_memory => {
-            nearest_in_memory(packs.rows(), &code, before, limits.prefilter)
+    // The kept packs: brought up to date under the cache's lock, then scored without it
+    // (the rows are shared), so that concurrent searches of one process do not queue.
+    let kept = match r.packs {
+        Some(p) => {
+            let mut packs = p.lock().unwrap_or_else(|e| e.into_inner());
+            packs.refresh(conn, m)?.then(|| packs.rows())
         }
+        None => None,
+    };
+    let near = match &kept {
+        Some(rows) => nearest_in_memory(rows, &code, before, limits.prefilter),
         _ => {
             let (parts, h) = both(conn, helper, |c, part, parts| {
                 let (part, parts) = (part as i64, parts as i64);
@@ -542,7 +544,7 @@ pub(crate) fn search(
             merged(parts)
         }
     };
-    drop(cached);
+    drop(kept);
     let total = usize::try_from(chunks).unwrap_or(0) * CHUNK;
     let keep = limits.candidates.min(candidates(total));
     let mut ids = near.best_by_two_bit_score(keep);
