@@ -423,6 +423,21 @@ pub(crate) fn get_scan_and_tail_agree(log: impl Fresh) {
     let by_id: Vec<Event> = (1..=N as i64)
         .map(|id| c.get(id).unwrap().unwrap())
         .collect();
+    scans_and_tails_agree(&c, &by_id);
+    counts_and_hashes_agree(&c, &by_id);
+    // Inside a transaction, reads see the log as the transaction does.
+    c.transact(&mut |tx: &mut dyn Txn| {
+        let e = tx.append_linked(&numbered(N), TS)?;
+        assert_eq!(tx.get(e.id)?.as_ref(), Some(&e));
+        assert_eq!(tx.tail(&Filter::default(), 1)?, vec![e]);
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// [`get_scan_and_tail_agree`]'s filters: `scan` and `tail` give the events `get` gave
+/// (`by_id`) that pass each; a scan stops when told.
+fn scans_and_tails_agree(c: &impl EventLog, by_id: &[Event]) {
     let kinds = |ks: &[Kind]| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>();
     let filters = [
         Filter::default(),
@@ -477,6 +492,10 @@ pub(crate) fn get_scan_and_tail_agree(log: impl Fresh) {
     })
     .unwrap();
     assert_eq!(seen, 3);
+}
+
+/// [`get_scan_and_tail_agree`]'s counts by kind and lookups by hash.
+fn counts_and_hashes_agree(c: &impl EventLog, by_id: &[Event]) {
     for kind in [Kind::UserMessage, Kind::AssistantMessage, Kind::Reflection] {
         for after in [0, 10, 29, 30] {
             let want = by_id
@@ -493,14 +512,6 @@ pub(crate) fn get_scan_and_tail_agree(log: impl Fresh) {
         );
     }
     assert_eq!(c.id_of_hash(&"0".repeat(64)).unwrap(), None);
-    // Inside a transaction, reads see the log as the transaction does.
-    c.transact(&mut |tx: &mut dyn Txn| {
-        let e = tx.append_linked(&numbered(N), TS)?;
-        assert_eq!(tx.get(e.id)?.as_ref(), Some(&e));
-        assert_eq!(tx.tail(&Filter::default(), 1)?, vec![e]);
-        Ok(())
-    })
-    .unwrap();
 }
 
 /// Today's SQLite store.
