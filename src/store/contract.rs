@@ -505,7 +505,7 @@ fn counts_and_hashes_agree(c: &impl EventLog, by_id: &[Event]) {
             assert_eq!(c.count_kind_after(kind.clone(), after).unwrap(), want);
         }
     }
-    for e in &by_id {
+    for e in by_id {
         assert_eq!(
             c.id_of_hash(e.hash.as_deref().unwrap()).unwrap(),
             Some(e.id)

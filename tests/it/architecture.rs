@@ -309,7 +309,7 @@ fn sized_files() -> Vec<(String, Vec<String>)> {
     files.sort();
     files
         .iter()
-        .filter_map(|f| {
+        .map(|f| {
             let rel = f
                 .strip_prefix(src())
                 .unwrap()
@@ -321,7 +321,7 @@ fn sized_files() -> Vec<(String, Vec<String>)> {
                 .take_while(|l| l.trim() != "#[cfg(test)]")
                 .map(str::to_string)
                 .collect();
-            Some((rel, lines))
+            (rel, lines)
         })
         .collect()
 }
