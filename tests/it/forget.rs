@@ -459,20 +459,31 @@ fn only_an_admin_token_forgets_and_corrects() {
     deep_clean(&pmm);
 }
 
+/// The server's database at `url` as `pg_dump` writes it after `VACUUM FULL` (no dead row
+/// left to hold an erased text).
+fn dump_after_vacuum(server: &crate::pgserver::PgServer, url: &str) -> String {
+    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    server.psql(db, "VACUUM FULL").unwrap();
+    let pg_dump = crate::pgserver::server_bin().unwrap().join("pg_dump");
+    let dump = std::process::Command::new(pg_dump)
+        .arg(server.url(db))
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{dump:?}");
+    String::from_utf8_lossy(&dump.stdout).into_owned()
+}
+
 /// On PostgreSQL: forgetting a source leaves none of its texts on the server (a `pg_dump`
 /// after `VACUUM FULL`) nor in the forgetting host's cache files; `--deep` is clean.
 #[test]
 fn forgetting_a_source_on_postgres_leaves_no_text_on_the_server_or_in_the_cache() {
-    use crate::pgserver::{server_bin, PgServer};
+    use crate::pgserver::PgServer;
     let Some(server) = PgServer::start() else {
         return;
     };
-    let mut pmm = Pmm::new();
     let url = server.database();
-    pmm.db = std::path::PathBuf::from(&url);
-    let cache = pmm.path("cache");
-    std::fs::create_dir_all(&cache).unwrap();
-    pmm.cache = Some(cache.clone());
+    let pmm = crate::harness::pg_host(&url);
+    let cache = pmm.cache.clone().unwrap();
     for (text, source) in [
         (
             "guest whispers the quince password is rowan-77",
@@ -506,14 +517,7 @@ fn forgetting_a_source_on_postgres_leaves_no_text_on_the_server_or_in_the_cache(
     );
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.of_type("erasure")[0]["erased"], json!([1, 3]), "{r:?}");
-    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
-    server.psql(db, "VACUUM FULL").unwrap();
-    let dump = std::process::Command::new(server_bin().unwrap().join("pg_dump"))
-        .arg(server.url(db))
-        .output()
-        .unwrap();
-    assert!(dump.status.success(), "{dump:?}");
-    let dump = String::from_utf8_lossy(&dump.stdout);
+    let dump = dump_after_vacuum(&server, &url);
     // Contents are bytea: the dump writes them in hex.
     let hex = |t: &str| t.bytes().map(|b| format!("{b:02x}")).collect::<String>();
     assert!(
@@ -534,16 +538,6 @@ fn forgetting_a_source_on_postgres_leaves_no_text_on_the_server_or_in_the_cache(
         }
     }
     deep_clean(&pmm);
-}
-
-/// A host of a PostgreSQL ledger: its own workspace and cache directory, the server's URL.
-fn pg_host(url: &str) -> Pmm {
-    let mut pmm = Pmm::new();
-    pmm.db = std::path::PathBuf::from(url);
-    let cache = pmm.path("cache");
-    std::fs::create_dir_all(&cache).unwrap();
-    pmm.cache = Some(cache);
-    pmm
 }
 
 /// Whether any file under `dir` holds `needle`'s bytes.
@@ -569,12 +563,12 @@ fn any_file_holds(dir: &std::path::Path, needle: &[u8]) -> Option<std::path::Pat
 /// FULL`); a checkpoint signed before still checks; `--deep` is clean on both.
 #[test]
 fn forgetting_a_concept_on_postgres_leaves_no_text_on_any_host_or_the_server() {
-    use crate::pgserver::{server_bin, PgServer};
+    use crate::pgserver::PgServer;
     let Some(server) = PgServer::start() else {
         return;
     };
     let url = server.database();
-    let (a, b) = (pg_host(&url), pg_host(&url));
+    let (a, b) = (crate::harness::pg_host(&url), crate::harness::pg_host(&url));
     let pets = conversation(&a);
     let r = b.run("pmm-recall", &["Biscuit slipper"], "");
     assert_eq!(r.code, 0, "{r:?}");
@@ -620,14 +614,7 @@ fn forgetting_a_concept_on_postgres_leaves_no_text_on_any_host_or_the_server() {
         );
         assert_eq!(r.code, 0, "{r:?}");
     }
-    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
-    server.psql(db, "VACUUM FULL").unwrap();
-    let dump = std::process::Command::new(server_bin().unwrap().join("pg_dump"))
-        .arg(server.url(db))
-        .output()
-        .unwrap();
-    assert!(dump.status.success(), "{dump:?}");
-    let dump = String::from_utf8_lossy(&dump.stdout);
+    let dump = dump_after_vacuum(&server, &url);
     let hex = |t: &[u8]| t.iter().map(|b| format!("{b:02x}")).collect::<String>();
     assert!(
         dump.contains(&hex(b"tomatoes in bed")),

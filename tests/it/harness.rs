@@ -278,3 +278,14 @@ pub fn rechain(rows: &mut [Value]) -> String {
     }
     out
 }
+
+/// A host of the PostgreSQL ledger at `url`: a workspace of its own whose `PMM_CACHE_DIR` is
+/// its `cache` directory.
+pub fn pg_host(url: &str) -> Pmm {
+    let mut pmm = Pmm::new();
+    pmm.db = std::path::PathBuf::from(url);
+    let cache = pmm.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    pmm.cache = Some(cache);
+    pmm
+}

@@ -40,6 +40,20 @@ fn retained(pmm: &Pmm) -> BTreeMap<i64, (i64, i64)> {
     out
 }
 
+/// Appends `policy` as a `config` event by the owner.
+fn append_policy(pmm: &Pmm, policy: Value) {
+    let args = [
+        "--kind",
+        "config",
+        "--content",
+        &policy.to_string(),
+        "--meta",
+        r#"{"source":"owner"}"#,
+    ];
+    let r = pmm.run("pmm-append", &args, "");
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
 fn tick(pmm: &Pmm, slot: i64, now: &str) {
     let r = pmm.run("pmm-tick", &["--slot", &slot.to_string(), "--now", now], "");
     assert_eq!(r.code, 0, "{r:?}");
@@ -237,19 +251,10 @@ fn think_after_guests(pmm: &Pmm, policy: bool) -> (Value, String) {
     let r = pmm.run("pmm-append", &["--keep-ts"], &input);
     assert_eq!(r.code, 0, "{r:?}");
     if policy {
-        let rule =
-            json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]});
-        let meta = r#"{"source":"owner"}"#;
-        let args = [
-            "--kind",
-            "config",
-            "--content",
-            &rule.to_string(),
-            "--meta",
-            meta,
-        ];
-        let r = pmm.run("pmm-append", &args, "");
-        assert_eq!(r.code, 0, "{r:?}");
+        append_policy(
+            pmm,
+            json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]}),
+        );
     }
     let script = pmm.path("turns.jsonl");
     // The scripted model answers the ledger's Nth user message with line N: the guests' five
@@ -312,15 +317,7 @@ fn two_postgres_hosts_ticking_the_same_slots_erase_each_event_once() {
         return;
     };
     let url = server.database();
-    let host = || {
-        let mut pmm = Pmm::new();
-        pmm.db = std::path::PathBuf::from(&url);
-        let cache = pmm.path("cache");
-        std::fs::create_dir_all(&cache).unwrap();
-        pmm.cache = Some(cache);
-        pmm
-    };
-    let (a, b) = (host(), host());
+    let (a, b) = (crate::harness::pg_host(&url), crate::harness::pg_host(&url));
     let mut lines: Vec<(String, &str, &str)> = (0..40)
         .map(|d| {
             let day = format!("2026-01-{:02}T08:00:00Z", d % 28 + 1);
@@ -329,19 +326,10 @@ fn two_postgres_hosts_ticking_the_same_slots_erase_each_event_once() {
         .collect();
     lines.sort();
     append_dated(&a, &lines);
-    let policy =
-        json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]});
-    let meta = r#"{"source":"owner"}"#;
-    let args = [
-        "--kind",
-        "config",
-        "--content",
-        &policy.to_string(),
-        "--meta",
-        meta,
-    ];
-    let r = a.run("pmm-append", &args, "");
-    assert_eq!(r.code, 0, "{r:?}");
+    append_policy(
+        &a,
+        json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]}),
+    );
     let slots: Vec<i64> = ["2026-01-10", "2026-01-20", "2026-02-10"]
         .iter()
         .map(|d| slot_of(d))
