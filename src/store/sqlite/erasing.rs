@@ -88,7 +88,7 @@ impl Ledger {
 
     /// The events after `id` whose content or meta quote `content` (event `id`'s text): the
     /// summaries, lifetime-memory chunks and reflections an erasure should take along
-    /// (`--with-quotes`). Texts shorter than [`MIN_QUOTE_CHARS`] are not looked for.
+    /// (`--with-quotes`). Texts shorter than [`MIN_QUOTE_CHARS`](super::erase::MIN_QUOTE_CHARS) are not looked for.
     pub fn quoting(&self, id: i64, content: &str) -> Result<Vec<i64>> {
         erase::quoting(&self.conn, id, content).map_err(|e| self.err(e))
     }

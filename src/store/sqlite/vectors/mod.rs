@@ -19,7 +19,7 @@
 //! order they were added in; ties go by event id), with no approximate index, in three steps:
 //! every vector of the model scored by its sign bits against the query at 4 bits per value,
 //! in integers with `POPCNT` (the packs read one row at a time, keeping only what can still be
-//! among the best [`PREFILTER`]); those re-scored by both their bits against the query's own
+//! among the best [`PREFILTER`](crate::vector::PREFILTER)); those re-scored by both their bits against the query's own
 //! values (an estimate of the cosine far closer than the signs'); and the best
 //! [`candidates`] of those scored exactly with their stored vectors, read by id in id order.
 //! With a second core each step is split over two connections.
@@ -29,8 +29,8 @@
 //! question differ in the third decimal), the signs alone order the members of a cluster
 //! poorly, and 10,000 exact scores were needed to keep 99.5 % of exact search's top 50
 //! (`scripts/vector-bench`); with both bits 2,500 keep as many. Each exact score is a read by
-//! id, so a smaller ledger scores fewer: one vector in [`EXACT_SHARE`], from
-//! [`MIN_CANDIDATES`] to [`CANDIDATES`].
+//! id, so a smaller ledger scores fewer: one vector in [`EXACT_SHARE`](crate::vector::EXACT_SHARE), from
+//! [`MIN_CANDIDATES`](crate::vector::MIN_CANDIDATES) to [`CANDIDATES`](crate::vector::CANDIDATES).
 
 mod cache;
 
