@@ -142,6 +142,9 @@ impl Program for Args {
 
 /// Runs `pmm-mcp`.
 pub fn run(args: Args) -> anyhow::Result<Exit> {
+    // Before any connection: the sessions of one server read on connections of their own at
+    // once, and must not queue on SQLite's allocation counter.
+    crate::store::without_memory_statistics();
     if http::manage_tokens(&args.http, &args.clock.clock())? {
         return Ok(Exit::Success);
     }

@@ -32,6 +32,7 @@ pub use derived::{Derived, Have, DERIVED};
 pub use erasing::Erased;
 pub use fresh::Fresh;
 pub use integrity::sqlite_check;
+pub use open::without_memory_statistics;
 pub use merkle::Tree;
 pub use path::{exists, not_a_path, not_regular, parse_db, shown};
 pub(crate) use reads::Reads;

@@ -366,3 +366,23 @@ pub(super) fn foreign_events(conn: &Connection) -> rusqlite::Result<Option<Strin
         )
     }))
 }
+/// Turns off SQLite's memory statistics for this process, before any connection is opened: with
+/// them on (the bundled build's default) every allocation SQLite makes takes one process-wide
+/// mutex to count it, which the threads of a server that reads on several connections at once
+/// (`pmm-mcp --http`) would all queue on. Nothing in pmm reads those statistics. Call it first
+/// thing; after SQLite has started it changes nothing (and says so with `false`).
+pub fn without_memory_statistics() -> bool {
+    static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONCE.get_or_init(|| {
+        // SAFETY: sqlite3_config is called with SQLITE_CONFIG_MEMSTATUS and one int, as its
+        // documentation asks, and only before SQLite is initialised (it refuses otherwise).
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::os::raw::c_int,
+            )
+        };
+        rc == rusqlite::ffi::SQLITE_OK
+    })
+}
+
