@@ -385,4 +385,3 @@ pub fn without_memory_statistics() -> bool {
         rc == rusqlite::ffi::SQLITE_OK
     })
 }
-
