@@ -77,19 +77,7 @@ fn a_simulated_year_erases_each_event_once_by_the_slot_that_was_due() {
         {"kind": "user_message", "older_than": "365d"},
         {"source": "mcp:guest", "older_than": "30d"},
     ]});
-    let r = pmm.run(
-        "pmm-append",
-        &[
-            "--kind",
-            "config",
-            "--content",
-            &policy.to_string(),
-            "--meta",
-            r#"{"source":"owner"}"#,
-        ],
-        "",
-    );
-    assert_eq!(r.code, 0, "{r:?}");
+    append_policy(&pmm, policy);
     let messages: BTreeMap<i64, (String, String)> = pmm
         .run("pmm-replay", &["--kind", "user_message"], "")
         .records()
@@ -170,19 +158,7 @@ fn two_processes_ticking_the_same_slots_erase_each_event_once() {
     append_dated(&pmm, &sorted);
     let policy =
         json!({"type": "retention", "rules": [{"source": "mcp:guest", "older_than": "7d"}]});
-    let r = pmm.run(
-        "pmm-append",
-        &[
-            "--kind",
-            "config",
-            "--content",
-            &policy.to_string(),
-            "--meta",
-            r#"{"source":"owner"}"#,
-        ],
-        "",
-    );
-    assert_eq!(r.code, 0, "{r:?}");
+    append_policy(&pmm, policy);
     let slots: Vec<i64> = ["2026-01-10", "2026-01-20", "2026-02-10"]
         .iter()
         .map(|d| slot_of(d))
