@@ -60,24 +60,6 @@ fn erase(pmm: &Pmm, args: &[&str]) -> Run {
     pmm.run("pmm-append", &all, "")
 }
 
-/// How many times `needle` occurs in the ledger's files (db, WAL), as `grep -c` counts lines.
-fn occurrences(pmm: &Pmm, needle: &str) -> usize {
-    ["", "-wal"]
-        .iter()
-        .map(|suffix| {
-            let mut p = pmm.db.clone().into_os_string();
-            p.push(suffix);
-            std::fs::read(&p)
-                .map(|b| {
-                    b.windows(needle.len())
-                        .filter(|w| *w == needle.as_bytes())
-                        .count()
-                })
-                .unwrap_or(0)
-        })
-        .sum()
-}
-
 fn root(pmm: &Pmm) -> String {
     let r = pmm.run("pmm-verify", &["--root"], "");
     assert_eq!(r.code, 0, "{r:?}");
@@ -101,14 +83,14 @@ fn proof_verifies(pmm: &Pmm, id: i64, root: &str) {
 #[test]
 fn erasing_a_quoted_message_with_its_quotes_keeps_verification() {
     let pmm = ledger();
-    assert!(occurrences(&pmm, "4417") > 0);
+    assert!(crate::harness::occurrences(&pmm, "4417") > 0);
     let before = root(&pmm);
     // Listed first, without --with-quotes... (a forbidden actor: nothing erased).
     let r = erase(&pmm, &["2", "--reason", "asked to forget"]);
     assert_eq!(r.code, 1, "cli is not trusted with erasure: {r:?}");
     assert_eq!(r.records()[0]["kind"], "violation");
     assert_eq!(r.records()[0]["content"], "policy_violation:cli:erasure");
-    assert!(occurrences(&pmm, "4417") > 0);
+    assert!(crate::harness::occurrences(&pmm, "4417") > 0);
 
     let r = erase(
         &pmm,
@@ -141,8 +123,8 @@ fn erasing_a_quoted_message_with_its_quotes_keeps_verification() {
     assert!(!recall.stdout.contains("4417"), "{}", recall.stdout);
     let check = pmm.run("pmm-recall", &["--check"], "");
     assert_eq!(check.code, 0, "{check:?}");
-    assert_eq!(occurrences(&pmm, "4417"), 0);
-    assert_eq!(occurrences(&pmm, "locker"), 0);
+    assert_eq!(crate::harness::occurrences(&pmm, "4417"), 0);
+    assert_eq!(crate::harness::occurrences(&pmm, "locker"), 0);
 
     // Exactly the erased events are erased; exit 0; deep says what it skipped.
     let v = pmm.run("pmm-verify", &["--deep"], "");
@@ -383,7 +365,7 @@ fn the_embeddings_of_an_erased_text_go_with_it() {
         r.of_type("erasure")[0]["quoted_by"],
         serde_json::json!([11])
     );
-    assert!(occurrences(&pmm, &digest) > 0);
+    assert!(crate::harness::occurrences(&pmm, &digest) > 0);
     // ...and erased with them: the digest that confirms a guess of the text is gone too.
     let pmm = ledger();
     embedding(&pmm, 2, SECRET);
@@ -404,7 +386,7 @@ fn the_embeddings_of_an_erased_text_go_with_it() {
         r.of_type("erasure")[0]["erased"],
         serde_json::json!([2, 4, 6, 9])
     );
-    assert_eq!(occurrences(&pmm, &digest), 0);
+    assert_eq!(crate::harness::occurrences(&pmm, &digest), 0);
     let v = pmm.run("pmm-verify", &[], "");
     assert_eq!(v.code, 0, "{v:?}");
     assert_eq!(v.summary()["erased"], 4);

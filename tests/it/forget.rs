@@ -49,24 +49,6 @@ fn conversation(pmm: &Pmm) -> Vec<String> {
     pets
 }
 
-/// How many times `needle` occurs in the ledger's files (db, WAL).
-fn occurrences(pmm: &Pmm, needle: &str) -> usize {
-    ["", "-wal"]
-        .iter()
-        .map(|suffix| {
-            let mut p = pmm.db.clone().into_os_string();
-            p.push(suffix);
-            std::fs::read(&p)
-                .map(|b| {
-                    b.windows(needle.len())
-                        .filter(|w| *w == needle.as_bytes())
-                        .count()
-                })
-                .unwrap_or(0)
-        })
-        .sum()
-}
-
 fn forget(pmm: &Pmm, args: &[&str]) -> Run {
     pmm.run("pmm-append", args, "")
 }
@@ -145,7 +127,11 @@ fn a_concept_is_forgotten_with_its_quotes() {
         .collect();
     assert_eq!(erasures.len(), erased);
     for text in &pets {
-        assert_eq!(occurrences(&pmm, "Biscuit chewed slipper"), 0, "{text}");
+        assert_eq!(
+            crate::harness::occurrences(&pmm, "Biscuit chewed slipper"),
+            0,
+            "{text}"
+        );
     }
     // Recall no longer finds it; verification holds; the old checkpoint still checks.
     let found = pmm.run("pmm-recall", &["Biscuit slipper"], "").records();
@@ -280,7 +266,7 @@ fn query_source_and_range_select_what_they_name() {
     );
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
-        occurrences(&pmm, "parrots"),
+        crate::harness::occurrences(&pmm, "parrots"),
         1,
         "only the owner's message keeps the word"
     );
@@ -368,7 +354,7 @@ fn sigkill_in_the_middle_of_a_large_forget_leaves_none_of_it() {
     );
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(pmm.count(), count * 2);
-    assert_eq!(occurrences(&pmm, "about quinces"), 0);
+    assert_eq!(crate::harness::occurrences(&pmm, "about quinces"), 0);
     deep_clean(&pmm);
 }
 
@@ -426,7 +412,7 @@ fn only_an_admin_token_forgets_and_corrects() {
         .as_str()
         .unwrap()
         .contains("read-scoped"));
-    assert_eq!(occurrences(&pmm, "plums are sour"), 1);
+    assert_eq!(crate::harness::occurrences(&pmm, "plums are sour"), 1);
     // The admin token: a dry run, then the forget and a correction.
     let admin = caller("owner", Scope::Admin);
     let dry = call_as(
@@ -437,7 +423,7 @@ fn only_an_admin_token_forgets_and_corrects() {
     )
     .unwrap();
     assert_eq!(dry["would_erase"][0]["id"], 1, "{dry}");
-    assert_eq!(occurrences(&pmm, "plums are sour"), 1);
+    assert_eq!(crate::harness::occurrences(&pmm, "plums are sour"), 1);
     let done = call_as(
         &cfg,
         Some(&admin),
@@ -447,7 +433,7 @@ fn only_an_admin_token_forgets_and_corrects() {
     .unwrap();
     assert_eq!(done["erased"], json!([1, 2]), "{done}");
     assert_eq!(done["erasures"][0]["meta"]["source"], "mcp:owner");
-    assert_eq!(occurrences(&pmm, "plums are sour"), 0);
+    assert_eq!(crate::harness::occurrences(&pmm, "plums are sour"), 0);
     let fixed = call_as(
         &cfg,
         Some(&admin),

@@ -289,3 +289,21 @@ pub fn pg_host(url: &str) -> Pmm {
     pmm.cache = Some(cache);
     pmm
 }
+
+/// How many times `needle`'s bytes occur in the ledger's files (the database and its WAL).
+pub fn occurrences(pmm: &Pmm, needle: &str) -> usize {
+    ["", "-wal"]
+        .iter()
+        .map(|suffix| {
+            let mut p = pmm.db.clone().into_os_string();
+            p.push(suffix);
+            std::fs::read(&p)
+                .map(|b| {
+                    b.windows(needle.len())
+                        .filter(|w| *w == needle.as_bytes())
+                        .count()
+                })
+                .unwrap_or(0)
+        })
+        .sum()
+}
