@@ -244,7 +244,8 @@ fn a_scripted_conversation_verifies_in_the_browser_as_pmm_verify_says() {
     // One byte of the embedded checkpoint's signature changed: the checkpoint fails, the
     // chain still verifies.
     let text = std::fs::read_to_string(&html).unwrap();
-    let signer = "\u{2014} test.example/agent ";
+    // The page's JSON is ASCII: the em dash that opens a signature line is escaped.
+    let signer = "\\u2014 test.example/agent ";
     let sig_at = text.find(signer).unwrap() + signer.len() + 20;
     let mut bytes = text.into_bytes();
     bytes[sig_at] = if bytes[sig_at] == b'A' { b'B' } else { b'A' };

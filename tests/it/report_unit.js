@@ -27,6 +27,15 @@
       for (let i = 0; i < n; i++) b[i] = (i * 131 + n) & 255;
       check(PMM.hex(PMM.sha256(b)) === await subtleHex(b), "sha256 of " + n + " bytes differs from WebCrypto");
     }
+    // Event hashes against WebCrypto's SHA-256 of payload(ev), for contents that need no
+    // escape and contents that do, at lengths that make the verifier's buffer grow (odd
+    // sizes included: its word view needs whole words).
+    for (const n of [0, 1, 55, 63, 64, 1000, 65531, 65537, 131075, 1048583]) {
+      for (const tail of ["", "\"", "\u00e9\u2028\ud83d\ude00\n"]) {
+        const ev = { content: "x".repeat(n) + tail, kind: "user_message", meta: '{"role":"user"}', prev_hash: n ? "ab".repeat(32) : null };
+        check(PMM.eventHash(ev) === await subtleHex(utf8(PMM.payload(ev))), "event hash of a content of " + n + " + " + tail.length + " characters");
+      }
+    }
     // Canonical JSON and event hashes: the CPython corpora (each case one event of a chain).
     for (const c of cases.canon) {
       let got;

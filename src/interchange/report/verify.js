@@ -18,29 +18,57 @@
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
   ]);
   const W = new Int32Array(64);
-  let scratch = new Uint8Array(1 << 16);
+  // The digest's eight words, as the last compression left them.
+  const H = new Int32Array(8);
+  const LITTLE = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+  // A byte buffer and a word view of the same memory: messages are padded in place and read
+  // a word at a time.
+  function Buf(n) {
+    this.bytes = new Uint8Array((n + 63) & ~63);
+    this.words = new Int32Array(this.bytes.buffer);
+  }
+  let scratch = new Buf(1 << 16);
 
   function sha256(bytes, len) {
     if (len === undefined) len = bytes.length;
     const total = ((len + 9 + 63) >> 6) << 6;
-    if (scratch.length < total) scratch = new Uint8Array(total * 2);
-    scratch.set(len === bytes.length ? bytes : bytes.subarray(0, len), 0);
-    return digestInPlace(scratch, len);
+    if (scratch.bytes.length < total) scratch = new Buf(total * 2);
+    scratch.bytes.set(len === bytes.length ? bytes : bytes.subarray(0, len), 0);
+    digestInPlace(scratch, len);
+    return digestBytes();
   }
-  // The digest of m[0..len), padding m in place: m must have room for the padding (len + 72).
-  function digestInPlace(m, len) {
+  // The digest of buf.bytes[0..len) into H, padding it in place: the buffer must have room for
+  // the padding (len + 72 bytes).
+  function digestInPlace(buf, len) {
+    const m = buf.bytes;
     const total = ((len + 9 + 63) >> 6) << 6;
     m[len] = 0x80;
     m.fill(0, len + 1, total);
     const bits = len * 8;
     m[total - 4] = bits >>> 24; m[total - 3] = bits >>> 16; m[total - 2] = bits >>> 8; m[total - 1] = bits;
     m[total - 5] = (len / 0x20000000) | 0;
+    compress(buf.words, total >> 2);
+  }
+  function digestBytes() {
+    const out = new Uint8Array(32);
+    for (let i = 0; i < 8; i++) {
+      const x = H[i];
+      out[4 * i] = x >>> 24; out[4 * i + 1] = x >>> 16; out[4 * i + 2] = x >>> 8; out[4 * i + 3] = x;
+    }
+    return out;
+  }
+  // FIPS 180-4's compression over every 16-word block of `words` (big-endian words read from
+  // memory in the machine's order), from the initial hash value. The rounds are written out
+  // eight at a time, each group naming the working variables in their rotated places, so that
+  // no round shuffles eight variables.
+  function compress(words, n) {
     let h0 = 0x6a09e667, h1 = 0xbb67ae85 | 0, h2 = 0x3c6ef372, h3 = 0xa54ff53a | 0;
     let h4 = 0x510e527f, h5 = 0x9b05688c | 0, h6 = 0x1f83d9ab, h7 = 0x5be0cd19;
-    for (let off = 0; off < total; off += 64) {
+    for (let o = 0; o < n; o += 16) {
       for (let i = 0; i < 16; i++) {
-        const j = off + 4 * i;
-        W[i] = (m[j] << 24) | (m[j + 1] << 16) | (m[j + 2] << 8) | m[j + 3];
+        const x = words[o + i];
+        W[i] = LITTLE ? (x << 24) | ((x & 0xff00) << 8) | ((x >>> 8) & 0xff00) | (x >>> 24) : x;
       }
       for (let i = 16; i < 64; i++) {
         const a = W[i - 15], b = W[i - 2];
@@ -48,24 +76,29 @@
         const s1 = ((b >>> 17) | (b << 15)) ^ ((b >>> 19) | (b << 13)) ^ (b >>> 10);
         W[i] = (W[i - 16] + s0 + W[i - 7] + s1) | 0;
       }
-      let a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7;
-      for (let i = 0; i < 64; i++) {
-        const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
-        const t1 = (h + S1 + ((e & f) ^ (~e & g)) + K[i] + W[i]) | 0;
-        const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
-        const t2 = (S0 + ((a & b) ^ (a & c) ^ (b & c))) | 0;
-        h = g; g = f; f = e; e = (d + t1) | 0; d = c; c = b; b = a; a = (t1 + t2) | 0;
+      let a = h0, b = h1, c = h2, d = h3, e = h4, f = h5, g = h6, h = h7, t;
+      for (let i = 0; i < 64; i += 8) {
+        t = (h + (((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7))) + (g ^ (e & (f ^ g))) + K[i] + W[i]) | 0;
+        d = (d + t) | 0; h = (t + (((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10))) + ((a & b) | (c & (a | b)))) | 0;
+        t = (g + (((d >>> 6) | (d << 26)) ^ ((d >>> 11) | (d << 21)) ^ ((d >>> 25) | (d << 7))) + (f ^ (d & (e ^ f))) + K[i + 1] + W[i + 1]) | 0;
+        c = (c + t) | 0; g = (t + (((h >>> 2) | (h << 30)) ^ ((h >>> 13) | (h << 19)) ^ ((h >>> 22) | (h << 10))) + ((h & a) | (b & (h | a)))) | 0;
+        t = (f + (((c >>> 6) | (c << 26)) ^ ((c >>> 11) | (c << 21)) ^ ((c >>> 25) | (c << 7))) + (e ^ (c & (d ^ e))) + K[i + 2] + W[i + 2]) | 0;
+        b = (b + t) | 0; f = (t + (((g >>> 2) | (g << 30)) ^ ((g >>> 13) | (g << 19)) ^ ((g >>> 22) | (g << 10))) + ((g & h) | (a & (g | h)))) | 0;
+        t = (e + (((b >>> 6) | (b << 26)) ^ ((b >>> 11) | (b << 21)) ^ ((b >>> 25) | (b << 7))) + (d ^ (b & (c ^ d))) + K[i + 3] + W[i + 3]) | 0;
+        a = (a + t) | 0; e = (t + (((f >>> 2) | (f << 30)) ^ ((f >>> 13) | (f << 19)) ^ ((f >>> 22) | (f << 10))) + ((f & g) | (h & (f | g)))) | 0;
+        t = (d + (((a >>> 6) | (a << 26)) ^ ((a >>> 11) | (a << 21)) ^ ((a >>> 25) | (a << 7))) + (c ^ (a & (b ^ c))) + K[i + 4] + W[i + 4]) | 0;
+        h = (h + t) | 0; d = (t + (((e >>> 2) | (e << 30)) ^ ((e >>> 13) | (e << 19)) ^ ((e >>> 22) | (e << 10))) + ((e & f) | (g & (e | f)))) | 0;
+        t = (c + (((h >>> 6) | (h << 26)) ^ ((h >>> 11) | (h << 21)) ^ ((h >>> 25) | (h << 7))) + (b ^ (h & (a ^ b))) + K[i + 5] + W[i + 5]) | 0;
+        g = (g + t) | 0; c = (t + (((d >>> 2) | (d << 30)) ^ ((d >>> 13) | (d << 19)) ^ ((d >>> 22) | (d << 10))) + ((d & e) | (f & (d | e)))) | 0;
+        t = (b + (((g >>> 6) | (g << 26)) ^ ((g >>> 11) | (g << 21)) ^ ((g >>> 25) | (g << 7))) + (a ^ (g & (h ^ a))) + K[i + 6] + W[i + 6]) | 0;
+        f = (f + t) | 0; b = (t + (((c >>> 2) | (c << 30)) ^ ((c >>> 13) | (c << 19)) ^ ((c >>> 22) | (c << 10))) + ((c & d) | (e & (c | d)))) | 0;
+        t = (a + (((f >>> 6) | (f << 26)) ^ ((f >>> 11) | (f << 21)) ^ ((f >>> 25) | (f << 7))) + (h ^ (f & (g ^ h))) + K[i + 7] + W[i + 7]) | 0;
+        e = (e + t) | 0; a = (t + (((b >>> 2) | (b << 30)) ^ ((b >>> 13) | (b << 19)) ^ ((b >>> 22) | (b << 10))) + ((b & c) | (d & (b | c)))) | 0;
       }
       h0 = (h0 + a) | 0; h1 = (h1 + b) | 0; h2 = (h2 + c) | 0; h3 = (h3 + d) | 0;
       h4 = (h4 + e) | 0; h5 = (h5 + f) | 0; h6 = (h6 + g) | 0; h7 = (h7 + h) | 0;
     }
-    const out = new Uint8Array(32);
-    const hs = [h0, h1, h2, h3, h4, h5, h6, h7];
-    for (let i = 0; i < 8; i++) {
-      out[4 * i] = hs[i] >>> 24; out[4 * i + 1] = hs[i] >>> 16;
-      out[4 * i + 2] = hs[i] >>> 8; out[4 * i + 3] = hs[i];
-    }
-    return out;
+    H[0] = h0; H[1] = h1; H[2] = h2; H[3] = h3; H[4] = h4; H[5] = h5; H[6] = h6; H[7] = h7;
   }
 
   const HEX = "0123456789abcdef";
@@ -76,6 +109,15 @@
   function hex(bytes) {
     let s = "";
     for (let i = 0; i < bytes.length; i++) s += BYTE_HEX[bytes[i]];
+    return s;
+  }
+  // The last digest (H) in hex, without its bytes.
+  function digestHex() {
+    let s = "";
+    for (let i = 0; i < 8; i++) {
+      const x = H[i];
+      s += BYTE_HEX[x >>> 24] + BYTE_HEX[(x >>> 16) & 255] + BYTE_HEX[(x >>> 8) & 255] + BYTE_HEX[x & 255];
+    }
     return s;
   }
   // 64 hex digits of either case (as Digest::from_hex), else null.
@@ -91,13 +133,18 @@
     return out;
   }
   // sha256 of an ASCII string (canonical JSON is ASCII by construction).
-  let asciiBuf = new Uint8Array(1 << 16);
+  let asciiBuf = new Buf(1 << 16);
   const encoder = new TextEncoder();
-  function sha256Ascii(s) {
+  // Its digest into H.
+  function digestAscii(s) {
     const n = s.length;
-    if (asciiBuf.length < n + 72) asciiBuf = new Uint8Array((n + 72) * 2);
-    encoder.encodeInto(s, asciiBuf);
-    return digestInPlace(asciiBuf, n);
+    if (asciiBuf.bytes.length < n + 72) asciiBuf = new Buf((n + 72) * 2);
+    encoder.encodeInto(s, asciiBuf.bytes);
+    digestInPlace(asciiBuf, n);
+  }
+  function sha256Ascii(s) {
+    digestAscii(s);
+    return digestBytes();
   }
   function sha256Utf8(s) {
     return sha256(new TextEncoder().encode(s));
@@ -353,27 +400,69 @@
       (ev.prev_hash === null ? "null" : canonStr(ev.prev_hash)) + "}";
   }
 
+  // Writes payload(ev) into asciiBuf and returns its length, without building the string: the
+  // content, most of a payload's bytes, is copied in as it is while it needs no escape, and
+  // only escaped (canonStr) when it does. A loop over char codes, not TextEncoder.encodeInto:
+  // in Chromium every encodeInto call copies its string into the engine first (10^5 events:
+  // 0.8 s of a 2.7 s check, against 0.1 s here).
+  const OPEN = '{"content":"', KIND = ',"kind":', META = ',"meta":', PREV = ',"prev_hash":';
+  function writePayload(ev) {
+    const c = ev.content, rest = KIND + canonStr(ev.kind) + META + canonMeta(ev.meta) + PREV +
+      (ev.prev_hash === null ? "null" : canonStr(ev.prev_hash)) + "}";
+    let need = OPEN.length + c.length + 1 + rest.length + 72;
+    if (asciiBuf.bytes.length < need) asciiBuf = new Buf(need * 2);
+    let m = asciiBuf.bytes;
+    let at = putAscii(m, 0, OPEN);
+    const n = c.length;
+    let i = 0;
+    for (; i < n; i++) {
+      const u = c.charCodeAt(i);
+      if (u < 0x20 || u > 0x7e || u === 0x22 || u === 0x5c) break;
+      m[at + i] = u;
+    }
+    if (i === n) {
+      at += n;
+      m[at++] = 0x22;
+    } else {
+      // Escapes: the whole content again, as canonStr writes it (quotes included).
+      const body = canonStr(c);
+      need = OPEN.length + body.length + rest.length + 72;
+      if (m.length < need) { asciiBuf = new Buf(need * 2); m = asciiBuf.bytes; }
+      at = putAscii(m, OPEN.length - 1, body);
+    }
+    return putAscii(m, at, rest);
+  }
+  // Writes the ASCII string s at m[at..] and returns where it ends.
+  function putAscii(m, at, s) {
+    for (let i = 0; i < s.length; i++) m[at + i] = s.charCodeAt(i);
+    return at + s.length;
+  }
+
   // The hash an event should have, in hex; throws when its meta has no canonical form.
   function eventHash(ev) {
-    return hex(sha256Ascii(payload(ev)));
+    const n = writePayload(ev);
+    digestInPlace(asciiBuf, n);
+    return digestHex();
   }
 
   // ---- The Merkle tree (RFC 9162): leaf = H(0x00 ‖ 32 bytes of the event's hash), or H(0x00)
   // for an event without a well-formed hash; node = H(0x01 ‖ l ‖ r).
-  const leafBuf = new Uint8Array(128);
-  const nodeBuf = new Uint8Array(192);
+  const leafBuf = new Buf(128);
+  const nodeBuf = new Buf(192);
   function leafHash(hashHex) {
     const d = fromHex(hashHex);
-    leafBuf[0] = 0;
-    if (!d) return digestInPlace(leafBuf, 1);
-    leafBuf.set(d, 1);
-    return digestInPlace(leafBuf, 33);
+    leafBuf.bytes[0] = 0;
+    if (d) leafBuf.bytes.set(d, 1);
+    digestInPlace(leafBuf, d ? 33 : 1);
+    return digestBytes();
   }
   function nodeHash(l, r) {
-    nodeBuf[0] = 1;
-    nodeBuf.set(l, 1);
-    nodeBuf.set(r, 33);
-    return digestInPlace(nodeBuf, 65);
+    const m = nodeBuf.bytes;
+    m[0] = 1;
+    m.set(l, 1);
+    m.set(r, 33);
+    digestInPlace(nodeBuf, 65);
+    return digestBytes();
   }
   // A streaming root: the perfect subtrees the size decomposes into, largest first.
   function RootHasher() {
@@ -445,8 +534,9 @@
     } else if (ev.prev_hash !== this.prev.hash) {
       this.find(id, "broken_link", { expected: this.prev.hash, found: ev.prev_hash });
     }
-    if (typeof ev.hash === "string" && HASH_HEX.test(ev.hash)) {
-      const key = ev.hash.toLowerCase();
+    // A hash equal to the one computed is 64 lower-case hex digits already.
+    if (typeof ev.hash === "string" && (computed === ev.hash || HASH_HEX.test(ev.hash))) {
+      const key = computed === ev.hash ? computed : ev.hash.toLowerCase();
       if (this.seen.has(key)) this.find(id, "duplicate_hash", { hash: key, first_id: this.seen.get(key) });
       else this.seen.set(key, id);
     }
