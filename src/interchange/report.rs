@@ -131,7 +131,9 @@ pub fn script_json_str(out: &mut Vec<u8>, s: &str) {
             let c = s[i..].chars().next().unwrap_or('\u{fffd}');
             let mut units = [0u16; 2];
             for unit in c.encode_utf16(&mut units) {
-                out.extend_from_slice(format!("\\u{unit:04x}").as_bytes());
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let digit = |shift: u16| HEX[usize::from((*unit >> shift) & 15)];
+                out.extend_from_slice(&[b'\\', b'u', digit(12), digit(8), digit(4), digit(0)]);
             }
             i += c.len_utf8();
         } else {
@@ -298,7 +300,10 @@ mod tests {
         for text in texts {
             let out = escaped(text);
             assert!(out.is_ascii(), "{out}");
-            assert!(!out.contains('<') && !out.contains('>') && !out.contains('&'), "{out}");
+            assert!(
+                !out.contains('<') && !out.contains('>') && !out.contains('&'),
+                "{out}"
+            );
             let back: String = serde_json::from_str(&out).expect("JSON");
             assert_eq!(back, text);
         }
