@@ -385,3 +385,26 @@ pub fn without_memory_statistics() -> bool {
         rc == rusqlite::ffi::SQLITE_OK
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// The bundled SQLite is built without SQLITE_ENABLE_MEMORY_MANAGEMENT
+    /// (`.cargo/config.toml`): with it, every connection of a process shares one page cache
+    /// behind one mutex, which a server's concurrent sessions queue on.
+    #[test]
+    fn connections_keep_page_caches_of_their_own() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let mut stmt = conn.prepare("PRAGMA compile_options").unwrap();
+        let options: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(options.iter().any(|o| o == "THREADSAFE=1"), "{options:?}");
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "built with SQLITE_ENABLE_MEMORY_MANAGEMENT: is .cargo/config.toml's \
+             LIBSQLITE3_FLAGS in effect? {options:?}"
+        );
+    }
+}
