@@ -64,8 +64,49 @@ pub struct Config {
     pub embedder: Option<crate::llm::embed::Shared>,
     /// The projections as of the last call (see the module docs).
     cache: Mutex<Option<std::sync::Arc<Projections>>>,
-    /// The vector packs, kept between tool calls (each opens the ledger anew).
+    /// The vector packs, kept between tool calls.
     packs: std::sync::Arc<Mutex<crate::store::vectors::PackCache>>,
+    /// Readers kept between calls ([`Config::reader`]), with the file each was opened on.
+    readers: Mutex<Vec<(Ledger, Option<FileId>)>>,
+}
+
+/// How many readers [`Config::reader`] keeps between calls at most: one for each session
+/// calling at once, for the few sessions one server serves together.
+const KEPT_READERS: usize = 8;
+
+/// A file's device and inode: a ledger replaced by another file (a restore by `mv`) is not
+/// read through a connection kept on the old one.
+type FileId = (u64, u64);
+
+fn file_id(path: &std::path::Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The ledger read for one call ([`Config::reader`]); kept for the next call when dropped.
+pub(crate) struct Reader<'a> {
+    cfg: &'a Config,
+    kept: Option<(Ledger, Option<FileId>)>,
+    /// Whether it goes back to the pool when dropped.
+    keep: bool,
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = Ledger;
+    fn deref(&self) -> &Ledger {
+        &self.kept.as_ref().expect("a reader holds its ledger until dropped").0
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        if let Some(kept) = self.kept.take().filter(|_| self.keep) {
+            let mut readers = self.cfg.readers.lock().unwrap_or_else(|e| e.into_inner());
+            if readers.len() < KEPT_READERS {
+                readers.push(kept);
+            }
+        }
+    }
 }
 
 impl Config {
@@ -79,13 +120,35 @@ impl Config {
             embedder: None,
             cache: Mutex::new(None),
             packs: Default::default(),
+            readers: Mutex::new(Vec::new()),
         }
     }
 
-    pub(crate) fn reader(&self) -> Result<Ledger, ToolError> {
-        let mut ledger = Ledger::open_reader(&self.db)?;
-        ledger.keep_vector_packs(self.packs.clone());
-        Ok(ledger)
+    /// A reader of the ledger for one call: one kept from an earlier call when there is one,
+    /// caught up with its server if it caches a PostgreSQL ledger, else a new one. A kept
+    /// connection keeps its page cache, which SQLite checks against the file at each read (a
+    /// new connection read every page of a recall from the file again: a fifth of a recall's
+    /// CPU at 10^5 events). Not kept: a ledger opened `immutable` ("at rest", which would not
+    /// see later writes), and one whose path now names another file.
+    pub(crate) fn reader(&self) -> Result<Reader<'_>, ToolError> {
+        let now = file_id(&self.db);
+        let kept = self.readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let kept = match kept {
+            Some((mut ledger, id)) if id == now => {
+                ledger.refresh()?;
+                (ledger, id)
+            }
+            _ => {
+                let mut ledger = Ledger::open_reader(&self.db)?;
+                ledger.keep_vector_packs(self.packs.clone());
+                (ledger, now)
+            }
+        };
+        Ok(Reader {
+            cfg: self,
+            keep: !kept.0.is_at_rest(),
+            kept: Some(kept),
+        })
     }
 
     pub(crate) fn writer(&self) -> Result<Ledger, ToolError> {
@@ -452,7 +515,7 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
         }
     }
     let ledger = cfg.reader()?;
-    let (dense, unavailable) = query_vector(cfg, &ledger, query)?;
+    let (dense, unavailable) = query_vector(cfg, &*ledger, query)?;
     let q = Query {
         dense,
         budget: budget.map_or(recall::DEFAULT_BUDGET, |b| b as usize),
@@ -461,7 +524,7 @@ fn recall_tool(cfg: &Config, a: RecallArgs) -> Result<Value, ToolError> {
         current: a.current.unwrap_or(false),
         ..Query::new(query, i64::MAX)
     };
-    let found = cfg.with_projections(&ledger, |p| {
+    let found = cfg.with_projections(&*ledger, |p| {
         ledger.in_snapshot(|l| recall::recall(l, p, &q))
     })??;
     let results: Vec<Value> = found
@@ -622,7 +685,7 @@ struct StateArgs {
 
 fn state(cfg: &Config, a: StateArgs) -> Result<Value, ToolError> {
     let ledger = cfg.reader()?;
-    state_json(cfg, &ledger, a.at)
+    state_json(cfg, &*ledger, a.at)
 }
 
 /// The `{"type":"state"}` record of `pmm-replay --state [--at]`.
@@ -750,7 +813,7 @@ pub fn event_by_id(cfg: &Config, id: i64) -> Result<Value, ToolError> {
 /// The state behind `pmm://state`.
 pub fn current_state(cfg: &Config) -> Result<Value, ToolError> {
     let ledger = cfg.reader()?;
-    state_json(cfg, &ledger, None)
+    state_json(cfg, &*ledger, None)
 }
 
 #[cfg(test)]
@@ -766,6 +829,51 @@ mod tests {
             assert_eq!(specs.iter().filter(|s| s.name == tool).count(), 1, "{tool}");
         }
         assert_eq!(specs.len(), ToolName::ALL.len());
+    }
+
+    fn ledger_with(db: &std::path::Path, notes: &[&str], clock: &Clock) {
+        let mut w = Ledger::open_writer(db, 5000).unwrap();
+        for text in notes {
+            let note = NewEvent::new(Kind::from("reflection"), *text, Map::new()).unwrap();
+            crate::session::append(&mut w, &note, clock).unwrap();
+        }
+    }
+
+    /// A reader kept between calls answers as a new one would: it sees what was appended and
+    /// erased since, and a ledger replaced by another file is read from the new file.
+    #[test]
+    fn kept_readers_see_the_ledger_as_it_is_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let clock = Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        ledger_with(&db, &["first"], &clock);
+        let cfg = Config::new(db.clone(), false, 5000, clock.clone());
+        let first = cfg.reader().unwrap();
+        assert_eq!(first.max_id().unwrap(), 1);
+        drop(first);
+        assert_eq!(cfg.readers.lock().unwrap().len(), 1, "kept for the next call");
+
+        ledger_with(&db, &["second"], &clock);
+        let again = cfg.reader().unwrap();
+        assert_eq!(again.max_id().unwrap(), 2);
+        assert_eq!(again.get(2).unwrap().unwrap().content, "second");
+        drop(again);
+
+        // Restored from elsewhere: the path now names another file, with other events.
+        let other = dir.path().join("b.db");
+        ledger_with(&other, &["restored one", "restored two", "restored three"], &clock);
+        std::fs::rename(&other, &db).unwrap();
+        for companion in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(format!("a.db{companion}")));
+        }
+        let restored = cfg.reader().unwrap();
+        assert_eq!(restored.max_id().unwrap(), 3);
+        assert_eq!(restored.get(1).unwrap().unwrap().content, "restored one");
+
+        // Two calls at once get two readers; both are kept.
+        let second = cfg.reader().unwrap();
+        drop((restored, second));
+        assert_eq!(cfg.readers.lock().unwrap().len(), 2);
     }
 
     /// Two calls on one server (two HTTP sessions) run `f` on the projections at the same
@@ -787,7 +895,7 @@ mod tests {
                 let (cfg, met) = (cfg.clone(), met.clone());
                 std::thread::spawn(move || {
                     let r = cfg.reader().unwrap();
-                    cfg.with_projections(&r, |p| {
+                    cfg.with_projections(&*r, |p| {
                         let (n, cv) = &*met;
                         let mut n = n.lock().unwrap();
                         *n += 1;

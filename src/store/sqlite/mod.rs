@@ -147,6 +147,12 @@ impl Ledger {
         Ok(())
     }
 
+    /// Opened `immutable`, as the file is at rest ([`read_mode`]): it does not see writes
+    /// made after it was opened, so a reader kept between calls must not be one.
+    pub fn is_at_rest(&self) -> bool {
+        self.at_rest
+    }
+
     /// The PostgreSQL ledger this file caches, as shown (no password), if it is one.
     pub fn url(&self) -> Option<&str> {
         self.upstream.as_ref().map(|(_, u, _)| u.as_str())
