@@ -1,9 +1,11 @@
 //! The tools of `pmm-mcp` as plain functions: JSON arguments in, a JSON value or a
 //! [`ToolError`] out. No protocol here; [`super::server`] puts these behind MCP.
 //!
-//! Each call opens the ledger for itself (a reader for reads, a writer for writes) and every
-//! write is one `BEGIN IMMEDIATE` transaction that ends before the call returns, so nothing is
-//! held between calls and other programs write in between. The projections are kept in memory
+//! Each write opens a writer for itself and is one `BEGIN IMMEDIATE` transaction that ends
+//! before the call returns, so no lock is held between calls and other programs write in
+//! between. Reads take a reader connection kept from an earlier call ([`Config::reader`]: no
+//! transaction stays open on it, and SQLite checks its page cache against the file at each
+//! read), so a call does not read the same pages from the file again. The projections are kept in memory
 //! between calls and brought up to the ledger's head at each call (the events since, folded),
 //! so a call costs the events appended since the last one, not a replay; after an erasure
 //! they, and the vector packs kept, are built anew, so no call answers with erased text.
