@@ -3,7 +3,7 @@
 //!
 //! Each write opens a writer for itself and is one `BEGIN IMMEDIATE` transaction that ends
 //! before the call returns, so no lock is held between calls and other programs write in
-//! between. Reads take a reader connection kept from an earlier call ([`Config::reader`]: no
+//! between. Reads take a reader connection kept from an earlier call (`Config::reader`: no
 //! transaction stays open on it, and SQLite checks its page cache against the file at each
 //! read), so a call does not read the same pages from the file again. The projections are kept in memory
 //! between calls and brought up to the ledger's head at each call (the events since, folded),
@@ -96,7 +96,11 @@ pub(crate) struct Reader<'a> {
 impl std::ops::Deref for Reader<'_> {
     type Target = Ledger;
     fn deref(&self) -> &Ledger {
-        &self.kept.as_ref().expect("a reader holds its ledger until dropped").0
+        &self
+            .kept
+            .as_ref()
+            .expect("a reader holds its ledger until dropped")
+            .0
     }
 }
 
@@ -853,7 +857,11 @@ mod tests {
         let first = cfg.reader().unwrap();
         assert_eq!(first.max_id().unwrap(), 1);
         drop(first);
-        assert_eq!(cfg.readers.lock().unwrap().len(), 1, "kept for the next call");
+        assert_eq!(
+            cfg.readers.lock().unwrap().len(),
+            1,
+            "kept for the next call"
+        );
 
         ledger_with(&db, &["second"], &clock);
         let again = cfg.reader().unwrap();
@@ -863,7 +871,11 @@ mod tests {
 
         // Restored from elsewhere: the path now names another file, with other events.
         let other = dir.path().join("b.db");
-        ledger_with(&other, &["restored one", "restored two", "restored three"], &clock);
+        ledger_with(
+            &other,
+            &["restored one", "restored two", "restored three"],
+            &clock,
+        );
         std::fs::rename(&other, &db).unwrap();
         for companion in ["-wal", "-shm"] {
             let _ = std::fs::remove_file(dir.path().join(format!("a.db{companion}")));

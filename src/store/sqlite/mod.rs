@@ -147,7 +147,7 @@ impl Ledger {
         Ok(())
     }
 
-    /// Opened `immutable`, as the file is at rest ([`read_mode`]): it does not see writes
+    /// Opened `immutable`, as the file is at rest (`read_mode`): it does not see writes
     /// made after it was opened, so a reader kept between calls must not be one.
     pub fn is_at_rest(&self) -> bool {
         self.at_rest
