@@ -7,12 +7,32 @@
 //! PostgreSQL (`store/postgres/`). The hash rule lives in one place, [`link`], so that every
 //! backend writes the bytes `pmm-append` writes.
 
-use super::{Batch, Filter, Head, Indexes, Ledger};
+use super::{Batch, Indexes, Ledger};
 use crate::chain::event_digest;
 use crate::event::{Event, Kind, NewEvent};
 use crate::projection::state::Projections;
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
+
+/// The newest event's id and hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its id.
+    pub id: i64,
+    /// Its stored hash.
+    pub hash: Option<String>,
+}
+
+/// Which events a scan returns.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only ids ≥ this.
+    pub since: Option<i64>,
+    /// Only ids ≤ this.
+    pub until: Option<i64>,
+    /// Only these kinds (all when empty).
+    pub kinds: Vec<String>,
+}
 
 /// How many events [`EventLog::newest_of_kind`] reads at a time by default.
 pub const NEWEST_PAGE: usize = 256;

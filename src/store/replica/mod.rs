@@ -39,7 +39,7 @@ mod files;
 pub mod witness;
 
 use super::postgres::{Locked, PgLog};
-use super::{erase, Batch, Head, Ledger};
+use super::{Batch, Head, Ledger};
 use crate::chain::event_digest;
 use crate::event::{Event, Kind};
 use crate::{Error, Result};
@@ -288,7 +288,7 @@ fn pull_events(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
             check(batch.head(), &ev, &mut scratch, log)?;
             batch.insert_verbatim(&ev)?;
             if ev.kind == Kind::Erasure {
-                if let Some(target) = erase::erased_id(&ev.meta) {
+                if let Some(target) = crate::event::erasure::erased_id(&ev.meta) {
                     erased |= batch.scrub_pulled(target)?;
                 }
             }

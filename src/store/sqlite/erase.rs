@@ -37,14 +37,6 @@ pub const QUOTE_CHARS: usize = 60;
 /// a quote from a coincidence.
 pub const MIN_QUOTE_CHARS: usize = 16;
 
-/// The id an erasure event's `meta` text names (`erased_id`).
-pub fn erased_id(meta: &str) -> Option<i64> {
-    serde_json::from_str::<serde_json::Value>(meta)
-        .ok()?
-        .get("erased_id")?
-        .as_i64()
-}
-
 /// The `erasure` event that already names event `id`, if there is one (erasure events carry
 /// `"erased_id":ID,` in their canonical meta).
 pub(crate) fn erased_by(conn: &Connection, id: i64) -> rusqlite::Result<Option<i64>> {

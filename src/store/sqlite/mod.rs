@@ -49,7 +49,9 @@ pub use checkpoint::{
 pub fn erase_pause_env() -> &'static str {
     erase::PAUSE_ENV
 }
-pub use erase::{erased_id, quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
+pub use crate::event::erasure::erased_id;
+pub use crate::store::log::{Filter, Head};
+pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
 use super::{postgres, replica};
 use crate::event::Kind;
@@ -68,26 +70,6 @@ pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
 
 /// The default ledger path, relative to the current directory (as the reference's CLI).
 pub const DEFAULT_DB: &str = ".data/pmmdb/pmm.db";
-
-/// The newest event's id and hash.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    /// Its id.
-    pub id: i64,
-    /// Its stored hash.
-    pub hash: Option<String>,
-}
-
-/// Which events a scan returns.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    /// Only ids ≥ this.
-    pub since: Option<i64>,
-    /// Only ids ≤ this.
-    pub until: Option<i64>,
-    /// Only these kinds (all when empty).
-    pub kinds: Vec<String>,
-}
 
 /// An open ledger.
 pub struct Ledger {
