@@ -50,9 +50,8 @@ impl LedgerArgs {
 fn db_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
     clap::builder::OsStringValueParser::new().try_map(|s| {
         let text = s.to_string_lossy();
-        if crate::store::postgres::is_postgres_url(&text) {
-            let env = crate::store::postgres::url::Env::process();
-            return crate::store::postgres::url::parse(&text, &env).map(|_| PathBuf::from(&s));
+        if crate::store::is_postgres_url(&text) {
+            return crate::store::check_url(&text).map(|()| PathBuf::from(&s));
         }
         crate::store::parse_db(&text)
     })
@@ -301,7 +300,7 @@ pub fn masked(text: &str) -> String {
             .find(|c: char| c.is_whitespace() || c == '\'' || c == '"')
             .map_or(text.len(), |n| i + n);
         out.push_str(&text[last..i]);
-        out.push_str(&crate::store::postgres::url::shown(&text[i..end]));
+        out.push_str(&crate::store::shown_url(&text[i..end]));
         last = end;
         from = end;
     }

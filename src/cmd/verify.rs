@@ -310,7 +310,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
                 .ledger
                 .path()
                 .to_str()
-                .is_some_and(crate::store::postgres::is_postgres_url))
+                .is_some_and(crate::store::is_postgres_url))
     {
         return Err(Error::bad_input(
             Some("--accept-restored-server".into()),

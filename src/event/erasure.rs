@@ -34,6 +34,14 @@ pub fn content(id: i64, kind: &Kind, reason: &str) -> String {
     format!("erased event {id} ({kind}): {reason}")
 }
 
+/// The id an erasure event's `meta` text names (`erased_id`).
+pub fn erased_id(meta: &str) -> Option<i64> {
+    serde_json::from_str::<serde_json::Value>(meta)
+        .ok()?
+        .get("erased_id")?
+        .as_i64()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,7 +62,7 @@ impl Input {
     /// The input as a PostgreSQL URL, when it is one.
     pub fn postgres_url(&self) -> Option<&str> {
         let p = self.path.as_deref()?.to_str()?;
-        crate::store::postgres::is_postgres_url(p).then_some(p)
+        crate::store::is_postgres_url(p).then_some(p)
     }
 
     /// True if the input can be read a second time (a file, not stdin).
@@ -409,7 +409,7 @@ fn read_server<T: Send>(
     f: &mut dyn FnMut(Item, T) -> Result<bool>,
 ) -> Result<()> {
     use crate::store::log::EventLog;
-    let log = crate::store::postgres::PgLog::open_reader(url)?;
+    let log = crate::store::server_reader(url)?;
     let max = log.head()?.map_or(1, |h| h.id.max(1));
     let to_item = |event: Event| {
         Item::Event(Record {

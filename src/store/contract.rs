@@ -4,7 +4,8 @@
 //! `store/postgres/tests.rs`, on a throwaway server.
 
 use super::log::{link, EventLog, Links, Txn, Writer};
-use super::{Filter, Head, Ledger};
+use super::sqlite::Ledger;
+use super::{Filter, Head};
 use crate::chain::event_digest;
 use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::Result;

@@ -1,18 +1,38 @@
 //! The ledger as an event log behind two small traits: [`EventLog`] reads (head, one event, a
 //! scan in id order, the tail, counts) and [`Txn`] writes, which only links and inserts — no write policy, no range checks, no derived
-//! index (those stay above the log, in [`super::Batch`] for now, and move to a write session).
+//! index (those stay above the log, in [`crate::session`], and move to a write session).
 //!
 //! Every backend implements both, and one contract suite (`store/contract.rs`) runs the same
-//! cases on each: today's SQLite store ([`Ledger`], [`Batch`], wrapped, not copied) and
-//! PostgreSQL (`store/postgres/`). The hash rule lives in one place, [`link`], so that every
+//! cases on each: the SQLite file ([`super::sqlite::Ledger`]), a PostgreSQL ledger as a host
+//! runs it ([`super::replica::Cached`]), PostgreSQL alone (`store/postgres/`). The hash rule lives in one place, [`link`], so that every
 //! backend writes the bytes `pmm-append` writes.
 
-use super::{Batch, Filter, Head, Indexes, Ledger};
+use super::Indexes;
 use crate::chain::event_digest;
 use crate::event::{Event, Kind, NewEvent};
 use crate::projection::state::Projections;
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
+
+/// The newest event's id and hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Its id.
+    pub id: i64,
+    /// Its stored hash.
+    pub hash: Option<String>,
+}
+
+/// Which events a scan returns.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only ids ≥ this.
+    pub since: Option<i64>,
+    /// Only ids ≤ this.
+    pub until: Option<i64>,
+    /// Only these kinds (all when empty).
+    pub kinds: Vec<String>,
+}
 
 /// How many events [`EventLog::newest_of_kind`] reads at a time by default.
 pub const NEWEST_PAGE: usize = 256;
@@ -208,30 +228,6 @@ pub fn verbatim_refusal(head: Option<&Head>, ev: &Event, links: Links) -> Option
 /// The refusal of a fork, as an error (exit 2, nothing written).
 pub fn fork_error(why: String) -> Error {
     Error::ImportRefused(why)
-}
-
-impl Txn for Batch<'_> {
-    fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
-        self.insert(&ev.kind, &ev.content, &ev.meta, ts)
-    }
-
-    fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()> {
-        if let Some(why) = verbatim_refusal(self.head(), ev, links) {
-            return Err(fork_error(why));
-        }
-        Batch::insert_verbatim(self, ev)
-    }
-}
-
-/// SQLite: `BEGIN IMMEDIATE` ([`Ledger::begin`]) serializes writers on the file's lock, so
-/// there is nothing to retry; the commit keeps the derived indexes as today.
-impl Writer for Ledger {
-    fn transact<T>(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>) -> Result<T> {
-        let mut batch = self.begin()?;
-        let out = f(&mut batch)?;
-        batch.commit()?;
-        Ok(out)
-    }
 }
 
 /// What a write session ([`crate::session::Session`]) needs of its transaction besides

@@ -452,8 +452,7 @@ fn the_size_rule_measures_functions_by_their_braces() {
 }
 
 /// The PostgreSQL backend names nothing of the SQLite one (issue 47): not its module, not its
-/// driver. (SQLite's path back to PostgreSQL, the host cache's fields, goes with the `Cached`
-/// wrapper.)
+/// driver. The host's cache of a PostgreSQL ledger, which holds both, is `store/replica`.
 #[test]
 fn the_postgres_backend_names_nothing_of_sqlite() {
     let mut wrong = Vec::new();
@@ -468,4 +467,85 @@ fn the_postgres_backend_names_nothing_of_sqlite() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The SQLite backend names nothing of PostgreSQL or of the host cache built on it (issue
+/// 47): a ledger file does not know it may be a server's cache (`store::replica::Cached` wraps
+/// it). `pmm_replica`, a table of a cache file, is a name in the file, not an import.
+#[test]
+fn the_sqlite_backend_names_nothing_of_postgres_or_the_replica() {
+    let mut wrong = Vec::new();
+    for (file, lines) in code_by_file() {
+        if !file.starts_with("store/sqlite/") {
+            continue;
+        }
+        for line in &lines {
+            let code = line.replace("pmm_replica", "");
+            if code.contains("postgres") || code.contains("replica") {
+                wrong.push(format!("{file}: {line}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Nothing outside the store names a backend's module (issue 47): programs open ledgers
+/// through `store::Ledger` and the store's own functions (`store::open`'s URL helpers), so
+/// that a backend can change without touching them.
+#[test]
+fn nothing_outside_the_store_names_a_backends_module() {
+    let mut wrong = Vec::new();
+    for (file, lines) in code_by_file() {
+        if file.starts_with("store/") {
+            continue;
+        }
+        for line in &lines {
+            let named = store_items(line);
+            if named.iter().any(|m| m == "sqlite" || m == "postgres") {
+                wrong.push(format!("{file}: {line}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The names `line` takes from `store::`: the one after it, or those of the braces after it
+/// (`store::{a, b::c}` gives `a`, `b`).
+fn store_items(line: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (i, _) in line.match_indices("store::") {
+        let rest = &line[i + "store::".len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let group = group.split('}').next().unwrap_or("");
+                out.extend(group.split(',').map(|p| ident(p.trim())));
+            }
+            None => out.push(ident(rest)),
+        }
+    }
+    out
+}
+
+/// The finder of a store import sees a module named alone, in a path or in braces, and not
+/// an item whose name starts like one.
+#[test]
+fn the_backend_rule_finds_every_form_of_a_store_import() {
+    assert_eq!(store_items("use crate::store::sqlite;"), ["sqlite"]);
+    assert_eq!(
+        store_items("crate::store::postgres::url::shown(u)"),
+        ["postgres"]
+    );
+    assert_eq!(
+        store_items("use crate::store::{log::EventLog, postgres};"),
+        ["log", "postgres"]
+    );
+    assert_eq!(
+        store_items("crate::store::sqlite_check(&l)"),
+        ["sqlite_check"]
+    );
 }

@@ -435,6 +435,60 @@ fn an_append_the_server_committed_exits_0_when_the_cache_cannot_follow() {
     assert_eq!(count.trim(), "1", "once");
 }
 
+/// The code the contract suite runs on PostgreSQL (`store::replica::Cached`, in
+/// `src/store/replica/tests.rs`) is the code a program's append runs: a fault injected
+/// through that type's commit (`PMM_TEST_CACHED_FAULT=before-push`) fails `pmm-append` and a
+/// turn, and nothing of theirs reaches the server or the cache; without it the same append
+/// goes through.
+#[test]
+fn a_fault_injected_in_the_contract_tested_cache_shows_in_the_programs_runs() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let a = on_server(&server, None, "hostA");
+    ok(&append(&a, "before the fault"), "append");
+    let faulty = |program: &str, args: &[&str], stdin: &str| {
+        let out = a
+            .cmd(program)
+            .args(args)
+            .env("PMM_TEST_CACHED_FAULT", "before-push")
+            .write_stdin(stdin.as_bytes().to_vec())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = faulty(
+        "pmm-append",
+        &["--kind", "user_message", "--content", "under the fault"],
+        "",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("PMM_TEST_CACHED_FAULT"), "{stderr}");
+    let (code, stderr) = faulty("pmm-turn", &["--adapter", "dummy", "hello"], "");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("PMM_TEST_CACHED_FAULT"), "{stderr}");
+    let on_server = || {
+        server
+            .psql(
+                db_name(&a),
+                "SELECT count(*) FROM events; SELECT max(id) FROM events; SELECT id FROM pmm_head;",
+            )
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(on_server(), ["1", "1", "1"], "nothing under the fault");
+    let r = append(&a, "after the fault");
+    ok(&r, "append");
+    assert_eq!(r.records()[0]["id"], 2);
+    assert_eq!(on_server(), ["2", "2", "2"]);
+    ok(&a.run("pmm-verify", &[], ""), "the cache equals the server");
+}
+
 #[test]
 fn a_head_row_moved_behind_pmms_back_is_a_head_mismatch() {
     let Some(server) = PgServer::start() else {

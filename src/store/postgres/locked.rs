@@ -144,7 +144,7 @@ impl PgLog {
             .map_err(|e| ctx.err(e))?;
             prev.clone_from(&ev.hash);
             if ev.kind == Kind::Erasure {
-                erased.extend(crate::store::erase::erased_id(&ev.meta));
+                erased.extend(crate::event::erasure::erased_id(&ev.meta));
             }
             last = Some(Head {
                 id: ev.id,

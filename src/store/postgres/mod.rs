@@ -36,9 +36,10 @@
 //! - docs/scale-out.md lists the grants of a writer role and a reader role (a test runs them).
 //!
 //! # Programs
-//! Every program opens a PostgreSQL ledger by URL through [`crate::store::Ledger`]: the events
-//! and their derived indexes are cached on each host ([`crate::store::replica`]), and an
-//! append locks the head row around the local write session. `docs/scale-out.md` is the
+//! Every program opens a PostgreSQL ledger by URL through `store::Ledger`, as the host cache
+//! `store::replica::Cached` (this module knows nothing of it, nor of SQLite): the events and
+//! their derived indexes are cached on each host, and an append locks the head row around the
+//! local write session (`PgLog::lock_head`, `PgLog::push`). `docs/scale-out.md` is the
 //! user's guide.
 //!
 //! # Next step
@@ -886,4 +887,4 @@ impl PgLog {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

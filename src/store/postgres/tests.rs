@@ -26,8 +26,15 @@ pub(crate) struct Postgres {
 }
 
 impl Postgres {
-    fn new() -> Option<Postgres> {
+    /// A database of its own on this process's throwaway server; `None` without server
+    /// binaries (unless `PMM_REQUIRE_POSTGRES=1`, which fails instead).
+    pub(crate) fn new() -> Option<Postgres> {
         server().map(|s| Postgres { url: s.database() })
+    }
+
+    /// Its URL.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
     }
 }
 

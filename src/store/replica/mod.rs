@@ -19,7 +19,7 @@
 //!   the erasing host does (`secure_delete` is on for every cache, the full-text index is
 //!   rewritten, the WAL truncated after the commit), so that no byte of it is left on the host.
 //! - **Its files** are this user's only (`files`): the directory `0700`, the files `0600`.
-//! - **An append** ([`super::Ledger::begin`]): the server's head row is locked first (one short
+//! - **An append** ([`Cached::begin`]): the server's head row is locked first (one short
 //!   transaction), the cache is caught up to that head inside its own write transaction, the
 //!   write session works on the cache exactly as on a SQLite ledger (policy, links, derived
 //!   indexes), and at the commit the new events are inserted on the server, the head row
@@ -27,7 +27,7 @@
 //!   and the cache's transaction committed (unsynced: the server holds the events, and a lost
 //!   cache commit is read back). Dropped without a commit, both roll back. The lock is held
 //!   only while the write runs: a model call or an embedding happens before
-//!   [`super::Ledger::begin`], as on SQLite.
+//!   [`Cached::begin`], as on SQLite.
 //! - **Readers** catch the cache up and read it; they never write to the server (their
 //!   session is read-only).
 //!
@@ -35,11 +35,15 @@
 //! file per ledger named after the server, port, user and database (never the password).
 
 pub mod audit;
+mod cached;
 mod files;
 pub mod witness;
 
+pub use cached::{Cached, CachedBatch, FAULT_ENV};
+
 use super::postgres::{Locked, PgLog};
-use super::{erase, Batch, Head, Ledger};
+use super::sqlite::{self, Batch, Reads};
+use super::Head;
 use crate::chain::event_digest;
 use crate::event::{Event, Kind};
 use crate::{Error, Result};
@@ -202,39 +206,42 @@ fn cache_dir() -> Result<PathBuf> {
 /// schema, a reader's is read-only), the cache file (`0600`, in a `0700` directory), caught
 /// up. A server that no longer holds the newest head this host verified (written down beside
 /// the cache, or the cache's own) is refused, and the cache set aside as evidence.
-pub(crate) fn open(url: &str, writer: bool, busy_ms: u64) -> Result<Ledger> {
+pub(crate) fn open(url: &str, writer: bool, busy_ms: u64) -> Result<Cached> {
+    open_with_cache(url, writer, busy_ms, &cache_file(url)?)
+}
+
+/// [`open`] with the cache in `file` (the contract suite gives each of its hosts one).
+pub(crate) fn open_with_cache(
+    url: &str,
+    writer: bool,
+    busy_ms: u64,
+    file: &Path,
+) -> Result<Cached> {
     let log = if writer {
         PgLog::open_writer(url, busy_ms)?
     } else {
         PgLog::open_reader(url)?
     };
-    let file = cache_file(url)?;
-    files::prepare(&file)?;
-    let witness = Witness::load(&file)?;
+    files::prepare(file)?;
+    let witness = Witness::load(file)?;
     if let Some(head) = witness.head() {
-        refuse_if_diverged(head, &log, &file)?;
+        refuse_if_diverged(head, &log, file)?;
     }
-    let mut ledger = Ledger::open_writer(&file, busy_ms)?;
-    super::sqlite::erase::finish_erasure(&file);
-    let cached = {
-        use super::Reads;
-        ledger.head()?
-    };
-    if let Some(head) = cached.filter(|c| witness.head() != Some(c)) {
+    let mut ledger = sqlite::Ledger::open_writer(file, busy_ms)?;
+    sqlite::erase::finish_erasure(file);
+    if let Some(head) = ledger.head()?.filter(|c| witness.head() != Some(c)) {
         drop(ledger);
-        refuse_if_diverged(&head, &log, &file)?;
-        ledger = Ledger::open_writer(&file, busy_ms)?;
+        refuse_if_diverged(&head, &log, file)?;
+        ledger = sqlite::Ledger::open_writer(file, busy_ms)?;
     }
-    ledger.attach(
-        Upstream {
-            log,
-            writer,
-            witness,
-        },
-        url,
-    )?;
-    ledger.refresh()?;
-    Ok(ledger)
+    let upstream = Upstream {
+        log,
+        writer,
+        witness,
+    };
+    let mut cached = Cached::new(upstream, ledger, url)?;
+    cached.refresh()?;
+    Ok(cached)
 }
 
 /// Refuses the server behind `log` when it no longer holds `verified`, setting the cache
@@ -288,7 +295,7 @@ fn pull_events(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
             check(batch.head(), &ev, &mut scratch, log)?;
             batch.insert_verbatim(&ev)?;
             if ev.kind == Kind::Erasure {
-                if let Some(target) = erase::erased_id(&ev.meta) {
+                if let Some(target) = crate::event::erasure::erased_id(&ev.meta) {
                     erased |= batch.scrub_pulled(target)?;
                 }
             }
@@ -339,8 +346,9 @@ fn pull_vectors(batch: &Batch<'_>, log: &PgLog, server: Option<i64>) -> Result<(
         let Some(last) = page.last().map(|r| r.0) else {
             break;
         };
-        let rows: Vec<_> = page.into_iter().map(|(_, v)| v).collect();
-        batch.put_pulled_vectors(&rows)?;
+        for (_, v) in &page {
+            batch.put_stored_vector(&v.model, v.dim, v.id, &v.q)?;
+        }
         seq = last;
     }
     if seq != start {
@@ -415,3 +423,6 @@ fn erasure_names(ev: &Event, log: &PgLog) -> Result<bool> {
         .and_then(|m| m.get("erased_hash")?.as_str().map(str::to_string));
     Ok(named.is_some() && named == ev.hash)
 }
+
+#[cfg(test)]
+mod tests;

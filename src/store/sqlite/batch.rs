@@ -1,14 +1,13 @@
 //! The write transaction ([`Batch`]): `BEGIN IMMEDIATE`, the head read once, the derived
-//! parts restored if need be and caught up at the commit; on a cached PostgreSQL ledger, the
-//! server's head row locked first and the events pushed to it before the cache commits.
+//! parts restored if need be and caught up at the commit. A host's cache of a PostgreSQL
+//! ledger (`store::replica`) runs its writes in one of these, wrapped: nothing here knows of
+//! a server.
 
 use super::integrity::unsafe_head;
 use super::reads::head;
-use super::{
-    derived, erase, map_err, vectors, Derived, Filter, Have, Head, Ledger, Reads, DERIVED,
-};
+use super::{derived, erase, map_err, vectors, Derived, Have, Head, Ledger, Reads, DERIVED};
 use crate::event::{Event, Kind};
-use crate::store::{log, notices, postgres, replica};
+use crate::store::log;
 use crate::{Error, Result};
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use serde_json::{Map, Value};
@@ -17,24 +16,8 @@ use std::path::PathBuf;
 impl Ledger {
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the head cannot move under it).
     pub fn begin(&mut self) -> Result<Batch<'_>> {
-        self.begin_with(true)
-    }
-
-    /// [`Ledger::begin`]; on a cached PostgreSQL ledger, `lock` says whether the server's head
-    /// row is locked for appends (a catch-up alone does not lock it, and appends nothing).
-    pub(super) fn begin_with(&mut self, lock: bool) -> Result<Batch<'_>> {
         let busy_ms = self.busy_ms;
         let path = self.path.clone();
-        // A cached PostgreSQL ledger: the server's head row is locked first (always in this
-        // order, so two writers on one host cannot wait on each other).
-        let (lease, server_head) = match &mut self.upstream {
-            Some((up, _, _)) => {
-                up.log.revive()?;
-                let (lease, head) = replica::Lease::take(up, lock)?;
-                (Some(lease), head)
-            }
-            None => (None, None),
-        };
         // Writers take turns for the lock ([`busy`]): past the turnstile, then the lock.
         if let Some(b) = &self.busy {
             if !b.enter() {
@@ -56,34 +39,15 @@ impl Ledger {
             return Err(Error::Damaged { path, why });
         }
         let keep = kept_parts(&tx, &self.deferred).map_err(|e| map_err(e, &path, busy_ms))?;
-        let mut batch = Batch {
+        Ok(Batch {
             tx,
             head,
             keep,
             path,
             busy_ms,
             scratch: Vec::with_capacity(1024),
-            lease: None,
-            pulled: 0,
-            vectors_put: Default::default(),
             scrubbed: false,
-        };
-        if let Some(lease) = lease {
-            replica::pull(&mut batch, &lease)?;
-            let at = batch.head.as_ref().map_or(0, |h| h.id);
-            if lease.locks() && server_head.as_ref().map_or(0, |h| h.id) != at {
-                return Err(Error::Damaged {
-                    path: lease.log().url().into(),
-                    why: format!(
-                        "the head row says {} but the events end at {at}; nothing was written",
-                        server_head.map_or(0, |h| h.id)
-                    ),
-                });
-            }
-            batch.pulled = at;
-            batch.lease = Some(lease);
-        }
-        Ok(batch)
+        })
     }
 }
 
@@ -110,8 +74,8 @@ fn kept_parts(
     Ok(keep)
 }
 
-/// A cached PostgreSQL ledger's own bookkeeping: the last shared vector (by the server's
-/// `seq`) the cache holds.
+/// A host cache's own bookkeeping (`store::replica`): the last shared vector (by the
+/// server's `seq`) the cache holds.
 pub(super) const REPLICA_TABLE: &str = "CREATE TABLE IF NOT EXISTS pmm_replica (
     one INTEGER PRIMARY KEY CHECK (one = 1),
     vectors_seq INTEGER NOT NULL
@@ -126,21 +90,15 @@ pub struct Batch<'a> {
     pub(super) path: PathBuf,
     pub(super) busy_ms: u64,
     pub(super) scratch: Vec<u8>,
-    /// A cached PostgreSQL ledger's server, its head row locked by a writer ([`replica`]).
-    pub(super) lease: Option<replica::Lease<'a>>,
-    /// The head the cache was caught up to: events after it are this transaction's own.
-    pub(super) pulled: i64,
-    /// The vectors this transaction stored, `(model, dim, event ids)`, for a cached PostgreSQL
-    /// ledger's server.
-    pub(super) vectors_put: std::cell::RefCell<Vec<(String, usize, Vec<i64>)>>,
-    /// Whether an erasure caught up from the server erased a text in this transaction (the
-    /// WAL is truncated after the commit).
+    /// Whether [`Batch::scrub_pulled`] erased a text in this transaction (the WAL is
+    /// truncated after the commit).
     pub(super) scrubbed: bool,
 }
 
 impl Batch<'_> {
-    /// Erases the text of event `id` from the cache and its indexes, as an erasure caught up
-    /// from the server says (the server's row is already erased): whether there was any.
+    /// Erases the text of event `id` from the file and its indexes, as an erasure copied from
+    /// elsewhere says (a host cache catching up: the server's row is already erased): whether
+    /// there was any.
     pub(crate) fn scrub_pulled(&mut self, id: i64) -> Result<bool> {
         let Some(ev) = self.get(id)? else {
             return Ok(false);
@@ -259,55 +217,37 @@ impl Batch<'_> {
                 ),
             });
         }
-        if self.lease.is_some() {
-            let ids = v.iter().map(|(id, _)| *id).collect();
-            self.vectors_put
-                .borrow_mut()
-                .push((name.to_string(), dim, ids));
-        }
         vectors::put(&self.tx, m, v).map_err(|e| self.err(e))
     }
 
-    /// The vectors this transaction stored, as kept, for the server: `(model, dim, id, bytes)`.
-    pub(super) fn vectors_to_push(&self) -> Result<Vec<postgres::SharedVector>> {
-        let mut out = Vec::new();
-        for (name, dim, ids) in self.vectors_put.borrow().iter() {
-            let Some(m) = vectors::model(&self.tx, name).map_err(|e| self.err(e))? else {
-                continue;
-            };
-            for (id, q) in vectors::stored_of(&self.tx, m, ids).map_err(|e| self.err(e))? {
-                out.push(postgres::SharedVector {
-                    model: name.clone(),
-                    dim: *dim,
-                    id,
-                    q,
-                });
-            }
-        }
-        Ok(out)
+    /// The vectors of model `name` stored for events `ids`, as kept (half floats): what a
+    /// host cache pushes to its server after [`Batch::put_vectors`]. `(id, bytes)`.
+    pub(crate) fn stored_vectors_of(&self, name: &str, ids: &[i64]) -> Result<Vec<(i64, Vec<u8>)>> {
+        let Some(m) = vectors::model(&self.tx, name).map_err(|e| self.err(e))? else {
+            return Ok(Vec::new());
+        };
+        vectors::stored_of(&self.tx, m, ids).map_err(|e| self.err(e))
     }
 
-    /// Stores vectors copied from the server (`(model, dim, id, bytes)`), as [`Batch::put_vectors`]
-    /// would have stored them here (half floats round-trip exactly).
-    pub(crate) fn put_pulled_vectors(&self, rows: &[postgres::SharedVector]) -> Result<()> {
-        for postgres::SharedVector {
-            model: name,
-            dim,
-            id,
-            q,
-        } in rows
-        {
-            let m = vectors::register(&self.tx, name, *dim).map_err(|e| self.err(e))?;
-            if m.dim == *dim {
-                vectors::put(&self.tx, m, &[(*id, vectors::dequantize(q))])
-                    .map_err(|e| self.err(e))?;
-            }
+    /// Stores one vector of model `name` (`dim` dimensions) as kept elsewhere (half floats, as
+    /// [`Batch::stored_vectors_of`] gives them), as [`Batch::put_vectors`] would have stored it
+    /// (half floats round-trip exactly); one of other dimensions than the model's is skipped.
+    pub(crate) fn put_stored_vector(
+        &self,
+        name: &str,
+        dim: usize,
+        id: i64,
+        q: &[u8],
+    ) -> Result<()> {
+        let m = vectors::register(&self.tx, name, dim).map_err(|e| self.err(e))?;
+        if m.dim == dim {
+            vectors::put(&self.tx, m, &[(id, vectors::dequantize(q))]).map_err(|e| self.err(e))?;
         }
         Ok(())
     }
 
-    /// A cached PostgreSQL ledger's bookkeeping ([`replica`]): the server's `seq` of the last
-    /// shared vector this cache holds (0: none yet).
+    /// A host cache's bookkeeping (`store::replica`): the server's `seq` of the last shared
+    /// vector this cache holds (0: none yet).
     pub(crate) fn pulled_vectors_seq(&self) -> Result<i64> {
         let sql = |e: rusqlite::Error| Error::bad_input(None, format!("the host's cache: {e}"));
         self.tx.execute_batch(REPLICA_TABLE).map_err(sql)?;
@@ -350,58 +290,43 @@ impl Batch<'_> {
 
     /// Makes everything appended in this transaction durable at once, with the full-text
     /// index and the Merkle tree brought up to the new head in the same transaction.
-    pub fn commit(mut self) -> Result<()> {
-        // A cache's derived parts are this host's alone: they are caught up after the
-        // server's commit, which frees the head lock for the next host that much sooner.
-        let leased = self.lease.is_some();
-        if !leased {
-            self.catch_up()?;
-        }
+    pub fn commit(self) -> Result<()> {
+        self.catch_up()?;
+        self.commit_caught_up(Ok(()))
+    }
+
+    /// Commits, once the derived parts were brought up to the head (`caught_up`: how that
+    /// went; its error is returned and nothing committed). A host cache (`store::replica`)
+    /// catches them up only after its server's commit, which frees the server's head lock for
+    /// the next host that much sooner. An erasure scrubbed here is marked before the commit and
+    /// its WAL truncated after.
+    pub(crate) fn commit_caught_up(self, caught_up: Result<()>) -> Result<()> {
         let (path, busy) = (self.path.clone(), self.busy_ms);
-        let mut on_server = false;
-        if let Some(lease) = self.lease.take() {
-            // The server first: once it has committed, the events exist; a cache that then
-            // fails to commit only lags, and the next catch-up reads them back.
-            let mine = Filter {
-                since: self.pulled.checked_add(1),
-                ..Filter::default()
-            };
-            let vectors = self.vectors_to_push()?;
-            let head = self.head.clone();
-            on_server = lease.commit(
-                &vectors,
-                &mut |push| {
-                    self.scan(&mine, |ev| {
-                        push(&ev)?;
-                        Ok(true)
-                    })
-                },
-                head.as_ref(),
-            )?;
-        }
-        let caught_up = if leased { self.catch_up() } else { Ok(()) };
         let scrubbed = self.scrubbed;
         if scrubbed {
             erase::mark_erasure(&path);
         }
-        let committed =
-            caught_up.and_then(|()| self.tx.commit().map_err(|e| map_err(e, &path, busy)));
-        match committed {
-            // What the server committed is the truth: say the append succeeded, and that
-            // this host's copy lags (the next program catches it up).
-            Err(e) if on_server => {
-                notices::push(format!(
-                    "the events are committed on the server, but this host's cache of them could not be ({e}); it is behind, and is caught up by the next program that opens the ledger"
-                ));
-                Ok(())
-            }
-            Err(e) => Err(e),
-            Ok(()) => {
-                if scrubbed {
-                    erase::truncate_cache_wal(&path);
-                }
-                Ok(())
-            }
+        caught_up.and_then(|()| self.tx.commit().map_err(|e| map_err(e, &path, busy)))?;
+        if scrubbed {
+            erase::truncate_cache_wal(&path);
         }
+        Ok(())
+    }
+
+    /// Rebuilds derived parts `parts` from the events in this transaction
+    /// (`Derived::rebuild`), making again whatever of them is missing.
+    pub fn rebuild(&self, parts: &[Derived]) -> Result<()> {
+        let head = self.head.as_ref().map_or(0, |h| h.id);
+        for d in parts {
+            d.rebuild(&self.tx, head).map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Brings the full-text index up to the head, `20_000` events at a time, calling
+    /// `progress(done, total)` ([`Ledger::catch_up_index`]).
+    pub fn catch_up_index(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        let head = self.head.as_ref().map_or(0, |h| h.id);
+        super::fts::catch_up(&self.tx, head, 20_000, progress).map_err(|e| self.err(e))
     }
 }

@@ -20,30 +20,12 @@ use std::path::{Path, PathBuf};
 /// the process in the middle of a large erasure.
 pub const PAUSE_ENV: &str = "PMM_TEST_ERASE_PAUSE_MS";
 
-/// [`PAUSE_ENV`]'s wait.
-pub(crate) fn test_pause() {
-    if let Some(ms) = std::env::var(PAUSE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
-}
-
 /// Characters of an erased text (stripped) that another event must contain to quote it.
 pub const QUOTE_CHARS: usize = 60;
 
 /// Texts shorter than this (stripped) are not looked for in other events: too short to tell
 /// a quote from a coincidence.
 pub const MIN_QUOTE_CHARS: usize = 16;
-
-/// The id an erasure event's `meta` text names (`erased_id`).
-pub fn erased_id(meta: &str) -> Option<i64> {
-    serde_json::from_str::<serde_json::Value>(meta)
-        .ok()?
-        .get("erased_id")?
-        .as_i64()
-}
 
 /// The `erasure` event that already names event `id`, if there is one (erasure events carry
 /// `"erased_id":ID,` in their canonical meta).

@@ -1,4 +1,4 @@
-//! Erasing events through a ledger ([`Ledger::erase`]) or inside a write transaction
+//! Erasing events through a ledger (`Ledger::erase`, for the store's tests) or inside a write transaction
 //! ([`Batch::erase_within`]): the targets checked, the `erasure` events appended, the text
 //! scrubbed ([`super::erase`] holds the SQL).
 
@@ -7,7 +7,7 @@ use crate::event::{Clock, Event, Kind};
 use crate::{Error, Result};
 use serde_json::{Map, Value};
 
-/// What [`Ledger::erase`] did.
+/// What `Ledger::erase` (the store's tests') did.
 #[derive(Debug, Clone)]
 pub struct Erased {
     /// The `erasure` events appended, one per erased event, in id order.
@@ -28,64 +28,6 @@ pub(super) struct EraseTarget {
 }
 
 impl Ledger {
-    /// Erases events `ids` (`pmm-append --erase`): in one write transaction, an `erasure`
-    /// event per id (naming it, its hash, its kind and `reason`, written by `actor`) and the
-    /// event's content and meta removed from its row and from every derived table; then the
-    /// WAL is checkpointed and truncated. Bad ids, erasure events and events already erased
-    /// are refused (exit 2) before anything is written. `refuse` is the write session's policy
-    /// check, run inside the transaction once the targets are known: an error it returns is
-    /// committed with whatever it appended (a `violation`) and returned, and nothing is erased.
-    /// With `with_quotes`, the later events that quote an erased text ([`Ledger::quoting`])
-    /// are erased too, looked for inside the transaction: one appended by another process (or
-    /// caught up from the server) just before it is not missed.
-    pub fn erase(
-        &mut self,
-        ids: &[i64],
-        with_quotes: bool,
-        reason: &str,
-        actor: &str,
-        clock: &Clock,
-        refuse: &mut dyn FnMut(&mut Batch<'_>) -> Result<Option<Error>>,
-    ) -> Result<Erased> {
-        self.conn
-            .pragma_update(None, "secure_delete", "ON")
-            .map_err(|e| self.err(e))?;
-        let mut batch = self.begin()?;
-        let mut ids = ids.to_vec();
-        if with_quotes {
-            for id in ids.clone() {
-                if let Some(ev) = batch.get(id)? {
-                    ids.extend(
-                        erase::quoting(&batch.tx, id, &ev.content).map_err(|e| batch.err(e))?,
-                    );
-                }
-            }
-            ids.sort_unstable();
-            ids.dedup();
-        }
-        let targets = ids
-            .iter()
-            .map(|&id| batch.erasable(id))
-            .collect::<Result<Vec<_>>>()?;
-        if let Some(e) = refuse(&mut batch)? {
-            batch.commit()?;
-            return Err(e);
-        }
-        let mut events = Vec::with_capacity(targets.len());
-        for target in &targets {
-            events.push(batch.erase(target, reason, actor, clock, None)?);
-        }
-        erase::compact_index(&batch.tx).map_err(|e| batch.err(e))?;
-        erase::test_pause();
-        batch.commit()?;
-        let wal_truncated = erase::truncate_wal(&self.conn).map_err(|e| self.err(e))?;
-        Ok(Erased {
-            events,
-            erased: ids,
-            wal_truncated,
-        })
-    }
-
     /// The events after `id` whose content or meta quote `content` (event `id`'s text): the
     /// summaries, lifetime-memory chunks and reflections an erasure should take along
     /// (`--with-quotes`). Texts shorter than [`MIN_QUOTE_CHARS`](super::erase::MIN_QUOTE_CHARS) are not looked for.
@@ -146,7 +88,7 @@ impl Batch<'_> {
         })
     }
 
-    /// Erases events inside this write transaction, as [`Ledger::erase`] does (the caller
+    /// Erases events inside this write transaction, as `Ledger::erase` does (the caller
     /// checked the policy): each `(id, extra)` gets its `erasure` event, whose meta holds
     /// `extra` besides the usual keys; then the full-text index is rewritten once. Freed pages
     /// are zeroed (`secure_delete`); the caller truncates the WAL after the commit
@@ -188,7 +130,7 @@ impl Batch<'_> {
             .map_err(|e| self.err(e))
     }
 
-    /// Appends the `erasure` event for `t` and removes its text (see [`Ledger::erase`]).
+    /// Appends the `erasure` event for `t` and removes its text (see `Ledger::erase` (tests of the store)).
     pub(super) fn erase(
         &mut self,
         t: &EraseTarget,
@@ -210,5 +152,69 @@ impl Batch<'_> {
         let event = self.insert(&ev.kind, &ev.content, &ev.meta, &clock.ts())?;
         erase::scrub(&self.tx, t.id, &t.kind, &t.content).map_err(|e| self.err(e))?;
         Ok(event)
+    }
+}
+
+#[cfg(test)]
+impl Ledger {
+    /// Erases events `ids` (`pmm-append --erase`): in one write transaction, an `erasure`
+    /// event per id (naming it, its hash, its kind and `reason`, written by `actor`) and the
+    /// event's content and meta removed from its row and from every derived table; then the
+    /// WAL is checkpointed and truncated. Bad ids, erasure events and events already erased
+    /// are refused (exit 2) before anything is written. `refuse` is the write session's policy
+    /// check, run inside the transaction once the targets are known: an error it returns is
+    /// committed with whatever it appended (a `violation`) and returned, and nothing is erased.
+    /// With `with_quotes`, the later events that quote an erased text ([`Ledger::quoting`])
+    /// are erased too, looked for inside the transaction: one appended by another process (or
+    /// caught up from the server) just before it is not missed.
+    ///
+    /// Tests of the store only: programs erase through the write session, in a transaction
+    /// of the program-facing ledger (`store::Ledger::begin`, which on a PostgreSQL ledger
+    /// locks the server's head).
+    pub(crate) fn erase(
+        &mut self,
+        ids: &[i64],
+        with_quotes: bool,
+        reason: &str,
+        actor: &str,
+        clock: &Clock,
+        refuse: &mut dyn FnMut(&mut Batch<'_>) -> Result<Option<Error>>,
+    ) -> Result<Erased> {
+        self.conn
+            .pragma_update(None, "secure_delete", "ON")
+            .map_err(|e| self.err(e))?;
+        let mut batch = self.begin()?;
+        let mut ids = ids.to_vec();
+        if with_quotes {
+            for id in ids.clone() {
+                if let Some(ev) = batch.get(id)? {
+                    ids.extend(
+                        erase::quoting(&batch.tx, id, &ev.content).map_err(|e| batch.err(e))?,
+                    );
+                }
+            }
+            ids.sort_unstable();
+            ids.dedup();
+        }
+        let targets = ids
+            .iter()
+            .map(|&id| batch.erasable(id))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(e) = refuse(&mut batch)? {
+            batch.commit()?;
+            return Err(e);
+        }
+        let mut events = Vec::with_capacity(targets.len());
+        for target in &targets {
+            events.push(batch.erase(target, reason, actor, clock, None)?);
+        }
+        erase::compact_index(&batch.tx).map_err(|e| batch.err(e))?;
+        batch.commit()?;
+        let wal_truncated = erase::truncate_wal(&self.conn).map_err(|e| self.err(e))?;
+        Ok(Erased {
+            events,
+            erased: ids,
+            wal_truncated,
+        })
     }
 }

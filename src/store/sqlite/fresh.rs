@@ -66,9 +66,6 @@ impl Fresh {
     /// `-wal`, `-shm` or `-journal` name) or its folder cannot hold hard links: then the
     /// caller writes the ledger in place, in a WAL, as any write.
     pub fn start(target: &Path, busy_ms: u64) -> Result<Option<Fresh>> {
-        if super::postgres::is_postgres_url(&target.to_string_lossy()) {
-            return Ok(None);
-        }
         if ["", "-wal", "-shm", "-journal"]
             .iter()
             .any(|s| occupied(&with_suffix(target, s)))
@@ -119,6 +116,20 @@ impl Fresh {
         self.ledger
             .as_mut()
             .expect("a Fresh holds its ledger until it is published")
+    }
+
+    /// Takes the ledger being built out, for a handle above the backend to hold
+    /// (`store::Fresh`); [`Fresh::publish_with`] gives it back.
+    pub(crate) fn take_ledger(&mut self) -> Ledger {
+        self.ledger
+            .take()
+            .expect("a Fresh holds its ledger until it is published")
+    }
+
+    /// [`Fresh::publish`] with the ledger [`Fresh::take_ledger`] took.
+    pub(crate) fn publish_with(mut self, ledger: Ledger) -> Result<()> {
+        self.ledger = Some(ledger);
+        self.publish()
     }
 
     /// Puts the finished ledger at its path: WAL mode, synced, linked to the path (refused,

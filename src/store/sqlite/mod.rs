@@ -2,7 +2,8 @@
 //! `BEGIN IMMEDIATE` transaction that reads the head and inserts), the write policy, scans,
 //! verbatim import, the derived indexes kept beside the events (full text, Merkle tree,
 //! vectors, projection checkpoints) and migrations of our own `pmm_` tables (SPEC §2.1, §2.5).
-//! A PostgreSQL ledger's host cache is a file of this kind too ([`super::replica`]).
+//! A host's cache of a PostgreSQL ledger is a file of this kind too, wrapped above this
+//! backend (`store::replica`), which knows nothing of it.
 //!
 //! The `events` table and its indices are the reference's, so either implementation can open
 //! the other's file. Our own tables are caches, never authoritative, and are created by an
@@ -34,9 +35,9 @@ pub use fresh::Fresh;
 pub use integrity::sqlite_check;
 pub use merkle::Tree;
 pub use open::without_memory_statistics;
-pub use path::{exists, not_a_path, not_regular, parse_db, shown};
-pub(crate) use reads::Reads;
+pub use path::{not_a_path, not_regular, parse_db};
 pub use reads::{rows_read, TextIndex};
+pub(crate) use reads::{Reads, ReadsThrough};
 
 pub use fts::{RECALLED_KINDS, TOKENIZER};
 
@@ -49,9 +50,10 @@ pub use checkpoint::{
 pub fn erase_pause_env() -> &'static str {
     erase::PAUSE_ENV
 }
-pub use erase::{erased_id, quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
+pub use crate::event::erasure::erased_id;
+pub use crate::store::log::{Filter, Head};
+pub use erase::{quote_needles, MIN_QUOTE_CHARS, QUOTE_CHARS, QUOTING_KINDS};
 
-use super::{postgres, replica};
 use crate::event::Kind;
 use crate::{Error, Result};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
@@ -68,26 +70,6 @@ pub const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5_000;
 
 /// The default ledger path, relative to the current directory (as the reference's CLI).
 pub const DEFAULT_DB: &str = ".data/pmmdb/pmm.db";
-
-/// The newest event's id and hash.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Head {
-    /// Its id.
-    pub id: i64,
-    /// Its stored hash.
-    pub hash: Option<String>,
-}
-
-/// Which events a scan returns.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    /// Only ids ≥ this.
-    pub since: Option<i64>,
-    /// Only ids ≤ this.
-    pub until: Option<i64>,
-    /// Only these kinds (all when empty).
-    pub kinds: Vec<String>,
-}
 
 /// An open ledger.
 pub struct Ledger {
@@ -106,9 +88,6 @@ pub struct Ledger {
     /// The helper connection of the last vector search, kept for the next when the packs are
     /// (its page cache keeps the vectors' index pages).
     spare: std::sync::Mutex<Option<Connection>>,
-    /// The PostgreSQL server whose events this file caches ([`replica`]), and its URL as
-    /// shown (password left out).
-    upstream: Option<(replica::Upstream, String, String)>,
     /// A writer's wait for the lock ([`busy`]): after `conn`, so that it outlives it.
     busy: Option<Box<busy::BusyWait>>,
 }
@@ -125,15 +104,14 @@ impl Ledger {
             reading: Default::default(),
             packs: None,
             spare: Default::default(),
-            upstream: None,
             busy: None,
         }
     }
 
-    /// Makes this (cache) file the local copy of the PostgreSQL ledger at `url`. Freed bytes
+    /// Makes this file a host's cache of a server's ledger (`store::replica`). Freed bytes
     /// are zeroed from now on (`secure_delete`): a cache erases a text it caught up the
     /// erasure of, and no stale copy of it may stay in a freed cell or page.
-    pub(crate) fn attach(&mut self, up: replica::Upstream, url: &str) -> Result<()> {
+    pub(crate) fn serve_as_cache(&mut self) -> Result<()> {
         self.conn
             .pragma_update(None, "secure_delete", "ON")
             .map_err(|e| self.err(e))?;
@@ -142,51 +120,13 @@ impl Ledger {
         // file whole; an erasure's commit is synced by its checkpoint, `truncate_cache_wal`).
         self.conn
             .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| self.err(e))?;
-        self.upstream = Some((up, postgres::url::shown(url), url.to_string()));
-        Ok(())
+            .map_err(|e| self.err(e))
     }
 
-    /// Opened `immutable`, as the file is at rest (`read_mode`): it does not see writes
-    /// made after it was opened, so a reader kept between calls must not be one.
+    /// Opened `immutable`, as the file is at rest (`read_mode`): it does not see writes made
+    /// after it was opened, so a reader kept between calls must not be one.
     pub fn is_at_rest(&self) -> bool {
         self.at_rest
-    }
-
-    /// The PostgreSQL ledger this file caches, as shown (no password), if it is one.
-    pub fn url(&self) -> Option<&str> {
-        self.upstream.as_ref().map(|(_, u, _)| u.as_str())
-    }
-
-    /// Where this ledger's events are read from as stored: the file, or the PostgreSQL URL as
-    /// given (for a check that must see the server's rows, not this host's cache of them).
-    pub fn source(&self) -> PathBuf {
-        match &self.upstream {
-            Some((_, _, url)) => PathBuf::from(url),
-            None => self.path.clone(),
-        }
-    }
-
-    /// Catches a cached PostgreSQL ledger up with its server (a no-op on a SQLite ledger): a
-    /// long-lived reader calls it before it answers again. How many events were new.
-    pub fn refresh(&mut self) -> Result<u64> {
-        if self.upstream.is_none() {
-            return Ok(0);
-        }
-        let before = self.max_id()?;
-        // Catching up writes only to the cache: no need to lock the server's head. A server
-        // that closed the connection meanwhile (a restart) is connected to again, once.
-        if let Err(e) = self.begin_with(false).and_then(Batch::commit) {
-            let revived = match &mut self.upstream {
-                Some((up, _, _)) => up.log.revive()?,
-                None => false,
-            };
-            if !revived {
-                return Err(e);
-            }
-            self.begin_with(false)?.commit()?;
-        }
-        Ok((self.max_id()? - before).max(0) as u64)
     }
 
     /// Lets SQLite keep up to `kib` KiB of pages in memory for this connection (SQLite's
@@ -320,10 +260,7 @@ impl Ledger {
     /// whatever of them is missing (`Derived::rebuild`).
     pub fn rebuild(&mut self, parts: &[Derived]) -> Result<()> {
         let batch = self.begin()?;
-        let head = batch.head.as_ref().map_or(0, |h| h.id);
-        for d in parts {
-            d.rebuild(&batch.tx, head).map_err(|e| batch.err(e))?;
-        }
+        batch.rebuild(parts)?;
         batch.commit()
     }
 
@@ -340,8 +277,7 @@ impl Ledger {
     /// the long first build be seen.
     pub fn catch_up_index(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
         let batch = self.begin()?;
-        let head = batch.head.as_ref().map_or(0, |h| h.id);
-        fts::catch_up(&batch.tx, head, 20_000, progress).map_err(|e| batch.err(e))?;
+        batch.catch_up_index(progress)?;
         batch.commit()
     }
 

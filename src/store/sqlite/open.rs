@@ -4,11 +4,10 @@
 //! before anything in the file changes.
 
 use super::path::{
-    check_path, companions_forbidden, not_regular, postgres_url, read_mode, recover_companions,
-    sqlite_path, unreadable_companions, ReadMode,
+    check_path, companions_forbidden, not_regular, read_mode, recover_companions, sqlite_path,
+    unreadable_companions, ReadMode,
 };
 use super::{busy, fts, map_err, merkle, vectors, Ledger, DEFAULT_BUSY_TIMEOUT_MS};
-use crate::store::{postgres, replica};
 use crate::{Error, Result};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::Path;
@@ -67,9 +66,6 @@ impl Ledger {
     /// Opens (creating file and folders if needed) a ledger for writing: WAL, busy timeout,
     /// schema, migrations.
     pub fn open_writer(path: &Path, busy_ms: u64) -> Result<Ledger> {
-        if let Some(url) = postgres_url(path) {
-            return replica::open(url, true, busy_ms);
-        }
         check_path(path)?;
         if let Ok(md) = std::fs::metadata(path) {
             if md.is_dir() {
@@ -234,7 +230,6 @@ impl Ledger {
     /// would otherwise create its `-wal` and `-shm` files next to it. For `REF:` targets,
     /// which a model names.
     pub fn open_untouched(path: &Path) -> Result<Ledger> {
-        postgres::refuse_url(path)?;
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
         if Path::new(&wal).exists() || !path.is_file() {
@@ -277,9 +272,6 @@ impl Ledger {
 
     /// Opens an existing ledger read-only. Never creates a file.
     pub fn open_reader(path: &Path) -> Result<Ledger> {
-        if let Some(url) = postgres_url(path) {
-            return replica::open(url, false, DEFAULT_BUSY_TIMEOUT_MS);
-        }
         check_path(path)?;
         match std::fs::metadata(path) {
             Err(_) => return Err(Error::MissingLedger(path.into())),
@@ -317,10 +309,6 @@ impl Ledger {
     /// journal-mode change, so the file is left as it was. Refused (saying why) where this
     /// user may not make the `-wal` and `-shm` files (`companions_forbidden`).
     pub fn open_for_check(path: &Path) -> Result<Ledger> {
-        if let Some(url) = postgres_url(path) {
-            // The cache is this host's own file: its indexes can be checked in place.
-            return replica::open(url, false, DEFAULT_BUSY_TIMEOUT_MS);
-        }
         drop(Ledger::open_reader(path)?);
         if let Some(why) = companions_forbidden(path) {
             return Err(Error::CannotRead {

@@ -1,9 +1,8 @@
-//! The `--db` argument and the file-system rules of a ledger's path: what names a file (not
-//! a URL, an SQLite URI or nothing), a PostgreSQL URL shown without its password, the `-wal`
+//! The file-system rules of a ledger's path: what names a file (not a URL, an SQLite URI or
+//! nothing; a PostgreSQL URL is told apart above this backend, in `store::open`), the `-wal`
 //! and `-shm` companions a reader may or may not make, and the recovery of ones a reader of a
 //! read-only ledger left behind.
 
-use super::postgres;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -112,28 +111,6 @@ pub(super) fn unreadable_companions(e: Error, path: &Path) -> Error {
     }
 }
 
-/// Whether the ledger `--db` names exists: a file, or a PostgreSQL URL (whose server a writer
-/// connects to, creating the schema if need be).
-pub fn exists(db: &Path) -> bool {
-    postgres_url(db).is_some() || db.exists()
-}
-
-/// How to name the ledger `db` in messages and records: its path, or its PostgreSQL URL with
-/// the password (in the user part or any `password=` parameter, however encoded) as `***`.
-/// Everything that shows a `--db` shows it through this.
-pub fn shown(db: &Path) -> String {
-    match postgres_url(db) {
-        Some(url) => postgres::url::shown(url),
-        None => db.display().to_string(),
-    }
-}
-
-/// `path` as a PostgreSQL URL, when it is one.
-pub(super) fn postgres_url(path: &Path) -> Option<&str> {
-    path.to_str().filter(|p| postgres::is_postgres_url(p))
-}
-
-/// Maps SQLite's errors to ours, so that users read "database is locked ..." and not a code.
 /// Why a ledger's name is not a file path, or `None` when it is one: a URL (`postgres://…`,
 /// which a later store will take), an SQLite URI (`file:…`, which SQLite would open as a URI
 /// to writers and a path to readers), or nothing at all. A ledger is always named by a plain

@@ -460,6 +460,34 @@ pub(crate) trait Reads {
     }
 }
 
+/// A reader above this backend whose reads are a SQLite reader's (the program-facing ledger
+/// over a file or a host's cache, a host cache over its file): it names that reader, and
+/// every read goes through it, so no code above the backend names a connection.
+pub(crate) trait ReadsThrough {
+    /// The SQLite reader that answers.
+    type Through: Reads;
+    /// That reader.
+    fn reads_through(&self) -> &Self::Through;
+}
+
+impl<T: ReadsThrough> Reads for T {
+    fn conn(&self) -> &Connection {
+        self.reads_through().conn()
+    }
+    fn err(&self, e: rusqlite::Error) -> Error {
+        self.reads_through().err(e)
+    }
+    fn helper(&self) -> Option<Connection> {
+        self.reads_through().helper()
+    }
+    fn vector_packs(&self) -> Option<&std::sync::Mutex<vectors::PackCache>> {
+        self.reads_through().vector_packs()
+    }
+    fn return_helper(&self, helper: Connection) {
+        self.reads_through().return_helper(helper)
+    }
+}
+
 impl Reads for Ledger {
     fn conn(&self) -> &Connection {
         &self.conn

@@ -2,8 +2,9 @@
 //! SQLite reader, through the backend's own [`Reads`]. They are named by path here and never
 //! imported into the backend's modules, where [`Reads`] answers.
 
-use super::{vectors, Filter, Head, Reads, TextIndex};
-use crate::event::{Event, Kind};
+use super::{vectors, Batch, Filter, Head, Ledger, Reads, TextIndex};
+use crate::event::{Event, Kind, NewEvent};
+use crate::store::log::{fork_error, verbatim_refusal, Links, Txn, Writer};
 use crate::Result;
 
 /// Every SQLite reader (a `Ledger`, a `Batch`, a `Cached` one) reads the event log
@@ -163,5 +164,30 @@ impl crate::store::log::SessionWriter for super::Ledger {
     }
     fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T> {
         super::Ledger::in_snapshot(self, f)
+    }
+}
+
+/// A SQLite write transaction links and inserts in its `BEGIN IMMEDIATE` transaction.
+impl Txn for Batch<'_> {
+    fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
+        self.insert(&ev.kind, &ev.content, &ev.meta, ts)
+    }
+
+    fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()> {
+        if let Some(why) = verbatim_refusal(self.head(), ev, links) {
+            return Err(fork_error(why));
+        }
+        Batch::insert_verbatim(self, ev)
+    }
+}
+
+/// SQLite: `BEGIN IMMEDIATE` ([`Ledger::begin`]) serializes writers on the file's lock, so
+/// there is nothing to retry; the commit keeps the derived indexes as today.
+impl Writer for Ledger {
+    fn transact<T>(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>) -> Result<T> {
+        let mut batch = self.begin()?;
+        let out = f(&mut batch)?;
+        batch.commit()?;
+        Ok(out)
     }
 }

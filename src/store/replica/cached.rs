@@ -1,0 +1,324 @@
+//! [`Cached`]: a PostgreSQL ledger as one host runs it — the server's log and this host's
+//! cache file as two fields of one type, so that the protocol of an append (lock the server's
+//! head, catch the cache up inside its own transaction, write on the cache, push, commit the
+//! server then the cache) lives in one place, under the contract suite, and the SQLite types
+//! stay a file's and nothing else.
+
+use super::{pull, Lease, Upstream};
+use crate::event::{Event, NewEvent};
+use crate::projection::state::Projections;
+use crate::store::log::Writer;
+use crate::store::log::{fork_error, verbatim_refusal, Links, SessionTxn, SessionWriter, Txn};
+use crate::store::postgres::{self, SharedVector};
+use crate::store::sqlite::{self, Reads, ReadsThrough};
+use crate::store::{notices, Filter, Head};
+use crate::{Error, Result};
+use std::cell::RefCell;
+use std::path::PathBuf;
+
+/// The testing aid's variable that makes [`CachedBatch::commit`] fail before it pushes
+/// anything (`PMM_TEST_CACHED_FAULT=before-push`): a program's run that shows its error ran
+/// this type's commit, the one the contract suite tests.
+pub const FAULT_ENV: &str = "PMM_TEST_CACHED_FAULT";
+
+/// The error of [`FAULT_ENV`], when it is set to `before-push`.
+fn injected_fault() -> Result<()> {
+    match std::env::var(FAULT_ENV) {
+        Ok(v) if v == "before-push" => Err(Error::bad_input(
+            None,
+            "a fault injected before the push (PMM_TEST_CACHED_FAULT): nothing was written",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A PostgreSQL ledger on this host: the server that orders appends, and the cache file that
+/// holds a copy of its events with every derived index beside them.
+pub struct Cached {
+    /// The server: its connection, whether it writes, and the newest head verified (boxed:
+    /// it is three times the cache's size, and a file's handle carries none).
+    server: Box<Upstream>,
+    /// This host's cache, a ledger file of the SQLite kind that reads are answered from.
+    cache: sqlite::Ledger,
+    /// The server's URL as shown (no password).
+    shown_url: String,
+    /// The server's URL as given.
+    given_url: String,
+}
+
+/// A write transaction of a [`Cached`] ledger: the cache's own transaction, caught up to the
+/// server's head, and the server's side of it (its head row locked by a writer). Dropped
+/// without [`CachedBatch::commit`], both roll back.
+pub struct CachedBatch<'a> {
+    /// The cache's write transaction: the write session works on it as on a SQLite ledger.
+    cache: sqlite::Batch<'a>,
+    /// The server's side: the head row, locked by a writer.
+    lease: Lease<'a>,
+    /// The head the cache was caught up to: events after it are this transaction's own.
+    pulled: i64,
+    /// The vectors this transaction stored, `(model, dim, event ids)`, pushed at the commit.
+    vectors_put: RefCell<Vec<(String, usize, Vec<i64>)>>,
+}
+
+impl Cached {
+    /// The ledger `url` on this host: its server and its cache file (made a cache:
+    /// [`sqlite::Ledger::serve_as_cache`]), not yet caught up.
+    pub(crate) fn new(server: Upstream, mut cache: sqlite::Ledger, url: &str) -> Result<Cached> {
+        cache.serve_as_cache()?;
+        Ok(Cached {
+            server: Box::new(server),
+            cache,
+            shown_url: postgres::url::shown(url),
+            given_url: url.to_string(),
+        })
+    }
+
+    /// The PostgreSQL ledger's URL, as shown (no password).
+    pub fn url(&self) -> &str {
+        &self.shown_url
+    }
+
+    /// The URL as given: where a check that must see the server's rows, not this host's
+    /// cache of them, reads the events.
+    pub fn source(&self) -> PathBuf {
+        PathBuf::from(&self.given_url)
+    }
+
+    /// This host's cache file, which every read is answered from.
+    pub fn cache(&self) -> &sqlite::Ledger {
+        &self.cache
+    }
+
+    /// [`Cached::cache`], for what changes only this host's copy (deferring a derived part,
+    /// keeping vector packs, a projection checkpoint).
+    pub fn cache_mut(&mut self) -> &mut sqlite::Ledger {
+        &mut self.cache
+    }
+
+    /// Starts a write transaction: the server's head row locked (a writer's), then the
+    /// cache's `BEGIN IMMEDIATE`, caught up to that head.
+    pub fn begin(&mut self) -> Result<CachedBatch<'_>> {
+        self.begin_with(true)
+    }
+
+    /// [`Cached::begin`]; `lock` says whether the server's head row is locked for appends (a
+    /// catch-up alone does not lock it, and appends nothing).
+    fn begin_with(&mut self, lock: bool) -> Result<CachedBatch<'_>> {
+        let Cached { server, cache, .. } = self;
+        // The server's head row is locked first (always in this order, so two writers on one
+        // host cannot wait on each other).
+        server.log.revive()?;
+        let (lease, server_head) = Lease::take(server, lock)?;
+        let mut batch = cache.begin()?;
+        pull(&mut batch, &lease)?;
+        let at = batch.head().map_or(0, |h| h.id);
+        if lease.locks() && server_head.as_ref().map_or(0, |h| h.id) != at {
+            return Err(Error::Damaged {
+                path: lease.log().url().into(),
+                why: format!(
+                    "the head row says {} but the events end at {at}; nothing was written",
+                    server_head.map_or(0, |h| h.id)
+                ),
+            });
+        }
+        Ok(CachedBatch {
+            cache: batch,
+            lease,
+            pulled: at,
+            vectors_put: Default::default(),
+        })
+    }
+
+    /// Catches the cache up with its server: a long-lived reader calls it before it answers
+    /// again. How many events were new.
+    pub fn refresh(&mut self) -> Result<u64> {
+        let before = self.cache.max_id()?;
+        // Catching up writes only to the cache: no need to lock the server's head. A server
+        // that closed the connection meanwhile (a restart) is connected to again, once.
+        if let Err(e) = self.begin_with(false).and_then(CachedBatch::commit) {
+            if !self.server.log.revive()? {
+                return Err(e);
+            }
+            self.begin_with(false)?.commit()?;
+        }
+        Ok((self.cache.max_id()? - before).max(0) as u64)
+    }
+}
+
+impl<'a> CachedBatch<'a> {
+    /// The cache's transaction, for what the write session reads and writes there.
+    pub fn cache(&self) -> &sqlite::Batch<'a> {
+        &self.cache
+    }
+
+    /// [`CachedBatch::cache`], to write.
+    pub fn cache_mut(&mut self) -> &mut sqlite::Batch<'a> {
+        &mut self.cache
+    }
+
+    /// The head as this transaction sees it (the server's, caught up, and its own appends).
+    pub fn head(&self) -> Option<&Head> {
+        self.cache.head()
+    }
+
+    /// [`sqlite::Batch::put_vectors`] on the cache, the vectors kept for the server.
+    pub fn put_vectors(&self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
+        let n = self.cache.put_vectors(name, dim, v)?;
+        let ids = v.iter().map(|(id, _)| *id).collect();
+        self.vectors_put
+            .borrow_mut()
+            .push((name.to_string(), dim, ids));
+        Ok(n)
+    }
+
+    /// The vectors this transaction stored, as kept, for the server.
+    fn vectors_to_push(&self) -> Result<Vec<SharedVector>> {
+        let mut out = Vec::new();
+        for (model, dim, ids) in self.vectors_put.borrow().iter() {
+            for (id, q) in self.cache.stored_vectors_of(model, ids)? {
+                out.push(SharedVector {
+                    model: model.clone(),
+                    dim: *dim,
+                    id,
+                    q,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The server first: this transaction's events (and vectors) inserted there, its head
+    /// row moved and its transaction committed — once it has, the events exist; then the
+    /// cache's derived parts caught up and the cache committed. A cache that then fails to
+    /// commit only lags (said, not an error): the next catch-up reads the events back.
+    pub fn commit(self) -> Result<()> {
+        injected_fault()?;
+        let vectors = self.vectors_to_push()?;
+        let CachedBatch {
+            cache,
+            lease,
+            pulled,
+            ..
+        } = self;
+        let mine = Filter {
+            since: pulled.checked_add(1),
+            ..Filter::default()
+        };
+        let head = cache.head().cloned();
+        let on_server = lease.commit(
+            &vectors,
+            &mut |push| {
+                Reads::scan(&cache, &mine, |ev| {
+                    push(&ev)?;
+                    Ok(true)
+                })
+            },
+            head.as_ref(),
+        )?;
+        let caught_up = cache.catch_up();
+        match cache.commit_caught_up(caught_up) {
+            // What the server committed is the truth: say the append succeeded, and that
+            // this host's copy lags (the next program catches it up).
+            Err(e) if on_server => {
+                notices::push(format!(
+                    "the events are committed on the server, but this host's cache of them could not be ({e}); it is behind, and is caught up by the next program that opens the ledger"
+                ));
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+/// Every read of a cached ledger is the cache's: caught up from the server, and read at
+/// SQLite's speed with every derived index beside it.
+impl ReadsThrough for Cached {
+    type Through = sqlite::Ledger;
+    fn reads_through(&self) -> &sqlite::Ledger {
+        &self.cache
+    }
+}
+
+/// A cached transaction reads the cache's transaction, which holds its own appends.
+impl<'a> ReadsThrough for CachedBatch<'a> {
+    type Through = sqlite::Batch<'a>;
+    fn reads_through(&self) -> &sqlite::Batch<'a> {
+        &self.cache
+    }
+}
+
+/// Links and inserts go to the cache's transaction; the commit pushes them.
+impl Txn for CachedBatch<'_> {
+    fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
+        Txn::append_linked(&mut self.cache, ev, ts)
+    }
+    fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()> {
+        if let Some(why) = verbatim_refusal(self.cache.head(), ev, links) {
+            return Err(fork_error(why));
+        }
+        self.cache.insert_verbatim(ev)
+    }
+}
+
+/// The session's capabilities are the cache's, but for vectors, which are kept for the push.
+impl SessionTxn for CachedBatch<'_> {
+    fn catch_up(&self, p: &mut Projections) -> Result<bool> {
+        SessionTxn::catch_up(&self.cache, p)
+    }
+    fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
+        CachedBatch::put_vectors(self, name, dim, v)
+    }
+    fn retention_candidates(
+        &self,
+        before: i64,
+        kind: Option<&str>,
+        source: Option<&str>,
+        cutoff: &str,
+        limit: usize,
+    ) -> Result<Vec<i64>> {
+        SessionTxn::retention_candidates(&self.cache, before, kind, source, cutoff, limit)
+    }
+    fn quoting(&self, id: i64, content: &str) -> Result<Vec<i64>> {
+        SessionTxn::quoting(&self.cache, id, content)
+    }
+    fn erased_by(&self, id: i64) -> Result<Option<i64>> {
+        SessionTxn::erased_by(&self.cache, id)
+    }
+    fn scrub(&mut self, target: &Event) -> Result<()> {
+        SessionTxn::scrub(&mut self.cache, target)
+    }
+    fn compact_after_erasure(&mut self) -> Result<()> {
+        SessionTxn::compact_after_erasure(&mut self.cache)
+    }
+}
+
+/// An append on a cached ledger is [`Cached::begin`]'s transaction, committed by
+/// [`CachedBatch::commit`]: the path every program's write takes.
+impl Writer for Cached {
+    fn transact<T>(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>) -> Result<T> {
+        let mut batch = self.begin()?;
+        let out = f(&mut batch)?;
+        batch.commit()?;
+        Ok(out)
+    }
+}
+
+/// A write session on a cached ledger runs in [`Cached::begin`]'s transaction; what it
+/// keeps beside the ledger (projection checkpoints, erased bytes) is the cache's.
+impl SessionWriter for Cached {
+    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T> {
+        let mut batch = self.begin()?;
+        let out = f(&mut batch)?;
+        batch.commit()?;
+        Ok(out)
+    }
+    fn forget_erased_bytes(&mut self) -> Result<bool> {
+        self.cache.truncate_wal()
+    }
+    fn keep_projections(&mut self, p: &Projections) {
+        SessionWriter::keep_projections(&mut self.cache, p)
+    }
+    fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T> {
+        self.cache.in_snapshot(|_| f(self))
+    }
+}
