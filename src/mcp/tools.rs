@@ -853,7 +853,7 @@ mod tests {
         let db = dir.path().join("a.db");
         let clock = Clock::pinned("2025-11-24T05:55:41Z").unwrap();
         ledger_with(&db, &["first"], &clock);
-        let cfg = Config::new(db.clone(), false, 5000, clock.clone());
+        let cfg = Config::new(db.clone(), false, 5000, clock);
         let first = cfg.reader().unwrap();
         assert_eq!(first.max_id().unwrap(), 1);
         drop(first);
