@@ -80,11 +80,6 @@ const KEPT_READERS: usize = 8;
 /// read through a connection kept on the old one.
 type FileId = (u64, u64);
 
-fn file_id(path: &std::path::Path) -> Option<FileId> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
 /// The ledger read for one call ([`Config::reader`]); kept for the next call when dropped.
 pub(crate) struct Reader<'a> {
     cfg: &'a Config,
@@ -130,20 +125,19 @@ impl Config {
         }
     }
 
-    /// A reader of the ledger for one call: one kept from an earlier call when there is one,
-    /// caught up with its server if it caches a PostgreSQL ledger, else a new one. A kept
+    /// A reader of the ledger file for one call: one kept from an earlier call when there is
+    /// one, else a new one. A kept
     /// connection keeps its page cache, which SQLite checks against the file at each read (a
     /// new connection read every page of a recall from the file again: a fifth of a recall's
     /// CPU at 10^5 events). Not kept: a ledger opened `immutable` ("at rest", which would not
-    /// see later writes), and one whose path now names another file.
+    /// see later writes), one whose path now names another file, and a PostgreSQL ledger's
+    /// cache (its server connection must not be dropped where the server's async runtime
+    /// runs, as a kept one would be when the server ends).
     pub(crate) fn reader(&self) -> Result<Reader<'_>, ToolError> {
-        let now = file_id(&self.db);
+        let now = crate::store::file_identity(&self.db);
         let kept = self.readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let kept = match kept {
-            Some((mut ledger, id)) if id == now => {
-                ledger.refresh()?;
-                (ledger, id)
-            }
+            Some((ledger, id)) if id.is_some() && id == now => (ledger, id),
             _ => {
                 let mut ledger = Ledger::open_reader(&self.db)?;
                 ledger.keep_vector_packs(self.packs.clone());
@@ -152,7 +146,7 @@ impl Config {
         };
         Ok(Reader {
             cfg: self,
-            keep: !kept.0.is_at_rest(),
+            keep: !kept.0.is_at_rest() && kept.0.url().is_none(),
             kept: Some(kept),
         })
     }

@@ -40,7 +40,9 @@ pub mod sqlite;
 pub use indexes::Indexes;
 pub use ledger::{Batch, Ledger};
 pub use log::EventLog;
-pub use open::{check_url, exists, is_postgres_url, server_reader, shown, shown_url, Fresh};
+pub use open::{
+    check_url, exists, file_identity, is_postgres_url, server_reader, shown, shown_url, Fresh,
+};
 // Everything else programs name of a ledger file (its derived parts, limits, path rules) is
 // the SQLite backend's; `Ledger`, `Batch` and `Fresh` above are the handles over both kinds.
 pub use sqlite::*;

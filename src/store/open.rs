@@ -29,6 +29,17 @@ pub fn shown(db: &Path) -> String {
     }
 }
 
+/// The device and inode of the ledger file `db` names (`None` for a PostgreSQL URL or a path
+/// that names nothing): a long-lived reader compares it with the one it was opened on, so that
+/// a ledger replaced by another file (a restore by `mv`) is not read through the old one.
+pub fn file_identity(db: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    if postgres_url(db).is_some() {
+        return None;
+    }
+    std::fs::metadata(db).ok().map(|m| (m.dev(), m.ino()))
+}
+
 /// Whether `db` is a PostgreSQL URL (`postgres://`, `postgresql://`).
 pub fn is_postgres_url(db: &str) -> bool {
     postgres::is_postgres_url(db)
