@@ -10,7 +10,8 @@
 
 use super::indexes::Indexes;
 use super::log::{
-    fork_error, link, verbatim_refusal, EventLog, Links, SessionTxn, SessionWriter, Txn, Writer,
+    fork_error, link, verbatim_refusal, Ending, EventLog, Links, SessionTxn, SessionWriter, Txn,
+    Writer,
 };
 use super::sqlite::{vectors, TextIndex};
 use super::{Filter, Head, RECALLED_KINDS};
@@ -216,10 +217,7 @@ macro_rules! reads {
 
         impl Indexes for $t {
             fn text_index(&self, _max_unindexed: u64) -> Result<TextIndex<'_>> {
-                Err(Error::bad_input(
-                    None,
-                    "the in-memory log keeps no full-text index",
-                ))
+                Ok(TextIndex::empty())
             }
             fn adjacent(
                 &self,
@@ -465,10 +463,23 @@ impl SessionTxn for MemoryTxn<'_> {
     fn compact_after_erasure(&mut self) -> Result<()> {
         Ok(())
     }
+
+    fn checkpoint(
+        &self,
+        _name: &str,
+        _format: i64,
+        _max_id: i64,
+        _read: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Option<i64>> {
+        Ok(None)
+    }
 }
 
 impl SessionWriter for Memory {
-    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T> {
+    fn session_ending<T>(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<Ending<T>>,
+    ) -> Result<T> {
         let state = self.state();
         let mut tx = MemoryTxn {
             base: state.events.len(),
@@ -478,9 +489,14 @@ impl SessionWriter for Memory {
             committed: false,
             scratch: Vec::new(),
         };
-        let out = f(&mut tx)?;
-        tx.committed = true;
-        Ok(out)
+        match f(&mut tx)? {
+            Ending::Commit(out) => {
+                tx.committed = true;
+                Ok(out)
+            }
+            // Dropped uncommitted: undone.
+            Ending::RollBack(out) => Ok(out),
+        }
     }
 
     fn forget_erased_bytes(&mut self) -> Result<bool> {
