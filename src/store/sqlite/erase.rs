@@ -20,16 +20,6 @@ use std::path::{Path, PathBuf};
 /// the process in the middle of a large erasure.
 pub const PAUSE_ENV: &str = "PMM_TEST_ERASE_PAUSE_MS";
 
-/// [`PAUSE_ENV`]'s wait.
-pub(crate) fn test_pause() {
-    if let Some(ms) = std::env::var(PAUSE_ENV)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-    }
-}
-
 /// Characters of an erased text (stripped) that another event must contain to quote it.
 pub const QUOTE_CHARS: usize = 60;
 

@@ -551,10 +551,7 @@ mod tests {
         );
         assert!(temp_tables(&r) > 0, "a temporary index was built");
         let mut w = Ledger::open_writer(&path, 1000).unwrap();
-        w.erase(&[1], false, "a card number", "owner", &clock, &mut |_| {
-            Ok(None)
-        })
-        .unwrap();
+        crate::session::erase(&mut w, &[1], false, "a card number", "owner", &clock).unwrap();
         assert!(r
             .text_index(10)
             .unwrap()
