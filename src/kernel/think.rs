@@ -166,7 +166,7 @@ fn stimulus_before<R: Indexes>(r: &R, before: i64, slot_id: &str) -> crate::Resu
     const PAGE: usize = 64;
     let mut filter = Filter {
         until: Some(before - 1),
-        kinds: vec![Kind::AutonomyStimulus.to_string()],
+        kinds: vec![Kind::AutonomyStimulus],
         ..Filter::default()
     };
     loop {
@@ -673,7 +673,7 @@ fn tick_message<R: Indexes>(
     let reflections = r.tail(
         &Filter {
             until: Some(head),
-            kinds: vec![Kind::Reflection.to_string()],
+            kinds: vec![Kind::Reflection],
             ..Filter::default()
         },
         REFLECTIONS,

@@ -707,7 +707,7 @@ fn events(cfg: &Config, a: EventsArgs) -> Result<Value, ToolError> {
     let filter = Filter {
         since: a.since,
         until: a.until,
-        kinds,
+        kinds: kinds.iter().map(|k| Kind::from(k.as_str())).collect(),
     };
     let mut out = Vec::new();
     let mut bytes = 0usize;

@@ -54,7 +54,7 @@ pub trait EventLog {
     /// one).
     fn newest_of_kind(&self, kind: Kind, each: &mut dyn FnMut(i64, &str) -> bool) -> Result<()> {
         let mut filter = Filter {
-            kinds: vec![kind.to_string()],
+            kinds: vec![kind],
             ..Filter::default()
         };
         loop {
@@ -73,7 +73,7 @@ pub trait EventLog {
     /// The newest events of `kind`, newest first, at most `limit`.
     fn last_of_kind(&self, kind: Kind, limit: usize) -> Result<Vec<Event>> {
         let filter = Filter {
-            kinds: vec![kind.to_string()],
+            kinds: vec![kind],
             ..Filter::default()
         };
         let mut all = self.tail(&filter, limit)?;

@@ -105,7 +105,7 @@ impl State {
             .filter(|e| {
                 f.since.is_none_or(|s| e.id >= s)
                     && f.until.is_none_or(|u| e.id <= u)
-                    && (f.kinds.is_empty() || f.kinds.iter().any(|k| k == e.kind.as_str()))
+                    && (f.kinds.is_empty() || f.kinds.iter().any(|k| k.as_str() == e.kind.as_str()))
             })
             .cloned()
             .collect()
@@ -134,13 +134,13 @@ impl State {
     fn adjacent(
         &self,
         id: i64,
-        kinds: &[&str],
+        kinds: &[Kind],
         n: usize,
         forward: bool,
         window: i64,
     ) -> Vec<Event> {
         let near = |e: &&Event| {
-            kinds.contains(&e.kind.as_str())
+            kinds.iter().any(|k| k.as_str() == e.kind.as_str())
                 && if forward {
                     e.id > id && e.id <= id.saturating_add(window)
                 } else {
@@ -222,7 +222,7 @@ macro_rules! reads {
             fn adjacent(
                 &self,
                 id: i64,
-                kinds: &[&str],
+                kinds: &[Kind],
                 n: usize,
                 forward: bool,
                 window: i64,

@@ -86,7 +86,7 @@ pub struct Filter {
     /// Only ids ≤ this.
     pub until: Option<i64>,
     /// Only these kinds (all when empty).
-    pub kinds: Vec<String>,
+    pub kinds: Vec<Kind>,
 }
 
 /// An open ledger.
@@ -495,7 +495,7 @@ mod tests {
             let ev = crate::event::NewEvent::new(kind(i), format!("e{i}"), Map::new()).unwrap();
             l.append_unchecked(&ev, &clock).unwrap();
         }
-        let kinds = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
+        let kinds = [Kind::UserMessage, Kind::AssistantMessage];
         let message = |i: &i64| kind(*i) != Kind::TestEvent;
         for id in [1, 5, 27, 40, 58, 61, 62, 90, 119, 120] {
             for (forward, window, n) in [(false, 64, 2), (true, 64, 2), (false, 5, 3), (true, 7, 1)]

@@ -311,7 +311,7 @@ pub(crate) trait Reads {
             filter.since.unwrap_or(i64::MIN).into(),
             filter.until.unwrap_or(i64::MAX).into(),
         ];
-        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        args.extend(filter.kinds.iter().map(|k| k.as_str().to_string().into()));
         let mut rows = stmt
             .query(rusqlite::params_from_iter(args))
             .map_err(|e| self.err(e))?;
@@ -340,7 +340,7 @@ pub(crate) trait Reads {
             filter.until.unwrap_or(i64::MAX).into(),
             (n.min(i64::MAX as usize) as i64).into(),
         ];
-        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        args.extend(filter.kinds.iter().map(|k| k.as_str().to_string().into()));
         let rows = stmt
             .query_map(rusqlite::params_from_iter(args), row_to_event)
             .map_err(|e| self.err(e))?;
@@ -356,7 +356,7 @@ pub(crate) trait Reads {
     fn adjacent(
         &self,
         id: i64,
-        kinds: &[&str],
+        kinds: &[Kind],
         n: usize,
         forward: bool,
         window: i64,
@@ -377,7 +377,7 @@ pub(crate) trait Reads {
         let mut stmt = self.conn().prepare_cached(&sql).map_err(|e| self.err(e))?;
         let mut args: Vec<rusqlite::types::Value> =
             vec![id.into(), window.into(), (n as i64).into()];
-        args.extend(kinds.iter().map(|k| k.to_string().into()));
+        args.extend(kinds.iter().map(|k| k.as_str().to_string().into()));
         let rows = stmt
             .query_map(rusqlite::params_from_iter(args), row_to_event)
             .map_err(|e| self.err(e))?;

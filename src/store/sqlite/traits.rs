@@ -60,7 +60,7 @@ impl<R: Reads> crate::store::indexes::Indexes for R {
     fn adjacent(
         &self,
         id: i64,
-        kinds: &[&str],
+        kinds: &[Kind],
         n: usize,
         forward: bool,
         window: i64,
