@@ -326,7 +326,7 @@ fn page<R: Indexes>(
 ) -> crate::Result<(Vec<Turn>, Option<i64>)> {
     let filter = Filter {
         since: Some(since),
-        kinds: vec![Kind::AssistantMessage.to_string()],
+        kinds: vec![Kind::AssistantMessage],
         ..Filter::default()
     };
     let (mut turns, mut read, mut last) = (Vec::new(), 0, None);

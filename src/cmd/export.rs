@@ -213,7 +213,11 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     let filter = Filter {
         since: args.since,
         until: args.until,
-        kinds: args.kind.clone(),
+        kinds: args
+            .kind
+            .iter()
+            .map(|k| crate::event::Kind::from(k.as_str()))
+            .collect(),
     };
     let total = ledger.max_id()?.max(0) as u64;
     if format == ExportFormat::Html {

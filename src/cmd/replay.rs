@@ -141,7 +141,11 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     let filter = Filter {
         since: args.since,
         until: args.until,
-        kinds: args.kind.clone(),
+        kinds: args
+            .kind
+            .iter()
+            .map(|k| crate::event::Kind::from(k.as_str()))
+            .collect(),
     };
     if args.narrate {
         for ev in ledger.tail(&filter, args.tail.unwrap_or(50))? {
@@ -350,7 +354,11 @@ fn follow(
             let filter = Filter {
                 since: Some(from),
                 until: Some(head),
-                kinds: args.kind.clone(),
+                kinds: args
+                    .kind
+                    .iter()
+                    .map(|k| crate::event::Kind::from(k.as_str()))
+                    .collect(),
             };
             ledger.scan(&filter, &mut |ev| {
                 out.event(&ev).map_err(|e| Error::io("<stdout>", e))?;

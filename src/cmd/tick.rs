@@ -8,6 +8,7 @@ use crate::kernel::tick::{self, Ticked};
 use crate::kernel::Slot;
 use crate::llm::{Adapter, Cancel};
 use crate::session::{Options, TurnError};
+use crate::store::log::SessionWriter;
 use crate::store::Ledger;
 use crate::Error;
 use serde_json::{json, Value};
@@ -248,9 +249,9 @@ fn dry_run(path: &std::path::Path, slot: &Slot, out: &mut Out) -> anyhow::Result
 }
 
 /// `--set`/`--unset`: the events written, then the thresholds and budget in force.
-fn set_step(
+fn set_step<W: SessionWriter>(
     args: &Args,
-    ledger: &mut Ledger,
+    ledger: &mut W,
     clock: &crate::event::Clock,
     out: &mut Out,
 ) -> anyhow::Result<Exit> {
@@ -383,9 +384,9 @@ impl Thinker {
     /// One tick of `slot`. `signals`: SIGINT and SIGTERM cancel the model call (a
     /// generation_failure, exit 130 or 143); the supervisor handles them itself. A failed
     /// call prints the events it left before its error is returned.
-    fn tick(
+    fn tick<W: SessionWriter>(
         &mut self,
-        ledger: &mut Ledger,
+        ledger: &mut W,
         slot: &Slot,
         out: &mut Out,
         signals: bool,
@@ -472,8 +473,8 @@ fn sign_step(
 /// (a server that is down, a model whose dimensions differ from its stored vectors, a ledger
 /// locked by another writer) changes the exit status: it is a warning on stderr, which cron
 /// mails, and the next tick tries again.
-fn embed_step(
-    ledger: &mut crate::store::Ledger,
+fn embed_step<W: SessionWriter>(
+    ledger: &mut W,
     embedder: Option<&crate::llm::embed::Shared>,
     out: &mut Out,
 ) -> anyhow::Result<()> {

@@ -196,7 +196,7 @@ fn reply_to<R: Indexes>(r: &R, user_id: i64) -> crate::Result<Option<Event>> {
         &Filter {
             since: Some(user_id + 1),
             until: Some(user_id.saturating_add(SELECTION_REACH * 16)),
-            kinds: vec![Kind::AssistantMessage.to_string()],
+            kinds: vec![Kind::AssistantMessage],
         },
         &mut |e| {
             let named = e.meta_map().ok().and_then(|m| m.get("reply_to")?.as_i64());
@@ -319,7 +319,7 @@ pub fn recorded_selection_in<R: Indexes>(
             let filter = Filter {
                 since: Some(id + 1),
                 until: Some(until),
-                kinds: vec![Kind::RetrievalSelection.to_string()],
+                kinds: vec![Kind::RetrievalSelection],
             };
             r.scan(&filter, &mut |e| Ok(look(&e)))?;
         }

@@ -127,7 +127,7 @@ pub fn select<R: Indexes>(
 ) -> Result<Selection> {
     let messages = Filter {
         until: Some(user_id - 1),
-        kinds: MESSAGE_KINDS.iter().map(|k| k.to_string()).collect(),
+        kinds: MESSAGE_KINDS.iter().map(|k| Kind::from(*k)).collect(),
         ..Filter::default()
     };
     let mut picked: Vec<(Event, f64)> = Vec::new();
@@ -142,7 +142,7 @@ pub fn select<R: Indexes>(
         let mut score = |e: &Event| dot(&q, &embedder.vector(&e.content));
         let memories = Filter {
             until: Some(user_id - 1),
-            kinds: vec![Kind::LifetimeMemory.to_string()],
+            kinds: vec![Kind::LifetimeMemory],
             ..Filter::default()
         };
         let mut pinned = r.tail(&memories, PINNED_MEMORIES)?;
@@ -182,7 +182,7 @@ pub fn history<R: Indexes>(r: &R, user_id: i64, n: usize, max_chars: usize) -> R
     let recent = r.tail(
         &Filter {
             until: Some(user_id - 1),
-            kinds: MESSAGE_KINDS.iter().map(|k| k.to_string()).collect(),
+            kinds: MESSAGE_KINDS.iter().map(|k| Kind::from(*k)).collect(),
             ..Filter::default()
         },
         n,

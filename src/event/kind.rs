@@ -106,6 +106,9 @@ kinds! {
 /// neighbours draw from.
 pub const MESSAGE_KINDS: [&str; 2] = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
 
+/// [`MESSAGE_KINDS`] as kinds, for the reads that take kinds (a hit's neighbouring messages).
+pub const MESSAGES: [Kind; 2] = [Kind::UserMessage, Kind::AssistantMessage];
+
 /// The name of a kind pmm does not know. Only [`Kind::from`] makes one, so it is never the
 /// name of a known kind and equal kinds are equal values.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

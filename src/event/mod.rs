@@ -5,7 +5,7 @@ pub mod erasure;
 mod kind;
 pub(crate) mod vocab;
 
-pub use kind::{Kind, OtherKind, UnknownKind, MESSAGE_KINDS};
+pub use kind::{Kind, OtherKind, UnknownKind, MESSAGES, MESSAGE_KINDS};
 pub use vocab::{Action, Source};
 
 use crate::canon;

@@ -382,3 +382,190 @@ mod on_memory {
         assert!(again.is_empty());
     }
 }
+
+/// The thinking tick on the in-memory log: when it asks the model, what the claim and the
+/// reply write, and what a failed call or a spent budget leaves.
+mod thinking_on_memory {
+    use super::*;
+    use crate::event::{Clock, Kind, NewEvent};
+    use crate::llm::{Adapter, LlmError, Reply, Request};
+    use crate::session::{Options, TurnError};
+    use crate::store::memory::Memory;
+    use crate::store::EventLog;
+
+    /// A model that gives one reply (or fails), counting its calls.
+    struct Canned {
+        reply: Result<String, String>,
+        calls: usize,
+    }
+
+    impl Canned {
+        fn saying(text: &str) -> Canned {
+            Canned {
+                reply: Ok(text.into()),
+                calls: 0,
+            }
+        }
+    }
+
+    impl Adapter for Canned {
+        fn provider(&self) -> &str {
+            "canned"
+        }
+        fn model(&self) -> &str {
+            "m"
+        }
+        fn generate(&mut self, _req: &Request) -> Result<Reply, LlmError> {
+            self.calls += 1;
+            match &self.reply {
+                Ok(text) => Ok(Reply {
+                    text: text.clone(),
+                    model: "m".into(),
+                    in_tokens: Some(10),
+                    out_tokens: Some(5),
+                    latency_ms: 0,
+                    attempts: 1,
+                    finish_reason: None,
+                }),
+                Err(why) => Err(LlmError::Config(why.clone())),
+            }
+        }
+    }
+
+    fn opts() -> Options {
+        Options {
+            clock: Clock::pinned("2025-11-24T05:55:41.123456Z").unwrap(),
+            ..Options::default()
+        }
+    }
+
+    fn slot(n: i64) -> Slot {
+        Slot::new(n, crate::formats::slot::INTERVAL_SECS)
+    }
+
+    /// A log whose next tick reflects: a turn's `metrics_turn`, no kernel reflection after
+    /// it; the recall of its prompt is the reference's fixed window (no full-text index here).
+    fn after_a_turn() -> Memory {
+        let mut m = Memory::new();
+        let c = opts().clock;
+        let put = |m: &mut Memory, kind, content: &str, source: &str| {
+            let mut meta = serde_json::Map::new();
+            meta.insert("source".into(), source.into());
+            let ev = NewEvent::new(kind, content, meta).unwrap();
+            crate::session::append(m, &ev, &c).unwrap()
+        };
+        let fixed = r#"{"limit":7,"strategy":"fixed","type":"retrieval"}"#;
+        put(&mut m, Kind::Config, fixed, "test");
+        put(&mut m, Kind::MetricsTurn, "{}", "pmm-turn");
+        m
+    }
+
+    fn kinds(events: &[crate::event::Event]) -> Vec<&str> {
+        events.iter().map(|e| e.kind.as_str()).collect()
+    }
+
+    /// A decision that does not act never calls the model: today's tick, said why.
+    #[test]
+    fn a_tick_that_does_not_act_asks_nothing() {
+        let mut m = Memory::new();
+        let mut model = Canned::saying("COMMIT: never");
+        let t = think::run(&mut m, &mut model, &slot(7), &opts()).unwrap();
+        assert_eq!(model.calls, 0);
+        assert_eq!(t.think["asked"], false);
+        assert_eq!(t.think["why"], "the decision does not act");
+        let tick::Ticked::Done(done) = &t.ticked else {
+            panic!("a tick written: {:?}", t.ticked);
+        };
+        assert_eq!(done.decision.decision, Action::Idle);
+        assert_eq!(m.max_id().unwrap(), done.events.last().unwrap().id);
+    }
+
+    /// A reflect asks the model once: the claim (the slot's stimulus, marked as thinking),
+    /// then the tick with the reply and what its `COMMIT:` opens, all of the kernel.
+    #[test]
+    fn a_reflect_asks_the_model_and_applies_its_markers() {
+        let mut m = after_a_turn();
+        let mut model = Canned::saying("COMMIT: tidy the notes");
+        let t = think::run(&mut m, &mut model, &slot(8), &opts()).unwrap();
+        assert_eq!(model.calls, 1);
+        assert_eq!(t.think["asked"], true);
+        assert_eq!(t.think["opened"].as_array().unwrap().len(), 1);
+        let tick::Ticked::Done(done) = &t.ticked else {
+            panic!("a tick written: {:?}", t.ticked);
+        };
+        assert_eq!(done.decision.decision, Action::Reflect);
+        let k = kinds(&done.events);
+        let stimulus = k.iter().position(|k| *k == "autonomy_stimulus").unwrap();
+        let reply = k.iter().position(|k| *k == "assistant_message").unwrap();
+        let open = k.iter().position(|k| *k == "commitment_open").unwrap();
+        assert!(stimulus < reply && reply < open, "{k:?}");
+        let claim = done.events[stimulus].meta_map().unwrap();
+        assert_eq!(claim["claim"], "think");
+        let r = done.events[reply].meta_map().unwrap();
+        assert_eq!(r["source"], think::SOURCE.as_str());
+        assert_eq!(r["prompt_format"], think::THINK_FORMAT);
+        assert_eq!(m.max_id().unwrap(), done.events.last().unwrap().id);
+        // The slot is spent: a second tick for it asks nothing and writes nothing.
+        let head = m.max_id().unwrap();
+        let again = think::run(&mut m, &mut model, &slot(8), &opts()).unwrap();
+        assert!(matches!(again.ticked, tick::Ticked::AlreadyTicked { .. }));
+        assert_eq!((model.calls, m.max_id().unwrap()), (1, head));
+    }
+
+    /// A model that fails leaves the claim and a `generation_failure` naming the slot and
+    /// its stimulus; the slot is spent.
+    #[test]
+    fn a_failed_call_keeps_the_claim_and_records_the_failure() {
+        let mut m = after_a_turn();
+        let mut model = Canned {
+            reply: Err("no model here".into()),
+            calls: 0,
+        };
+        let err = think::run(&mut m, &mut model, &slot(9), &opts()).unwrap_err();
+        let TurnError::Generation {
+            events, failure, ..
+        } = err
+        else {
+            panic!("a generation failure: {err}");
+        };
+        assert_eq!(failure.kind, Kind::GenerationFailure);
+        assert_eq!(m.max_id().unwrap(), failure.id);
+        let stimulus = events
+            .iter()
+            .find(|e| e.kind == Kind::AutonomyStimulus)
+            .unwrap();
+        assert_eq!(failure.meta_map().unwrap()["about_event"], stimulus.id);
+        assert!(failure.content.contains("slot 9"), "{}", failure.content);
+        let again = think::run(&mut m, &mut model, &slot(9), &opts()).unwrap();
+        assert!(matches!(again.ticked, tick::Ticked::AlreadyTicked { .. }));
+        assert_eq!(model.calls, 1);
+    }
+
+    /// With the day's calls spent, a tick that would act is today's tick, not asked, with
+    /// the budget's reason in its `meta.think`.
+    #[test]
+    fn a_spent_budget_stops_the_asking() {
+        let mut m = after_a_turn();
+        let mut meta = serde_json::Map::new();
+        meta.insert("source".into(), "pmm-tick".into());
+        let budget = r#"{"think_calls_per_day":1,"type":"autonomy_thresholds"}"#;
+        let ev = NewEvent::new(Kind::Config, budget, meta).unwrap();
+        crate::session::append(&mut m, &ev, &opts().clock).unwrap();
+        let mut model = Canned::saying("REFLECT:{\"note\":\"x\"}");
+        let first = think::run(&mut m, &mut model, &slot(10), &opts()).unwrap();
+        assert_eq!(first.think["asked"], true);
+        // Another turn, so that the next slot would reflect again.
+        let mut meta = serde_json::Map::new();
+        meta.insert("source".into(), "pmm-turn".into());
+        let turn = NewEvent::new(Kind::MetricsTurn, "{}", meta).unwrap();
+        crate::session::append(&mut m, &turn, &opts().clock).unwrap();
+        let second = think::run(&mut m, &mut model, &slot(11), &opts()).unwrap();
+        assert_eq!(model.calls, 1);
+        assert_eq!(second.think["asked"], false);
+        let why = second.think["why"].as_str().unwrap();
+        assert!(
+            why.starts_with("think budget spent: 1 model calls"),
+            "{why}"
+        );
+    }
+}

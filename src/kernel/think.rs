@@ -33,7 +33,8 @@ use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
 use crate::projection::state::Projections;
 use crate::session::{self, catch_up, ensure_defaults, Options, Session, TurnError};
-use crate::store::{self, Filter, Indexes, Ledger};
+use crate::store::log::{Ending, SessionTxn, SessionWriter};
+use crate::store::{self, Filter, Indexes};
 use serde_json::{json, Value};
 
 /// `meta.source` of everything a thinking tick writes on the model's behalf.
@@ -165,7 +166,7 @@ fn stimulus_before<R: Indexes>(r: &R, before: i64, slot_id: &str) -> crate::Resu
     const PAGE: usize = 64;
     let mut filter = Filter {
         until: Some(before - 1),
-        kinds: vec![Kind::AutonomyStimulus.to_string()],
+        kinds: vec![Kind::AutonomyStimulus],
         ..Filter::default()
     };
     loop {
@@ -231,18 +232,16 @@ impl Thought {
 
 /// A tick of `slot` that asks `adapter` when its decision acts. Without acting, or with the
 /// day's budget spent, it is [`tick::run`] (the budget's reason in the tick's meta).
-pub fn run(
-    ledger: &mut Ledger,
+pub fn run<W: SessionWriter>(
+    w: &mut W,
     adapter: &mut dyn Adapter,
     slot: &Slot,
     opts: &Options,
 ) -> Result<Thought, TurnError> {
-    match run_inner(ledger, adapter, slot, opts) {
-        Err(TurnError::Store(e)) => Err(TurnError::Store(session::record_refusal(
-            ledger,
-            e,
-            &opts.clock,
-        ))),
+    match run_inner(w, adapter, slot, opts) {
+        Err(TurnError::Store(e)) => {
+            Err(TurnError::Store(session::record_refusal(w, e, &opts.clock)))
+        }
         other => other,
     }
 }
@@ -255,13 +254,13 @@ pub fn acts(decision: &super::Decision, p: &Projections) -> bool {
 
 /// A tick given a model that does not ask it: today's tick, with `note` as its `meta.think`,
 /// in which the kernel may open a goal that stays open.
-fn unasked(
-    ledger: &mut Ledger,
+fn unasked<W: SessionWriter>(
+    w: &mut W,
     slot: &Slot,
     clock: &Clock,
     note: Option<&str>,
 ) -> crate::Result<Ticked> {
-    tick::run_noted(ledger, slot, clock, note, true)
+    tick::run_noted(w, slot, clock, note, true)
 }
 
 fn plain(ticked: Ticked, why: &str) -> Thought {
@@ -271,15 +270,15 @@ fn plain(ticked: Ticked, why: &str) -> Thought {
     }
 }
 
-fn run_inner(
-    ledger: &mut Ledger,
+fn run_inner<W: SessionWriter>(
+    w: &mut W,
     adapter: &mut dyn Adapter,
     slot: &Slot,
     opts: &Options,
 ) -> Result<Thought, TurnError> {
     let clock = &opts.clock;
     let rows_at_start = store::rows_read();
-    let (mut p, claim, decision) = match decide_and_claim(ledger, adapter, slot, clock)? {
+    let (mut p, claim, decision) = match decide_and_claim(w, adapter, slot, clock)? {
         Ok(claimed) => claimed,
         Err(not_asked) => return Ok(not_asked),
     };
@@ -291,11 +290,11 @@ fn run_inner(
 
     // 3. The prompt and the call, outside any transaction.
     let request =
-        ledger.in_snapshot(|l| prompt(l, &p, slot, &decision, opts, None, Depth::LIGHT))?;
+        w.in_snapshot(&mut |r| prompt(r, &p, slot, &decision, opts, None, Depth::LIGHT))?;
     let reply = match adapter.generate_with(&request.request, None, opts.cancel.as_ref()) {
         Ok(r) => r,
         Err(error) => {
-            let failure = record_failure(ledger, &*adapter, &mut p, slot, stimulus, &error, clock)?;
+            let failure = record_failure(w, &*adapter, &mut p, slot, stimulus, &error, clock)?;
             let mut events = claim;
             events.push(failure.clone());
             return Err(TurnError::Generation {
@@ -310,7 +309,7 @@ fn run_inner(
         request: &request,
         reply: &reply,
     };
-    let (decision, events, think) = write_thought(ledger, p, slot, stimulus, &answer, opts)?;
+    let (decision, events, think) = write_thought(w, p, slot, stimulus, &answer, opts)?;
     let mut all = claim;
     all.extend(events);
     Ok(Thought {
@@ -328,8 +327,8 @@ fn run_inner(
 /// the call. `Err` is the tick that asks nothing (the slot already ticked, a decision that
 /// does not act, the budget spent); `Ok` the projections, the claim's events and the decision.
 #[allow(clippy::type_complexity)]
-fn decide_and_claim(
-    ledger: &mut Ledger,
+fn decide_and_claim<W: SessionWriter>(
+    w: &mut W,
     adapter: &mut dyn Adapter,
     slot: &Slot,
     clock: &Clock,
@@ -341,31 +340,31 @@ fn decide_and_claim(
         };
         plain(t, "the slot already has a stimulus")
     };
-    let p = store::project(&*ledger, None, true)?.projections;
-    if let Some(stimulus) = tick::stimulus_for(&*ledger, &p, slot)? {
+    let p = store::project(&*w, None, true)?.projections;
+    if let Some(stimulus) = tick::stimulus_for(&*w, &p, slot)? {
         return Ok(Err(already(stimulus)));
     }
     let decision = decide(&View::of(&p), &p.mirror.thresholds);
     if !acts(&decision, &p) {
-        let t = unasked(ledger, slot, clock, None)?;
+        let t = unasked(w, slot, clock, None)?;
         return Ok(Err(plain(t, "the decision does not act")));
     }
     if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
-        let t = unasked(ledger, slot, clock, Some(&why))?;
+        let t = unasked(w, slot, clock, Some(&why))?;
         return Ok(Err(plain(t, &why)));
     }
     // A model that cannot be asked at all (refused connection, unknown model): exit 3 before
     // anything is written.
     adapter.preflight().map_err(crate::Error::from)?;
     // The claim: step 1's projections, caught up (the checkpoint is loaded once a tick).
-    Ok(match claim(ledger, p, slot, clock)? {
+    Ok(match claim(w, p, slot, clock)? {
         Claimed::Already(stimulus) => Err(already(stimulus)),
         Claimed::NotActing => {
-            let t = unasked(ledger, slot, clock, None)?;
+            let t = unasked(w, slot, clock, None)?;
             Err(plain(t, "the decision does not act"))
         }
         Claimed::OverBudget(why) => {
-            let t = unasked(ledger, slot, clock, Some(&why))?;
+            let t = unasked(w, slot, clock, Some(&why))?;
             Err(plain(t, &why))
         }
         Claimed::Mine(p, events, decision) => Ok((*p, events, decision)),
@@ -382,8 +381,25 @@ struct Answer<'a> {
 /// Step 4, against the true head: the slot still this claim's, the decision taken again (a
 /// turn may have come in), then the tick's events with the reply, what its markers do and
 /// the goal it worked. The decision, the events written and the `think` record.
-fn write_thought(
-    ledger: &mut Ledger,
+fn write_thought<W: SessionWriter>(
+    w: &mut W,
+    p: Projections,
+    slot: &Slot,
+    stimulus: i64,
+    answer: &Answer<'_>,
+    opts: &Options,
+) -> crate::Result<(Decision, Vec<Event>, Value)> {
+    let mut first = Some(p);
+    w.session(&mut |tx| {
+        // `session` runs this once: the projections move in.
+        let p = first.take().unwrap_or_default();
+        thought_in(tx, p, slot, stimulus, answer, opts)
+    })
+}
+
+/// [`write_thought`] inside its write transaction.
+fn thought_in(
+    tx: &mut dyn SessionTxn,
     mut p: Projections,
     slot: &Slot,
     stimulus: i64,
@@ -392,9 +408,8 @@ fn write_thought(
 ) -> crate::Result<(Decision, Vec<Event>, Value)> {
     let (provider, reply) = (&answer.provider, answer.reply);
     let mut events = Vec::new();
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, &mut p)?;
-    if tick::stimulus_for(&batch, &p, slot)? != Some(stimulus) {
+    catch_up(&*tx, &mut p)?;
+    if tick::stimulus_for(&*tx, &p, slot)? != Some(stimulus) {
         // Never seen: the claim is this process's and the ledger only grows.
         return Err(crate::Error::bad_input(
             None,
@@ -406,7 +421,7 @@ fn write_thought(
     let goal = goals::to_work(&p.mirror).map(|c| c.cid.clone());
     let mut done = Done::default();
     let mut s = Session {
-        tx: &mut batch,
+        tx,
         p: &mut p,
         events: &mut events,
         clock: &opts.clock,
@@ -424,7 +439,6 @@ fn write_thought(
         }
     })?;
     tick::test_pause();
-    batch.commit()?;
     let think = json!({
         "asked": true,
         "provider": provider,
@@ -465,29 +479,50 @@ enum Claimed {
 /// in one transaction, unless the slot has its stimulus already, the decision no longer acts,
 /// or the budget, checked again against the true head, is spent. `p`: projections of the
 /// ledger as it was read before, caught up here.
-fn claim(
-    ledger: &mut Ledger,
-    mut p: Projections,
+fn claim<W: SessionWriter>(
+    w: &mut W,
+    p: Projections,
     slot: &Slot,
     clock: &Clock,
 ) -> crate::Result<Claimed> {
-    let mut events = Vec::new();
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, &mut p)?;
-    if let Some(stimulus) = tick::stimulus_for(&batch, &p, slot)? {
-        return Ok(Claimed::Already(stimulus));
+    let mut first = Some(p);
+    let claimed = w.session_ending(&mut |tx| {
+        // `session_ending` runs this once: the projections move in.
+        claim_in(tx, first.take().unwrap_or_default(), slot, clock)
+    })?;
+    if let Claimed::Mine(_, events, _) = &claimed {
+        if events.iter().any(|e| e.kind == Kind::Erasure) {
+            // The erased texts may sit beside the database (SQLite: the WAL's frames).
+            w.forget_erased_bytes()?;
+        }
     }
-    ensure_defaults(&mut batch, &mut p, &mut events, clock)?;
+    Ok(claimed)
+}
+
+/// [`claim`] inside its write transaction: committed when the slot is this tick's, rolled
+/// back (the defaults of a new ledger with it) when it is not.
+fn claim_in(
+    tx: &mut dyn SessionTxn,
+    mut p: Projections,
+    slot: &Slot,
+    clock: &Clock,
+) -> crate::Result<Ending<Claimed>> {
+    let mut events = Vec::new();
+    catch_up(&*tx, &mut p)?;
+    if let Some(stimulus) = tick::stimulus_for(&*tx, &p, slot)? {
+        return Ok(Ending::RollBack(Claimed::Already(stimulus)));
+    }
+    ensure_defaults(tx, &mut p, &mut events, clock)?;
     let decision = decide(&View::of(&p), &p.mirror.thresholds);
     if !acts(&decision, &p) {
-        return Ok(Claimed::NotActing);
+        return Ok(Ending::RollBack(Claimed::NotActing));
     }
     if let Some(why) = over_budget(&budget(&p), &spent(&p, clock)) {
-        return Ok(Claimed::OverBudget(why));
+        return Ok(Ending::RollBack(Claimed::OverBudget(why)));
     }
     tick::append_stimulus_with(
         &mut Session {
-            tx: &mut batch,
+            tx: &mut *tx,
             p: &mut p,
             events: &mut events,
             clock,
@@ -499,13 +534,9 @@ fn claim(
     // (the model is never sent what the policy says is gone) and a failed call still leaves
     // the pass done. `p` is caught up past its erasures by the write, as by any reader.
     let first = events.first().map_or(i64::MAX, |e| e.id);
-    let erased = super::retention::apply(&mut batch, first, slot, clock)?;
-    events.extend(erased.iter().cloned());
-    batch.commit()?;
-    if !erased.is_empty() {
-        ledger.truncate_wal()?;
-    }
-    Ok(Claimed::Mine(Box::new(p), events, decision))
+    let erased = super::retention::apply(tx, first, slot, clock)?;
+    events.extend(erased);
+    Ok(Ending::Commit(Claimed::Mine(Box::new(p), events, decision)))
 }
 
 /// What the model is asked, the prompt's digest, and what recall selected for it (recorded
@@ -642,7 +673,7 @@ fn tick_message<R: Indexes>(
     let reflections = r.tail(
         &Filter {
             until: Some(head),
-            kinds: vec![Kind::Reflection.to_string()],
+            kinds: vec![Kind::Reflection],
             ..Filter::default()
         },
         REFLECTIONS,
@@ -785,8 +816,8 @@ fn append_reply(
 
 /// A failed call: a `generation_failure` naming the slot and its stimulus, in a transaction of
 /// its own.
-fn record_failure(
-    ledger: &mut Ledger,
+fn record_failure<W: SessionWriter>(
+    w: &mut W,
     adapter: &dyn Adapter,
     p: &mut Projections,
     slot: &Slot,
@@ -794,8 +825,6 @@ fn record_failure(
     error: &LlmError,
     clock: &Clock,
 ) -> crate::Result<Event> {
-    let mut batch = ledger.begin()?;
-    catch_up(&batch, p)?;
     let mut m = tick::slot_meta(
         slot,
         &[
@@ -811,20 +840,18 @@ fn record_failure(
     if let Some(reason) = error.reason() {
         m.insert("reason".into(), reason.into());
     }
-    let mut events = Vec::new();
-    let failure = Session {
-        tx: &mut batch,
-        p,
-        events: &mut events,
-        clock,
-    }
-    .put(
-        Kind::GenerationFailure,
-        format!("generation failed for slot {}: {error}", slot.slot),
-        m,
-    )?;
-    batch.commit()?;
-    Ok(failure)
+    let content = format!("generation failed for slot {}: {error}", slot.slot);
+    w.session(&mut |tx| {
+        catch_up(&*tx, p)?;
+        let mut events = Vec::new();
+        Session {
+            tx,
+            p: &mut *p,
+            events: &mut events,
+            clock,
+        }
+        .put(Kind::GenerationFailure, content.clone(), m.clone())
+    })
 }
 
 #[cfg(test)]
@@ -867,7 +894,7 @@ mod tests {
     #[test]
     fn a_reply_finds_its_slots_stimulus_across_pages() {
         let dir = tempfile::tempdir().unwrap();
-        let mut l = Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
+        let mut l = crate::store::Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
         let mut stimulus = |content: String| {
             let ev =
                 crate::event::NewEvent::new(Kind::AutonomyStimulus, content, Default::default());

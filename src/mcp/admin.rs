@@ -7,9 +7,10 @@
 use super::tokens::Caller;
 use super::tools::{check_text, event_json, fail, Config, Spec, ToolError, ToolName};
 use super::{MAX_TEXT, REMEMBER_KINDS};
-use crate::event::{Kind, NewEvent};
+use crate::event::{Clock, Kind, NewEvent};
 use crate::projection::supersession;
 use crate::session::{self, forget};
+use crate::store::log::SessionWriter;
 use crate::store::{EventLog, Violation};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -83,29 +84,41 @@ pub struct CorrectArgs {
 /// `correct`: appends `text` as an event whose `meta.supersedes` names the replaced events,
 /// in one write transaction (the ids are checked there: earlier events, none repeated).
 pub fn correct(cfg: &Config, a: CorrectArgs, source: &str) -> Result<Value, ToolError> {
+    correct_on(&mut cfg.writer()?, &cfg.clock, a, source)
+}
+
+/// `correct` on the ledger `w`.
+fn correct_on<W: SessionWriter>(
+    w: &mut W,
+    clock: &Clock,
+    a: CorrectArgs,
+    source: &str,
+) -> Result<Value, ToolError> {
     check_text("text", &a.text)?;
     if a.supersedes.is_empty() {
         return fail("supersedes must name at least one event");
     }
-    let mut ledger = cfg.writer()?;
-    let batch = ledger.begin()?;
-    let kind = correction_kind(&batch, a.kind.as_deref(), &a.supersedes)?;
-    let mut meta = Map::new();
-    meta.insert("source".into(), source.into());
-    match kind {
-        Kind::UserMessage => meta.insert("role".into(), "user".into()),
-        Kind::AssistantMessage => meta.insert("role".into(), "assistant".into()),
-        _ => None,
-    };
-    meta.insert(supersession::KEY.into(), json!(a.supersedes));
-    let ev = NewEvent::new(kind, a.text, meta)?;
-    let event = session::commit_one(batch, &ev, &cfg.clock)?;
+    let event = session::append_built(w, clock, &mut |tx| {
+        let kind = match correction_kind(tx, a.kind.as_deref(), &a.supersedes) {
+            Ok(kind) => kind,
+            Err(why) => return Ok(Err(why)),
+        };
+        let mut meta = Map::new();
+        meta.insert("source".into(), source.into());
+        match kind {
+            Kind::UserMessage => meta.insert("role".into(), "user".into()),
+            Kind::AssistantMessage => meta.insert("role".into(), "assistant".into()),
+            _ => None,
+        };
+        meta.insert(supersession::KEY.into(), json!(a.supersedes));
+        Ok(NewEvent::new(kind, a.text.as_str(), meta).map_err(ToolError::from))
+    })??;
     Ok(json!({"event": event_json(&event), "supersedes": a.supersedes}))
 }
 
 /// The kind `correct` writes: the one asked for, else the first replaced event's kind when it
 /// is a message, else `reflection`.
-fn correction_kind<R: EventLog>(
+fn correction_kind<R: EventLog + ?Sized>(
     r: &R,
     asked: Option<&str>,
     supersedes: &[i64],
@@ -252,4 +265,63 @@ pub fn forget(cfg: &Config, a: ForgetArgs, source: &str) -> Result<Value, ToolEr
     let erased = session::erase(&mut ledger, &targets, false, reason, source, &cfg.clock)?;
     let events: Vec<Value> = erased.events.iter().map(event_json).collect();
     Ok(json!({"erased": targets, "quoted_by": quoted_by, "erasures": events}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::Memory;
+
+    fn clock() -> Clock {
+        Clock::pinned("2025-11-24T05:55:41.123456Z").unwrap()
+    }
+
+    fn said(m: &mut Memory, kind: Kind, text: &str) -> i64 {
+        let ev = NewEvent::new(kind, text, Map::new()).unwrap();
+        session::append(m, &ev, &clock()).unwrap().id
+    }
+
+    fn args(text: &str, supersedes: Vec<i64>, kind: Option<&str>) -> CorrectArgs {
+        CorrectArgs {
+            text: text.into(),
+            supersedes,
+            kind: kind.map(str::to_string),
+        }
+    }
+
+    /// `correct` on the in-memory log: the kind of the first replaced message, its role, and
+    /// `meta.supersedes` naming what it replaces.
+    #[test]
+    fn a_correction_takes_the_replaced_messages_kind() {
+        let mut m = Memory::new();
+        let old = said(&mut m, Kind::UserMessage, "I live in Paris");
+        let a = args("I live in Lyon", vec![old], None);
+        let done = correct_on(&mut m, &clock(), a, "mcp").unwrap();
+        assert_eq!(done["event"]["kind"], "user_message");
+        assert_eq!(done["event"]["meta"]["role"], "user");
+        assert_eq!(done["event"]["meta"]["supersedes"], json!([old]));
+        let note = said(&mut m, Kind::Reflection, "a note");
+        let a = args("better", vec![note], None);
+        let done = correct_on(&mut m, &clock(), a, "mcp").unwrap();
+        assert_eq!(done["event"]["kind"], "reflection");
+    }
+
+    /// Ids that are not earlier events, or a kind `correct` does not write, are errors and
+    /// write nothing.
+    #[test]
+    fn a_bad_correction_writes_nothing() {
+        let mut m = Memory::new();
+        let old = said(&mut m, Kind::UserMessage, "x");
+        let later = correct_on(&mut m, &clock(), args("y", vec![old + 5], None), "mcp");
+        assert!(later.is_err());
+        let kind = correct_on(
+            &mut m,
+            &clock(),
+            args("y", vec![old], Some("config")),
+            "mcp",
+        );
+        let kind = kind.unwrap_err().0;
+        assert!(kind.starts_with("correct writes only"), "{kind}");
+        assert_eq!(m.max_id().unwrap(), old);
+    }
 }

@@ -22,7 +22,8 @@ use crate::projection::mirror::{self, commitment_cid};
 use crate::projection::state::Projections;
 use crate::recall::{self, Query};
 use crate::session;
-use crate::store::{Batch, EventLog, Filter, Indexes, Ledger, RECALLED_KINDS};
+use crate::store::log::SessionWriter;
+use crate::store::{EventLog, Filter, Indexes, Ledger, RECALLED_KINDS};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -163,7 +164,7 @@ impl Config {
     /// The lock is held only while they are brought up to date; `f` runs on a shared copy, so
     /// the sessions of one HTTP server recall at the same time. Folding copies them only when
     /// the ledger grew while another call still reads the old ones.
-    pub fn with_projections<R: Indexes, T>(
+    pub fn with_projections<R: EventLog + checkpoint::Replay + ?Sized, T>(
         &self,
         r: &R,
         f: impl FnOnce(&Projections) -> T,
@@ -611,17 +612,27 @@ struct CommitArgs {
 }
 
 fn commit(cfg: &Config, a: CommitArgs, source: &str) -> Result<Value, ToolError> {
+    commit_on(cfg, &mut cfg.writer()?, a, source)
+}
+
+/// `commit` on the ledger `w`.
+fn commit_on<W: SessionWriter>(
+    cfg: &Config,
+    w: &mut W,
+    a: CommitArgs,
+    source: &str,
+) -> Result<Value, ToolError> {
     // As a COMMIT: marker: the text stripped, its cid the sha1 prefix of that text.
     let text = check_text("text", &a.text)?;
     let cid = commitment_cid(text);
-    let mut ledger = cfg.writer()?;
-    let batch = ledger.begin()?;
-    let head = batch.max_id()?;
-    let score = cfg.with_projections(&batch, |p| {
-        crate::session::derive::impact_score(p, &cid, head)
-    })?;
-    let ev = mirror::commitment_open(text, score, SOURCE, source);
-    let event = append_one(batch, &ev, &cfg.clock)?;
+    let event = session::append_built(w, &cfg.clock, &mut |tx| {
+        let head = tx.max_id()?;
+        let score =
+            cfg.with_projections(tx, |p| crate::session::derive::impact_score(p, &cid, head))?;
+        Ok(Ok::<_, ToolError>(mirror::commitment_open(
+            text, score, SOURCE, source,
+        )))
+    })??;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
 }
 
@@ -632,42 +643,47 @@ struct CloseArgs {
 }
 
 fn close(cfg: &Config, a: CloseArgs, source: &str) -> Result<Value, ToolError> {
+    close_on(cfg, &mut cfg.writer()?, a, source)
+}
+
+/// `close` on the ledger `w`.
+fn close_on<W: SessionWriter>(
+    cfg: &Config,
+    w: &mut W,
+    a: CloseArgs,
+    source: &str,
+) -> Result<Value, ToolError> {
     let cid = a.cid.trim();
     if cid.is_empty() || cid.len() > 256 {
         return fail("cid must be 1 to 256 characters");
     }
-    let mut ledger = cfg.writer()?;
-    let batch = ledger.begin()?;
     // Checked inside the write transaction: nobody closes it between the check and the write.
-    let (is_open, open) = cfg.with_projections(&batch, |p| {
-        let open: Vec<String> = p.mirror.open.keys().take(20).cloned().collect();
-        (p.mirror.open.contains_key(cid), open)
-    })?;
-    if !is_open {
-        drop(batch);
-        return fail(if open.is_empty() {
-            format!("no open commitment has cid '{cid}' (none is open)")
-        } else {
-            format!(
-                "no open commitment has cid '{cid}' (open: {})",
-                open.join(", ")
-            )
-        });
-    }
-    let meta = obj(&[
-        ("cid", cid.into()),
-        ("origin", SOURCE.into()),
-        ("source", source.into()),
-    ]);
-    let ev = NewEvent::new(Kind::CommitmentClose, mirror::close_content(cid), meta)?;
-    let event = append_one(batch, &ev, &cfg.clock)?;
+    let event = session::append_built(w, &cfg.clock, &mut |tx| {
+        let (is_open, open) = cfg.with_projections(tx, |p| {
+            let open: Vec<String> = p.mirror.open.keys().take(20).cloned().collect();
+            (p.mirror.open.contains_key(cid), open)
+        })?;
+        if !is_open {
+            return Ok(fail(if open.is_empty() {
+                format!("no open commitment has cid '{cid}' (none is open)")
+            } else {
+                format!(
+                    "no open commitment has cid '{cid}' (open: {})",
+                    open.join(", ")
+                )
+            }));
+        }
+        let meta = obj(&[
+            ("cid", cid.into()),
+            ("origin", SOURCE.into()),
+            ("source", source.into()),
+        ]);
+        Ok(
+            NewEvent::new(Kind::CommitmentClose, mirror::close_content(cid), meta)
+                .map_err(ToolError::from),
+        )
+    })??;
     Ok(json!({"cid": cid, "event": event_json(&event)}))
-}
-
-/// Appends `ev` in `batch` and commits ([`session::commit_one`]: a policy refusal commits
-/// the `violation` event instead and is an error).
-fn append_one(batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> Result<Event, ToolError> {
-    Ok(session::commit_one(batch, ev, clock)?)
 }
 
 fn obj(pairs: &[(&str, Value)]) -> Map<String, Value> {
@@ -754,7 +770,7 @@ fn events(cfg: &Config, a: EventsArgs) -> Result<Value, ToolError> {
     let filter = Filter {
         since: a.since,
         until: a.until,
-        kinds,
+        kinds: kinds.iter().map(|k| Kind::from(k.as_str())).collect(),
     };
     let mut out = Vec::new();
     let mut bytes = 0usize;
@@ -919,6 +935,73 @@ mod tests {
             .collect();
         for c in calls {
             assert_eq!(c.join().unwrap(), (true, 1), "the other call never came in");
+        }
+    }
+
+    /// The writing tools on the in-memory log ([`crate::store::memory`]): what they read and
+    /// write inside one write session, with no file.
+    mod on_memory {
+        use super::*;
+        use crate::store::memory::Memory;
+
+        fn cfg() -> Config {
+            let clock = Clock::pinned("2025-11-24T05:55:41.123456Z").unwrap();
+            Config::new(PathBuf::from("unused.db"), false, 0, clock)
+        }
+
+        /// `commit` opens a commitment under the cid of its stripped text, and `close` closes
+        /// it; the projections kept between the calls see both.
+        #[test]
+        fn commit_then_close() {
+            let (cfg, mut m) = (cfg(), Memory::new());
+            let text = "  water the plants ";
+            let a = CommitArgs { text: text.into() };
+            let opened = commit_on(&cfg, &mut m, a, "mcp").unwrap();
+            let cid = opened["cid"].as_str().unwrap().to_string();
+            assert_eq!(cid, commitment_cid("water the plants"));
+            assert_eq!(opened["event"]["kind"], "commitment_open");
+            assert_eq!(opened["event"]["meta"]["source"], "mcp");
+            let open = cfg.with_projections(&m, |p| p.mirror.open.contains_key(&cid));
+            assert!(open.unwrap());
+            let a = CloseArgs { cid: cid.clone() };
+            let closed = close_on(&cfg, &mut m, a, "mcp").unwrap();
+            assert_eq!(closed["event"]["kind"], "commitment_close");
+            let open = cfg.with_projections(&m, |p| p.mirror.open.contains_key(&cid));
+            assert!(!open.unwrap());
+            assert_eq!(m.max_id().unwrap(), 2);
+        }
+
+        /// `close` of a cid that is not open is a tool error naming the open ones, and writes
+        /// nothing.
+        #[test]
+        fn closing_what_is_not_open_writes_nothing() {
+            let (cfg, mut m) = (cfg(), Memory::new());
+            let none = close_on(
+                &cfg,
+                &mut m,
+                CloseArgs {
+                    cid: "0badc0de".into(),
+                },
+                "mcp",
+            );
+            let none = none.unwrap_err().0;
+            assert_eq!(none, "no open commitment has cid '0badc0de' (none is open)");
+            let a = CommitArgs { text: "a".into() };
+            let cid = commit_on(&cfg, &mut m, a, "mcp").unwrap()["cid"].clone();
+            let other = close_on(
+                &cfg,
+                &mut m,
+                CloseArgs {
+                    cid: "0badc0de".into(),
+                },
+                "mcp",
+            );
+            let other = other.unwrap_err().0;
+            assert!(
+                other.ends_with(&format!("(open: {})", cid.as_str().unwrap())),
+                "{other}"
+            );
+            assert_eq!(m.max_id().unwrap(), 1);
         }
     }
 }

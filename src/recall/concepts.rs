@@ -3,7 +3,6 @@
 //! as story windows: the reply that opened the commitment, its open and its close.
 
 use super::{Cache, Query, Ranked, NEIGHBOUR_WINDOW};
-use crate::event::MESSAGE_KINDS;
 use crate::projection::state::Projections;
 use crate::store::Indexes;
 use crate::Result;
@@ -148,7 +147,7 @@ pub fn rank<R: Indexes>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) ->
         for (opened, cid, closed) in threads.into_iter().take(THREADS_PER_CONCEPT) {
             let why = format!("thread:{cid}");
             if let Some(reply) = r
-                .adjacent(opened, &MESSAGE_KINDS, 1, false, NEIGHBOUR_WINDOW)?
+                .adjacent(opened, &crate::event::MESSAGES, 1, false, NEIGHBOUR_WINDOW)?
                 .pop()
             {
                 push(reply.id, why.clone(), &mut items);

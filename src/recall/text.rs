@@ -13,7 +13,6 @@
 //! they are few and coarse on purpose, so that they carry over to other conversations.
 
 use super::{epoch, terms, Cache, Query, Ranked, MAX_UNINDEXED, NEIGHBOUR_WINDOW};
-use crate::event::MESSAGE_KINDS;
 use crate::store::Indexes;
 use crate::Result;
 use std::collections::BTreeMap;
@@ -159,7 +158,7 @@ fn lend_to_neighbours<R: Indexes>(
     for forward in [false, true] {
         let near = r.adjacent(
             id,
-            &MESSAGE_KINDS,
+            &crate::event::MESSAGES,
             NEIGHBOUR_SHARES.len(),
             forward,
             NEIGHBOUR_WINDOW,

@@ -3,7 +3,8 @@
 //! in id order, each batch committed on its own) and the recomputation of `--check`.
 
 use crate::llm::embed::{EmbedError, Shared};
-use crate::store::{Indexes, Ledger};
+use crate::store::log::SessionWriter;
+use crate::store::Indexes;
 use crate::Result;
 
 /// Events embedded per batch (and per write transaction).
@@ -38,8 +39,8 @@ pub fn embed_text(content: &str) -> &str {
 /// batch stored in a write transaction of its own (the model runs before it begins).
 /// `stop` is asked between batches; `progress(done, total)` after each. A model failure ends
 /// it with that error, keeping the batches already stored.
-pub fn backfill(
-    ledger: &mut Ledger,
+pub fn backfill<W: SessionWriter>(
+    ledger: &mut W,
     e: &Shared,
     stop: &dyn Fn() -> bool,
     progress: &mut dyn FnMut(u64, u64),
@@ -65,7 +66,7 @@ pub fn backfill(
         let v = e.embed(&texts)?;
         let dim = v.first().map_or(0, Vec::len);
         let pairs: Vec<(i64, Vec<f32>)> = batch.iter().map(|b| b.0).zip(v).collect();
-        done.embedded += ledger.put_vectors(&id, dim, &pairs)? as u64;
+        done.embedded += put(ledger, &id, dim, &pairs)? as u64;
         after = last;
         progress(done.embedded, missing);
     }
@@ -74,7 +75,10 @@ pub fn backfill(
 
 /// One bounded step of the backfill (what a tick does): embeds at most [`BATCH`] of the
 /// oldest events without a vector and stores them; returns how many.
-pub fn backfill_step(ledger: &mut Ledger, e: &Shared) -> std::result::Result<u64, BackfillError> {
+pub fn backfill_step<W: SessionWriter>(
+    ledger: &mut W,
+    e: &Shared,
+) -> std::result::Result<u64, BackfillError> {
     e.identify()?;
     let id = e.id();
     let batch = ledger.missing_vectors(&id, 0, BATCH)?;
@@ -85,7 +89,18 @@ pub fn backfill_step(ledger: &mut Ledger, e: &Shared) -> std::result::Result<u64
     let v = e.embed(&texts)?;
     let dim = v.first().map_or(0, Vec::len);
     let pairs: Vec<(i64, Vec<f32>)> = batch.iter().map(|b| b.0).zip(v).collect();
-    Ok(ledger.put_vectors(&id, dim, &pairs)? as u64)
+    Ok(put(ledger, &id, dim, &pairs)? as u64)
+}
+
+/// Stores the vectors `pairs` of model `id` (`dim` dimensions) in a write transaction of
+/// their own: how many were new.
+fn put<W: SessionWriter>(
+    w: &mut W,
+    id: &str,
+    dim: usize,
+    pairs: &[(i64, Vec<f32>)],
+) -> Result<usize> {
+    w.session(&mut |tx| tx.put_vectors(id, dim, pairs))
 }
 
 /// The ledger's other vector spaces of `id`'s model name (`local:NAME@…`, or a server's

@@ -151,7 +151,7 @@ fn scan_ids<R: Indexes>(
 fn erased<R: Indexes>(r: &R) -> crate::Result<BTreeSet<i64>> {
     let mut gone = BTreeSet::new();
     let filter = Filter {
-        kinds: vec![Kind::Erasure.to_string()],
+        kinds: vec![Kind::Erasure],
         ..Filter::default()
     };
     r.scan(&filter, &mut |e| {

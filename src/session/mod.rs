@@ -29,8 +29,8 @@ use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Event, Kind, NewEvent, Source};
 use crate::projection::state::Projections;
 use crate::projection::supersession;
-use crate::store::log::{SessionTxn, SessionWriter, Txn, Writer};
-use crate::store::{self, Batch, Erased, EventLog, Violation};
+use crate::store::log::{Ending, SessionTxn, SessionWriter, Txn, Writer};
+use crate::store::{self, Erased, EventLog, Violation};
 use crate::Error;
 use serde_json::{Map, Value};
 
@@ -120,12 +120,28 @@ fn append_or_violation<T: Txn + ?Sized>(
     }
 }
 
-/// Appends `ev` in `batch` and commits it. A refused write commits the `violation` event
-/// instead and is [`Error::PolicyViolation`].
-pub fn commit_one(mut batch: Batch<'_>, ev: &NewEvent, clock: &Clock) -> crate::Result<Event> {
-    let out = append_or_violation(&mut batch, ev, clock)?;
-    batch.commit()?;
-    out
+/// What [`append_built`] calls inside the write transaction: the event to append, or why
+/// there is none.
+pub type Build<'a, E> = dyn FnMut(&dyn SessionTxn) -> crate::Result<Result<NewEvent, E>> + 'a;
+
+/// Appends the event `build` makes from what the write transaction sees (nobody writes
+/// between that read and the append), by [`append`]'s rules: a refused write commits the
+/// `violation` event instead and is [`Error::PolicyViolation`]. When `build` declines
+/// (`Ok(Err(why))`: what it read forbids the write), nothing is written and `why` is
+/// returned.
+pub fn append_built<W: SessionWriter, E>(
+    w: &mut W,
+    clock: &Clock,
+    build: &mut Build<'_, E>,
+) -> crate::Result<Result<Event, E>> {
+    let out = w.session_ending(&mut |tx| match build(&*tx)? {
+        Ok(ev) => Ok(Ending::Commit(Ok(append_or_violation(tx, &ev, clock)?))),
+        Err(why) => Ok(Ending::RollBack(Err(why))),
+    })?;
+    match out {
+        Ok(appended) => appended.map(Ok),
+        Err(why) => Ok(Err(why)),
+    }
 }
 
 /// Appends one event in a write transaction of its own ([`commit_one`]'s rules).

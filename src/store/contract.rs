@@ -439,7 +439,7 @@ pub(crate) fn get_scan_and_tail_agree(log: impl Fresh) {
 /// [`get_scan_and_tail_agree`]'s filters: `scan` and `tail` give the events `get` gave
 /// (`by_id`) that pass each; a scan stops when told.
 fn scans_and_tails_agree(c: &impl EventLog, by_id: &[Event]) {
-    let kinds = |ks: &[Kind]| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+    let kinds = |ks: &[Kind]| ks.to_vec();
     let filters = [
         Filter::default(),
         Filter {

@@ -3,7 +3,7 @@
 
 use super::log::EventLog;
 use super::sqlite::{vectors, TextIndex};
-use crate::event::Event;
+use crate::event::{Event, Kind};
 use crate::Result;
 
 /// Reading the derived indexes of a SQLite ledger (or of a PostgreSQL ledger's cache on this
@@ -19,7 +19,7 @@ pub trait Indexes: EventLog {
     fn adjacent(
         &self,
         id: i64,
-        kinds: &[&str],
+        kinds: &[Kind],
         n: usize,
         forward: bool,
         window: i64,

@@ -12,7 +12,7 @@
 //! ledger's own methods that write a transaction of theirs without the handle
 //! (`save_checkpoint`, `truncate_wal`) touch only this host's copy, as they always did.
 
-use super::log::{Links, SessionTxn, SessionWriter, Txn, Writer};
+use super::log::{Ending, Links, SessionTxn, SessionWriter, Txn, Writer};
 use super::replica::{self, Cached, CachedBatch};
 use super::sqlite::{self, Derived, ReadsThrough, DERIVED};
 use super::Head;
@@ -274,6 +274,15 @@ impl SessionTxn for Batch<'_> {
     fn compact_after_erasure(&mut self) -> Result<()> {
         SessionTxn::compact_after_erasure(self.file_mut())
     }
+    fn checkpoint(
+        &self,
+        name: &str,
+        format: i64,
+        max_id: i64,
+        read: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Option<i64>> {
+        SessionTxn::checkpoint(self.file(), name, format, max_id, read)
+    }
 }
 
 /// An append is the backend's: the file's transaction, or [`Cached`]'s (server, then cache).
@@ -288,10 +297,13 @@ impl Writer for Ledger {
 
 /// A write session is the backend's, as [`Writer`] is.
 impl SessionWriter for Ledger {
-    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T> {
+    fn session_ending<T>(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<Ending<T>>,
+    ) -> Result<T> {
         match self {
-            Ledger::File(l) => l.session(f),
-            Ledger::Cached(c) => c.session(f),
+            Ledger::File(l) => l.session_ending(f),
+            Ledger::Cached(c) => c.session_ending(f),
         }
     }
     fn forget_erased_bytes(&mut self) -> Result<bool> {

@@ -10,6 +10,7 @@
 use super::Indexes;
 use crate::chain::event_digest;
 use crate::event::{Event, Kind, NewEvent};
+use crate::projection::checkpoint::{Replay, CHECKPOINT, CHECKPOINT_FORMAT};
 use crate::projection::state::Projections;
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
@@ -31,7 +32,7 @@ pub struct Filter {
     /// Only ids ≤ this.
     pub until: Option<i64>,
     /// Only these kinds (all when empty).
-    pub kinds: Vec<String>,
+    pub kinds: Vec<Kind>,
 }
 
 /// How many events [`EventLog::newest_of_kind`] reads at a time by default.
@@ -73,7 +74,7 @@ pub trait EventLog {
     /// one).
     fn newest_of_kind(&self, kind: Kind, each: &mut dyn FnMut(i64, &str) -> bool) -> Result<()> {
         let mut filter = Filter {
-            kinds: vec![kind.to_string()],
+            kinds: vec![kind],
             ..Filter::default()
         };
         loop {
@@ -92,7 +93,7 @@ pub trait EventLog {
     /// The newest events of `kind`, newest first, at most `limit`.
     fn last_of_kind(&self, kind: Kind, limit: usize) -> Result<Vec<Event>> {
         let filter = Filter {
-            kinds: vec![kind.to_string()],
+            kinds: vec![kind],
             ..Filter::default()
         };
         let mut all = self.tail(&filter, limit)?;
@@ -262,17 +263,88 @@ pub trait SessionTxn: Txn {
     /// After the last [`SessionTxn::scrub`] of a transaction: rewrites what still holds the
     /// erased texts' traces (SQLite: the full-text index's segments).
     fn compact_after_erasure(&mut self) -> Result<()>;
+    /// [`Indexes::load_checkpoint`] inside the transaction, in a form a `dyn SessionTxn`
+    /// can call: `read` gets the bytes of the newest checkpoint `name` of `format` at or
+    /// below event `max_id` that still matches the log, and says whether it could read them;
+    /// that checkpoint's event id when it could (the in-memory log keeps none).
+    fn checkpoint(
+        &self,
+        name: &str,
+        format: i64,
+        max_id: i64,
+        read: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Option<i64>>;
+}
+
+/// A write transaction replays like any reader: projections kept by a writer between its
+/// reads and its write (an MCP server's, a tick's) are caught up inside it.
+impl Replay for dyn SessionTxn + '_ {
+    fn head_id(&self) -> Result<i64> {
+        self.max_id()
+    }
+
+    fn checkpoint_at_most(
+        &self,
+        max_id: i64,
+        read: &mut dyn FnMut(&[u8]) -> Option<Projections>,
+    ) -> Result<Option<(i64, Projections)>> {
+        let mut restored = None;
+        let at = self.checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, max_id, &mut |bytes| {
+            restored = read(bytes);
+            restored.is_some()
+        })?;
+        Ok(at.zip(restored))
+    }
+
+    fn each_event(
+        &self,
+        since: Option<i64>,
+        until: i64,
+        each: &mut dyn FnMut(&Event),
+    ) -> Result<()> {
+        let filter = Filter {
+            since,
+            until: Some(until),
+            ..Filter::default()
+        };
+        self.scan(&filter, &mut |ev| {
+            each(&ev);
+            Ok(true)
+        })
+    }
+
+    fn newest_erasure(&self) -> Result<i64> {
+        self.last_erasure()
+    }
+}
+
+/// How the body of a write session ends its transaction ([`SessionWriter::session_ending`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending<T> {
+    /// Commit what was written; the session's value is `T`.
+    Commit(T),
+    /// Undo what was written, and still give `T`: a body that found, against the true head,
+    /// that nothing is to be written after all (a thinking tick's claim that another tick
+    /// took first) says so without an error.
+    RollBack(T),
 }
 
 /// A connection a write session runs on: [`Writer`] with the session's transaction, and what
 /// a writer does around it (reading projections, keeping their checkpoint, forgetting the
 /// bytes an erasure leaves beside the database).
 pub trait SessionWriter: Writer + Indexes {
-    /// One write transaction around `f`, committed when `f` returns `Ok`, rolled back when
-    /// it fails. Unlike [`Writer::transact`], `f` runs once: it folds what it writes into the
-    /// caller's projections, which a second run would fold twice (a backend that must retry
-    /// takes its locks before `f` runs).
-    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T>;
+    /// One write transaction around `f`, committed or rolled back as `f`'s [`Ending`] says,
+    /// and rolled back when `f` fails. Unlike [`Writer::transact`], `f` runs once: it folds
+    /// what it writes into the caller's projections, which a second run would fold twice (a
+    /// backend that must retry takes its locks before `f` runs).
+    fn session_ending<T>(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<Ending<T>>,
+    ) -> Result<T>;
+    /// [`SessionWriter::session_ending`] for a body that commits whenever it returns `Ok`.
+    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T> {
+        self.session_ending(&mut |tx| f(tx).map(Ending::Commit))
+    }
     /// After a committed erasure: forgets the bytes of erased texts the database keeps beside
     /// its tables (SQLite: the WAL, checkpointed and truncated). `false` when a reader kept
     /// part of them (the next checkpoint does it).

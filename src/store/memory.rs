@@ -10,7 +10,8 @@
 
 use super::indexes::Indexes;
 use super::log::{
-    fork_error, link, verbatim_refusal, EventLog, Links, SessionTxn, SessionWriter, Txn, Writer,
+    fork_error, link, verbatim_refusal, Ending, EventLog, Links, SessionTxn, SessionWriter, Txn,
+    Writer,
 };
 use super::sqlite::{vectors, TextIndex};
 use super::{Filter, Head, RECALLED_KINDS};
@@ -104,7 +105,7 @@ impl State {
             .filter(|e| {
                 f.since.is_none_or(|s| e.id >= s)
                     && f.until.is_none_or(|u| e.id <= u)
-                    && (f.kinds.is_empty() || f.kinds.iter().any(|k| k == e.kind.as_str()))
+                    && (f.kinds.is_empty() || f.kinds.iter().any(|k| k.as_str() == e.kind.as_str()))
             })
             .cloned()
             .collect()
@@ -133,13 +134,13 @@ impl State {
     fn adjacent(
         &self,
         id: i64,
-        kinds: &[&str],
+        kinds: &[Kind],
         n: usize,
         forward: bool,
         window: i64,
     ) -> Vec<Event> {
         let near = |e: &&Event| {
-            kinds.contains(&e.kind.as_str())
+            kinds.iter().any(|k| k.as_str() == e.kind.as_str())
                 && if forward {
                     e.id > id && e.id <= id.saturating_add(window)
                 } else {
@@ -216,15 +217,12 @@ macro_rules! reads {
 
         impl Indexes for $t {
             fn text_index(&self, _max_unindexed: u64) -> Result<TextIndex<'_>> {
-                Err(Error::bad_input(
-                    None,
-                    "the in-memory log keeps no full-text index",
-                ))
+                Ok(TextIndex::empty())
             }
             fn adjacent(
                 &self,
                 id: i64,
-                kinds: &[&str],
+                kinds: &[Kind],
                 n: usize,
                 forward: bool,
                 window: i64,
@@ -465,10 +463,23 @@ impl SessionTxn for MemoryTxn<'_> {
     fn compact_after_erasure(&mut self) -> Result<()> {
         Ok(())
     }
+
+    fn checkpoint(
+        &self,
+        _name: &str,
+        _format: i64,
+        _max_id: i64,
+        _read: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Option<i64>> {
+        Ok(None)
+    }
 }
 
 impl SessionWriter for Memory {
-    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T> {
+    fn session_ending<T>(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<Ending<T>>,
+    ) -> Result<T> {
         let state = self.state();
         let mut tx = MemoryTxn {
             base: state.events.len(),
@@ -478,9 +489,14 @@ impl SessionWriter for Memory {
             committed: false,
             scratch: Vec::new(),
         };
-        let out = f(&mut tx)?;
-        tx.committed = true;
-        Ok(out)
+        match f(&mut tx)? {
+            Ending::Commit(out) => {
+                tx.committed = true;
+                Ok(out)
+            }
+            // Dropped uncommitted: undone.
+            Ending::RollBack(out) => Ok(out),
+        }
     }
 
     fn forget_erased_bytes(&mut self) -> Result<bool> {

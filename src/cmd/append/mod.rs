@@ -4,6 +4,7 @@ use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArg
 use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input};
 use crate::session::{self, Refusal};
+use crate::store::log::Writer;
 use crate::store::EventLog;
 use crate::store::{Filter, Fresh, Ledger};
 use crate::Error;
@@ -364,8 +365,8 @@ fn parse(buf: &str, n: u64) -> Result<NewEvent, Error> {
         .map_err(|msg| Error::bad_input(Some(format!("<stdin>:{n}")), msg))
 }
 
-fn streaming(
-    ledger: &mut Ledger,
+fn streaming<W: Writer>(
+    ledger: &mut W,
     input: &mut dyn BufRead,
     clock: &event::Clock,
     out: &mut Out,
@@ -402,8 +403,8 @@ fn batch_append(
 
 /// After a batch was rolled back for line `n`'s refused event: the `violation`, recorded in a
 /// transaction of its own, as the error to report (exit 1).
-fn rolled_back(
-    ledger: &mut Ledger,
+fn rolled_back<W: Writer>(
+    ledger: &mut W,
     v: &crate::store::Violation,
     n: u64,
     clock: &event::Clock,

@@ -9,6 +9,7 @@ use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Kind, NewEvent};
 use crate::interchange::{ExportContext, ExportFormat};
 use crate::projection::graph::{GraphAnswer, GraphFold, GraphQuery};
+use crate::store::log::SessionWriter;
 use crate::store::{self, EventLog, Filter, Indexes, Ledger};
 use serde_json::{json, Map, Value};
 
@@ -267,7 +268,11 @@ fn verify_turn(ledger: &Ledger, id: i64) -> anyhow::Result<String> {
 /// `/config retrieval fixed|vector|hybrid [limit N] [budget CHARS]`: appends a retrieval
 /// `config` (source `chat`) keeping the current config's other fields; nothing when it would
 /// change nothing.
-pub fn config(ledger: &mut Ledger, args: &[&str], clock: &Clock) -> anyhow::Result<String> {
+pub fn config<W: SessionWriter>(
+    ledger: &mut W,
+    args: &[&str],
+    clock: &Clock,
+) -> anyhow::Result<String> {
     let ["retrieval", strategy, rest @ ..] = args else {
         return Ok(CONFIG_USAGE.into());
     };

@@ -759,7 +759,8 @@ fn q_page<C: GenericClient>(
     let rows = if filter.kinds.is_empty() {
         c.query(&sql, &[&from, &until])?
     } else {
-        c.query(&sql, &[&from, &until, &filter.kinds])?
+        let kinds: Vec<&str> = filter.kinds.iter().map(Kind::as_str).collect();
+        c.query(&sql, &[&from, &until, &kinds])?
     };
     Ok(rows.iter().map(row_to_event).collect())
 }

@@ -8,7 +8,9 @@ use super::{pull, Lease, Upstream};
 use crate::event::{Event, NewEvent};
 use crate::projection::state::Projections;
 use crate::store::log::Writer;
-use crate::store::log::{fork_error, verbatim_refusal, Links, SessionTxn, SessionWriter, Txn};
+use crate::store::log::{
+    fork_error, verbatim_refusal, Ending, Links, SessionTxn, SessionWriter, Txn,
+};
 use crate::store::postgres::{self, SharedVector};
 use crate::store::sqlite::{self, Reads, ReadsThrough};
 use crate::store::{notices, Filter, Head};
@@ -290,6 +292,15 @@ impl SessionTxn for CachedBatch<'_> {
     fn compact_after_erasure(&mut self) -> Result<()> {
         SessionTxn::compact_after_erasure(&mut self.cache)
     }
+    fn checkpoint(
+        &self,
+        name: &str,
+        format: i64,
+        max_id: i64,
+        read: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Option<i64>> {
+        SessionTxn::checkpoint(&self.cache, name, format, max_id, read)
+    }
 }
 
 /// An append on a cached ledger is [`Cached::begin`]'s transaction, committed by
@@ -306,11 +317,19 @@ impl Writer for Cached {
 /// A write session on a cached ledger runs in [`Cached::begin`]'s transaction; what it
 /// keeps beside the ledger (projection checkpoints, erased bytes) is the cache's.
 impl SessionWriter for Cached {
-    fn session<T>(&mut self, f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<T>) -> Result<T> {
+    fn session_ending<T>(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn SessionTxn) -> Result<Ending<T>>,
+    ) -> Result<T> {
         let mut batch = self.begin()?;
-        let out = f(&mut batch)?;
-        batch.commit()?;
-        Ok(out)
+        match f(&mut batch)? {
+            Ending::Commit(out) => {
+                batch.commit()?;
+                Ok(out)
+            }
+            // Dropped uncommitted: the server's lock and the cache's transaction roll back.
+            Ending::RollBack(out) => Ok(out),
+        }
     }
     fn forget_erased_bytes(&mut self) -> Result<bool> {
         self.cache.truncate_wal()

@@ -264,10 +264,7 @@ mod tests {
         assert!(c.get(1).unwrap().unwrap().content.contains("4111"));
         assert!(c.get(2).unwrap().is_some());
         assert_eq!(c.hits_and_misses(), (0, 2));
-        w.erase(&[1], false, "a card number", "owner", &clock, &mut |_| {
-            Ok(None)
-        })
-        .unwrap();
+        crate::session::erase(&mut w, &[1], false, "a card number", "owner", &clock).unwrap();
         assert_eq!(c.get(1).unwrap().unwrap().content, "", "read again, blank");
         assert_eq!(c.get(2).unwrap().unwrap().content, "ok");
         assert_eq!(c.hits_and_misses(), (0, 4), "the cache was emptied");

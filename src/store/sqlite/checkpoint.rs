@@ -144,10 +144,7 @@ mod tests {
         let mut kept = project(&reader, None, true).unwrap().projections;
         assert!(format!("{:?}", kept.mirror.open).contains("4111"));
         let clock = Clock::pinned("2025-11-24T05:55:42Z").unwrap();
-        l.erase(&[id], false, "a card number", "owner", &clock, &mut |_| {
-            Ok(None)
-        })
-        .unwrap();
+        crate::session::erase(&mut l, &[id], false, "a card number", "owner", &clock).unwrap();
         append(&mut l, Kind::Reflection, "later", json!({}));
         assert!(
             catch_up(&reader, &mut kept, None).unwrap(),

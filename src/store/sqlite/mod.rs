@@ -437,7 +437,7 @@ mod tests {
             let ev = crate::event::NewEvent::new(kind(i), format!("e{i}"), Map::new()).unwrap();
             l.append_unchecked(&ev, &clock).unwrap();
         }
-        let kinds = [Kind::UserMessage.as_str(), Kind::AssistantMessage.as_str()];
+        let kinds = [Kind::UserMessage, Kind::AssistantMessage];
         let message = |i: &i64| kind(*i) != Kind::TestEvent;
         for id in [1, 5, 27, 40, 58, 61, 62, 90, 119, 120] {
             for (forward, window, n) in [(false, 64, 2), (true, 64, 2), (false, 5, 3), (true, 7, 1)]
@@ -493,10 +493,7 @@ mod tests {
         );
         assert!(temp_tables(&r) > 0, "a temporary index was built");
         let mut w = Ledger::open_writer(&path, 1000).unwrap();
-        w.erase(&[1], false, "a card number", "owner", &clock, &mut |_| {
-            Ok(None)
-        })
-        .unwrap();
+        crate::session::erase(&mut w, &[1], false, "a card number", "owner", &clock).unwrap();
         assert!(r
             .text_index(10)
             .unwrap()

@@ -311,7 +311,7 @@ pub(crate) trait Reads {
             filter.since.unwrap_or(i64::MIN).into(),
             filter.until.unwrap_or(i64::MAX).into(),
         ];
-        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        args.extend(filter.kinds.iter().map(|k| k.as_str().to_string().into()));
         let mut rows = stmt
             .query(rusqlite::params_from_iter(args))
             .map_err(|e| self.err(e))?;
@@ -340,7 +340,7 @@ pub(crate) trait Reads {
             filter.until.unwrap_or(i64::MAX).into(),
             (n.min(i64::MAX as usize) as i64).into(),
         ];
-        args.extend(filter.kinds.iter().map(|k| k.clone().into()));
+        args.extend(filter.kinds.iter().map(|k| k.as_str().to_string().into()));
         let rows = stmt
             .query_map(rusqlite::params_from_iter(args), row_to_event)
             .map_err(|e| self.err(e))?;
@@ -356,7 +356,7 @@ pub(crate) trait Reads {
     fn adjacent(
         &self,
         id: i64,
-        kinds: &[&str],
+        kinds: &[Kind],
         n: usize,
         forward: bool,
         window: i64,
@@ -377,7 +377,7 @@ pub(crate) trait Reads {
         let mut stmt = self.conn().prepare_cached(&sql).map_err(|e| self.err(e))?;
         let mut args: Vec<rusqlite::types::Value> =
             vec![id.into(), window.into(), (n as i64).into()];
-        args.extend(kinds.iter().map(|k| k.to_string().into()));
+        args.extend(kinds.iter().map(|k| k.as_str().to_string().into()));
         let rows = stmt
             .query_map(rusqlite::params_from_iter(args), row_to_event)
             .map_err(|e| self.err(e))?;
@@ -410,7 +410,7 @@ pub(crate) trait Reads {
             fts::drop_temp_index(conn).map_err(|e| self.err(e))?;
         }
         Ok(TextIndex {
-            conn,
+            conn: Some(conn),
             main: through.is_some(),
             temp,
         })
@@ -543,21 +543,33 @@ impl Reads for Batch<'_> {
 
 /// The full-text index of one connection, ready for term look-ups ([`crate::store::Indexes::text_index`]).
 pub struct TextIndex<'a> {
-    conn: &'a Connection,
+    /// `None`: an index that finds nothing ([`TextIndex::empty`]).
+    conn: Option<&'a Connection>,
     main: bool,
     temp: bool,
 }
 
 impl TextIndex<'_> {
+    /// An index that finds nothing: the in-memory log's, which keeps no full-text index, so
+    /// that whole-ledger recall runs on it (its other sources answer).
+    pub fn empty() -> TextIndex<'static> {
+        TextIndex {
+            conn: None,
+            main: false,
+            temp: false,
+        }
+    }
+
     /// One term's scored postings before event `before` (BM25, higher is better), at most the
     /// newest `limit` per table. `term` is one token; it is quoted, never read as FTS5 syntax.
     pub fn term_hits(&self, term: &str, before: i64, limit: usize) -> Result<Vec<(i64, f64)>> {
         let mut out = Vec::new();
+        let Some(conn) = self.conn else {
+            return Ok(out);
+        };
         for (on, table) in [(self.main, "main.pmm_fts"), (self.temp, "temp.pmm_fts_tmp")] {
             if on {
-                out.extend(
-                    fts::term_hits(self.conn, table, term, before, limit).map_err(Error::from)?,
-                );
+                out.extend(fts::term_hits(conn, table, term, before, limit).map_err(Error::from)?);
             }
         }
         Ok(out)

@@ -61,7 +61,7 @@ impl<R: Reads> crate::store::indexes::Indexes for R {
     fn adjacent(
         &self,
         id: i64,
-        kinds: &[&str],
+        kinds: &[Kind],
         n: usize,
         forward: bool,
         window: i64,
@@ -142,19 +142,37 @@ impl crate::store::log::SessionTxn for super::Batch<'_> {
     fn compact_after_erasure(&mut self) -> Result<()> {
         super::erase::compact_index(&self.tx).map_err(|e| self.err(e))
     }
+    fn checkpoint(
+        &self,
+        name: &str,
+        format: i64,
+        max_id: i64,
+        read: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Option<i64>> {
+        let found =
+            Reads::load_checkpoint(self, name, format, max_id, |_, b| read(b).then_some(()));
+        Ok(found?.map(|(id, ())| id))
+    }
 }
 
 /// A SQLite ledger (or a PostgreSQL ledger's cache on this host) runs write sessions in its
 /// `BEGIN IMMEDIATE` transactions, as [`crate::store::log::Writer`] does.
 impl crate::store::log::SessionWriter for super::Ledger {
-    fn session<T>(
+    fn session_ending<T>(
         &mut self,
-        f: &mut dyn FnMut(&mut dyn crate::store::log::SessionTxn) -> Result<T>,
+        f: &mut dyn FnMut(
+            &mut dyn crate::store::log::SessionTxn,
+        ) -> Result<crate::store::log::Ending<T>>,
     ) -> Result<T> {
         let mut batch = self.begin()?;
-        let out = f(&mut batch)?;
-        batch.commit()?;
-        Ok(out)
+        match f(&mut batch)? {
+            crate::store::log::Ending::Commit(out) => {
+                batch.commit()?;
+                Ok(out)
+            }
+            // Dropped uncommitted: rolled back.
+            crate::store::log::Ending::RollBack(out) => Ok(out),
+        }
     }
     fn forget_erased_bytes(&mut self) -> Result<bool> {
         self.truncate_wal()
