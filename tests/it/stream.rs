@@ -742,9 +742,11 @@ fn finish_within(mut child: Child, limit: Duration) -> Ended {
     }
 }
 
-/// `pmm-turn --timeout 2 --retries 0 --stream always` against a server whose streamed answer
-/// never ends, each event or line bringing `piece`, with a key to scrub (issue 34 item 1).
-fn endless(wire: Wire, piece: &str) -> (Pmm, Ended) {
+/// `pmm-turn --timeout SECS --retries 0 --stream always` against a server whose streamed
+/// answer never ends, each event or line bringing `piece`, with a key to scrub (issue 34 item
+/// 1). The size tests give a timeout longer than their limit, so that only the size can stop
+/// them in time (with 2 s, a loaded machine let the timeout win the race now and then).
+fn endless(wire: Wire, piece: &str, secs: &str) -> (Pmm, Ended) {
     let pmm = Pmm::new();
     let stub = Stub::start(vec![match wire {
         Wire::Ollama => StubResponse::EndlessNdjson(piece.to_string()),
@@ -754,7 +756,7 @@ fn endless(wire: Wire, piece: &str) -> (Pmm, Ended) {
     args.extend(
         [
             "--timeout",
-            "2",
+            secs,
             "--retries",
             "0",
             "--stream",
@@ -804,7 +806,7 @@ fn assert_stopped(pmm: &Pmm, e: &Ended, why: &str, limit: Duration) {
 #[test]
 fn an_endless_stream_of_big_events_stops_at_the_size_of_a_whole_reply() {
     // The sweep's server: each event 60,000 x's. It ran 10 minutes at 3.6 GB.
-    let (pmm, e) = endless(Wire::OpenAi, &"x".repeat(60_000));
+    let (pmm, e) = endless(Wire::OpenAi, &"x".repeat(60_000), "30");
     assert_stopped(
         &pmm,
         &e,
@@ -815,7 +817,7 @@ fn an_endless_stream_of_big_events_stops_at_the_size_of_a_whole_reply() {
 
 #[test]
 fn an_endless_ndjson_stream_of_big_lines_stops_at_the_size_of_a_whole_reply() {
-    let (pmm, e) = endless(Wire::Ollama, &"x".repeat(60_000));
+    let (pmm, e) = endless(Wire::Ollama, &"x".repeat(60_000), "30");
     assert_stopped(
         &pmm,
         &e,
@@ -827,7 +829,7 @@ fn an_endless_ndjson_stream_of_big_lines_stops_at_the_size_of_a_whole_reply() {
 #[test]
 fn an_endless_stream_stops_at_the_timeout() {
     // Tiny pieces as fast as they go: 2 s bring far less than 10 MB of reply.
-    let (pmm, e) = endless(Wire::OpenAi, "x");
+    let (pmm, e) = endless(Wire::OpenAi, "x", "2");
     // The 2 s, and a margin for starting the program on a busy machine (when only the
     // reading thread's own deadline stopped it, 7 s for NDJSON, no end in 30 s for SSE).
     assert_stopped(&pmm, &e, "no answer within 2 s", Duration::from_secs(5));
@@ -836,7 +838,7 @@ fn an_endless_stream_stops_at_the_timeout() {
 
 #[test]
 fn an_endless_ndjson_stream_stops_at_the_timeout() {
-    let (pmm, e) = endless(Wire::Ollama, "x");
+    let (pmm, e) = endless(Wire::Ollama, "x", "2");
     // The 2 s, and a margin for starting the program on a busy machine (when only the
     // reading thread's own deadline stopped it, 7 s for NDJSON, no end in 30 s for SSE).
     assert_stopped(&pmm, &e, "no answer within 2 s", Duration::from_secs(5));
