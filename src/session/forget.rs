@@ -164,7 +164,7 @@ fn erased<R: Indexes>(r: &R) -> crate::Result<BTreeSet<i64>> {
     Ok(gone)
 }
 
-/// The later events that quote the selected ones (see [`Ledger::quoting_many`]), without the
+/// The later events that quote the selected ones (see `sqlite::Ledger::quoting_many`), without the
 /// selected ones themselves and those already erased: quoted id → quoting ids.
 pub fn quotes(ledger: &Ledger, selected: &Selection) -> crate::Result<BTreeMap<i64, Vec<i64>>> {
     let mut targets = Vec::with_capacity(selected.len());

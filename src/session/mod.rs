@@ -144,7 +144,7 @@ pub fn append_built<W: SessionWriter, E>(
     }
 }
 
-/// Appends one event in a write transaction of its own ([`commit_one`]'s rules).
+/// Appends one event in a write transaction of its own ([`append_built`]'s rules).
 pub fn append<W: Writer>(w: &mut W, ev: &NewEvent, clock: &Clock) -> crate::Result<Event> {
     w.transact(&mut |tx| append_or_violation(tx, ev, clock))?
 }
