@@ -326,7 +326,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
 /// `concepts`: one `{"type":"concept"}` line per defined concept (token order), or a text
 /// table, from the projections (a checkpoint and the events since).
 fn concepts(ledger: &Ledger, text: bool, out: &mut Out) -> anyhow::Result<()> {
-    let p = crate::store::project(ledger, None, true)?.projections;
+    let p = crate::projection::checkpoint::project(ledger, None, true)?.projections;
     let c = &p.concepts;
     for tok in c.all_tokens() {
         let def = c.definition(&tok);

@@ -4,6 +4,7 @@ use crate::cli::embed::EmbedArgs;
 use crate::cli::{self, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::event::{Clock, Kind};
 use crate::llm::embed::Shared;
+use crate::projection::checkpoint;
 use crate::projection::state::Projections;
 use crate::recall::{self, terms, Query, MAX_BUDGET};
 use crate::store::{self, EventLog, Indexes, Ledger, RECALLED_KINDS};
@@ -254,7 +255,7 @@ pub fn run(args: Args) -> anyhow::Result<Exit> {
     };
     let ledger = Ledger::open_reader(&path)?;
     let started = std::time::Instant::now();
-    let p: Projections = store::project(&ledger, None, true)?.projections;
+    let p: Projections = checkpoint::project(&ledger, None, true)?.projections;
     let projected = started.elapsed();
     let embedder = args.model.open(&ledger)?;
     let setup = Setup {
@@ -300,7 +301,7 @@ fn ask_lines(args: &Args, path: &std::path::Path) -> anyhow::Result<Exit> {
     let mut ledger = Ledger::open_reader(path)?;
     ledger.keep_vector_packs(Default::default());
     let started = std::time::Instant::now();
-    let p: Projections = store::project(&ledger, None, true)?.projections;
+    let p: Projections = checkpoint::project(&ledger, None, true)?.projections;
     let projected = started.elapsed();
     let embedder = args.model.open(&ledger)?;
     let mut setup = Setup {

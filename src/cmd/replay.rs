@@ -1,7 +1,8 @@
 //! `pmm-replay`: stream events; project state at any event; follow new events.
 
 use crate::cli::{CommonArgs, Exit, LedgerArgs, Out, Program};
-use crate::store::{project, save_reader_checkpoint, EventLog, CHECKPOINT_EVERY};
+use crate::projection::checkpoint::{keeping, project, CHECKPOINT_EVERY};
+use crate::store::{save_reader_checkpoint, EventLog};
 use crate::store::{Filter, Ledger};
 use crate::Error;
 use clap::builder::TypedValueParser as _;
@@ -187,7 +188,9 @@ fn state(args: &Args, ledger: &Ledger, last: i64, out: &mut Out) -> anyhow::Resu
     })?;
     out.flush()?;
     if projected.folded >= CHECKPOINT_EVERY {
-        save_reader_checkpoint(&args.ledger.path(), &projected.projections);
+        keeping(&projected.projections, |c| {
+            save_reader_checkpoint(&args.ledger.path(), c)
+        });
     }
     Ok(Exit::Success)
 }

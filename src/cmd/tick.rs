@@ -256,7 +256,8 @@ fn set_step<W: SessionWriter>(
     out: &mut Out,
 ) -> anyhow::Result<Exit> {
     let (th, events) = tick::set_thresholds(ledger, &args.set, &args.unset, clock)?;
-    let budget = think::budget(&crate::store::project(&*ledger, None, true)?.projections);
+    let budget =
+        think::budget(&crate::projection::checkpoint::project(&*ledger, None, true)?.projections);
     for e in &events {
         out.event(e)?;
     }

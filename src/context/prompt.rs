@@ -453,7 +453,7 @@ pub fn rebuild_with_history<R: Indexes>(
 /// projection checkpoint at or before it).
 pub fn rebuild<R: Indexes>(r: &R, turn: &Turn) -> crate::Result<Result<Prompt, RebuildError>> {
     let head = head_of(r, turn.user_id)?;
-    let p = crate::store::project(r, Some(head), true)?.projections;
+    let p = crate::projection::checkpoint::project(r, Some(head), true)?.projections;
     rebuild_with(r, &p, turn)
 }
 

@@ -31,6 +31,7 @@ use crate::context::select::{self, Depth, RetrievalConfig};
 use crate::event::{Clock, Event, Kind, Source};
 use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
+use crate::projection::checkpoint;
 use crate::projection::state::Projections;
 use crate::session::{self, catch_up, ensure_defaults, Options, Session, TurnError};
 use crate::store::log::{Ending, SessionTxn, SessionWriter};
@@ -125,7 +126,7 @@ pub fn rebuild<R: Indexes>(
     let Some(stimulus) = stimulus_before(r, reply.id, &slot_id)? else {
         return Ok(None);
     };
-    let mut p = store::project(r, Some(stimulus.id - 1), true)?.projections;
+    let mut p = checkpoint::project(r, Some(stimulus.id - 1), true)?.projections;
     let decision = decide(&View::of(&p), &p.mirror.thresholds);
     p.apply(&stimulus);
     // think.1 recorded no selection: recall runs again.
@@ -340,7 +341,7 @@ fn decide_and_claim<W: SessionWriter>(
         };
         plain(t, "the slot already has a stimulus")
     };
-    let p = store::project(&*w, None, true)?.projections;
+    let p = checkpoint::project(&*w, None, true)?.projections;
     if let Some(stimulus) = tick::stimulus_for(&*w, &p, slot)? {
         return Ok(Err(already(stimulus)));
     }

@@ -17,6 +17,7 @@ use super::{decide, Action, Decision, Slot, View};
 use crate::canon;
 use crate::event::config::Threshold;
 use crate::event::{Clock, Event, Kind, Source};
+use crate::projection::checkpoint;
 use crate::projection::mirror::{close_content, Thresholds};
 use crate::projection::state::Projections;
 use crate::session::{
@@ -126,7 +127,7 @@ pub(super) fn slot_meta(slot: &Slot, pairs: &[(&str, Value)]) -> Map<String, Val
 /// The decision for `slot` on `ledger` without writing anything, and the stimulus the slot
 /// already has, if any.
 pub fn dry_run<R: Indexes>(ledger: &R, slot: &Slot) -> crate::Result<(Decision, Option<i64>)> {
-    let p = store::project(ledger, None, true)?.projections;
+    let p = checkpoint::project(ledger, None, true)?.projections;
     let already = stimulus_for(ledger, &p, slot)?;
     Ok((decide(&View::of(&p), &p.mirror.thresholds), already))
 }
@@ -182,7 +183,7 @@ fn run_inner<W: SessionWriter>(
     mode: Mode<'_>,
 ) -> crate::Result<Ticked> {
     let rows_at_start = store::rows_read();
-    let projected = store::project(&*w, None, true)?;
+    let projected = checkpoint::project(&*w, None, true)?;
     let mut first = Some(projected.projections);
     let (mut ticked, erased, p) = w.session(&mut |tx| {
         // `session` runs this once: the projections move in and out.
@@ -194,8 +195,10 @@ fn run_inner<W: SessionWriter>(
         // The erased texts may sit in the WAL's frames; a reader that holds them keeps them
         // until the next checkpoint.
         w.forget_erased_bytes()?;
-    } else if projected.folded >= store::CHECKPOINT_EVERY / 4 && matches!(ticked, Ticked::Done(_)) {
-        w.keep_projections(&p);
+    } else if projected.folded >= checkpoint::CHECKPOINT_EVERY / 4
+        && matches!(ticked, Ticked::Done(_))
+    {
+        checkpoint::keeping(&p, |c| w.keep_checkpoint(c));
     }
     if let Ticked::Done(done) = &mut ticked {
         done.rows_read = store::rows_read() - rows_at_start;
@@ -515,7 +518,7 @@ pub fn set_thresholds<W: SessionWriter>(
     unset: &[String],
     clock: &Clock,
 ) -> crate::Result<(Thresholds, Vec<Event>)> {
-    let mut first = Some(store::project(&*w, None, true)?.projections);
+    let mut first = Some(checkpoint::project(&*w, None, true)?.projections);
     w.session(&mut |tx| {
         // `session` runs this once: the projections move in.
         let mut p = first.take().unwrap_or_default();

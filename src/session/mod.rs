@@ -27,6 +27,7 @@ pub use policy::{Policy, PolicyVerdict};
 
 use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Event, Kind, NewEvent, Source};
+use crate::projection::checkpoint;
 use crate::projection::state::Projections;
 use crate::projection::supersession;
 use crate::store::log::{Ending, SessionTxn, SessionWriter, Txn, Writer};
@@ -453,10 +454,10 @@ pub(crate) fn append_summary(s: &mut Session<'_, '_>, force: bool) -> crate::Res
 }
 
 /// Folds events past the projections' last id into them (what other processes appended), or
-/// projects them anew when one of those is an erasure ([`SessionTxn::catch_up`]: the turn must
+/// projects them anew when one of those is an erasure ([`checkpoint::catch_up`]: the turn must
 /// not write what it derives from erased text).
 pub(crate) fn catch_up(tx: &dyn SessionTxn, p: &mut Projections) -> crate::Result<()> {
-    tx.catch_up(p).map(|_| ())
+    checkpoint::catch_up(tx, p, None).map(|_| ())
 }
 
 #[cfg(test)]

@@ -12,12 +12,11 @@
 //! ledger's own methods that write a transaction of theirs without the handle
 //! (`save_checkpoint`, `truncate_wal`) touch only this host's copy, as they always did.
 
-use super::log::{Ending, Links, SessionTxn, SessionWriter, Txn, Writer};
+use super::log::{Checkpoint, Ending, Links, SessionTxn, SessionWriter, Txn, Writer};
 use super::replica::{self, Cached, CachedBatch};
 use super::sqlite::{self, Derived, ReadsThrough, DERIVED};
 use super::Head;
 use crate::event::{Event, NewEvent};
-use crate::projection::state::Projections;
 use crate::Result;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
@@ -246,9 +245,6 @@ impl Txn for Batch<'_> {
 
 /// The backend's transaction serves the write session.
 impl SessionTxn for Batch<'_> {
-    fn catch_up(&self, p: &mut Projections) -> Result<bool> {
-        SessionTxn::catch_up(self.file(), p)
-    }
     fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
         Batch::put_vectors(self, name, dim, v)
     }
@@ -312,10 +308,10 @@ impl SessionWriter for Ledger {
             Ledger::Cached(c) => c.forget_erased_bytes(),
         }
     }
-    fn keep_projections(&mut self, p: &Projections) {
+    fn keep_checkpoint(&mut self, c: &Checkpoint) {
         match self {
-            Ledger::File(l) => l.keep_projections(p),
-            Ledger::Cached(c) => c.keep_projections(p),
+            Ledger::File(l) => l.keep_checkpoint(c),
+            Ledger::Cached(c2) => c2.keep_checkpoint(c),
         }
     }
     fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T> {

@@ -10,8 +10,6 @@
 use super::Indexes;
 use crate::chain::event_digest;
 use crate::event::{Event, Kind, NewEvent};
-use crate::projection::checkpoint::{Replay, CHECKPOINT, CHECKPOINT_FORMAT};
-use crate::projection::state::Projections;
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
 
@@ -235,9 +233,6 @@ pub fn fork_error(why: String) -> Error {
 /// linking and inserting: the capabilities of the derived parts that a writer's events touch.
 /// A backend implements it on its write transaction; the in-memory log keeps simple versions.
 pub trait SessionTxn: Txn {
-    /// Folds into `p` the events past its last id, or projects `p` anew when one of them is
-    /// an erasure (the session must not derive from erased text).
-    fn catch_up(&self, p: &mut Projections) -> Result<bool>;
     /// Stores the vectors `v` (event id, vector) of embedding model `name` (`dim`
     /// dimensions) inside this transaction: how many were new.
     fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize>;
@@ -276,46 +271,18 @@ pub trait SessionTxn: Txn {
     ) -> Result<Option<i64>>;
 }
 
-/// A write transaction replays like any reader: projections kept by a writer between its
-/// reads and its write (an MCP server's, a tick's) are caught up inside it.
-impl Replay for dyn SessionTxn + '_ {
-    fn head_id(&self) -> Result<i64> {
-        self.max_id()
-    }
-
-    fn checkpoint_at_most(
-        &self,
-        max_id: i64,
-        read: &mut dyn FnMut(&[u8]) -> Option<Projections>,
-    ) -> Result<Option<(i64, Projections)>> {
-        let mut restored = None;
-        let at = self.checkpoint(CHECKPOINT, CHECKPOINT_FORMAT, max_id, &mut |bytes| {
-            restored = read(bytes);
-            restored.is_some()
-        })?;
-        Ok(at.zip(restored))
-    }
-
-    fn each_event(
-        &self,
-        since: Option<i64>,
-        until: i64,
-        each: &mut dyn FnMut(&Event),
-    ) -> Result<()> {
-        let filter = Filter {
-            since,
-            until: Some(until),
-            ..Filter::default()
-        };
-        self.scan(&filter, &mut |ev| {
-            each(&ev);
-            Ok(true)
-        })
-    }
-
-    fn newest_erasure(&self) -> Result<i64> {
-        self.last_erasure()
-    }
+/// A checkpoint as the store keeps it: bytes it never reads, under the name and format that
+/// the folding module chooses (`projection::checkpoint`), at the event they stand for; only
+/// kept while that event's hash still matches the log, and never across a later erasure.
+pub struct Checkpoint<'a> {
+    /// Its name in `pmm_checkpoints`.
+    pub name: &'a str,
+    /// The format of its bytes: a reader asks for one, and others are not handed out.
+    pub format: i64,
+    /// The event it stands at.
+    pub event_id: i64,
+    /// The bytes.
+    pub bytes: &'a [u8],
 }
 
 /// How the body of a write session ends its transaction ([`SessionWriter::session_ending`]).
@@ -349,8 +316,8 @@ pub trait SessionWriter: Writer + Indexes {
     /// its tables (SQLite: the WAL, checkpointed and truncated). `false` when a reader kept
     /// part of them (the next checkpoint does it).
     fn forget_erased_bytes(&mut self) -> Result<bool>;
-    /// Keeps `p` as a projection checkpoint, best effort (a writer that folded many events).
-    fn keep_projections(&mut self, p: &Projections);
+    /// Keeps a projection checkpoint's bytes, best effort (a writer that folded many events).
+    fn keep_checkpoint(&mut self, c: &Checkpoint);
     /// Runs `f` on this connection with every read of it seeing one snapshot (SQLite: one
     /// read transaction, its lock taken once for many small reads).
     fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T>

@@ -10,13 +10,12 @@
 
 use super::indexes::Indexes;
 use super::log::{
-    fork_error, link, verbatim_refusal, Ending, EventLog, Links, SessionTxn, SessionWriter, Txn,
-    Writer,
+    fork_error, link, verbatim_refusal, Checkpoint, Ending, EventLog, Links, SessionTxn,
+    SessionWriter, Txn, Writer,
 };
 use super::sqlite::{vectors, TextIndex};
 use super::{Filter, Head, RECALLED_KINDS};
 use crate::event::{Event, Kind, NewEvent};
-use crate::projection::state::Projections;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -328,19 +327,6 @@ impl Writer for Memory {
 }
 
 impl SessionTxn for MemoryTxn<'_> {
-    fn catch_up(&self, p: &mut Projections) -> Result<bool> {
-        // No checkpoint to start from: after an erasure, everything is folded again.
-        let anew = self.last_erasure()? > p.mirror.last_event_id;
-        if anew {
-            *p = Projections::default();
-        }
-        let since = p.mirror.last_event_id.saturating_add(1);
-        for e in self.state.events.iter().filter(|e| e.id >= since) {
-            p.apply(e);
-        }
-        Ok(anew)
-    }
-
     fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
         if let Some((id, odd)) = v.iter().find(|(_, x)| x.len() != dim) {
             return Err(Error::bad_input(
@@ -503,5 +489,5 @@ impl SessionWriter for Memory {
         Ok(true)
     }
 
-    fn keep_projections(&mut self, _p: &Projections) {}
+    fn keep_checkpoint(&mut self, _c: &Checkpoint) {}
 }

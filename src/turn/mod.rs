@@ -26,6 +26,7 @@ use crate::event::config::Strategy;
 use crate::event::{Clock, Event, Kind, Source};
 use crate::llm::{Adapter, LlmError, Request};
 use crate::marker;
+use crate::projection::checkpoint;
 use crate::projection::graph::NodeKind;
 use crate::projection::state::Projections;
 use crate::session::{
@@ -171,8 +172,8 @@ fn run_inner<W: SessionWriter>(
         opts,
     };
     let done = write_reply(ledger, &mut p, &mut events, &said)?;
-    if folded_before >= store::CHECKPOINT_EVERY / 4 {
-        ledger.keep_projections(&p);
+    if folded_before >= checkpoint::CHECKPOINT_EVERY / 4 {
+        checkpoint::keeping(&p, |c| ledger.keep_checkpoint(c));
     }
     let truncated = reply.truncated();
     Ok(TurnDone {
@@ -286,7 +287,7 @@ fn record_user<W: SessionWriter>(
     clock: &Clock,
     events: &mut Vec<Event>,
 ) -> crate::Result<(Projections, Event, u64)> {
-    let projected = store::project(&*ledger, None, true)?;
+    let projected = checkpoint::project(&*ledger, None, true)?;
     let mut first = Some(projected.projections);
     let (p, user) = ledger.session(&mut |tx| {
         // `session` runs this once: the projections move in and out.

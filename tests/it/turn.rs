@@ -550,7 +550,7 @@ fn a_turn_the_policy_forbids_is_a_violation_and_exit_1() {
 
 /// Issue 34: turns read from stdin are one long-lived process; an erasure made between two
 /// of them (from another shell) must not reach the next turn's prompt. Each turn catches its
-/// projections up from a checkpoint the erasure left valid (`store::catch_up`), so the open
+/// projections up from a checkpoint the erasure left valid (`projection::checkpoint::catch_up`), so the open
 /// commitment's text is gone from the second prompt.
 #[test]
 fn turns_read_from_stdin_never_prompt_with_text_erased_between_them() {

@@ -90,7 +90,7 @@ pub(super) fn run(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
                 )
             });
             let p = match needs_state {
-                true => crate::store::project(&ledger, None, true)?.projections,
+                true => crate::projection::checkpoint::project(&ledger, None, true)?.projections,
                 false => Default::default(),
             };
             ledger.in_snapshot(|l| forget::select(l, &p, &subjects))?

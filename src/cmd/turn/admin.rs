@@ -8,6 +8,7 @@ use crate::context::prompt as cp;
 use crate::context::select::RetrievalConfig;
 use crate::event::{Clock, Kind, NewEvent};
 use crate::interchange::{ExportContext, ExportFormat};
+use crate::projection::checkpoint;
 use crate::projection::graph::{GraphAnswer, GraphFold, GraphQuery};
 use crate::store::log::SessionWriter;
 use crate::store::{self, EventLog, Filter, Indexes, Ledger};
@@ -58,7 +59,11 @@ fn rsm_text(p: &crate::projection::state::Projections) -> String {
 /// `/rsm [ID | diff A B]`: the self-model now, as of event ID, or what changed from A to B.
 pub fn rsm(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
     let ids: Vec<&str> = match args {
-        [] => return Ok(rsm_text(&store::project(ledger, None, true)?.projections)),
+        [] => {
+            return Ok(rsm_text(
+                &checkpoint::project(ledger, None, true)?.projections,
+            ))
+        }
         [id] => vec![id],
         ["diff", a, b] => vec![a, b],
         _ => return Ok(RSM_USAGE.into()),
@@ -71,11 +76,11 @@ pub fn rsm(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
         }
     }
     if let [id] = at[..] {
-        let p = store::project(ledger, Some(id), true)?.projections;
+        let p = checkpoint::project(ledger, Some(id), true)?.projections;
         return Ok(format!("as of event {id}\n{}", rsm_text(&p)));
     }
-    let a = store::project(ledger, Some(at[0]), true)?.projections;
-    let b = store::project(ledger, Some(at[1]), true)?.projections;
+    let a = checkpoint::project(ledger, Some(at[0]), true)?.projections;
+    let b = checkpoint::project(ledger, Some(at[1]), true)?.projections;
     let d = crate::projection::rsm::diff(&a.rsm, &b.rsm);
     let delta: Vec<String> = d
         .tendencies_delta
@@ -96,7 +101,7 @@ pub fn rsm(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
 pub fn graph(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
     let (query, heading) = match args {
         [] | ["stats"] => {
-            let p = store::project(ledger, None, true)?.projections;
+            let p = checkpoint::project(ledger, None, true)?.projections;
             return Ok(serde_json::to_string(&p.graph.stats())?);
         }
         ["thread", cid] => (GraphQuery::Thread(cid.to_string()), "Thread for"),
@@ -128,7 +133,7 @@ pub fn graph(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
 
 /// `/graph concepts`: each defined concept, its bindings and relations.
 fn concepts(ledger: &Ledger) -> anyhow::Result<String> {
-    let p = store::project(ledger, None, true)?.projections;
+    let p = checkpoint::project(ledger, None, true)?.projections;
     let c = &p.concepts;
     let lines: Vec<String> = c
         .all_tokens()
@@ -202,9 +207,11 @@ pub fn pm(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
             Err(e) => Ok(format!("error: {e}")),
         },
         ["checkpoint"] => {
-            let projected = store::project(ledger, None, true)?;
+            let projected = checkpoint::project(ledger, None, true)?;
             let at = projected.projections.mirror.last_event_id;
-            store::save_projection_checkpoint(ledger.path(), &projected.projections);
+            checkpoint::keeping(&projected.projections, |c| {
+                store::save_projection_checkpoint(ledger.path(), c)
+            });
             Ok(format!("projection checkpoint saved at event {at} (a cache: pmm-replay --check-fast proves it)"))
         }
         _ => Ok(PM_USAGE.into()),
@@ -213,7 +220,7 @@ pub fn pm(ledger: &Ledger, args: &[&str]) -> anyhow::Result<String> {
 
 /// Index and vector coverage, and the retrieval config in force.
 fn retrieval_status(ledger: &Ledger) -> anyhow::Result<String> {
-    let p = store::project(ledger, None, true)?.projections;
+    let p = checkpoint::project(ledger, None, true)?.projections;
     let cfg = RetrievalConfig::from_config(p.mirror.retrieval.as_ref());
     let messages = ledger.count_kind_after(Kind::UserMessage, 0)?
         + ledger.count_kind_after(Kind::AssistantMessage, 0)?;
@@ -279,7 +286,7 @@ pub fn config<W: SessionWriter>(
     if crate::event::config::Strategy::parse(strategy).is_none() || rest.len() % 2 == 1 {
         return Ok(CONFIG_USAGE.into());
     }
-    let p = store::project(&*ledger, None, true)?.projections;
+    let p = checkpoint::project(&*ledger, None, true)?.projections;
     let current = p.mirror.retrieval.clone();
     let mut next: Map<String, Value> = match &current {
         Some(Value::Object(m)) => m.clone(),

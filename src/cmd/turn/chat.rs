@@ -15,7 +15,8 @@ use crate::cli::line::{self, Style};
 use crate::cli::Exit;
 use crate::event::Kind;
 use crate::llm::{self, Adapter, AdapterKind, Cancel, Config, TextSink};
-use crate::store::{self, EventLog, Filter, Ledger};
+use crate::projection::checkpoint;
+use crate::store::{EventLog, Filter, Ledger};
 use crate::turn::{self, Options, TurnError};
 use indicatif::{ProgressBar, ProgressStyle};
 use rustyline::error::ReadlineError;
@@ -162,7 +163,7 @@ fn diag(ledger: &Ledger) -> anyhow::Result<String> {
 
 /// `/goals`: the open commitments, in the order they were opened.
 fn goals(ledger: &Ledger) -> anyhow::Result<String> {
-    let p = store::project(ledger, None, true)?.projections;
+    let p = checkpoint::project(ledger, None, true)?.projections;
     let open = p.mirror.open_in_order();
     let mut lines: Vec<String> = open
         .iter()

@@ -6,10 +6,9 @@
 
 use super::{pull, Lease, Upstream};
 use crate::event::{Event, NewEvent};
-use crate::projection::state::Projections;
 use crate::store::log::Writer;
 use crate::store::log::{
-    fork_error, verbatim_refusal, Ending, Links, SessionTxn, SessionWriter, Txn,
+    fork_error, verbatim_refusal, Checkpoint, Ending, Links, SessionTxn, SessionWriter, Txn,
 };
 use crate::store::postgres::{self, SharedVector};
 use crate::store::sqlite::{self, Reads, ReadsThrough};
@@ -264,9 +263,6 @@ impl Txn for CachedBatch<'_> {
 
 /// The session's capabilities are the cache's, but for vectors, which are kept for the push.
 impl SessionTxn for CachedBatch<'_> {
-    fn catch_up(&self, p: &mut Projections) -> Result<bool> {
-        SessionTxn::catch_up(&self.cache, p)
-    }
     fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
         CachedBatch::put_vectors(self, name, dim, v)
     }
@@ -334,8 +330,8 @@ impl SessionWriter for Cached {
     fn forget_erased_bytes(&mut self) -> Result<bool> {
         self.cache.truncate_wal()
     }
-    fn keep_projections(&mut self, p: &Projections) {
-        SessionWriter::keep_projections(&mut self.cache, p)
+    fn keep_checkpoint(&mut self, c: &Checkpoint) {
+        SessionWriter::keep_checkpoint(&mut self.cache, c)
     }
     fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T> {
         self.cache.in_snapshot(|_| f(self))

@@ -41,10 +41,7 @@ pub(crate) use reads::{Reads, ReadsThrough};
 
 pub use fts::{RECALLED_KINDS, TOKENIZER};
 
-pub use checkpoint::{
-    catch_up, project, save_projection_checkpoint, save_reader_checkpoint, Projected, CHECKPOINT,
-    CHECKPOINT_EVERY, CHECKPOINT_FORMAT,
-};
+pub use checkpoint::{save_projection_checkpoint, save_reader_checkpoint};
 
 /// The testing aid's variable that pauses an erasure before its commit.
 pub fn erase_pause_env() -> &'static str {

@@ -109,9 +109,6 @@ impl<R: Reads> crate::store::indexes::Indexes for R {
 /// The write session's capabilities on a SQLite write transaction: the derived tables live
 /// beside the events, in the same transaction.
 impl crate::store::log::SessionTxn for super::Batch<'_> {
-    fn catch_up(&self, p: &mut crate::projection::state::Projections) -> Result<bool> {
-        super::catch_up(self, p, None)
-    }
     fn put_vectors(&mut self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
         super::Batch::put_vectors(self, name, dim, v)
     }
@@ -177,8 +174,8 @@ impl crate::store::log::SessionWriter for super::Ledger {
     fn forget_erased_bytes(&mut self) -> Result<bool> {
         self.truncate_wal()
     }
-    fn keep_projections(&mut self, p: &crate::projection::state::Projections) {
-        super::save_projection_checkpoint(self.path(), p);
+    fn keep_checkpoint(&mut self, c: &crate::store::log::Checkpoint) {
+        super::save_projection_checkpoint(self.path(), c);
     }
     fn in_snapshot<T>(&self, f: &mut dyn FnMut(&Self) -> Result<T>) -> Result<T> {
         super::Ledger::in_snapshot(self, f)
