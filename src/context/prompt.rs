@@ -12,7 +12,7 @@
 //! rather than reported as a difference.
 
 use super::render;
-use super::select::{self, Selection};
+use super::select::{self, Selection, Via};
 use crate::canon;
 use crate::event::{Event, Kind};
 use crate::projection::state::Projections;
@@ -347,12 +347,13 @@ pub fn recorded_selection_in<R: Indexes>(
 
 /// What a `retrieval_selection` records of its turn: the turn (`turn_id`), the ids selected,
 /// in order, and why each was (`via`; empty for the reference's strategies). Read leniently:
-/// ids that are not integers are left out, as are `via` entries that are not strings.
+/// ids that are not integers are left out, as are `via` entries that are not strings (a
+/// string this version does not know is kept: [`Via::Other`]).
 #[derive(Debug, Default, PartialEq)]
 struct Recorded {
     turn_id: Option<i64>,
     selected: Vec<i64>,
-    via: Vec<Vec<String>>,
+    via: Vec<Vec<Via>>,
 }
 
 /// The usual shape of a selection's content, read with no value tree.
@@ -361,7 +362,7 @@ struct Usual {
     turn_id: Option<i64>,
     selected: Vec<i64>,
     #[serde(default)]
-    via: Option<Vec<Vec<String>>>,
+    via: Option<Vec<Vec<Via>>>,
 }
 
 impl Recorded {
@@ -387,14 +388,14 @@ impl Recorded {
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_i64).collect())
             .unwrap_or_default();
-        let via: Vec<Vec<String>> = match v.get("via").and_then(Value::as_array) {
+        let via: Vec<Vec<Via>> = match v.get("via").and_then(Value::as_array) {
             Some(a) => a
                 .iter()
                 .map(|x| {
                     x.as_array()
                         .map(|l| {
                             l.iter()
-                                .filter_map(|s| s.as_str().map(String::from))
+                                .filter_map(|s| s.as_str().map(Via::parse))
                                 .collect()
                         })
                         .unwrap_or_default()

@@ -111,7 +111,7 @@ pub struct Selection {
     pub events: Vec<Arc<Event>>,
     /// Per selected id (same order as `selected`), why it was recalled; empty for the
     /// reference's strategies.
-    pub via: Vec<Vec<String>>,
+    pub via: Vec<Vec<Via>>,
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -231,6 +231,8 @@ pub fn select_hybrid<R: Indexes>(
 
 /// How much of the ledger [`select_hybrid_at`] looks at ([`recall::Depth`]).
 pub use crate::recall::Depth;
+/// Why a recalled event was selected ([`Selection::via`]).
+pub use crate::recall::Via;
 
 /// [`select_hybrid`] looking at `depth` of the ledger ([`recall::Depth::LIGHT`]: a thinking
 /// tick's evidence).

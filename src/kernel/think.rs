@@ -27,7 +27,7 @@ use super::tick::{self, Mode, Ticked};
 use super::{decide, goals, Action, Decision, Slot, View};
 use crate::context::embed::py_split;
 use crate::context::prompt::HISTORY_MESSAGES;
-use crate::context::select::{self, Depth, RetrievalConfig};
+use crate::context::select::{self, Depth, RetrievalConfig, Via};
 use crate::event::{Clock, Event, Kind, Source};
 use crate::llm::{Adapter, LlmError, Reply, Request};
 use crate::marker;
@@ -547,7 +547,7 @@ struct Asked {
     request: Request,
     sha256: String,
     selected: Vec<i64>,
-    via: Vec<Vec<String>>,
+    via: Vec<Vec<Via>>,
 }
 
 /// The selection a thinking reply recorded (`meta.selected`, `meta.via`), its events read
@@ -564,7 +564,7 @@ fn recorded_selection<R: Indexes>(
     };
     let via = m
         .get("via")
-        .and_then(|v| serde_json::from_value::<Vec<Vec<String>>>(v.clone()).ok())
+        .and_then(|v| serde_json::from_value::<Vec<Vec<Via>>>(v.clone()).ok())
         .unwrap_or_default();
     let mut events = Vec::with_capacity(selected.len());
     for &id in &selected {

@@ -2,7 +2,7 @@
 //! rule, FORMATS.md §9.6), the events bound to them, and the commitment threads bound to them
 //! as story windows: the reply that opened the commitment, its open and its close.
 
-use super::{Cache, Query, Ranked, NEIGHBOUR_WINDOW};
+use super::{Cache, Query, Ranked, Via, NEIGHBOUR_WINDOW};
 use crate::projection::state::Projections;
 use crate::store::Indexes;
 use crate::Result;
@@ -84,9 +84,9 @@ pub const CANDIDATES_PER_CONCEPT: usize = 64;
 /// of several mentioned concepts is left to the other sources: on the LoCoMo conversations,
 /// each concept's newest events displaced better hits.
 pub fn rank<R: Indexes>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) -> Result<Ranked> {
-    let mut items: Vec<(i64, Vec<String>)> = Vec::new();
+    let mut items: Vec<(i64, Vec<Via>)> = Vec::new();
     let mut seen = BTreeSet::new();
-    let mut push = |id: i64, why: String, items: &mut Vec<(i64, Vec<String>)>| {
+    let mut push = |id: i64, why: Via, items: &mut Vec<(i64, Vec<Via>)>| {
         if id >= 1 && id < q.before && seen.insert(id) {
             items.push((id, vec![why]));
         }
@@ -127,7 +127,7 @@ pub fn rank<R: Indexes>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) ->
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
     let keep = EVENTS_PER_CONCEPT;
     for (_, id, token) in ranked.into_iter().take(keep) {
-        push(id, format!("concept:{token}"), &mut items);
+        push(id, Via::Concept(token), &mut items);
     }
     for (token, _) in bindings {
         let mut threads: Vec<(i64, String, Option<i64>)> = p
@@ -145,7 +145,7 @@ pub fn rank<R: Indexes>(r: &R, p: &Projections, q: &Query, cache: &mut Cache) ->
             .collect();
         threads.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         for (opened, cid, closed) in threads.into_iter().take(THREADS_PER_CONCEPT) {
-            let why = format!("thread:{cid}");
+            let why = Via::Thread(cid);
             if let Some(reply) = r
                 .adjacent(opened, &crate::event::MESSAGES, 1, false, NEIGHBOUR_WINDOW)?
                 .pop()

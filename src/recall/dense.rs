@@ -13,7 +13,7 @@
 //! all-evidence recall from 81.1 to 82.2 % at 8,000 characters and from 87.2 to 87.7 % at
 //! 16,000 (`docs/recall.md`).
 
-use super::{text, Cache, Query, Ranked};
+use super::{text, Cache, Query, Ranked, Via};
 use crate::store::Indexes;
 use crate::Result;
 
@@ -29,7 +29,7 @@ pub fn rank<R: Indexes>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     hits.retain(|(id, s)| !q.exclude.contains(id) && *s > 0.0);
     hits.truncate(NEAREST);
     stretch(&mut hits);
-    text::spread(r, q, cache, hits, "dense")
+    text::spread(r, q, cache, hits, Via::Dense)
 }
 
 /// Replaces each hit's cosine by its place between the weakest hit's (0) and the best's (1),

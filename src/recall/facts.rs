@@ -3,7 +3,7 @@
 //! fact's value, or asks about its kind ("name", "live", "use" …), recalls the message the fact
 //! was extracted from, newest first, with the reason `fact:<claim_type>=<value>`.
 
-use super::{Query, Ranked};
+use super::{Query, Ranked, Via};
 use crate::projection::state::Projections;
 use std::collections::BTreeSet;
 
@@ -38,7 +38,7 @@ pub fn rank(p: &Projections, q: &Query) -> Ranked {
         ASKS.iter()
             .any(|(k, ws)| *k == t && ws.iter().any(|w| words.contains(*w)))
     };
-    let mut items: Vec<(i64, Vec<String>)> = Vec::new();
+    let mut items: Vec<(i64, Vec<Via>)> = Vec::new();
     for f in p.autonomy.facts.iter().rev() {
         if items.len() >= MAX_FACTS {
             break;
@@ -47,7 +47,10 @@ pub fn rank(p: &Projections, q: &Query) -> Ranked {
         if f.source >= q.before || !(named || asks(&f.claim_type)) {
             continue;
         }
-        let why = format!("fact:{}={}", f.claim_type, f.value);
+        let why = Via::Fact {
+            claim_type: f.claim_type.clone(),
+            value: f.value.clone(),
+        };
         match items.iter_mut().find(|(id, _)| *id == f.source) {
             Some((_, via)) => via.push(why),
             None => items.push((f.source, vec![why])),

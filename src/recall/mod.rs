@@ -39,7 +39,10 @@ pub mod speakers;
 pub mod terms;
 pub mod text;
 pub mod vectors;
+pub mod via;
 pub mod when;
+
+pub use via::Via;
 
 use crate::event::{Event, Kind};
 use crate::projection::state::Projections;
@@ -171,10 +174,10 @@ pub struct Recalled {
     pub event: Event,
     /// Its fused score (higher is better).
     pub score: f64,
-    /// Why it was picked: `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`, `thread:CID`,
-    /// `fact:TYPE=VALUE`, `when:DAY` or `when:FIRST..LAST`, `speaker:NAME`; `corrects:ID`
-    /// for the event believed now that a superseded match brought in.
-    pub via: Vec<String>,
+    /// Why it was picked ([`Via`]): `fts`, `dense`, `neighbour-of:ID`, `concept:TOKEN`,
+    /// `thread:CID`, `fact:TYPE=VALUE`, `when:DAY` or `when:FIRST..LAST`, `speaker:NAME`;
+    /// `corrects:ID` for the event believed now that a superseded match brought in.
+    pub via: Vec<Via>,
     /// Who corrected it, when the event is superseded (see [`supersede`]).
     pub corrected: Option<Corrected>,
 }
@@ -196,7 +199,7 @@ pub struct Corrected {
 #[derive(Debug, Clone, Default)]
 pub struct Ranked {
     /// `(id, reasons)`, best first.
-    pub items: Vec<(i64, Vec<String>)>,
+    pub items: Vec<(i64, Vec<Via>)>,
 }
 
 /// Events read while ranking, so that filling the budget reads nothing twice.
@@ -286,7 +289,7 @@ pub fn supersede<R: Indexes>(
                     None => r.get(now)?.map(|event| Recalled {
                         event,
                         score: x.score,
-                        via: vec![format!("corrects:{id}")],
+                        via: vec![Via::Corrects(id)],
                         corrected: None,
                     }),
                 };
@@ -314,14 +317,14 @@ pub fn supersede<R: Indexes>(
 
 /// Reciprocal-rank fusion: each list adds `1 / (RRF_K + rank)` to its items; reasons are
 /// merged in list order. Best first, ties by id.
-pub fn fuse(lists: &[Ranked]) -> Vec<(i64, f64, Vec<String>)> {
+pub fn fuse(lists: &[Ranked]) -> Vec<(i64, f64, Vec<Via>)> {
     let weighted: Vec<(&Ranked, f64)> = lists.iter().map(|l| (l, 1.0)).collect();
     fuse_weighted(&weighted)
 }
 
 /// [`fuse`] with a weight per list: a list adds `weight / (RRF_K + rank)` to its items.
-pub fn fuse_weighted(lists: &[(&Ranked, f64)]) -> Vec<(i64, f64, Vec<String>)> {
-    let mut acc: BTreeMap<i64, (f64, Vec<String>)> = BTreeMap::new();
+pub fn fuse_weighted(lists: &[(&Ranked, f64)]) -> Vec<(i64, f64, Vec<Via>)> {
+    let mut acc: BTreeMap<i64, (f64, Vec<Via>)> = BTreeMap::new();
     for (list, weight) in lists {
         for (rank, (id, via)) in list.items.iter().enumerate() {
             let e = acc.entry(*id).or_insert((0.0, Vec::new()));
@@ -333,7 +336,7 @@ pub fn fuse_weighted(lists: &[(&Ranked, f64)]) -> Vec<(i64, f64, Vec<String>)> {
             }
         }
     }
-    let mut out: Vec<(i64, f64, Vec<String>)> =
+    let mut out: Vec<(i64, f64, Vec<Via>)> =
         acc.into_iter().map(|(id, (s, v))| (id, s, v)).collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     out
@@ -344,7 +347,7 @@ pub fn fuse_weighted(lists: &[(&Ranked, f64)]) -> Vec<(i64, f64, Vec<String>)> {
 fn fill<R: Indexes>(
     r: &R,
     q: &Query,
-    fused: Vec<(i64, f64, Vec<String>)>,
+    fused: Vec<(i64, f64, Vec<Via>)>,
     cache: &mut Cache,
 ) -> Result<Vec<Recalled>> {
     let mut out = Vec::new();
@@ -397,13 +400,14 @@ mod tests {
     #[test]
     fn fusion_adds_reciprocal_ranks_and_breaks_ties_by_id() {
         let a = Ranked {
-            items: vec![(5, vec!["fts".into()]), (3, vec!["fts".into()])],
+            items: vec![(5, vec![Via::Fts]), (3, vec![Via::Fts])],
         };
+        let x = || vec![Via::Concept("x".into())];
         let b = Ranked {
-            items: vec![(3, vec!["concept:x".into()]), (5, vec!["concept:x".into()])],
+            items: vec![(3, x()), (5, x())],
         };
         let f = fuse(&[a, b]);
         assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [3, 5]);
-        assert_eq!(f[0].2, ["fts", "concept:x"]);
+        assert_eq!(f[0].2, [Via::Fts, Via::Concept("x".into())]);
     }
 }

@@ -12,7 +12,7 @@
 //! looking at them costs no read. Figures: docs/recall.md ("Speakers", and the tables of
 //! 2026-11-28).
 
-use super::{Cache, Query};
+use super::{Cache, Query, Via};
 use crate::store::Indexes;
 use crate::Result;
 use std::collections::BTreeSet;
@@ -73,7 +73,7 @@ fn named_speaker<'c>(content: &'c str, named: &BTreeSet<String>) -> Option<&'c s
 pub fn favour<R: Indexes>(
     r: &R,
     q: &Query,
-    fused: &mut [(i64, f64, Vec<String>)],
+    fused: &mut [(i64, f64, Vec<Via>)],
     cache: &mut Cache,
 ) -> Result<()> {
     let named = words(&q.text);
@@ -97,7 +97,7 @@ pub fn favour<R: Indexes>(
             continue;
         };
         *score *= WEIGHT;
-        via.push(format!("speaker:{speaker}"));
+        via.push(Via::Speaker(speaker.to_string()));
         lifted = true;
     }
     if lifted {

@@ -12,7 +12,7 @@
 //! The weights were chosen on the LoCoMo dev conversations (docs/recall.md has the table);
 //! they are few and coarse on purpose, so that they carry over to other conversations.
 
-use super::{epoch, terms, Cache, Query, Ranked, MAX_UNINDEXED, NEIGHBOUR_WINDOW};
+use super::{epoch, terms, Cache, Query, Ranked, Via, MAX_UNINDEXED, NEIGHBOUR_WINDOW};
 use crate::store::Indexes;
 use crate::Result;
 use std::collections::BTreeMap;
@@ -47,7 +47,7 @@ pub const SESSION_GAP_SECS: i64 = 3_600;
 /// The full-text ranking for `q`.
 pub fn rank<R: Indexes>(r: &R, q: &Query, cache: &mut Cache) -> Result<Ranked> {
     let scores = bm25(r, q)?;
-    spread(r, q, cache, scores.into_iter().collect(), "fts")
+    spread(r, q, cache, scores.into_iter().collect(), Via::Fts)
 }
 
 /// Ranks scored hits (`(id, score)`, higher is better) as steps 2 and 3 of the module docs
@@ -59,7 +59,7 @@ pub fn spread<R: Indexes>(
     q: &Query,
     cache: &mut Cache,
     mut best: Vec<(i64, f64)>,
-    via: &str,
+    via: Via,
 ) -> Result<Ranked> {
     if best.is_empty() {
         return Ok(Ranked::default());
@@ -75,18 +75,18 @@ pub fn spread<R: Indexes>(
     }
     best.retain(|(id, _)| cache.contains_key(id));
     let values = session_values(&best, cache);
-    let mut total: BTreeMap<i64, (f64, Vec<String>)> = BTreeMap::new();
+    let mut total: BTreeMap<i64, (f64, Vec<Via>)> = BTreeMap::new();
     for (id, v) in &values {
         let t = total.entry(*id).or_default();
         t.0 += v;
-        t.1.insert(0, via.into());
+        t.1.insert(0, via.clone());
     }
     let mut order: Vec<(i64, f64)> = values.clone();
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     for (id, v) in order.into_iter().take(q.depth.neighbour_hits) {
         lend_to_neighbours(r, q, cache, id, v, &mut total)?;
     }
-    let mut items: Vec<(i64, f64, Vec<String>)> = total
+    let mut items: Vec<(i64, f64, Vec<Via>)> = total
         .into_iter()
         .map(|(id, (s, via))| (id, s, via))
         .collect();
@@ -150,7 +150,7 @@ fn lend_to_neighbours<R: Indexes>(
     cache: &mut Cache,
     id: i64,
     value: f64,
-    total: &mut BTreeMap<i64, (f64, Vec<String>)>,
+    total: &mut BTreeMap<i64, (f64, Vec<Via>)>,
 ) -> Result<()> {
     let Some(hit_ts) = cache.get(&id).map(|e| epoch(&e.ts)) else {
         return Ok(());
@@ -178,7 +178,7 @@ fn lend_to_neighbours<R: Indexes>(
             }
             let t = total.entry(e.id).or_default();
             t.0 += value * share;
-            let reason = format!("neighbour-of:{id}");
+            let reason = Via::NeighbourOf(id);
             if t.1.len() < 4 && !t.1.contains(&reason) {
                 t.1.push(reason);
             }

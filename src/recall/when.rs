@@ -9,7 +9,7 @@
 //! query may see (in a live conversation, its own time), so the same ledger always gives the
 //! same answer. A year alone ("in 2022") is too broad to help and is not a window.
 
-use super::{epoch, Cache, Query, Ranked};
+use super::{epoch, Cache, Query, Ranked, Via};
 use crate::store::EventLog;
 use crate::Result;
 use chrono::{Datelike, Days, Months, NaiveDate};
@@ -33,13 +33,10 @@ pub struct Window {
 }
 
 impl Window {
-    /// `when:2022-07-09`, `when:2022-07-01..2022-07-31`: the reason shown in `via`.
-    pub fn label(&self) -> String {
-        if self.first == self.last {
-            format!("when:{}", self.first)
-        } else {
-            format!("when:{}..{}", self.first, self.last)
-        }
+    /// The reason shown in `via`: [`Via::When`], written `when:2022-07-09` or
+    /// `when:2022-07-01..2022-07-31`.
+    pub fn label(&self) -> Via {
+        Via::When(self.clone())
     }
 
     /// Seconds since the epoch of the window's widened bounds: `[from, to)`.
@@ -59,7 +56,7 @@ impl Window {
 pub fn rank<R: EventLog>(
     r: &R,
     q: &Query,
-    fused: &[(i64, f64, Vec<String>)],
+    fused: &[(i64, f64, Vec<Via>)],
     cache: &mut Cache,
 ) -> Result<Option<Ranked>> {
     let Some(today) = anchor(r, q)? else {
@@ -283,10 +280,10 @@ mod tests {
             first: d(2022, 7, 9),
             last: d(2022, 7, 9),
         };
-        assert_eq!(win.label(), "when:2022-07-09");
+        assert_eq!(win.label().to_string(), "when:2022-07-09");
         let (from, to) = win.bounds();
         assert_eq!(to - from, (1 + 1 + 7) * 86_400);
         let month = month_window(2022, 7).unwrap();
-        assert_eq!(month.label(), "when:2022-07-01..2022-07-31");
+        assert_eq!(month.label().to_string(), "when:2022-07-01..2022-07-31");
     }
 }

@@ -9,7 +9,7 @@
 use crate::event::Kind;
 use crate::projection::concepts::THREAD_BINDING_EVENT_ID;
 use crate::projection::state::Projections;
-use crate::recall::{self, Query};
+use crate::recall::{self, Query, Via};
 use crate::store::{EventLog, Filter, Indexes, Ledger};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -108,7 +108,7 @@ fn named<R: Indexes>(r: &R, p: &Projections, s: &Subject) -> crate::Result<Vec<i
             Ok(found
                 .into_iter()
                 .filter(|x| x.score >= *min_score)
-                .filter(|x| !x.via.iter().all(|v| v.starts_with("corrects:")))
+                .filter(|x| !x.via.iter().all(|v| matches!(v, Via::Corrects(_))))
                 .map(|x| x.event.id)
                 .collect())
         }
