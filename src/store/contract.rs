@@ -1,7 +1,8 @@
 //! The contract every event-log backend keeps ([`super::log`]): one suite of cases, each a
 //! function of an empty log, run against every backend by [`contract_suite!`] (tantivy's
-//! `directory/tests.rs` is the model). SQLite and the in-memory log run it here; PostgreSQL in
-//! `store/postgres/tests.rs`, on a throwaway server.
+//! `directory/tests.rs` is the model). SQLite and the in-memory log run it here; a PostgreSQL
+//! ledger as programs write it, the host cache `replica::Cached`, in `store/replica/tests.rs`,
+//! on a throwaway server.
 
 use super::log::{link, EventLog, Links, Txn, Writer};
 use super::sqlite::Ledger;

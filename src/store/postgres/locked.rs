@@ -49,14 +49,13 @@ fn locked(messages: &[SimpleQueryMessage]) -> Option<Locked> {
 /// as long as the local one beside it.
 impl PgLog {
     /// Begins a transaction and locks the head row: what the server holds as of the lock.
-    /// Retried like an append ([`Writer::transact`]) when the session's isolation level makes
-    /// the lock fail with a serialization failure.
+    /// Taken again, with jittered back-off until the busy timeout, when the session's isolation
+    /// level makes the lock fail with a serialization failure (or a deadlock); a lock wait past
+    /// the busy timeout is [`crate::Error::Busy`].
     ///
     /// One round trip: `BEGIN`, the lock, and (a statement after the lock, so that its
     /// snapshot sees what the last holder committed) where the events and the shared vectors
     /// end, which lets a cache that already holds them skip its catch-up's reads.
-    ///
-    /// [`Writer::transact`]: crate::store::log::Writer::transact
     pub(crate) fn lock_head(&mut self) -> Result<Locked> {
         let started = Instant::now();
         let budget = Duration::from_millis(self.ctx.busy_ms);

@@ -3,9 +3,11 @@
 //!
 //! # What is here
 //! - [`PgLog`]: a connection ([`PgLog::open_writer`], [`PgLog::open_reader`]) implementing
-//!   [`EventLog`] and [`Writer`], and its write transaction [`PgTxn`] implementing [`Txn`]. The
-//!   contract suite (`store/contract.rs`) runs on it against a throwaway server started from
-//!   Debian's binaries (`tests/it/pgserver.rs`), as on SQLite.
+//!   [`EventLog`] (the server's rows, which a check that must see them reads). It has no write
+//!   transaction of its own: every append is a host cache's (`store::replica::Cached`), through
+//!   the operations of `locked` (below), and the contract suite (`store/contract.rs`) runs on
+//!   that type against a throwaway server started from Debian's binaries
+//!   (`tests/it/pgserver.rs`); this module's tests hold what only the server has to show.
 //! - URLs ([`url`]): `postgres://` and `postgresql://` with `sslmode` (disable, prefer,
 //!   require, verify-ca, verify-full), `sslrootcert`, `connect_timeout`, `application_name`,
 //!   `host`, `port`, `user`, `password`, `dbname`; a password from the URL, `PGPASSWORD` or the
@@ -17,12 +19,14 @@
 //!   `events` table has SQLite's columns (`id, ts, kind, content, meta, prev_hash, hash`; the
 //!   content is `bytea`, so that any text an event holds, NUL included, round-trips), with
 //!   `UNIQUE(hash)` and `UNIQUE(prev_hash)`: a fork is an error, never a state.
-//! - An append ([`Writer::transact`]) is one short READ COMMITTED transaction: `SELECT … FROM
+//! - An append (`locked`: `PgLog::lock_head`, `PgLog::push`, `PgLog::commit_locked`) is one
+//!   short READ COMMITTED transaction around the host cache's own write: `SELECT … FROM
 //!   pmm_head FOR UPDATE` (a waiter re-reads the row its predecessor updated, so it links to the
-//!   new head), link and insert ([`super::log::link`], the bytes `pmm-append` writes), move the
-//!   head row, commit. Serialization failures (40001, when a session is forced to REPEATABLE
-//!   READ or SERIALIZABLE), deadlocks (40P01) and a unique violation of an append are retried
-//!   with jittered back-off until the busy timeout; a lock wait past it is
+//!   new head), the cache caught up to that head and refused when the head row and the events
+//!   disagree, the cache's new events (linked by `super::log::link`, the bytes `pmm-append`
+//!   writes) pushed in one `COPY`, the head row moved, commit. Serialization failures (40001,
+//!   when a session is forced to REPEATABLE READ or SERIALIZABLE) and deadlocks (40P01) of the
+//!   lock are retried with jittered back-off until the busy timeout; a lock wait past it is
 //!   [`crate::Error::Busy`], as on SQLite. Sessions set `idle_in_transaction_session_timeout`
 //!   and `lock_timeout`, and TCP keepalives, so that a writer whose host died or was cut off
 //!   frees the head lock.
@@ -51,14 +55,14 @@ mod locked;
 pub mod tls;
 pub mod url;
 
-use super::log::{fork_error, link, verbatim_refusal, EventLog, Links, Txn, Writer};
+use super::log::EventLog;
 use super::{Filter, Head};
-use crate::event::{Event, Kind, NewEvent};
+use crate::event::{Event, Kind};
 use crate::{Error, Result};
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row};
-use std::cell::{Cell, RefCell};
-use std::time::{Duration, Instant};
+use std::cell::RefCell;
+use std::time::Duration;
 
 pub(crate) use locked::{Feed, Locked, SharedVector};
 pub use url::is_postgres_url;
@@ -249,27 +253,16 @@ fn explain(e: &postgres::Error) -> String {
 pub struct PgLog {
     client: RefCell<Client>,
     ctx: Ctx,
+    /// The isolation level of the head lock's transaction ([`PgLog::lock_head`]).
     isolation: IsolationLevel,
-    scratch: Vec<u8>,
-    /// Transactions retried so far (serialization failures, deadlocks).
+    /// Head locks taken again so far (serialization failures, deadlocks).
     retries: u64,
-    /// The write path's statements, prepared once per connection (a statement given as text
-    /// costs a round trip of its own to prepare each time).
-    stmts: Option<Stmts>,
     /// The cache's `COPY` of its new events, prepared once per connection ([`PgLog::push`]).
     copy: Option<postgres::Statement>,
     /// The URL as given (never shown: it may hold a password) and whether the session is
     /// read-only, to connect again when the server closed the connection ([`PgLog::revive`]).
     given: String,
     read_only: bool,
-}
-
-/// See [`PgLog::stmts`].
-struct Stmts {
-    lock: postgres::Statement,
-    ahead: postgres::Statement,
-    insert: postgres::Statement,
-    move_head: postgres::Statement,
 }
 
 impl PgLog {
@@ -325,9 +318,7 @@ impl PgLog {
             client: RefCell::new(client),
             ctx: Ctx { shown, busy_ms },
             isolation: IsolationLevel::ReadCommitted,
-            scratch: Vec::with_capacity(1024),
             retries: 0,
-            stmts: None,
             copy: None,
             given: url.to_string(),
             read_only,
@@ -359,7 +350,8 @@ impl PgLog {
         &self.ctx.shown
     }
 
-    /// How many write transactions were run again after a serialization failure or deadlock.
+    /// How many times the head lock (`PgLog::lock_head`) was taken again after a
+    /// serialization failure or deadlock.
     pub fn retries(&self) -> u64 {
         self.retries
     }
@@ -438,87 +430,6 @@ impl PgLog {
         .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))
     }
-
-    /// One attempt at a write transaction.
-    fn attempt<T>(
-        &mut self,
-        f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>,
-    ) -> std::result::Result<T, Attempt> {
-        let PgLog {
-            client,
-            ctx,
-            isolation,
-            scratch,
-            stmts,
-            ..
-        } = self;
-        let retry_or = |e: postgres::Error| -> Attempt {
-            if retryable(&e) {
-                Attempt::Retry(e)
-            } else {
-                Attempt::Fail(ctx.err(e))
-            }
-        };
-        let client = client.get_mut();
-        if stmts.is_none() {
-            let mut prepare =
-                |sql: &str| client.prepare(sql).map_err(|e| Attempt::Fail(ctx.err(e)));
-            *stmts = Some(Stmts {
-                lock: prepare("SELECT id, hash FROM pmm_head FOR UPDATE")?,
-                ahead: prepare("SELECT id FROM events WHERE id > $1 ORDER BY id LIMIT 1")?,
-                insert: prepare(
-                    "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )?,
-                move_head: prepare("UPDATE pmm_head SET id = $1, hash = $2 WHERE one")?,
-            });
-        }
-        let stmts = stmts.as_ref().expect("prepared above");
-        let mut tx = client
-            .build_transaction()
-            .isolation_level(*isolation)
-            .start()
-            .map_err(retry_or)?;
-        let row = tx.query_one(&stmts.lock, &[]).map_err(retry_or)?;
-        let (id, hash): (i64, Option<String>) = (row.get(0), row.get(1));
-        let head = (id > 0).then_some(Head { id, hash });
-        let ahead = tx.query_opt(&stmts.ahead, &[&id]).map_err(retry_or)?;
-        if let Some(r) = ahead {
-            let other: i64 = r.get(0);
-            return Err(Attempt::Fail(ctx.fail(format!(
-                "ledger is damaged: its head row says {id} but event {other} exists, so appending would reuse ids; nothing was written"
-            ))));
-        }
-        let start = head.clone();
-        let mut txn = PgTxn {
-            tx: RefCell::new(tx),
-            head,
-            scratch,
-            retry: Cell::new(None),
-            ctx,
-            insert: &stmts.insert,
-        };
-        let out = f(&mut txn);
-        let PgTxn {
-            tx, head, retry, ..
-        } = txn;
-        let mut tx = tx.into_inner();
-        let out = match out {
-            Ok(v) => v,
-            Err(e) => {
-                return Err(match retry.into_inner() {
-                    Some(pe) => Attempt::Retry(pe),
-                    None => Attempt::Fail(e),
-                })
-            }
-        };
-        if head != start {
-            let h = head.as_ref().expect("a transaction only adds events");
-            tx.execute(&stmts.move_head, &[&h.id, &h.hash])
-                .map_err(retry_or)?;
-        }
-        tx.commit().map_err(retry_or)?;
-        Ok(out)
-    }
 }
 
 /// The ledger's URL and busy timeout, for errors.
@@ -544,16 +455,8 @@ impl Ctx {
     }
 }
 
-enum Attempt {
-    /// The server asked for the transaction to be run again.
-    Retry(postgres::Error),
-    /// Anything else.
-    Fail(Error),
-}
-
-/// Whether a failed transaction should be run again: serialization failures, deadlocks, and
-/// a unique violation of an append (another writer got there first under a forced isolation
-/// level that let it read a stale head).
+/// Whether a failed head lock should be taken again: serialization failures (a session forced
+/// to a stricter isolation level than READ COMMITTED) and deadlocks.
 fn retryable(e: &postgres::Error) -> bool {
     matches!(
         e.code(),
@@ -572,125 +475,6 @@ fn jitter(max_ms: u64) -> Duration {
     x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
     x ^= x >> 33;
     Duration::from_millis(x % max_ms.max(1))
-}
-
-impl Writer for PgLog {
-    /// One short transaction: the head row locked `FOR UPDATE`, `f`'s links and inserts, the
-    /// head row moved, commit; run again on a serialization failure, a deadlock or an
-    /// append's unique violation, until the busy timeout.
-    fn transact<T>(&mut self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<T>) -> Result<T> {
-        let started = Instant::now();
-        let budget = Duration::from_millis(self.ctx.busy_ms);
-        let mut attempt: u32 = 0;
-        loop {
-            match self.attempt(f) {
-                Ok(v) => return Ok(v),
-                Err(Attempt::Fail(e)) => return Err(e),
-                Err(Attempt::Retry(e)) => {
-                    attempt += 1;
-                    if started.elapsed() >= budget {
-                        return Err(self.fail(format!(
-                            "gave up after {attempt} attempts in {} ms: {}",
-                            self.ctx.busy_ms,
-                            explain(&e)
-                        )));
-                    }
-                    self.retries += 1;
-                    std::thread::sleep(jitter(2u64 << attempt.min(5)));
-                }
-            }
-        }
-    }
-}
-
-/// A write transaction on a [`PgLog`] (see [`Writer::transact`]).
-pub struct PgTxn<'a> {
-    tx: RefCell<postgres::Transaction<'a>>,
-    head: Option<Head>,
-    scratch: &'a mut Vec<u8>,
-    /// The error that asks for the whole transaction to be run again, if one happened.
-    retry: Cell<Option<postgres::Error>>,
-    ctx: &'a Ctx,
-    insert: &'a postgres::Statement,
-}
-
-impl PgTxn<'_> {
-    fn err(&self, e: postgres::Error) -> Error {
-        if retryable(&e) {
-            let out = self.ctx.fail(explain(&e));
-            self.retry.set(Some(e));
-            return out;
-        }
-        self.ctx.err(e)
-    }
-
-    fn insert(&mut self, ev: &Event) -> std::result::Result<(), postgres::Error> {
-        let broken = ev.prev_hash.as_deref() != self.head.as_ref().and_then(|h| h.hash.as_deref());
-        self.tx.get_mut().execute(
-            self.insert,
-            &[
-                &ev.id,
-                &ev.ts,
-                &ev.kind.as_str(),
-                &ev.content.as_bytes(),
-                &ev.meta,
-                &ev.prev_hash,
-                &ev.hash,
-                &broken,
-            ],
-        )?;
-        self.head = Some(Head {
-            id: ev.id,
-            hash: ev.hash.clone(),
-        });
-        Ok(())
-    }
-}
-
-impl Txn for PgTxn<'_> {
-    fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
-        let e = link(
-            self.head.as_ref(),
-            &ev.kind,
-            &ev.content,
-            &ev.meta,
-            ts,
-            self.scratch,
-        )?;
-        match self.insert(&e) {
-            Ok(()) => Ok(e),
-            Err(pe) => {
-                // Under the head lock a unique violation cannot happen; without it (a forced
-                // isolation level that read a stale head) it is a race lost: run it again.
-                if pe.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-                    let what = explain(&pe);
-                    self.retry.set(Some(pe));
-                    return Err(fork_error(format!("event {}: {what}", e.id)));
-                }
-                Err(self.err(pe))
-            }
-        }
-    }
-
-    fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()> {
-        if let Some(why) = verbatim_refusal(self.head.as_ref(), ev, links) {
-            return Err(fork_error(why));
-        }
-        match self.insert(ev) {
-            Ok(()) => Ok(()),
-            Err(pe) if pe.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                let why = match pe.as_db_error().and_then(|d| d.constraint()) {
-                    Some("events_hash_key") => "its hash is already in the ledger",
-                    Some("events_prev_hash_key") => {
-                        "another event already follows its prev_hash (that would fork the chain)"
-                    }
-                    _ => "its id is already in the ledger",
-                };
-                Err(fork_error(format!("event {}: {why}", ev.id)))
-            }
-            Err(pe) => Err(self.err(pe)),
-        }
-    }
 }
 
 fn row_to_event(r: &Row) -> Event {
@@ -834,54 +618,43 @@ fn q_id_of_hash<C: GenericClient>(
     )
 }
 
-/// The reads, through whichever client or transaction `$conn` borrows.
-macro_rules! pg_event_log {
-    ($t:ty, $conn:ident) => {
-        impl EventLog for $t {
-            fn head(&self) -> Result<Option<Head>> {
-                q_head(&mut *self.$conn.borrow_mut()).map_err(|e| self.err(e))
-            }
-            fn get(&self, id: i64) -> Result<Option<Event>> {
-                q_get(&mut *self.$conn.borrow_mut(), id).map_err(|e| self.err(e))
-            }
-            fn scan(
-                &self,
-                filter: &Filter,
-                each: &mut dyn FnMut(Event) -> Result<bool>,
-            ) -> Result<()> {
-                scan_pages(filter, each, &mut |from, until| {
-                    let page = q_page(
-                        &mut *self.$conn.borrow_mut(),
-                        filter,
-                        from,
-                        until,
-                        PAGE,
-                        false,
-                    );
-                    page.map_err(|e| self.err(e))
-                })
-            }
-            fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
-                q_tail(&mut *self.$conn.borrow_mut(), filter, n).map_err(|e| self.err(e))
-            }
-            fn count_kind_after(&self, kind: Kind, after: i64) -> Result<u64> {
-                q_count(&mut *self.$conn.borrow_mut(), &kind, after).map_err(|e| self.err(e))
-            }
-            fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
-                q_id_of_hash(&mut *self.$conn.borrow_mut(), hash).map_err(|e| self.err(e))
-            }
-        }
-    };
+/// The reads of the server's rows (a check that must see them, not a host's cache of them).
+impl EventLog for PgLog {
+    fn head(&self) -> Result<Option<Head>> {
+        q_head(&mut *self.client.borrow_mut()).map_err(|e| self.err(e))
+    }
+    fn get(&self, id: i64) -> Result<Option<Event>> {
+        q_get(&mut *self.client.borrow_mut(), id).map_err(|e| self.err(e))
+    }
+    fn scan(&self, filter: &Filter, each: &mut dyn FnMut(Event) -> Result<bool>) -> Result<()> {
+        scan_pages(filter, each, &mut |from, until| {
+            let page = q_page(
+                &mut *self.client.borrow_mut(),
+                filter,
+                from,
+                until,
+                PAGE,
+                false,
+            );
+            page.map_err(|e| self.err(e))
+        })
+    }
+    fn tail(&self, filter: &Filter, n: usize) -> Result<Vec<Event>> {
+        q_tail(&mut *self.client.borrow_mut(), filter, n).map_err(|e| self.err(e))
+    }
+    fn count_kind_after(&self, kind: Kind, after: i64) -> Result<u64> {
+        q_count(&mut *self.client.borrow_mut(), &kind, after).map_err(|e| self.err(e))
+    }
+    fn id_of_hash(&self, hash: &str) -> Result<Option<i64>> {
+        q_id_of_hash(&mut *self.client.borrow_mut(), hash).map_err(|e| self.err(e))
+    }
 }
-
-pg_event_log!(PgLog, client);
-pg_event_log!(PgTxn<'_>, tx);
 
 #[cfg(test)]
 impl PgLog {
-    /// Runs this connection's write transactions at `level` instead of READ COMMITTED: what a
-    /// pooler or a server policy that forces a stricter level does. Appends stay correct
-    /// (retried on serialization failures).
+    /// Runs this connection's head-lock transactions ([`PgLog::lock_head`]) at `level` instead
+    /// of READ COMMITTED: what a pooler or a server policy that forces a stricter level does.
+    /// Appends stay correct (the lock is taken again on a serialization failure).
     pub fn force_isolation(&mut self, level: IsolationLevel) {
         self.isolation = level;
     }

@@ -337,3 +337,11 @@ impl SessionWriter for Cached {
         self.cache.in_snapshot(|_| f(self))
     }
 }
+
+#[cfg(test)]
+impl Cached {
+    /// The server's connection (a test forces its isolation level, counts its retries).
+    pub(crate) fn server_mut(&mut self) -> &mut postgres::PgLog {
+        &mut self.server.log
+    }
+}

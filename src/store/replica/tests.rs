@@ -3,41 +3,406 @@
 //! on the cache, push and commit the server then the cache, on the throwaway server of
 //! `store/postgres/tests.rs`. Its connections are two hosts, each with a cache file of its own
 //! that the connections of that host share, as programs on one host do.
+//!
+//! And what the server shows of appends made on that path: the append-only guard, erasure,
+//! grants, forced isolation levels, the busy timeout, a head row that disagrees with the
+//! events, the first writers' schema; and the library's append benchmark.
 
 use super::{open_with_cache, Cached};
-use crate::store::contract::Fresh;
-use crate::store::postgres::tests::Postgres;
+use crate::event::{Kind, NewEvent};
+use crate::store::contract::{Fresh, TS};
+use crate::store::log::{EventLog, Writer};
+use crate::store::postgres::tests::{psql, server, Postgres};
+use crate::store::postgres::PgLog;
+use postgres::IsolationLevel;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// An empty PostgreSQL ledger and the cache directories of its hosts.
 pub(crate) struct CachedPg {
     pg: Postgres,
     hosts: tempfile::TempDir,
-    /// How many connections were opened (they alternate between two hosts).
+    /// How many connections were opened (they go to `spread` hosts in turn).
     opened: AtomicUsize,
+    /// How many hosts the connections are spread over.
+    spread: usize,
 }
 
 impl CachedPg {
     /// `None` without server binaries (unless `PMM_REQUIRE_POSTGRES=1`).
     fn new() -> Option<CachedPg> {
-        Some(CachedPg {
-            pg: Postgres::new()?,
+        Some(CachedPg::on(Postgres::new()?, 2))
+    }
+
+    /// The ledger `pg`, its connections spread over `spread` hosts.
+    fn on(pg: Postgres, spread: usize) -> CachedPg {
+        CachedPg {
+            pg,
             hosts: tempfile::tempdir().unwrap(),
             opened: AtomicUsize::new(0),
-        })
+            spread,
+        }
     }
+
+    /// The ledger's URL.
+    fn url(&self) -> &str {
+        self.pg.url()
+    }
+
+    /// A writer on the host named `name` (a cache file of its own), waiting `busy_ms` at most.
+    fn host(&self, name: &str, busy_ms: u64) -> Cached {
+        host_at(self.url(), self.hosts.path(), name, busy_ms)
+    }
+}
+
+/// A writer of the ledger at `url` on the host named `name`, its cache file under `dir`.
+fn host_at(url: &str, dir: &Path, name: &str, busy_ms: u64) -> Cached {
+    open_with_cache(url, true, busy_ms, &dir.join(name).join("pg.db")).unwrap()
 }
 
 impl Fresh for CachedPg {
     type Conn = Cached;
     fn connect(&self) -> Cached {
-        let host = self.opened.fetch_add(1, Ordering::Relaxed) % 2;
-        let cache = self.hosts.path().join(format!("host{host}")).join("pg.db");
-        open_with_cache(self.pg.url(), true, 30_000, &cache).unwrap()
+        let host = self.opened.fetch_add(1, Ordering::Relaxed) % self.spread;
+        self.host(&format!("host{host}"), 30_000)
     }
 }
 
 mod contract {
     use crate::store::contract::contract_suite;
     contract_suite!(super::CachedPg::new());
+}
+
+fn ev(i: usize) -> NewEvent {
+    NewEvent::new(Kind::TestEvent, format!("event {i}"), Default::default()).unwrap()
+}
+
+/// The server's rows, as a check that must see them reads them.
+fn on_server(url: &str) -> PgLog {
+    PgLog::open_reader(url).unwrap()
+}
+
+#[test]
+fn the_events_table_refuses_update_delete_and_truncate() {
+    let Some(log) = CachedPg::new() else { return };
+    let mut c = log.connect();
+    for i in 0..3 {
+        c.append_one(&ev(i), TS).unwrap();
+    }
+    for sql in [
+        "UPDATE events SET content = 'changed'::bytea WHERE id = 2",
+        "UPDATE events SET hash = 'x' WHERE id = 2",
+        "DELETE FROM events WHERE id = 3",
+        "TRUNCATE events CASCADE",
+    ] {
+        let err = psql(log.url(), sql).unwrap_err();
+        assert!(err.contains("append-only"), "{sql}: {err}");
+    }
+    // Even the erasure flag does not let a row's id, ts, kind or hashes change.
+    let err = psql(
+        log.url(),
+        "BEGIN; SET LOCAL pmm.erasing = 'on'; UPDATE events SET hash = 'x' WHERE id = 2; COMMIT;",
+    )
+    .unwrap_err();
+    assert!(err.contains("append-only"), "{err}");
+    assert_eq!(
+        on_server(log.url()).get(2).unwrap().unwrap().content,
+        "event 1"
+    );
+}
+
+#[test]
+fn erasure_goes_through_the_audited_function() {
+    let Some(log) = CachedPg::new() else { return };
+    let mut c = log.connect();
+    let kept = c.append_one(&ev(0), TS).unwrap();
+    c.append_one(&ev(1), TS).unwrap();
+    assert_eq!(
+        psql(log.url(), "SELECT pmm_erase_text(1)").unwrap().trim(),
+        "t"
+    );
+    assert_eq!(
+        psql(log.url(), "SELECT pmm_erase_text(99)").unwrap().trim(),
+        "f"
+    );
+    let erased = on_server(log.url()).get(1).unwrap().unwrap();
+    assert_eq!((erased.content.as_str(), erased.meta.as_str()), ("", "{}"));
+    assert_eq!(
+        (erased.id, &erased.hash, &erased.prev_hash),
+        (1, &kept.hash, &None)
+    );
+    let audit = psql(log.url(), "SELECT event_id, erased_by FROM pmm_erasures").unwrap();
+    assert_eq!(audit.trim(), "1|postgres");
+    // The flag does not outlive the function.
+    let err = psql(
+        log.url(),
+        "UPDATE events SET content = ''::bytea WHERE id = 2",
+    )
+    .unwrap_err();
+    assert!(err.contains("append-only"), "{err}");
+}
+
+#[test]
+fn a_writer_role_appends_and_cannot_update() {
+    let Some(log) = CachedPg::new() else { return };
+    log.connect().append_one(&ev(0), TS).unwrap();
+    let db = log
+        .url()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .split('?')
+        .next()
+        .unwrap();
+    let role = format!("w_{db}");
+    // The writer's grants of docs/scale-out.md.
+    psql(
+        log.url(),
+        &format!(
+            "CREATE ROLE {role} LOGIN;
+             GRANT SELECT, INSERT ON events TO {role};
+             GRANT SELECT, UPDATE ON pmm_head TO {role};
+             GRANT SELECT ON pmm_schema, pmm_erasures TO {role};
+             GRANT SELECT, INSERT ON pmm_vectors, pmm_embed_models TO {role};
+             GRANT USAGE ON SEQUENCE pmm_vectors_seq_seq TO {role};
+             GRANT EXECUTE ON FUNCTION pmm_erase_text(bigint) TO {role};"
+        ),
+    )
+    .unwrap();
+    let url = log.url().replace("postgres@", &format!("{role}@"));
+    let mut w = host_at(&url, log.hosts.path(), "role", 5_000);
+    let e = w.append_one(&ev(1), TS).unwrap();
+    assert_eq!(e.id, 2);
+    let err = PgLog::open_writer(&url, 5_000)
+        .unwrap()
+        .execute_batch("UPDATE events SET content = ''::bytea WHERE id = 1")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(!err.contains("secret"), "the URL's password is never shown");
+    // A reader opens it and cannot write.
+    let r = PgLog::open_reader(&url).unwrap();
+    assert_eq!(r.head().unwrap().map(|h| h.id), Some(2));
+    let err = r
+        .execute_batch("INSERT INTO pmm_head VALUES (false, 0, NULL)")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("read-only"), "{err}");
+}
+
+#[test]
+fn first_writers_at_once_create_the_schema_once() {
+    let Some(s) = server() else { return };
+    let url = s.database();
+    let hosts = tempfile::tempdir().unwrap();
+    std::thread::scope(|sc| {
+        for h in 0..4 {
+            let (url, hosts) = (&url, hosts.path());
+            sc.spawn(move || {
+                let mut c = host_at(url, hosts, &format!("host{h}"), 30_000);
+                c.append_one(&ev(0), TS).unwrap();
+            });
+        }
+    });
+    let c = on_server(&url);
+    assert_eq!(c.head().unwrap().map(|h| h.id), Some(4));
+    assert_eq!(
+        psql(&url, "SELECT version FROM pmm_schema").unwrap().trim(),
+        crate::store::postgres::MIGRATIONS.len().to_string(),
+        "every migration, applied once"
+    );
+}
+
+/// Sessions forced to REPEATABLE READ or SERIALIZABLE (a pooler's or a policy's doing) get
+/// serialization failures on the head row: the lock is taken again, and the chain never forks.
+#[test]
+fn forced_stricter_isolation_is_retried_never_forked() {
+    let Some(log) = CachedPg::new() else { return };
+    let levels = [
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ];
+    let retries: u64 = std::thread::scope(|sc| {
+        let handles: Vec<_> = levels
+            .iter()
+            .enumerate()
+            .map(|(w, &level)| {
+                let log = &log;
+                sc.spawn(move || {
+                    let mut c = log.connect();
+                    c.server_mut().force_isolation(level);
+                    for i in 0..20 {
+                        c.append_one(&ev(w * 100 + i), TS).unwrap();
+                    }
+                    c.server_mut().retries()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let c = on_server(log.url());
+    let mut prev: Option<String> = None;
+    let mut n = 0;
+    c.scan(&Default::default(), &mut |e| {
+        n += 1;
+        assert_eq!(e.id, n);
+        assert_eq!(e.prev_hash, prev);
+        prev = e.hash;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(n, 80);
+    eprintln!("forced isolation: {retries} head locks taken again");
+}
+
+/// A lock wait past the busy timeout is "database is locked", as on SQLite.
+#[test]
+fn a_writer_that_waits_past_the_busy_timeout_is_busy() {
+    let Some(log) = CachedPg::new() else { return };
+    let mut holder = log.host("holder", 30_000);
+    holder.append_one(&ev(0), TS).unwrap();
+    let (locked, wait) = std::sync::mpsc::channel();
+    let (done, release) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            holder
+                .transact(&mut |tx| {
+                    let _ = locked.send(());
+                    let _ = release.recv_timeout(std::time::Duration::from_secs(10));
+                    tx.append_linked(&ev(1), TS)
+                })
+                .unwrap();
+        });
+        wait.recv().unwrap();
+        // Another host: its cache file is not the holder's (whose lock it would wait on).
+        let mut late = log.host("late", 300);
+        let err = late.append_one(&ev(2), TS).unwrap_err();
+        assert!(matches!(err, crate::Error::Busy(300)), "{err}");
+        done.send(()).unwrap();
+    });
+    assert_eq!(on_server(log.url()).head().unwrap().map(|h| h.id), Some(2));
+}
+
+/// A head row that does not say where the events end (moved behind pmm's back, either way)
+/// is refused before anything is written, by a host whose cache holds the events and by a new
+/// one: appending would reuse ids or leave a gap.
+#[test]
+fn an_append_refuses_a_head_row_that_disagrees_with_the_events() {
+    let Some(log) = CachedPg::new() else { return };
+    let mut kept = log.host("kept", 30_000);
+    for i in 0..3 {
+        kept.append_one(&ev(i), TS).unwrap();
+    }
+    for row in [1, 5] {
+        psql(log.url(), &format!("UPDATE pmm_head SET id = {row}")).unwrap();
+        let refused = |c: &mut Cached, which: &str| {
+            let err = c.append_one(&ev(9), TS).unwrap_err();
+            let said = err.to_string();
+            assert!(
+                matches!(err, crate::Error::Damaged { .. }),
+                "{which}: {said}"
+            );
+            let want =
+                format!("the head row says {row} but the events end at 3; nothing was written");
+            assert!(said.contains(&want), "{which}: {said}");
+            assert_eq!(
+                c.head().unwrap().map(|h| h.id),
+                Some(3),
+                "{which}: its cache"
+            );
+        };
+        refused(&mut kept, "a host that holds the events");
+        refused(&mut log.host(&format!("new{row}"), 30_000), "a new host");
+        let server = on_server(log.url());
+        assert_eq!(
+            server.head().unwrap().map(|h| h.id),
+            Some(3),
+            "nothing written"
+        );
+        assert_eq!(
+            psql(log.url(), "SELECT id FROM pmm_head").unwrap().trim(),
+            row.to_string(),
+            "the head row untouched"
+        );
+    }
+}
+
+/// Appends per second with 1, 4 and 16 writers, each a host of its own (a connection and a
+/// cache file) appending events of one shape in transactions of one event through [`Cached`],
+/// the path every program's append takes (without a program's start), on SQLite and on
+/// PostgreSQL (`$PMM_BENCH_PG_URL`, else the throwaway server, whose fsync is off). Run by
+/// `scripts/pg-bench.sh --library`, beside pgbench's floor: `cargo test --lib bench_appends --
+/// --ignored --nocapture`.
+#[test]
+#[ignore = "a benchmark: scripts/pg-bench.sh --library runs it"]
+fn bench_appends() {
+    use crate::store::contract::Sqlite;
+    let seconds: f64 = std::env::var("PMM_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let pg_url = std::env::var("PMM_BENCH_PG_URL").ok();
+    for writers in [1, 4, 16] {
+        let sqlite = bench_run(&Sqlite::new(), writers, seconds);
+        println!("bench sqlite writers={writers} appends_per_s={sqlite:.0}");
+        let pg = match &pg_url {
+            Some(u) => {
+                // A fresh ledger each time: the URL's database, emptied by the superuser.
+                let c = PgLog::open_writer(u, 30_000).unwrap();
+                c.execute_batch(
+                    "DROP TABLE IF EXISTS pmm_vectors, pmm_embed_models, pmm_erasures, events, pmm_head, pmm_schema CASCADE;
+                     DROP FUNCTION IF EXISTS pmm_events_guard, pmm_erase_text;",
+                )
+                .unwrap();
+                Some(Postgres::at(u))
+            }
+            None => Postgres::new(),
+        };
+        if let Some(pg) = pg {
+            let rate = bench_run(&CachedPg::on(pg, usize::MAX), writers, seconds);
+            println!("bench postgres writers={writers} appends_per_s={rate:.0}");
+        }
+    }
+}
+
+/// [`bench_appends`]' appends per second of `writers` connections of `log` for `seconds`.
+fn bench_run<F: Fresh>(log: &F, writers: usize, seconds: f64) -> f64 {
+    // Every writer connects before any appends (a connection opened while 15 others append
+    // back to back can wait past its busy timeout for SQLite's lock).
+    let ready = std::sync::Barrier::new(writers + 1);
+    let (deadline, start) = (std::sync::OnceLock::new(), std::sync::OnceLock::new());
+    let total: usize = std::thread::scope(|sc| {
+        let (ready, deadline_at) = (&ready, &deadline);
+        let hs: Vec<_> = (0..writers)
+            .map(|w| {
+                sc.spawn(move || {
+                    let mut c = log.connect();
+                    ready.wait();
+                    let deadline: std::time::Instant = *deadline_at.wait();
+                    let mut n = 0;
+                    while std::time::Instant::now() < deadline {
+                        let e = NewEvent::new(
+                            Kind::TestEvent,
+                            format!("writer {w} event {n} {}", "x".repeat(40)),
+                            Default::default(),
+                        )
+                        .unwrap();
+                        c.append_one(&e, TS).unwrap();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        ready.wait();
+        let now = std::time::Instant::now();
+        start.set(now).unwrap();
+        deadline
+            .set(now + std::time::Duration::from_secs_f64(seconds))
+            .unwrap();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    total as f64 / start.get().unwrap().elapsed().as_secs_f64()
 }
