@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 use witness::{Divergence, Witness};
 
 /// How many events one round trip of a catch-up reads.
-const PAGE: i64 = 5_000;
+pub(crate) const PAGE: i64 = 5_000;
 
 /// The server behind a cached ledger.
 pub(crate) struct Upstream {
@@ -285,6 +285,10 @@ fn pull_events(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     loop {
         let after = batch.head().map_or(0, |h| h.id);
         let mut page = log.events_after(after - i64::from(held.is_some()), PAGE)?;
+        // A short page is the server's end as of this read: no second round trip to learn
+        // that nothing follows (under the head lock nothing can; without it, the next
+        // catch-up reads what came since).
+        let last_page = (page.len() as i64) < PAGE;
         if let Some(head) = held.take() {
             still_held(&head, &mut page, log)?;
         }
@@ -300,6 +304,9 @@ fn pull_events(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
                 }
             }
             pulled += 1;
+        }
+        if last_page {
+            break;
         }
     }
     if erased {
@@ -350,6 +357,9 @@ fn pull_vectors(batch: &Batch<'_>, log: &PgLog, server: Option<i64>) -> Result<(
             batch.put_stored_vector(&v.model, v.dim, v.id, &v.q)?;
         }
         seq = last;
+        if (page.len() as i64) < PAGE {
+            break;
+        }
     }
     if seq != start {
         batch.set_pulled_vectors_seq(seq)?;

@@ -329,6 +329,32 @@ fn an_append_refuses_a_head_row_that_disagrees_with_the_events() {
     }
 }
 
+/// A host far behind catches up page by page ([`super::PAGE`] events a read): a page that
+/// ends exactly at the server's end, and one past it, leave nothing behind, and a short page
+/// ends the catch-up without another read.
+#[test]
+fn a_cache_behind_by_more_than_a_page_catches_up_every_event() {
+    let Some(log) = CachedPg::new() else { return };
+    let page = super::PAGE as usize;
+    let mut writer = log.host("writer", 30_000);
+    let mut reader = log.host("reader", 30_000);
+    let mut written = 0;
+    for (batch, want) in [(page, page), (page + 1, 2 * page + 1)] {
+        writer
+            .transact(&mut |tx| {
+                for i in 0..batch {
+                    tx.append_linked(&ev(written + i), TS)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        written += batch;
+        assert_eq!(reader.refresh().unwrap(), batch as u64);
+        assert_eq!(reader.max_id().unwrap(), want as i64);
+        assert_eq!(reader.head().unwrap(), writer.head().unwrap());
+    }
+}
+
 /// Appends per second with 1, 4 and 16 writers, each a host of its own (a connection and a
 /// cache file) appending events of one shape in transactions of one event through [`Cached`],
 /// the path every program's append takes (without a program's start), on SQLite and on
