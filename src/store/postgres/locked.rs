@@ -96,7 +96,7 @@ impl PgLog {
     /// one binary `COPY`; erases the text an erasure among them names. The new head (the
     /// last event), which [`PgLog::commit_locked`] moves the head row to. A repeated hash or a
     /// second successor of one hash is a fork error.
-    pub(crate) fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<Option<Head>> {
+    fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<Option<Head>> {
         use postgres::binary_copy::BinaryCopyInWriter;
         let PgLog {
             client, ctx, copy, ..
@@ -168,7 +168,7 @@ impl PgLog {
     /// Stores vectors inside the transaction [`PgLog::lock_head`] began: `(model, dim, event
     /// id, stored bytes)`: a vector the server already has is kept. A model the server knows
     /// with other dimensions is refused (two vector spaces never share a name).
-    pub(crate) fn push_vectors(&mut self, rows: &[SharedVector]) -> Result<()> {
+    fn push_vectors(&mut self, rows: &[SharedVector]) -> Result<()> {
         let PgLog { client, ctx, .. } = self;
         let c = client.get_mut();
         let mut known: Vec<&str> = Vec::new();
@@ -228,11 +228,39 @@ impl PgLog {
             .collect())
     }
 
+    /// Pushes the events `feed` hands over (as [`PgLog::push`]) and the vectors (as
+    /// [`PgLog::push_vectors`]), moves the head row and commits. An append of a few events
+    /// and no vectors — what a turn, a tick and a stream of lines write — is one statement,
+    /// one round trip with the head lock held ([`one_statement`]); a bigger one is a binary
+    /// `COPY`, then the head row's move and the commit.
+    pub(crate) fn push_and_commit(
+        &mut self,
+        head: Option<&Head>,
+        feed: Feed<'_>,
+        vectors: &[SharedVector],
+    ) -> Result<()> {
+        if vectors.is_empty() {
+            if let Some(sql) = one_statement(head, feed)? {
+                let PgLog { client, ctx, .. } = self;
+                return client.get_mut().batch_execute(&sql).map_err(|e| {
+                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                        fork_error(explain(&e))
+                    } else {
+                        ctx.err(e)
+                    }
+                });
+            }
+        }
+        let moved = self.push(head, feed)?;
+        self.push_vectors(vectors)?;
+        self.commit_locked(moved.as_ref())
+    }
+
     /// Moves the head row to `moved` (the new head [`PgLog::push`] returned, if any) and
     /// commits the transaction [`PgLog::lock_head`] began, in one round trip: the head lock
     /// is released one round trip sooner. The values are written into the statement only
     /// when they are plain (a digest's hex); anything else is bound as a parameter.
-    pub(crate) fn commit_locked(&mut self, moved: Option<&Head>) -> Result<()> {
+    fn commit_locked(&mut self, moved: Option<&Head>) -> Result<()> {
         let PgLog { client, ctx, .. } = self;
         let c = client.get_mut();
         let plain = |h: &str| h.bytes().all(|b| b.is_ascii_hexdigit());
@@ -315,3 +343,110 @@ pub(crate) struct SharedVector {
 
 /// Hands a write transaction's events, in id order, to the function it is given ([`PgLog::push`]).
 pub(crate) type Feed<'a> = &'a mut dyn FnMut(&mut dyn FnMut(&Event) -> Result<()>) -> Result<()>;
+
+/// The most SQL text [`one_statement`] writes; a push that needs more is a binary `COPY`.
+const ONE_STATEMENT_MAX: usize = 64 * 1024;
+
+/// The push of the events `feed` hands over (made after the locked head `head`, in id order),
+/// the erasures' scrubbing, the head row's move and `COMMIT`, as one statement of the simple
+/// query protocol — one round trip — or `None` when it would be over [`ONE_STATEMENT_MAX`].
+/// Every value is written so that no quoting rule of the server can change it: numbers and
+/// booleans as such, texts made only of letters, digits and `-_:.+` between quotes, any other
+/// text or byte string as hex digits the server decodes (`decode(…, 'hex')`).
+fn one_statement(head: Option<&Head>, feed: Feed<'_>) -> Result<Option<String>> {
+    let mut sql = String::new();
+    let mut after = String::new();
+    let mut prev = head.and_then(|h| h.hash.clone());
+    let mut last: Option<Head> = None;
+    let mut over = false;
+    feed(&mut |ev: &Event| {
+        if over {
+            return Ok(());
+        }
+        sql.push_str(if last.is_none() {
+            "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) VALUES ("
+        } else {
+            ", ("
+        });
+        row_values(&mut sql, ev, ev.prev_hash != prev);
+        if ev.kind == Kind::Erasure {
+            if let Some(target) = crate::event::erasure::erased_id(&ev.meta) {
+                after.push_str(&format!("SELECT pmm_erase_text({target}); "));
+            }
+        }
+        prev.clone_from(&ev.hash);
+        last = Some(Head {
+            id: ev.id,
+            hash: ev.hash.clone(),
+        });
+        over = sql.len() + after.len() > ONE_STATEMENT_MAX;
+        Ok(())
+    })?;
+    if over {
+        return Ok(None);
+    }
+    if !sql.is_empty() {
+        sql.push_str("; ");
+    }
+    sql.push_str(&after);
+    if let Some(Head { id, hash }) = &last {
+        sql.push_str(&format!("UPDATE pmm_head SET id = {id}, hash = "));
+        text_value(&mut sql, hash.as_deref());
+        sql.push_str(" WHERE one; ");
+    }
+    sql.push_str("COMMIT");
+    Ok(Some(sql))
+}
+
+/// `ev`'s row as the values of an `INSERT` (without the opening parenthesis), for
+/// [`one_statement`].
+fn row_values(sql: &mut String, ev: &Event, broken: bool) {
+    sql.push_str(&ev.id.to_string());
+    for text in [Some(ev.ts.as_str()), Some(ev.kind.as_str())] {
+        sql.push_str(", ");
+        text_value(sql, text);
+    }
+    sql.push_str(", ");
+    bytes_value(sql, ev.content.as_bytes());
+    for text in [
+        Some(ev.meta.as_str()),
+        ev.prev_hash.as_deref(),
+        ev.hash.as_deref(),
+    ] {
+        sql.push_str(", ");
+        text_value(sql, text);
+    }
+    sql.push_str(if broken { ", true)" } else { ", false)" });
+}
+
+/// A text value as SQL that no quoting rule can change: `NULL`, a quoted text of letters,
+/// digits and `-_:.+` only (a digest, a time, a kind), or its UTF-8 bytes as hex, decoded
+/// by the server.
+fn text_value(sql: &mut String, text: Option<&str>) {
+    let Some(t) = text else {
+        sql.push_str("NULL");
+        return;
+    };
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-_:.+".contains(&b);
+    if t.bytes().all(plain) {
+        sql.push('\'');
+        sql.push_str(t);
+        sql.push('\'');
+    } else {
+        sql.push_str("convert_from(");
+        bytes_value(sql, t.as_bytes());
+        sql.push_str(", 'UTF8')");
+    }
+}
+
+/// A byte string as SQL: its hex digits, decoded by the server.
+fn bytes_value(sql: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    sql.push_str("decode('");
+    sql.reserve(bytes.len() * 2 + 9);
+    for b in bytes {
+        sql.push(HEX[usize::from(b >> 4)] as char);
+        sql.push(HEX[usize::from(b & 15)] as char);
+    }
+    sql.push_str("', 'hex')");
+}

@@ -150,9 +150,8 @@ impl<'a> Lease<'a> {
                 "this PostgreSQL ledger was opened for reading: nothing can be appended through it",
             ));
         }
-        let moved = self.log.push(self.head.as_ref(), feed)?;
-        self.log.push_vectors(vectors)?;
-        self.log.commit_locked(moved.as_ref())?;
+        self.log
+            .push_and_commit(self.head.as_ref(), feed, vectors)?;
         self.locked = false;
         self.witness.record(head);
         Ok(true)

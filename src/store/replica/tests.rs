@@ -355,6 +355,65 @@ fn a_cache_behind_by_more_than_a_page_catches_up_every_event() {
     }
 }
 
+/// An append of a few events is one statement whose values are written as SQL text, a big
+/// one a binary `COPY`: both store exactly the bytes the cache holds (quotes, backslashes,
+/// dollar signs, NUL, astral characters, a line break), even with the server's
+/// `standard_conforming_strings` off, and a new host catches them up with every hash checked.
+#[test]
+fn a_small_and_a_big_push_store_the_same_bytes_as_the_cache() {
+    let Some(log) = CachedPg::new() else { return };
+    let db = psql(log.url(), "SELECT current_database()").unwrap();
+    psql(
+        log.url(),
+        &format!(
+            "ALTER DATABASE {} SET standard_conforming_strings = off",
+            db.trim()
+        ),
+    )
+    .unwrap();
+    let mut host = log.host("a", 30_000);
+    let odd = "it's a \\ back'slash $$ $x$ -- ; DROP TABLE events; \0 \u{0} é😀\n'";
+    let meta = serde_json::json!({"q": odd, "n": 1.5});
+    let mut tricky = NewEvent::new(Kind::TestEvent, odd, Default::default()).unwrap();
+    tricky.meta = meta.as_object().unwrap().clone();
+    host.append_one(&tricky, TS).unwrap();
+    host.append_one(&ev(1), TS).unwrap();
+    let big = "x".repeat(40_000);
+    host.transact(&mut |tx| {
+        for _ in 0..3 {
+            let mut e = tricky.clone();
+            e.content = format!("{odd}{big}");
+            tx.append_linked(&e, TS)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let all = |l: &dyn EventLog| {
+        let mut v = Vec::new();
+        l.scan(&Default::default(), &mut |e| {
+            v.push(e);
+            Ok(true)
+        })
+        .unwrap();
+        v
+    };
+    let cached = all(&host);
+    assert_eq!(cached.len(), 5);
+    assert_eq!(all(&on_server(log.url())), cached, "the server's rows");
+    // A new host's cache is caught up as it opens, each event's hash checked.
+    let fresh = log.host("b", 30_000);
+    assert_eq!(all(&fresh), cached, "a new host's cache");
+    assert_eq!(
+        psql(
+            log.url(),
+            "SELECT count(*) FROM events WHERE accepted_break"
+        )
+        .unwrap()
+        .trim(),
+        "0"
+    );
+}
+
 /// Appends per second with 1, 4 and 16 writers, each a host of its own (a connection and a
 /// cache file) appending events of one shape in transactions of one event through [`Cached`],
 /// the path every program's append takes (without a program's start), on SQLite and on
