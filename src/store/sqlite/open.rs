@@ -1,7 +1,9 @@
 //! Opening a ledger file: a writer (creating it, WAL, the busy wait, the schema and the
 //! append-only list of migrations keyed on `PRAGMA user_version`), a reader (read-only, or
 //! `immutable` at rest), a one-look reader and a checker; each refuses what is not a ledger
-//! before anything in the file changes.
+//! before anything in the file changes. What they ask of the file's schema (its tables, the
+//! `events` columns, `user_version`) is the connection's snapshot (`schema`), read
+//! once and again only after a change.
 
 use super::path::{
     check_path, companions_forbidden, not_regular, read_mode, recover_companions, sqlite_path,

@@ -57,7 +57,10 @@ impl Schema {
         let mut stmt = conn.prepare(READ)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let (kind, name) = (r.get::<_, Option<String>>(0)?, r.get::<_, Option<String>>(1)?);
+            let (kind, name) = (
+                r.get::<_, Option<String>>(0)?,
+                r.get::<_, Option<String>>(1)?,
+            );
             let (Some(kind), Some(name)) = (kind, name) else {
                 continue;
             };
@@ -87,15 +90,15 @@ impl Schema {
 
     /// Whether it has any table besides SQLite's own (`name NOT LIKE 'sqlite_%'`).
     pub(crate) fn has_user_tables(&self) -> bool {
-        let sqlites = |n: &str| {
-            n.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("sqlite")) && n.len() > 6
-        };
+        let sqlites =
+            |n: &str| n.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("sqlite")) && n.len() > 6;
         self.objects
             .iter()
             .any(|(t, n)| t == "table" && !sqlites(n))
     }
 
     /// The names of its objects.
+    #[cfg(test)]
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.objects.iter().map(|(_, n)| n.as_str())
     }
@@ -234,8 +237,15 @@ mod tests {
             l.have(crate::store::sqlite::Derived::Vectors).unwrap();
             l.lag(crate::store::sqlite::Derived::Text).unwrap();
         }
-        assert_eq!(reads(l.conn_for_tests()), before, "no read after the first append");
-        assert!(before <= 4, "opening and the first append read it {before} times");
+        assert_eq!(
+            reads(l.conn_for_tests()),
+            before,
+            "no read after the first append"
+        );
+        assert!(
+            before <= 4,
+            "opening and the first append read it {before} times"
+        );
     }
 
     /// Another connection's table, or its new `user_version`, is seen at the next use: the
