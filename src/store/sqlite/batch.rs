@@ -5,7 +5,8 @@
 
 use super::integrity::unsafe_head;
 use super::reads::head;
-use super::{derived, erase, map_err, vectors, Derived, Have, Head, Ledger, Reads, DERIVED};
+use super::schema::{self, Schema};
+use super::{erase, map_err, vectors, Derived, Have, Head, Ledger, Reads, DERIVED};
 use crate::event::{Event, Kind};
 use crate::store::log;
 use crate::{Error, Result};
@@ -32,13 +33,17 @@ impl Ledger {
             b.leave();
         }
         let tx = tx.map_err(|e| map_err(e, &path, busy_ms))?;
+        // Nothing of this transaction's own yet: the schema it sees is the committed one,
+        // kept with the connection (read again only when it changed since).
+        let schema = schema::at_begin(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
         let head = head(&tx).map_err(|e| map_err(e, &path, busy_ms))?;
         if let Some(why) =
-            unsafe_head(&tx, head.as_ref()).map_err(|e| map_err(e, &path, busy_ms))?
+            unsafe_head(&tx, &schema, head.as_ref()).map_err(|e| map_err(e, &path, busy_ms))?
         {
             return Err(Error::Damaged { path, why });
         }
-        let keep = kept_parts(&tx, &self.deferred).map_err(|e| map_err(e, &path, busy_ms))?;
+        let keep =
+            kept_parts(&tx, &schema, &self.deferred).map_err(|e| map_err(e, &path, busy_ms))?;
         Ok(Batch {
             tx,
             head,
@@ -56,15 +61,15 @@ impl Ledger {
 /// `deferred` ones) is caught up at the commit.
 fn kept_parts(
     tx: &rusqlite::Transaction<'_>,
+    schema: &Schema,
     deferred: &[Derived],
 ) -> rusqlite::Result<Vec<Derived>> {
-    let schema = derived::Schema::read(tx)?;
     let mut keep = Vec::new();
     for d in DERIVED {
         if deferred.contains(&d) {
             continue;
         }
-        if d.have_in(tx, &schema)? != Have::Whole {
+        if d.have_in(tx, schema)? != Have::Whole {
             d.restore(tx)?;
         }
         if d.kept_by_writes() {
@@ -170,14 +175,9 @@ impl Batch<'_> {
     /// verifies that no hash repeats, and [`Batch::restore_hash_index`] re-creates it, sorted,
     /// before the commit, failing on a repeat): whether there was one to drop.
     pub fn defer_hash_index(&mut self) -> Result<bool> {
-        let had: bool = self
-            .tx
-            .query_row(
-                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='index' AND name='idx_events_hash')",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+        let had = schema::of(&self.tx)
+            .map_err(|e| self.err(e))?
+            .has_index("idx_events_hash");
         if had {
             self.tx
                 .execute_batch("DROP INDEX idx_events_hash;")

@@ -15,6 +15,7 @@
 //! missing vector table is recreated empty and filled again by `pmm-recall --embed`, and the
 //! vector tables that are still there are kept.
 
+use super::schema::{self, Schema};
 use super::{checkpoint, fts, merkle, vectors};
 use rusqlite::{Connection, OptionalExtension};
 
@@ -43,27 +44,6 @@ pub const DERIVED: [Derived; 5] = [
     Derived::Tree,
     Derived::Vectors,
 ];
-
-/// The names of a ledger's own (`pmm_`) schema objects and its `user_version`: read once
-/// for a look at every part.
-pub(crate) struct Schema {
-    names: Vec<String>,
-    version: i64,
-}
-
-impl Schema {
-    /// Reads them.
-    pub(crate) fn read(conn: &Connection) -> rusqlite::Result<Schema> {
-        let names = conn
-            .prepare_cached(
-                "SELECT name FROM main.sqlite_master WHERE substr(name, 1, 4) = 'pmm_'",
-            )?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<Vec<String>>>()?;
-        let version = conn.query_row("PRAGMA main.user_version", [], |r| r.get(0))?;
-        Ok(Schema { names, version })
-    }
-}
 
 /// What a ledger holds of a part.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,18 +121,18 @@ impl Derived {
 
     /// What the ledger holds of it.
     pub(crate) fn have(self, conn: &Connection) -> rusqlite::Result<Have> {
-        self.have_in(conn, &Schema::read(conn)?)
+        self.have_in(conn, &*schema::of(conn)?)
     }
 
-    /// What the ledger holds of it, by a [`Schema`] read in the same transaction.
+    /// What the ledger holds of it, by the connection's [`Schema`] as of now.
     pub(crate) fn have_in(self, conn: &Connection, schema: &Schema) -> rusqlite::Result<Have> {
         let missing: Vec<&str> = self
             .objects()
             .iter()
             .copied()
-            .filter(|o| !schema.names.iter().any(|n| n == o))
+            .filter(|o| !schema.has(o))
             .collect();
-        if missing.len() == self.objects().len() && schema.version < self.migration() {
+        if missing.len() == self.objects().len() && schema.version() < self.migration() {
             return Ok(Have::Never);
         }
         if !missing.is_empty() {
@@ -329,10 +309,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = super::super::Ledger::open_writer(&dir.path().join("l.db"), 1000).unwrap();
         let conn = &l.conn;
-        let schema = Schema::read(conn).unwrap();
+        let schema = schema::of(conn).unwrap();
         let mut listed: Vec<&str> = DERIVED.iter().flat_map(|d| d.objects()).copied().collect();
         listed.sort_unstable();
-        let mut names: Vec<&str> = schema.names.iter().map(String::as_str).collect();
+        let mut names: Vec<&str> = schema.names().filter(|n| n.starts_with("pmm_")).collect();
         names.sort_unstable();
         assert_eq!(names, listed);
         for d in DERIVED {

@@ -1,6 +1,7 @@
 //! The guards a writer and `pmm-verify --integrity` share: a head below ids already written
 //! (a damaged page hides events, and appending would reuse their ids) and SQLite's own check.
 
+use super::schema::{self, Schema};
 use super::{Head, Ledger, Reads};
 use crate::Result;
 use rusqlite::{Connection, OptionalExtension};
@@ -11,6 +12,7 @@ use rusqlite::{Connection, OptionalExtension};
 /// and a new event would reuse their ids. One row lookup and one index probe per write.
 pub(super) fn unsafe_head(
     conn: &Connection,
+    schema: &Schema,
     head: Option<&Head>,
 ) -> rusqlite::Result<Option<String>> {
     let head_id = head.map_or(0, |h| h.id);
@@ -33,12 +35,7 @@ pub(super) fn unsafe_head(
             "its last readable event is {head_id} but sqlite_sequence records id {seq} as written, so appending would reuse ids"
         )));
     }
-    let has_index: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='index' AND name='idx_events_id_desc')",
-        [],
-        |r| r.get(0),
-    )?;
-    if has_index {
+    if schema.has_index("idx_events_id_desc") {
         let indexed: Option<i64> = conn
             .query_row(
                 "SELECT id FROM events INDEXED BY idx_events_id_desc ORDER BY id DESC LIMIT 1",
@@ -85,7 +82,8 @@ pub fn sqlite_check(ledger: &Ledger, full: bool, limit: u32) -> Result<Vec<Strin
     }
     // The writers' own guard, which SQLite's check does not know about.
     let head = ledger.head()?;
-    if let Some(why) = unsafe_head(conn, head.as_ref()).map_err(|e| ledger.err(e))? {
+    let schema = schema::of(conn).map_err(|e| ledger.err(e))?;
+    if let Some(why) = unsafe_head(conn, &schema, head.as_ref()).map_err(|e| ledger.err(e))? {
         out.push(why);
     }
     Ok(out)

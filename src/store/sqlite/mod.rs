@@ -23,6 +23,7 @@ mod merkle;
 mod open;
 mod path;
 mod reads;
+mod schema;
 mod traits;
 pub mod vectors;
 

@@ -1,12 +1,15 @@
 //! Opening a ledger file: a writer (creating it, WAL, the busy wait, the schema and the
 //! append-only list of migrations keyed on `PRAGMA user_version`), a reader (read-only, or
 //! `immutable` at rest), a one-look reader and a checker; each refuses what is not a ledger
-//! before anything in the file changes.
+//! before anything in the file changes. What they ask of the file's schema (its tables, the
+//! `events` columns, `user_version`) is the connection's snapshot (`schema`), read
+//! once and again only after a change.
 
 use super::path::{
     check_path, companions_forbidden, not_regular, read_mode, recover_companions, sqlite_path,
     unreadable_companions, ReadMode,
 };
+use super::schema::{self, Schema};
 use super::{busy, fts, map_err, merkle, vectors, Ledger, DEFAULT_BUSY_TIMEOUT_MS};
 use crate::{Error, Result};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
@@ -108,13 +111,9 @@ impl Ledger {
         // one, would otherwise leave a copy of its text in the file's free space, which an
         // erasure later cannot reach.
         self.conn.pragma_update(None, "secure_delete", "ON")?;
-        let has_tables: bool = self.conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%')",
-            [],
-            |r| r.get(0),
-        )?;
-        let has_events = self.has_events_table()?;
-        if has_tables && !has_events {
+        let schema = schema::of(&self.conn)?;
+        let has_events = schema.has_table("events");
+        if schema.has_user_tables() && !has_events {
             return Err(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
                 Some("a SQLite database without an events table".into()),
@@ -123,7 +122,7 @@ impl Ledger {
         // Another program's `events` table is refused before anything in the file changes
         // (the switch to WAL below is kept in the file).
         if has_events {
-            if let Some(why) = foreign_events(&self.conn)? {
+            if let Some(why) = foreign_events(&schema) {
                 return Err(rusqlite::Error::SqliteFailure(
                     rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
                     Some(why),
@@ -195,25 +194,18 @@ impl Ledger {
     }
 
     pub(super) fn has_events_table(&self) -> rusqlite::Result<bool> {
-        self.conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='events')",
-            [],
-            |r| r.get(0),
-        )
+        Ok(schema::of(&self.conn)?.has_table("events"))
     }
 
     pub(super) fn migrate(&mut self) -> rusqlite::Result<()> {
-        let version = |c: &Connection| -> rusqlite::Result<usize> {
-            c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
-                .map(|v| v.max(0) as usize)
-        };
-        if version(&self.conn)? >= MIGRATIONS.len() {
+        let version = |s: &Schema| s.version().max(0) as usize;
+        if version(&*schema::of(&self.conn)?) >= MIGRATIONS.len() {
             return Ok(());
         }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let from = version(&tx)?;
+        let from = version(&*schema::at_begin(&tx)?);
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(from) {
             tx.execute_batch(sql)?;
             for (_, code) in MIGRATED_IN_CODE.iter().filter(|(n, _)| *n == i + 1) {
@@ -295,7 +287,8 @@ impl Ledger {
                 why: "no events table".into(),
             });
         }
-        if let Some(why) = foreign_events(&ledger.conn).map_err(|e| ledger.err(e))? {
+        let schema = schema::of(&ledger.conn).map_err(|e| ledger.err(e))?;
+        if let Some(why) = foreign_events(&schema) {
             return Err(Error::NotALedger {
                 path: path.into(),
                 why,
@@ -338,21 +331,17 @@ impl Ledger {
 
 /// Why a file's `events` table is not a ledger's (another program's table of that name), or
 /// `None`: it must have the ledger's seven columns.
-pub(super) fn foreign_events(conn: &Connection) -> rusqlite::Result<Option<String>> {
-    let mut st = conn.prepare("SELECT name FROM pragma_table_info('events')")?;
-    let have: Vec<String> = st
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+pub(super) fn foreign_events(schema: &Schema) -> Option<String> {
     let missing: Vec<&str> = ["id", "ts", "kind", "content", "meta", "prev_hash", "hash"]
         .into_iter()
-        .filter(|c| !have.iter().any(|h| h.eq_ignore_ascii_case(c)))
+        .filter(|c| !schema.events_columns().any(|h| h.eq_ignore_ascii_case(c)))
         .collect();
-    Ok((!missing.is_empty()).then(|| {
+    (!missing.is_empty()).then(|| {
         format!(
             "its events table is not a ledger's (no column {})",
             missing.join(", ")
         )
-    }))
+    })
 }
 /// Turns off SQLite's memory statistics for this process, before any connection is opened: with
 /// them on (the bundled build's default) every allocation SQLite makes takes one process-wide

@@ -142,17 +142,11 @@ CREATE TABLE IF NOT EXISTS pmm_vector_pack (
 /// their own (`unnamed-MID`, never the number of a model registered later); packs are rebuilt
 /// from the stored vectors when either was lost.
 pub(crate) fn restore(conn: &Connection) -> rusqlite::Result<()> {
-    if has_tables(conn)? {
+    let schema = super::schema::of(conn)?;
+    if super::Derived::Vectors.have_in(conn, &schema)? == super::Have::Whole {
         return Ok(());
     }
-    let exists = |name: &str| -> rusqlite::Result<bool> {
-        conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM main.sqlite_master WHERE name = ?1)",
-            [name],
-            |r| r.get(0),
-        )
-    };
-    let whole_stores = exists("pmm_vectors")? && exists("pmm_vector_pack")?;
+    let whole_stores = schema.has("pmm_vectors") && schema.has("pmm_vector_pack");
     conn.execute_batch(TABLES)?;
     conn.execute(
         "INSERT OR IGNORE INTO pmm_embed_models (mid, name, dim)
@@ -618,22 +612,14 @@ fn nearest<'q>(
 /// Whether the vectors are keyed by one integer (migration 5); a ledger that only readers
 /// have opened since has them keyed by `(mid, id)`, and is read as it is.
 fn keyed(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM pragma_table_info('pmm_vectors') WHERE name = 'key')",
-        [],
-        |r| r.get(0),
-    )
+    Ok(super::schema::of(conn)?.vectors_keyed())
 }
 
 /// What to select for the packs' magnitude bits: `mags`, or `x''` in a ledger that only
 /// readers have opened since migration 6 added them (it is searched by the sign bits alone
 /// until a writer opens it).
 fn magnitudes_column(conn: &Connection) -> rusqlite::Result<&'static str> {
-    let has: bool = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM pragma_table_info('pmm_vector_pack') WHERE name = 'mags')",
-        [],
-        |r| r.get(0),
-    )?;
+    let has = super::schema::of(conn)?.pack_has_mags();
     Ok(if has { "mags" } else { "x''" })
 }
 
