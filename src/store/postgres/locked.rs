@@ -21,7 +21,14 @@ pub(crate) struct Locked {
     pub(crate) last_event: i64,
     /// The last shared vector's `seq` (0: none).
     pub(crate) vectors_seq: i64,
+    /// The events after the id [`PgLog::lock_head`] was asked to read after, read in its round
+    /// trip: at most [`PREFETCH`], in id order (`None` when not asked, or not readable).
+    pub(crate) prefetched: Option<(i64, Vec<Event>)>,
 }
+
+/// How many events [`PgLog::lock_head`] reads in its round trip: a cache that other hosts'
+/// appends left a few events behind catches up without a read of its own under the lock.
+pub(crate) const PREFETCH: i64 = 64;
 
 /// [`Locked`] from the rows of [`PgLog::lock_head`]'s statements (text, as a simple query
 /// returns them): the head row's, then the ends'.
@@ -40,6 +47,42 @@ fn locked(messages: &[SimpleQueryMessage]) -> Option<Locked> {
         }),
         last_event: int(ends.get(0))?,
         vectors_seq: int(ends.get(1))?,
+        prefetched: None,
+    })
+}
+
+/// The prefetch's events: the rows after the head row's and the ends' (`None` when one does
+/// not read as an event: the catch-up then reads them itself).
+fn prefetched(messages: &[SimpleQueryMessage]) -> Option<Vec<Event>> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .skip(2)
+        .map(text_row_event)
+        .collect()
+}
+
+/// An event from a row of the prefetch (text, as a simple query returns it: the content as
+/// hex), or `None` when a value does not read as one.
+fn text_row_event(r: &postgres::SimpleQueryRow) -> Option<Event> {
+    let hex = r.get(3)?;
+    let digit = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let content: Option<Vec<u8>> = hex
+        .as_bytes()
+        .chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(*p.get(1)?)?))
+        .collect();
+    Some(Event {
+        id: r.get(0)?.parse().ok()?,
+        ts: r.get(1)?.to_string(),
+        kind: r.get(2)?.into(),
+        content: String::from_utf8(content?).ok()?,
+        meta: r.get(4)?.to_string(),
+        prev_hash: r.get(5).map(str::to_string),
+        hash: r.get(6).map(str::to_string),
     })
 }
 
@@ -56,7 +99,10 @@ impl PgLog {
     /// One round trip: `BEGIN`, the lock, and (a statement after the lock, so that its
     /// snapshot sees what the last holder committed) where the events and the shared vectors
     /// end, which lets a cache that already holds them skip its catch-up's reads.
-    pub(crate) fn lock_head(&mut self) -> Result<Locked> {
+    ///
+    /// With `after`, the same round trip reads the first [`PREFETCH`] events after that id
+    /// ([`Locked::prefetched`]): what a cache's catch-up reads first (`replica::pull`).
+    pub(crate) fn lock_head(&mut self, after: Option<i64>) -> Result<Locked> {
         let started = Instant::now();
         let budget = Duration::from_millis(self.ctx.busy_ms);
         let begin = match self.isolation {
@@ -64,19 +110,27 @@ impl PgLog {
             IsolationLevel::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
             _ => "BEGIN ISOLATION LEVEL READ COMMITTED",
         };
-        let sql = format!(
+        let mut sql = format!(
             "{begin}; SELECT id, hash FROM pmm_head FOR UPDATE; \
              SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors)"
         );
+        if let Some(after) = after {
+            sql.push_str(&format!(
+                "; SELECT id, ts, kind, encode(content, 'hex'), meta, prev_hash, hash \
+                 FROM events WHERE id > {after} ORDER BY id LIMIT {PREFETCH}"
+            ));
+        }
         let mut attempt: u32 = 0;
         loop {
             let c = self.client.get_mut();
             match c.simple_query(&sql) {
                 Ok(messages) => {
-                    return locked(&messages).ok_or_else(|| {
+                    let mut ends = locked(&messages).ok_or_else(|| {
                         let _ = c.batch_execute("ROLLBACK");
                         self.ctx.fail("the head row could not be read")
-                    })
+                    })?;
+                    ends.prefetched = after.and_then(|a| prefetched(&messages).map(|v| (a, v)));
+                    return Ok(ends);
                 }
                 Err(e) => {
                     let _ = c.batch_execute("ROLLBACK");
@@ -292,6 +346,7 @@ impl PgLog {
     /// Up to `limit` events after `after`, in id order (a cache catching up). One round trip
     /// (the parameters' types given: nothing to prepare).
     pub(crate) fn events_after(&self, after: i64, limit: i64) -> Result<Vec<Event>> {
+        self.reads_after.set(self.reads_after.get() + 1);
         let rows = self
             .client
             .borrow_mut()

@@ -64,7 +64,7 @@ use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row};
 use std::cell::RefCell;
 use std::time::Duration;
 
-pub(crate) use locked::{Feed, Locked, SharedVector};
+pub(crate) use locked::{Feed, Locked, SharedVector, PREFETCH};
 pub use url::is_postgres_url;
 
 /// Refuses a PostgreSQL URL where only a SQLite file's path is taken (exit 2): a `REF:`
@@ -257,6 +257,9 @@ pub struct PgLog {
     isolation: IsolationLevel,
     /// Head locks taken again so far (serialization failures, deadlocks).
     retries: u64,
+    /// Catch-up reads of events so far ([`PgLog::events_after`]): what the head lock's
+    /// prefetch spares shows here.
+    reads_after: std::cell::Cell<u64>,
     /// The cache's `COPY` of its new events, prepared once per connection ([`PgLog::push`]).
     copy: Option<postgres::Statement>,
     /// The URL as given (never shown: it may hold a password) and whether the session is
@@ -319,6 +322,7 @@ impl PgLog {
             ctx: Ctx { shown, busy_ms },
             isolation: IsolationLevel::ReadCommitted,
             retries: 0,
+            reads_after: Default::default(),
             copy: None,
             given: url.to_string(),
             read_only,
@@ -354,6 +358,11 @@ impl PgLog {
     /// serialization failure or deadlock.
     pub fn retries(&self) -> u64 {
         self.retries
+    }
+
+    /// How many times a catch-up read events of its own (outside the head lock's round trip).
+    pub fn reads_after(&self) -> u64 {
+        self.reads_after.get()
     }
 
     /// Runs `sql` on this connection as it is (tests and tools: a role, a grant).

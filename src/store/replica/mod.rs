@@ -41,7 +41,7 @@ pub mod witness;
 
 pub use cached::{Cached, CachedBatch, FAULT_ENV};
 
-use super::postgres::{Locked, PgLog};
+use super::postgres::{Locked, PgLog, PREFETCH};
 use super::sqlite::{self, Batch, Reads};
 use super::Head;
 use crate::chain::event_digest;
@@ -80,7 +80,13 @@ pub(crate) struct Lease<'a> {
 impl<'a> Lease<'a> {
     /// Locks the head row when `up` is a writer's and `lock` asks for it: the server's head
     /// as of the lock.
-    pub(crate) fn take(up: &'a mut Upstream, lock: bool) -> Result<(Lease<'a>, Option<Head>)> {
+    /// With `after` (a writer's), the lock's round trip also reads the first events after
+    /// that id, which the catch-up then need not read ([`PgLog::lock_head`]).
+    pub(crate) fn take(
+        up: &'a mut Upstream,
+        lock: bool,
+        after: Option<i64>,
+    ) -> Result<(Lease<'a>, Option<Head>)> {
         if !up.writer || !lock {
             return Ok((
                 Lease {
@@ -95,10 +101,10 @@ impl<'a> Lease<'a> {
         }
         // A connection the server closed while this program waited (a restart) is found
         // closed by its first use: connected again, the lock is taken once more.
-        let ends = match up.log.lock_head() {
+        let ends = match up.log.lock_head(after) {
             Ok(ends) => ends,
             Err(e) => match up.log.revive()? {
-                true => up.log.lock_head()?,
+                true => up.log.lock_head(after)?,
                 false => return Err(e),
             },
         };
@@ -260,7 +266,8 @@ fn refuse_if_diverged(verified: &Head, log: &PgLog, cache: &Path) -> Result<()> 
 /// events were read. Under a writer's lock, what the lock saw spares the reads that would
 /// find nothing: the server ending at the cache's own head (id and hash) is still holding it,
 /// and has nothing after it.
-pub(crate) fn pull(batch: &mut Batch<'_>, lease: &Lease<'_>) -> Result<u64> {
+pub(crate) fn pull(batch: &mut Batch<'_>, lease: &mut Lease<'_>) -> Result<u64> {
+    let prefetched = lease.ends.as_mut().and_then(|e| e.prefetched.take());
     let log = lease.log();
     let ends = lease.ends.as_ref();
     let held = |e: &Locked| {
@@ -268,14 +275,25 @@ pub(crate) fn pull(batch: &mut Batch<'_>, lease: &Lease<'_>) -> Result<u64> {
     };
     let pulled = match ends {
         Some(e) if held(e) => 0,
-        _ => pull_events(batch, log)?,
+        _ => pull_events(batch, log, prefetched)?,
     };
     pull_vectors(batch, log, ends.map(|e| e.vectors_seq))?;
     Ok(pulled)
 }
 
-/// [`pull`]'s events.
-fn pull_events(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
+/// The id a cache whose head is `head` reads the server's events after: its head's own
+/// event comes first, to show that the server still holds it.
+pub(crate) fn read_after(head: Option<&Head>) -> i64 {
+    head.map_or(0, |h| h.id - 1)
+}
+
+/// [`pull`]'s events; the first page is `prefetched` when the head lock's round trip read it
+/// after the same id ([`PgLog::lock_head`]).
+fn pull_events(
+    batch: &mut Batch<'_>,
+    log: &PgLog,
+    mut prefetched: Option<(i64, Vec<Event>)>,
+) -> Result<u64> {
     let mut pulled = 0u64;
     let mut scratch = Vec::with_capacity(1024);
     let mut erased = false;
@@ -283,11 +301,21 @@ fn pull_events(batch: &mut Batch<'_>, log: &PgLog) -> Result<u64> {
     let mut held = batch.head().cloned();
     loop {
         let after = batch.head().map_or(0, |h| h.id);
-        let mut page = log.events_after(after - i64::from(held.is_some()), PAGE)?;
+        let from = after - i64::from(held.is_some());
         // A short page is the server's end as of this read: no second round trip to learn
         // that nothing follows (under the head lock nothing can; without it, the next
         // catch-up reads what came since).
-        let last_page = (page.len() as i64) < PAGE;
+        let (mut page, last_page) = match prefetched.take() {
+            Some((a, page)) if a == from => {
+                let short = (page.len() as i64) < PREFETCH;
+                (page, short)
+            }
+            _ => {
+                let page = log.events_after(from, PAGE)?;
+                let short = (page.len() as i64) < PAGE;
+                (page, short)
+            }
+        };
         if let Some(head) = held.take() {
             still_held(&head, &mut page, log)?;
         }

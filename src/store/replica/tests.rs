@@ -13,7 +13,7 @@ use crate::event::{Kind, NewEvent};
 use crate::store::contract::{Fresh, TS};
 use crate::store::log::{EventLog, Writer};
 use crate::store::postgres::tests::{psql, server, Postgres};
-use crate::store::postgres::PgLog;
+use crate::store::postgres::{PgLog, PREFETCH};
 use postgres::IsolationLevel;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,6 +75,17 @@ mod contract {
 
 fn ev(i: usize) -> NewEvent {
     NewEvent::new(Kind::TestEvent, format!("event {i}"), Default::default()).unwrap()
+}
+
+/// Every event of `l`, in id order.
+fn all_events(l: &dyn EventLog) -> Vec<crate::event::Event> {
+    let mut v = Vec::new();
+    l.scan(&Default::default(), &mut |e| {
+        v.push(e);
+        Ok(true)
+    })
+    .unwrap();
+    v
 }
 
 /// The server's rows, as a check that must see them reads them.
@@ -355,6 +366,35 @@ fn a_cache_behind_by_more_than_a_page_catches_up_every_event() {
     }
 }
 
+/// A writer's catch-up under the head lock reads nothing of its own when the other hosts
+/// appended fewer events than the lock's round trip reads ([`PREFETCH`]), odd bytes and all,
+/// and pages on from there when they appended more; its cache ends up as the server's.
+#[test]
+fn a_writer_behind_catches_up_from_the_locks_own_read() {
+    let Some(log) = CachedPg::new() else { return };
+    let mut a = log.host("a", 30_000);
+    let mut b = log.host("b", 30_000);
+    b.append_one(&ev(0), TS).unwrap();
+    let odd = "it's a \\ back'slash $$ \u{0} é😀\n";
+    let mut tricky = NewEvent::new(Kind::TestEvent, odd, Default::default()).unwrap();
+    tricky.meta = serde_json::json!({"q": odd}).as_object().unwrap().clone();
+    for n in [3, PREFETCH as usize + 10] {
+        a.transact(&mut |tx| {
+            for _ in 0..n {
+                tx.append_linked(&tricky, TS)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let before = b.server_mut().reads_after();
+        b.append_one(&ev(1), TS).unwrap();
+        let reads = b.server_mut().reads_after() - before;
+        assert_eq!(reads, u64::from(n as i64 >= PREFETCH), "{n} behind");
+        assert_eq!(b.head().unwrap(), on_server(log.url()).head().unwrap());
+        assert_eq!(all_events(&b), all_events(&on_server(log.url())));
+    }
+}
+
 /// An append of a few events is one statement whose values are written as SQL text, a big
 /// one a binary `COPY`: both store exactly the bytes the cache holds (quotes, backslashes,
 /// dollar signs, NUL, astral characters, a line break), even with the server's
@@ -388,15 +428,7 @@ fn a_small_and_a_big_push_store_the_same_bytes_as_the_cache() {
         Ok(())
     })
     .unwrap();
-    let all = |l: &dyn EventLog| {
-        let mut v = Vec::new();
-        l.scan(&Default::default(), &mut |e| {
-            v.push(e);
-            Ok(true)
-        })
-        .unwrap();
-        v
-    };
+    let all = all_events;
     let cached = all(&host);
     assert_eq!(cached.len(), 5);
     assert_eq!(all(&on_server(log.url())), cached, "the server's rows");
