@@ -19,12 +19,14 @@
 //!   `events` table has SQLite's columns (`id, ts, kind, content, meta, prev_hash, hash`; the
 //!   content is `bytea`, so that any text an event holds, NUL included, round-trips), with
 //!   `UNIQUE(hash)` and `UNIQUE(prev_hash)`: a fork is an error, never a state.
-//! - An append (`locked`: `PgLog::lock_head`, `PgLog::push`, `PgLog::commit_locked`) is one
-//!   short READ COMMITTED transaction around the host cache's own write: `SELECT … FROM
-//!   pmm_head FOR UPDATE` (a waiter re-reads the row its predecessor updated, so it links to the
-//!   new head), the cache caught up to that head and refused when the head row and the events
-//!   disagree, the cache's new events (linked by `super::log::link`, the bytes `pmm-append`
-//!   writes) pushed in one `COPY`, the head row moved, commit. Serialization failures (40001,
+//! - An append (`locked`: `PgLog::lock_head`, `PgLog::push_and_commit`) is one short READ
+//!   COMMITTED transaction around the host cache's own write: `SELECT … FROM pmm_head FOR
+//!   UPDATE` (a waiter re-reads the row its predecessor updated, so it links to the new head;
+//!   the same round trip reads the first events the cache lacks), the cache caught up to that
+//!   head and refused when the head row and the events disagree, the cache's new events
+//!   (linked by `super::log::link`, the bytes `pmm-append` writes) pushed, the head row moved
+//!   and the transaction committed in one statement (a big push: one binary `COPY`, then the
+//!   move and the commit). Serialization failures (40001,
 //!   when a session is forced to REPEATABLE READ or SERIALIZABLE) and deadlocks (40P01) of the
 //!   lock are retried with jittered back-off until the busy timeout; a lock wait past it is
 //!   [`crate::Error::Busy`], as on SQLite. Sessions set `idle_in_transaction_session_timeout`
@@ -43,7 +45,7 @@
 //! Every program opens a PostgreSQL ledger by URL through `store::Ledger`, as the host cache
 //! `store::replica::Cached` (this module knows nothing of it, nor of SQLite): the events and
 //! their derived indexes are cached on each host, and an append locks the head row around the
-//! local write session (`PgLog::lock_head`, `PgLog::push`). `docs/scale-out.md` is the
+//! local write session (`PgLog::lock_head`, `PgLog::push_and_commit`). `docs/scale-out.md` is the
 //! user's guide.
 //!
 //! # Next step
