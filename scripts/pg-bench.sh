@@ -11,7 +11,7 @@
 #   --seconds N  how long each append measurement runs (default 5)
 #   --release    build the --library benchmark and the --size programs optimised (the streams
 #                always run release binaries, `cargo build --release --bin pmm-append`, unless --bins)
-#   --bins DIR   run the streams on the pmm-append in DIR instead of building release
+#   --bins DIR   run the streams (and, with --size, the programs) on the binaries in DIR instead of building them
 #   --library    also the library rows: `Writer::append_one` on `store::replica::Cached`, the
 #                path every program's append takes, without a program's start (before issue 47
 #                they timed a write straight on the server that no program took; it is gone)
@@ -167,10 +167,12 @@ fi
 
 ((size > 0)) || exit 0
 
-# 5. The programs on an N-event ledger.
-cargo build "${profile[@]}" --quiet --bins
+# 5. The programs on an N-event ledger (built here, unless --bins names them).
+[ -n "$relbin" ] || cargo build "${profile[@]}" --quiet --bins
 bindir=target/$([ ${#profile[@]} -gt 0 ] && echo release || echo debug)
 [ -n "${CARGO_TARGET_DIR:-}" ] && bindir="$CARGO_TARGET_DIR/${bindir#target/}"
+# --bins names the binaries to time here too (the streams above ran on them).
+[ -n "$relbin" ] && bindir="$relbin"
 url="postgres://postgres@127.0.0.1:$port/scale?sslmode=disable"
 "${psql[@]}" -d postgres -c "CREATE DATABASE scale"
 file="$work/scale.db"

@@ -30,16 +30,39 @@ pub(crate) struct Locked {
 /// appends left a few events behind catches up without a read of its own under the lock.
 pub(crate) const PREFETCH: i64 = 64;
 
+/// The rows of each statement of a simple query, in order (a statement ends at its
+/// `CommandComplete`): `BEGIN`'s none, then the head row's, the ends', the prefetch's.
+fn statements(messages: &[SimpleQueryMessage]) -> Vec<Vec<&postgres::SimpleQueryRow>> {
+    let mut out = vec![Vec::new()];
+    for m in messages {
+        match m {
+            SimpleQueryMessage::Row(r) => out.last_mut().expect("one at least").push(r),
+            SimpleQueryMessage::CommandComplete(_) => out.push(Vec::new()),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// [`Locked`] from the rows of [`PgLog::lock_head`]'s statements (text, as a simple query
-/// returns them): the head row's, then the ends'.
-fn locked(messages: &[SimpleQueryMessage]) -> Option<Locked> {
-    let mut rows = messages.iter().filter_map(|m| match m {
-        SimpleQueryMessage::Row(r) => Some(r),
-        _ => None,
-    });
-    let (head, ends) = (rows.next()?, rows.next()?);
+/// returns them): exactly one head row and one row of ends, else `None` (a head row deleted
+/// behind pmm's back is no head), and the prefetch's events when it read them.
+fn locked(messages: &[SimpleQueryMessage], prefetch: Option<i64>) -> Option<Locked> {
+    let statements = statements(messages);
+    let ([head], [ends]) = (statements.get(1)?.as_slice(), statements.get(2)?.as_slice()) else {
+        return None;
+    };
     let int = |v: Option<&str>| v.map_or(Some(0), |t| t.parse::<i64>().ok());
     let id = int(head.get(0))?;
+    // A row that does not read as an event leaves the catch-up to read for itself.
+    let prefetched = prefetch.and_then(|after| {
+        let rows = statements.get(3)?;
+        let events = rows
+            .iter()
+            .map(|r| text_row_event(r))
+            .collect::<Option<_>>()?;
+        Some((after, events))
+    });
     Some(Locked {
         head: (id > 0).then(|| Head {
             id,
@@ -47,22 +70,8 @@ fn locked(messages: &[SimpleQueryMessage]) -> Option<Locked> {
         }),
         last_event: int(ends.get(0))?,
         vectors_seq: int(ends.get(1))?,
-        prefetched: None,
+        prefetched,
     })
-}
-
-/// The prefetch's events: the rows after the head row's and the ends' (`None` when one does
-/// not read as an event: the catch-up then reads them itself).
-fn prefetched(messages: &[SimpleQueryMessage]) -> Option<Vec<Event>> {
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(r),
-            _ => None,
-        })
-        .skip(2)
-        .map(text_row_event)
-        .collect()
 }
 
 /// An event from a row of the prefetch (text, as a simple query returns it: the content as
@@ -102,7 +111,9 @@ impl PgLog {
     ///
     /// With `after`, the same round trip reads the first [`PREFETCH`] events after that id
     /// ([`Locked::prefetched`]): what a cache's catch-up reads first (`replica::pull`).
-    pub(crate) fn lock_head(&mut self, after: Option<i64>) -> Result<Locked> {
+    /// The event `held` (the cache's own head, which the catch-up only compares by id and
+    /// hash) comes without its content.
+    pub(crate) fn lock_head(&mut self, after: Option<i64>, held: Option<i64>) -> Result<Locked> {
         let started = Instant::now();
         let budget = Duration::from_millis(self.ctx.busy_ms);
         let begin = match self.isolation {
@@ -116,8 +127,9 @@ impl PgLog {
         );
         if let Some(after) = after {
             sql.push_str(&format!(
-                "; SELECT id, ts, kind, encode(content, 'hex'), meta, prev_hash, hash \
-                 FROM events WHERE id > {after} ORDER BY id LIMIT {PREFETCH}"
+                "; SELECT id, ts, kind, CASE WHEN id = {} THEN '' ELSE encode(content, 'hex') END, \
+                 meta, prev_hash, hash FROM events WHERE id > {after} ORDER BY id LIMIT {PREFETCH}",
+                held.unwrap_or(0)
             ));
         }
         let mut attempt: u32 = 0;
@@ -125,12 +137,10 @@ impl PgLog {
             let c = self.client.get_mut();
             match c.simple_query(&sql) {
                 Ok(messages) => {
-                    let mut ends = locked(&messages).ok_or_else(|| {
+                    return locked(&messages, after).ok_or_else(|| {
                         let _ = c.batch_execute("ROLLBACK");
                         self.ctx.fail("the head row could not be read")
-                    })?;
-                    ends.prefetched = after.and_then(|a| prefetched(&messages).map(|v| (a, v)));
-                    return Ok(ends);
+                    });
                 }
                 Err(e) => {
                     let _ = c.batch_execute("ROLLBACK");
@@ -296,8 +306,11 @@ impl PgLog {
         if vectors.is_empty() {
             if let Some(sql) = one_statement(head, feed)? {
                 let PgLog { client, ctx, .. } = self;
+                // A repeated hash or id of `events` is a fork; any other error (a second
+                // erasure of one event, say) is the server's, as on the `COPY` path.
                 return client.get_mut().batch_execute(&sql).map_err(|e| {
-                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                    let of_events = e.as_db_error().and_then(|d| d.table()) == Some("events");
+                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && of_events {
                         fork_error(explain(&e))
                     } else {
                         ctx.err(e)
@@ -399,7 +412,8 @@ pub(crate) struct SharedVector {
 /// Hands a write transaction's events, in id order, to the function it is given ([`PgLog::push`]).
 pub(crate) type Feed<'a> = &'a mut dyn FnMut(&mut dyn FnMut(&Event) -> Result<()>) -> Result<()>;
 
-/// The most SQL text [`one_statement`] writes; a push that needs more is a binary `COPY`.
+/// The most SQL text [`one_statement`] writes (a row's share estimated before it is written);
+/// a push that needs more is a binary `COPY`.
 const ONE_STATEMENT_MAX: usize = 64 * 1024;
 
 /// The push of the events `feed` hands over (made after the locked head `head`, in id order),
@@ -414,9 +428,17 @@ fn one_statement(head: Option<&Head>, feed: Feed<'_>) -> Result<Option<String>> 
     let mut prev = head.and_then(|h| h.hash.clone());
     let mut last: Option<Head> = None;
     let mut over = false;
-    feed(&mut |ev: &Event| {
-        if over {
-            return Ok(());
+    let fed = feed(&mut |ev: &Event| {
+        // What the row takes at most (hex doubles the texts), before it is written: a push
+        // that will not fit stops the feed at once and goes as a `COPY`.
+        let row =
+            2 * (ev.ts.len() + ev.kind.as_str().len() + ev.content.len() + ev.meta.len()) + 400;
+        if sql.len() + after.len() + row > ONE_STATEMENT_MAX {
+            over = true;
+            return Err(crate::Error::bad_input(
+                None,
+                "a push too big for one statement",
+            ));
         }
         sql.push_str(if last.is_none() {
             "INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) VALUES ("
@@ -434,11 +456,12 @@ fn one_statement(head: Option<&Head>, feed: Feed<'_>) -> Result<Option<String>> 
             id: ev.id,
             hash: ev.hash.clone(),
         });
-        over = sql.len() + after.len() > ONE_STATEMENT_MAX;
         Ok(())
-    })?;
-    if over {
-        return Ok(None);
+    });
+    match fed {
+        // The feed stopped because the push is too big, not on an error of its own.
+        Err(_) if over => return Ok(None),
+        other => other?,
     }
     if !sql.is_empty() {
         sql.push_str("; ");

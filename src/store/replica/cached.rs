@@ -4,7 +4,7 @@
 //! server then the cache) lives in one place, under the contract suite, and the SQLite types
 //! stay a file's and nothing else.
 
-use super::{pull, read_after, Lease, Upstream};
+use super::{pull, Lease, Upstream};
 use crate::event::{Event, NewEvent};
 use crate::store::log::Writer;
 use crate::store::log::{
@@ -111,8 +111,9 @@ impl Cached {
         server.log.revive()?;
         // Where the cache ends before its transaction (another program on this host may yet
         // move it: the catch-up then reads for itself), for the lock's round trip to read on.
-        let after = lock.then(|| cache.head().map(|h| read_after(h.as_ref())));
-        let (mut lease, server_head) = Lease::take(server, lock, after.and_then(Result::ok))?;
+        let before = lock.then(|| cache.head().ok()).flatten();
+        let (mut lease, server_head) =
+            Lease::take(server, lock, before.as_ref().map(Option::as_ref))?;
         let mut batch = cache.begin()?;
         pull(&mut batch, &mut lease)?;
         let at = batch.head().map_or(0, |h| h.id);

@@ -80,13 +80,15 @@ pub(crate) struct Lease<'a> {
 impl<'a> Lease<'a> {
     /// Locks the head row when `up` is a writer's and `lock` asks for it: the server's head
     /// as of the lock.
-    /// With `after` (a writer's), the lock's round trip also reads the first events after
-    /// that id, which the catch-up then need not read ([`PgLog::lock_head`]).
+    /// With the cache's head as it was before the lock (a writer's), the lock's round trip
+    /// also reads the first events the catch-up would read ([`PgLog::lock_head`]).
     pub(crate) fn take(
         up: &'a mut Upstream,
         lock: bool,
-        after: Option<i64>,
+        cache_head: Option<Option<&Head>>,
     ) -> Result<(Lease<'a>, Option<Head>)> {
+        let after = cache_head.map(read_after);
+        let held = cache_head.flatten().map(|h| h.id);
         if !up.writer || !lock {
             return Ok((
                 Lease {
@@ -101,10 +103,10 @@ impl<'a> Lease<'a> {
         }
         // A connection the server closed while this program waited (a restart) is found
         // closed by its first use: connected again, the lock is taken once more.
-        let ends = match up.log.lock_head(after) {
+        let ends = match up.log.lock_head(after, held) {
             Ok(ends) => ends,
             Err(e) => match up.log.revive()? {
-                true => up.log.lock_head(after)?,
+                true => up.log.lock_head(after, held)?,
                 false => return Err(e),
             },
         };

@@ -340,6 +340,19 @@ fn an_append_refuses_a_head_row_that_disagrees_with_the_events() {
     }
 }
 
+/// A head row deleted behind pmm's back is no head: an append is refused, and nothing is
+/// written (the lock's reply is read statement by statement, never by counting rows).
+#[test]
+fn an_append_refuses_a_missing_head_row() {
+    let Some(log) = CachedPg::new() else { return };
+    let mut a = log.host("a", 30_000);
+    a.append_one(&ev(0), TS).unwrap();
+    psql(log.url(), "DELETE FROM pmm_head").unwrap();
+    let err = a.append_one(&ev(1), TS).unwrap_err().to_string();
+    assert!(err.contains("the head row could not be read"), "{err}");
+    assert_eq!(on_server(log.url()).max_id().unwrap(), 1, "nothing written");
+}
+
 /// A host far behind catches up page by page ([`super::PAGE`] events a read): a page that
 /// ends exactly at the server's end, and one past it, leave nothing behind, and a short page
 /// ends the catch-up without another read.
