@@ -26,6 +26,23 @@ const STYLE: &str = include_str!("report/report.css");
 pub const VERIFY_JS: &str = include_str!("report/verify.js");
 const VIEWS_JS: &str = include_str!("report/views.js");
 const PANELS_JS: &str = include_str!("report/panels.js");
+/// hash-wasm's SHA-256 library, vendored unchanged (`report/vendor/hash-wasm/README.md`): the
+/// page takes its WebAssembly module.
+const HASH_WASM_JS: &str = include_str!("report/vendor/hash-wasm/sha256.umd.min.js");
+/// Its licence, which goes with the module into every page.
+const HASH_WASM_LICENSE: &str = include_str!("report/vendor/hash-wasm/LICENSE");
+
+/// hash-wasm's SHA-256 module in base64, as its library holds it (the `data` of the module
+/// named `sha256`); the page's verifier compiles it where the browser allows, and checks its
+/// digest against the one `verify.js` pins.
+pub fn sha256_wasm_base64() -> &'static str {
+    const KEY: &str = "name:\"sha256\",data:\"";
+    let start = HASH_WASM_JS
+        .find(KEY)
+        .map_or(HASH_WASM_JS.len(), |at| at + KEY.len());
+    let rest = &HASH_WASM_JS[start..];
+    &rest[..rest.find('"').unwrap_or(0)]
+}
 
 /// What opens the events block: the reader looks for exactly this.
 pub const EVENTS_OPEN: &str = r#"<script type="application/json" id="pmm-events">"#;
@@ -69,7 +86,7 @@ fn csp_hash(text: &str) -> String {
 /// The policy: nothing from outside, no connection, only this page's own script and style.
 pub fn content_security_policy() -> String {
     format!(
-        "default-src 'none'; script-src {} {} {}; style-src {}; img-src data:; font-src 'none'; \
+        "default-src 'none'; script-src 'wasm-unsafe-eval' {} {} {}; style-src {}; img-src data:; font-src 'none'; \
          connect-src 'none'; media-src 'none'; object-src 'none'; frame-src 'none'; \
          worker-src 'none'; manifest-src 'none'; base-uri 'none'; form-action 'none'",
         csp_hash(VERIFY_JS),
@@ -174,7 +191,9 @@ fn shell(opts: &ReportOptions) -> (String, String) {
     };
     let csp = html_text(&content_security_policy());
     let (title, exported_at) = (html_text(title), html_text(&opts.exported_at));
-    let values: [(&str, &str); 9] = [
+    let values: [(&str, &str); 11] = [
+        ("SHA256_WASM", sha256_wasm_base64()),
+        ("SHA256_WASM_LICENSE", HASH_WASM_LICENSE.trim_end()),
         ("CSP", &csp),
         ("TITLE", &title),
         ("EXPORTED_AT", &exported_at),
@@ -281,6 +300,36 @@ impl<W: Write> super::Sink for HtmlWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::script_json_str;
+    use base64::Engine as _;
+    use sha2::Digest as _;
+
+    #[test]
+    fn the_embedded_sha256_module_is_the_pinned_one() {
+        let b64 = super::sha256_wasm_base64();
+        let module = super::B64.decode(b64).expect("base64");
+        assert!(module.starts_with(b"\0asm"), "not a WebAssembly module");
+        let digest: String = super::Sha256::digest(&module)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let pin = super::VERIFY_JS
+            .split_once("const WASM_SHA256 = \"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(pin, _)| pin)
+            .expect("verify.js pins the module");
+        assert_eq!(
+            pin, digest,
+            "pin this digest in verify.js (vendor/hash-wasm/README.md)"
+        );
+        // The module goes into every page once, before the verifier, with its licence in a
+        // comment that nothing in the licence can end early.
+        let (head, tail) = super::shell(&super::ReportOptions::default());
+        let page = head + &tail;
+        assert_eq!(page.matches("id=\"pmm-sha256-wasm\"").count(), 1);
+        assert!(page.contains(&format!("id=\"pmm-sha256-wasm\">{b64}</script>\n<script>")));
+        assert!(!super::HASH_WASM_LICENSE.contains("--"));
+        assert!(page.contains("Copyright (c) 2020 Dani Bir"));
+    }
 
     fn escaped(s: &str) -> String {
         let mut out = Vec::new();

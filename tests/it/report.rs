@@ -535,7 +535,11 @@ fn the_page_makes_no_request_and_its_policy_refuses_them() {
         assert!(csp.contains(must), "{csp} lacks {must}");
     }
     assert!(!csp.contains("http"), "{csp}");
-    assert!(!csp.contains("unsafe"), "{csp}");
+    // The one source with "unsafe" in its name lets the page's own scripts compile
+    // WebAssembly (the SHA-256 module, whose digest verify.js pins): never inline script,
+    // `eval` or inline event handlers.
+    assert_eq!(csp.matches("unsafe").count(), 1, "{csp}");
+    assert!(csp.contains("script-src 'wasm-unsafe-eval' "), "{csp}");
     // Chromium's own network log of a load that visits every view: nothing the page asked for
     // (the browser's own update and account checks are "not an origin").
     let log = pmm.path("net.json");
@@ -767,9 +771,11 @@ fn the_verifier_script_passes_its_unit_tests_in_the_browser() {
         "<!doctype html><meta charset=\"utf-8\"><title>verify.js</title><output id=\"unit-results\"></output>\
          <script type=\"application/json\" id=\"unit-cases\">{}</script>\
          <script type=\"application/json\" id=\"unit-escaped\">{}</script>\
+         <script type=\"application/wasm\" id=\"pmm-sha256-wasm\">{}</script>\
          <script>{}</script><script>{}</script>",
         script_json(&cases),
         String::from_utf8(esc).unwrap(),
+        pmm::interchange::report::sha256_wasm_base64(),
         pmm::interchange::report::VERIFY_JS,
         include_str!("report_unit.js"),
     );
@@ -925,4 +931,56 @@ fn a_report_refuses_what_would_make_it_lie_before_writing_anything() {
         text.contains(&vkey) && !text.contains("PRIVATE+KEY"),
         "the verifier key only"
     );
+}
+
+#[test]
+fn the_page_hashes_in_webassembly_where_it_can_and_in_javascript_alike() {
+    let Some(chrome) = chromium("the report's two SHA-256s") else {
+        return;
+    };
+    let pmm = Pmm::new();
+    pmm.seed(40);
+    let html = export(&pmm, "mind.html", &[]);
+    let cli = cli_verdict(&pmm, &html);
+    let same = |v: &BTreeMap<String, String>, how: &str| {
+        assert_eq!(v["data-status"], "ok", "{how}");
+        assert_eq!(v["data-events"], cli["events"].to_string(), "{how}");
+        assert_eq!(v["data-head"], cli["last_hash"].as_str().unwrap(), "{how}");
+        assert_eq!(v["data-root"], root(&pmm), "{how}");
+    };
+    let page = verdict(&dump_dom(&chrome, &html, "", &[]));
+    same(&page, "the page as exported");
+    assert_eq!(page["data-sha"], "wasm", "the module did not load");
+    // A browser that will not compile WebAssembly (V8 without a compiler) checks in JavaScript.
+    let jitless = verdict(&dump_dom(
+        &chrome,
+        &html,
+        "",
+        &["--js-flags=--jitless".to_string()],
+    ));
+    same(&jitless, "--jitless");
+    assert_eq!(jitless["data-sha"], "js");
+    // A module that is not the pinned one is not run: one base64 letter changed.
+    let text = std::fs::read_to_string(&html).unwrap();
+    let open = "id=\"pmm-sha256-wasm\">";
+    let at = text.find(open).unwrap() + open.len() + 100;
+    let letter = if &text[at..=at] == "A" { "B" } else { "A" };
+    let bent = pmm.path("bent.html");
+    std::fs::write(&bent, format!("{}{letter}{}", &text[..at], &text[at + 1..])).unwrap();
+    let dom = dump_dom(&chrome, &bent, "", &[]);
+    let other = verdict(&dom);
+    same(&other, "a changed module");
+    assert_eq!(other["data-sha"], "js");
+    // The banner says which SHA-256 checked the page, and why not the module.
+    let facts = |dom: &str| {
+        let at = dom.find("<dl id=\"integrity-facts\"").unwrap();
+        dom[at..at + dom[at..].find("</dl>").unwrap()].to_string()
+    };
+    assert!(
+        facts(&dom).contains("SHA-256 in JavaScript (the module is not the pinned one)"),
+        "{}",
+        facts(&dom)
+    );
+    let exported = dump_dom(&chrome, &html, "", &[]);
+    assert!(facts(&exported).contains("SHA-256 in WebAssembly"));
 }

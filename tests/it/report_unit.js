@@ -13,38 +13,60 @@
   const utf8 = (s) => new TextEncoder().encode(s);
   const subtleHex = async (bytes) => PMM.hex(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)));
   try {
-    // SHA-256: the NIST vectors, then every length from 0 to 300 and a few large ones
-    // against WebCrypto.
-    const nist = [
-      ["", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"],
-      ["abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"],
-      ["abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"],
-      ["a".repeat(1000000), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"],
-    ];
-    for (const [m, want] of nist) check(PMM.hex(PMM.sha256Utf8(m)) === want, "sha256 NIST vector of length " + m.length);
-    for (const n of [...Array(301).keys(), 1023, 1024, 65535, 65536, 200001]) {
-      const b = new Uint8Array(n);
-      for (let i = 0; i < n; i++) b[i] = (i * 131 + n) & 255;
-      check(PMM.hex(PMM.sha256(b)) === await subtleHex(b), "sha256 of " + n + " bytes differs from WebCrypto");
-    }
-    // Event hashes against WebCrypto's SHA-256 of payload(ev), for contents that need no
-    // escape and contents that do, at lengths that make the verifier's buffer grow (odd
-    // sizes included: its word view needs whole words).
-    for (const n of [0, 1, 55, 63, 64, 1000, 65531, 65537, 131075, 1048583]) {
-      for (const tail of ["", "\"", "\u00e9\u2028\ud83d\ude00\n"]) {
-        const ev = { content: "x".repeat(n) + tail, kind: "user_message", meta: '{"role":"user"}', prev_hash: n ? "ab".repeat(32) : null };
-        check(PMM.eventHash(ev) === await subtleHex(utf8(PMM.payload(ev))), "event hash of a content of " + n + " + " + tail.length + " characters");
+    // Every hash twice: through the page's SHA-256 module (hash-wasm's, in WebAssembly) and
+    // through verify.js's own SHA-256 in JavaScript, which a browser that refuses the module
+    // uses.
+    check(PMM.engine.use("wasm"), "the SHA-256 module did not load: " + PMM.engine.why());
+    for (const engine of ["wasm", "js"]) {
+      check(PMM.engine.use(engine) && PMM.engine.name() === engine, "the " + engine + " SHA-256 is not in use");
+      // SHA-256: the NIST vectors, then every length from 0 to 300 and a few large ones
+      // against WebCrypto.
+      const nist = [
+        ["", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"],
+        ["abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"],
+        ["abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"],
+        ["a".repeat(1000000), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"],
+      ];
+      for (const [m, want] of nist) check(PMM.hex(PMM.sha256Utf8(m)) === want, "sha256 NIST vector of length " + m.length);
+      for (const n of [...Array(301).keys(), 1023, 1024, 16383, 16384, 16385, 32768, 32769, 65535, 65536, 200001]) {
+        const b = new Uint8Array(n);
+        for (let i = 0; i < n; i++) b[i] = (i * 131 + n) & 255;
+        check(PMM.hex(PMM.sha256(b)) === await subtleHex(b), "sha256 of " + n + " bytes differs from WebCrypto");
+      }
+      // Event hashes against WebCrypto's SHA-256 of payload(ev), for contents that need no
+      // escape and contents that do, at lengths that make the verifier's buffer grow (odd
+      // sizes included: its word view needs whole words).
+      for (const n of [0, 1, 55, 63, 64, 1000, 65531, 65537, 131075, 1048583]) {
+        for (const tail of ["", "\"", "\u00e9\u2028\ud83d\ude00\n"]) {
+          const ev = { content: "x".repeat(n) + tail, kind: "user_message", meta: '{"role":"user"}', prev_hash: n ? "ab".repeat(32) : null };
+          check(PMM.eventHash(ev) === await subtleHex(utf8(PMM.payload(ev))), "event hash of a content of " + n + " + " + tail.length + " characters");
+        }
+      }
+      // Canonical JSON and event hashes: the CPython corpora (each case one event of a chain).
+      for (const c of cases.canon) {
+        let got;
+        try { got = PMM.canonMeta(c.input); } catch (e) { got = "refused: " + e.message; }
+        check(got === c.canonical, "canonical form of " + JSON.stringify(c.input) + ": " + got + " != " + c.canonical);
+        let h;
+        try { h = PMM.eventHash({ content: c.content, kind: c.kind, meta: c.input, prev_hash: c.prev_hash }); } catch (e) { h = "refused"; }
+        check(h === c.hash, "event hash of the case with input " + JSON.stringify(c.input));
+      }
+      // The Merkle root: Go's sumdb/tlog roots for sizes 1 to 70 (tests/fixtures/merkle).
+      for (let n = 1; n < cases.merkle.roots.length; n++) {
+        check(PMM.merkleRoot(cases.merkle.leaves.slice(0, n)) === cases.merkle.roots[n], "Merkle root of size " + n);
+      }
+      check(PMM.merkleRoot([]) === "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "the empty tree's root");
+      // The chain: links, ids, repeats and erasures as pmm-verify reports them.
+      for (const t of cases.chains) {
+        const chain = new PMM.Chain({});
+        for (const ev of t.events) chain.check(ev);
+        const v = chain.finish();
+        const got = v.findings.map((f) => f.id + ":" + f.problem).sort().join(",");
+        check(got === t.findings, t.name + ": findings " + got + ", pmm-verify " + t.findings);
+        check(v.erased.size === t.erased, t.name + ": erased " + v.erased.size + ", pmm-verify " + t.erased);
       }
     }
-    // Canonical JSON and event hashes: the CPython corpora (each case one event of a chain).
-    for (const c of cases.canon) {
-      let got;
-      try { got = PMM.canonMeta(c.input); } catch (e) { got = "refused: " + e.message; }
-      check(got === c.canonical, "canonical form of " + JSON.stringify(c.input) + ": " + got + " != " + c.canonical);
-      let h;
-      try { h = PMM.eventHash({ content: c.content, kind: c.kind, meta: c.input, prev_hash: c.prev_hash }); } catch (e) { h = "refused"; }
-      check(h === c.hash, "event hash of the case with input " + JSON.stringify(c.input));
-    }
+    PMM.engine.use("wasm");
     // Floats: what src/canon float_repr gives for the same numbers.
     for (const [text, want] of cases.floats) {
       const got = PMM.floatRepr(Number(text));
@@ -59,20 +81,6 @@
     // Escaping: what report.rs wrote into a JSON block reads back as the original strings.
     const back = JSON.parse(document.getElementById("unit-escaped").textContent);
     check(JSON.stringify(back) === JSON.stringify(cases.escaped), "escaped strings do not read back");
-    // The Merkle root: Go's sumdb/tlog roots for sizes 1 to 70 (tests/fixtures/merkle).
-    for (let n = 1; n < cases.merkle.roots.length; n++) {
-      check(PMM.merkleRoot(cases.merkle.leaves.slice(0, n)) === cases.merkle.roots[n], "Merkle root of size " + n);
-    }
-    check(PMM.merkleRoot([]) === "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "the empty tree's root");
-    // The chain: links, ids, repeats and erasures as pmm-verify reports them.
-    for (const t of cases.chains) {
-      const chain = new PMM.Chain({});
-      for (const ev of t.events) chain.check(ev);
-      const v = chain.finish();
-      const got = v.findings.map((f) => f.id + ":" + f.problem).sort().join(",");
-      check(got === t.findings, t.name + ": findings " + got + ", pmm-verify " + t.findings);
-      check(v.erased.size === t.erased, t.name + ": erased " + v.erased.size + ", pmm-verify " + t.erased);
-    }
     // A signed note of Go's sumdb/note opens; one byte changed does not.
     const go = await PMM.openCheckpoint({ key: cases.note.key, note: cases.note.note });
     check(go.ok && go.checkpoint.size === 70 && go.checkpoint.root === cases.merkle.roots[70], "Go's signed checkpoint: " + go.why);

@@ -41,6 +41,7 @@
   // The digest of buf.bytes[0..len) into H, padding it in place: the buffer must have room for
   // the padding (len + 72 bytes).
   function digestInPlace(buf, len) {
+    if (wasm !== null) { wasm.digest(buf.bytes, len); return; }
     const m = buf.bytes;
     const total = ((len + 9 + 63) >> 6) << 6;
     m[len] = 0x80;
@@ -50,6 +51,79 @@
     m[total - 5] = (len / 0x20000000) | 0;
     compress(buf.words, total >> 2);
   }
+  // ---- SHA-256 in WebAssembly: hash-wasm's module (vendor/hash-wasm/README.md), which
+  // pmm-export embeds as base64 in #pmm-sha256-wasm. In Chromium it hashes about twice as fast
+  // as compress() (10^5 events and their tree: 0.3 s less to the verdict). compress() does the
+  // work where there is no such block, its bytes are not the module pinned here, or the
+  // browser will not compile it (no WebAssembly, a policy without 'wasm-unsafe-eval', V8
+  // without a compiler): the verdict is the same either way.
+  const WASM_SHA256 = "7ad88dae37c322722a047435058ffc5e4f3315762c7114dfa740e5db6b474c87";
+  // The module's own buffer holds 16 KiB: a longer message goes through it in parts.
+  const WASM_PART = 16384;
+  function WasmSha(x) {
+    const at = x.Hash_GetBuffer();
+    this.x = x;
+    this.mem = new Uint8Array(x.memory.buffer, at, WASM_PART);
+    this.out = new Int32Array(x.memory.buffer, at, 8);
+  }
+  // The digest of bytes[0..len) into H.
+  WasmSha.prototype.digest = function (bytes, len) {
+    const x = this.x, mem = this.mem;
+    if (len <= WASM_PART) {
+      mem.set(len === bytes.length ? bytes : bytes.subarray(0, len));
+      x.Hash_Calculate(len, 256);
+    } else {
+      x.Hash_Init(256);
+      for (let at = 0; at < len; at += WASM_PART) {
+        const n = Math.min(WASM_PART, len - at);
+        mem.set(bytes.subarray(at, at + n));
+        x.Hash_Update(n);
+      }
+      x.Hash_Final();
+    }
+    const o = this.out;
+    for (let i = 0; i < 8; i++) {
+      const w = o[i];
+      H[i] = LITTLE ? (w << 24) | ((w & 0xff00) << 8) | ((w >>> 8) & 0xff00) | (w >>> 24) : w;
+    }
+  };
+  // The module from the page's block, or null (and why, for the tests and the Integrity view).
+  let wasm = null;
+  let engineWhy = "";
+  function loadWasm() {
+    const node = typeof document === "undefined" ? null : document.getElementById("pmm-sha256-wasm");
+    if (!node) { engineWhy = "no module in the page"; return null; }
+    try {
+      const text = node.textContent.trim();
+      const bin = atob(text);
+      const bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      if (hex(sha256(bytes)) !== WASM_SHA256) { engineWhy = "the module is not the pinned one"; return null; }
+      const x = new WebAssembly.Instance(new WebAssembly.Module(bytes), {}).exports;
+      const w = new WasmSha(x);
+      // One known digest before it is trusted with the page: sha256("abc").
+      w.digest(new Uint8Array([97, 98, 99]), 3);
+      if (H[0] !== (0xba7816bf | 0) || H[7] !== (0xf20015ad | 0)) { engineWhy = "the module's digest of \"abc\" is wrong"; return null; }
+      return w;
+    } catch (e) {
+      engineWhy = String(e && e.message ? e.message : e);
+      return null;
+    }
+  }
+  // Which SHA-256 the verifier uses: "wasm" when the module loaded, else "js". The tests
+  // switch between them with use("js") and use("wasm") (false when it is not available).
+  let loaded = null;
+  const engine = {
+    name() { return wasm !== null ? "wasm" : "js"; },
+    why() { return engineWhy; },
+    use(name) {
+      if (name === "js") { wasm = null; return true; }
+      if (loaded === null) loaded = loadWasm() || false;
+      wasm = loaded || null;
+      return wasm !== null;
+    },
+  };
+
   function digestBytes() {
     const out = new Uint8Array(32);
     for (let i = 0; i < 8; i++) {
@@ -704,8 +778,10 @@
     return { ok: true, why: "", key: key, checkpoint: checkpoint };
   }
 
+  engine.use("wasm");
+
   window.PMM = {
-    sha256: sha256, sha256Ascii: sha256Ascii, sha256Utf8: sha256Utf8, hex: hex, fromHex: fromHex,
+    engine: engine, sha256: sha256, sha256Ascii: sha256Ascii, sha256Utf8: sha256Utf8, hex: hex, fromHex: fromHex,
     canonStr: canonStr, canonJson: canonJson, canonMeta: canonMeta, floatRepr: floatRepr,
     payload: payload, eventHash: eventHash, leafHash: leafHash, nodeHash: nodeHash,
     RootHasher: RootHasher, merkleRoot: merkleRoot, Chain: Chain,

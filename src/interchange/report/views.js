@@ -329,6 +329,7 @@
     out.setAttribute("data-erased", String(v.erased.size));
     out.setAttribute("data-checkpoint", v.checkpoint);
     out.setAttribute("data-ms", String(ms));
+    out.setAttribute("data-sha", PMM.engine.name());
     out.setAttribute("data-status", v.status);
     const banner = $("integrity");
     banner.className = "banner " + v.status;
@@ -342,7 +343,7 @@
     fact("Merkle root", v.root ? v.root.slice(0, 16) + "…" : "— (a window)");
     fact("erased", String(v.erased.size));
     fact("checkpoint", v.checkpoint === "none" ? "none embedded" : v.checkpoint + (v.cp && v.cp.key ? " · signed by " + v.cp.key.name + "+" + v.cp.key.hash : "") + (v.cp && v.cp.why ? " · " + v.cp.why : ""));
-    fact("checked in", ms + " ms");
+    fact("checked in", ms + " ms, SHA-256 " + (PMM.engine.name() === "wasm" ? "in WebAssembly" : "in JavaScript" + (PMM.engine.why() ? " (" + PMM.engine.why() + ")" : "")));
     const paint = performance.getEntriesByType("paint").find((p) => p.name === "first-contentful-paint");
     if (paint) document.documentElement.setAttribute("data-first-paint-ms", String(Math.round(paint.startTime)));
     if (current && views[current].refresh) views[current].refresh();
