@@ -303,15 +303,30 @@ mod tests {
     use base64::Engine as _;
     use sha2::Digest as _;
 
+    fn sha256_hex(bytes: &[u8]) -> String {
+        super::Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[test]
+    fn the_vendored_library_is_the_pinned_version() {
+        // hash-wasm 4.13.0's dist/sha256.umd.min.js from the npm tarball, unchanged: the
+        // digest its README records (vendor/hash-wasm/README.md says how to update both).
+        const PINNED: &str = "0ab0ba5a8242ca02d4403e08a60b9308cb7322a175c3a5c3071c595fad1e65de";
+        assert_eq!(sha256_hex(super::HASH_WASM_JS.as_bytes()), PINNED);
+        let readme = include_str!("report/vendor/hash-wasm/README.md");
+        assert!(readme.contains(PINNED) && readme.contains("# hash-wasm 4.13.0"));
+        assert!(super::HASH_WASM_LICENSE.starts_with("MIT License"));
+    }
+
     #[test]
     fn the_embedded_sha256_module_is_the_pinned_one() {
         let b64 = super::sha256_wasm_base64();
         let module = super::B64.decode(b64).expect("base64");
         assert!(module.starts_with(b"\0asm"), "not a WebAssembly module");
-        let digest: String = super::Sha256::digest(&module)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let digest = sha256_hex(&module);
         let pin = super::VERIFY_JS
             .split_once("const WASM_SHA256 = \"")
             .and_then(|(_, rest)| rest.split_once('"'))
