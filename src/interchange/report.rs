@@ -336,6 +336,7 @@ mod tests {
             pin, digest,
             "pin this digest in verify.js (vendor/hash-wasm/README.md)"
         );
+        assert!(include_str!("report/vendor/hash-wasm/README.md").contains(&digest));
         // The module goes into every page once, before the verifier, with its licence in a
         // comment that nothing in the licence can end early.
         let (head, tail) = super::shell(&super::ReportOptions::default());
