@@ -67,6 +67,30 @@
       }
     }
     PMM.engine.use("wasm");
+    // The events block read in parts (a report too long for one string): the same events
+    // as JSON.parse of the whole, at every part size; refused where the whole is no JSON; and
+    // never other events than the whole's.
+    const parts = (text, size) => PMM.parseInParts(document.createTextNode(text), size);
+    const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+    const evs = [{ id: 1, content: "a,\nb ] [ \",\n\"", meta: "{\"k\":[1,2]}" }, { id: 2, content: "" }, { id: 3, content: "\u2028 ,\n,\n" }];
+    const good = ["[]", " \n[ ] \n", "[" + JSON.stringify(evs[0]) + "]", "\r\n [" + evs.map((e) => JSON.stringify(e)).join(",\n") + "]\n"];
+    const refusedTexts = ["[" + JSON.stringify(evs[0]) + ",\n]", "[,\n" + JSON.stringify(evs[0]) + "]", "[{\"id\":1},\n,\n{\"id\":2}]", "{\"id\":1}]", "[{\"id\":1}", "[{\"id\":1},\n{\"id\":2}] x", "\u00a0[]"];
+    const nested = '[{"id":1,"x":[1,\n2]},\n{"id":2}]';
+    for (let size = 1; size <= 90; size++) {
+      for (const text of good) {
+        let got;
+        try { got = parts(text, size); } catch (e) { got = "refused: " + e.message; }
+        check(same(got, JSON.parse(text)), "read in parts of " + size + ": " + JSON.stringify(text) + " gave " + JSON.stringify(got));
+      }
+      for (const text of refusedTexts) {
+        let refused = false;
+        try { parts(text, size); } catch (e) { refused = true; }
+        check(refused, "read in parts of " + size + ", accepted " + JSON.stringify(text));
+      }
+      let got = null;
+      try { got = parts(nested, size); } catch (e) { got = null; }
+      check(got === null || same(got, JSON.parse(nested)), "read in parts of " + size + ", other events than the whole's");
+    }
     // Floats: what src/canon float_repr gives for the same numbers.
     for (const [text, want] of cases.floats) {
       const got = PMM.floatRepr(Number(text));

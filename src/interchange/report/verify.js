@@ -761,6 +761,53 @@
     };
   };
 
+  // ---- The events block, when it is too long to read as one string (views.js).
+  // The array "[" EVENT (",\n" EVENT)* "]" read 2^25 characters at a time (`size` is for the
+  // tests): each run of whole events is parsed as an array of its own, so no string holds the
+  // whole text. It never accepts what JSON.parse of the whole would refuse, nor reads it
+  // otherwise: a cut falls only on a ",\n" (which no JSON string can hold), and an empty run
+  // ("[,\n", ",\n,\n", ",\n]") is refused. It refuses a ",\n" inside an event, which
+  // pmm-export never writes (one event a line, each on one line).
+  const SPACE_HEAD = /^[ \t\n\r]+/, SPACE_TAIL = /[ \t\n\r]+$/, BLANK = /^[ \t\n\r]*$/;
+  function parseInParts(t, size) {
+    const step = size || 1 << 25;
+    const total = t.length;
+    const out = [];
+    let at = 0, carry = "", opened = false, cuts = 0;
+    while (at < total) {
+      const n = Math.min(step, total - at);
+      let s = carry + t.substringData(at, n);
+      at += n;
+      carry = "";
+      if (!opened) {
+        s = s.replace(SPACE_HEAD, "");
+        if (s === "" && at < total) continue;
+        if (s[0] !== "[") throw new Error("the events block is not a JSON array");
+        s = s.slice(1);
+        opened = true;
+      }
+      let run;
+      if (at >= total) {
+        s = s.replace(SPACE_TAIL, "");
+        if (s[s.length - 1] !== "]") throw new Error("the events block does not end its array");
+        run = s.slice(0, -1);
+      } else {
+        const cut = s.lastIndexOf(",\n");
+        if (cut < 0) { carry = s; continue; }
+        run = s.slice(0, cut);
+        carry = s.slice(cut + 2);
+        cuts++;
+      }
+      if (BLANK.test(run)) {
+        if (cuts > 0) throw new Error("an empty element in the events array");
+        continue;
+      }
+      const got = JSON.parse("[" + run + "]");
+      for (let i = 0; i < got.length; i++) out.push(got[i]);
+    }
+    return out;
+  }
+
   // ---- Signed checkpoints (C2SP signed note + tlog-checkpoint, src/chain/note.rs).
   function b64(s) {
     if (!/^[A-Za-z0-9+/]*={0,2}$/.test(s) || s.length % 4 !== 0) throw new Error("not base64");
@@ -825,7 +872,7 @@
     engine: engine, sha256: sha256, sha256Ascii: sha256Ascii, sha256Utf8: sha256Utf8, hex: hex, fromHex: fromHex,
     canonStr: canonStr, canonJson: canonJson, canonMeta: canonMeta, floatRepr: floatRepr,
     payload: payload, eventHash: eventHash, leafHash: leafHash, nodeHash: nodeHash,
-    RootHasher: RootHasher, merkleRoot: merkleRoot, Chain: Chain,
+    RootHasher: RootHasher, merkleRoot: merkleRoot, Chain: Chain, parseInParts: parseInParts,
     parseVerifierKey: parseVerifierKey, parseCheckpointBody: parseCheckpointBody, openCheckpoint: openCheckpoint,
   };
 })();

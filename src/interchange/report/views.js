@@ -34,10 +34,20 @@
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
 
   // ---- The events, as embedded.
+  // The block's text, parsed. A text longer than the longest string the engine makes (V8:
+  // 2^29 - 24 characters, about 537 MB: a report of about 750,000 events) reads as "" through
+  // textContent, but its text node still gives it in parts (substringData): those are parsed
+  // a part at a time, cut where pmm-export puts one event a line.
+  function readEvents(node) {
+    const text = node.textContent;
+    const t = node.firstChild;
+    if (text !== "" || !t || t.nodeType !== 3 || node.childNodes.length !== 1 || t.length === 0) return JSON.parse(text);
+    return PMM.parseInParts(t);
+  }
   let events = [];
   let loadError = "";
   try {
-    const parsed = JSON.parse($("pmm-events").textContent);
+    const parsed = readEvents($("pmm-events"));
     if (!Array.isArray(parsed)) throw new Error("the events block is not a JSON array");
     events = parsed;
   } catch (e) {
