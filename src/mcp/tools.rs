@@ -77,6 +77,19 @@ pub struct Config {
 /// calling at once, for the few sessions one server serves together.
 const KEPT_READERS: usize = 8;
 
+/// How much of the ledger file a kept reader reads through memory-mapped I/O
+/// ([`crate::store::sqlite::Ledger::map_pages`]): its pages then come from the OS's page
+/// cache, which every reader of every process shares, where each kept reader's own page cache
+/// held a copy of what it last read (the HTTP server's readers take turns among its sessions,
+/// so a reader rarely had the pages of the recall it served next).
+const MAPPED_BYTES: u64 = 1 << 30;
+
+/// Whether a reader is kept between calls: not one opened `immutable` (it would not see later
+/// writes), nor a PostgreSQL ledger's cache.
+fn kept_kind(ledger: &Ledger) -> bool {
+    !ledger.is_at_rest() && ledger.url().is_none()
+}
+
 /// A file's device and inode: a ledger replaced by another file (a restore by `mv`) is not
 /// read through a connection kept on the old one.
 type FileId = (u64, u64);
@@ -142,12 +155,15 @@ impl Config {
             _ => {
                 let mut ledger = Ledger::open_reader(&self.db)?;
                 ledger.keep_vector_packs(self.packs.clone());
+                if kept_kind(&ledger) {
+                    ledger.file().map_pages(MAPPED_BYTES)?;
+                }
                 (ledger, now)
             }
         };
         Ok(Reader {
             cfg: self,
-            keep: !kept.0.is_at_rest() && kept.0.url().is_none(),
+            keep: kept_kind(&kept.0),
             kept: Some(kept),
         })
     }
@@ -898,6 +914,63 @@ mod tests {
         let second = cfg.reader().unwrap();
         drop((restored, second));
         assert_eq!(cfg.readers.lock().unwrap().len(), 2);
+    }
+
+    /// A kept reader reads the file memory-mapped, and still answers as a new reader would:
+    /// events appended after it was opened (past the end of the file it first mapped, and
+    /// moved from the WAL into the file by the erasure's checkpoint), a text erased in place,
+    /// and a ledger restored by `mv` over the one it mapped.
+    #[test]
+    fn mapped_readers_see_appends_erasures_and_restores() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let clock = Clock::pinned("2025-11-24T05:55:41Z").unwrap();
+        ledger_with(&db, &["first"], &clock);
+        let cfg = Config::new(db.clone(), false, 5000, clock);
+        let r = cfg.reader().unwrap();
+        assert_eq!(r.file().mapped_bytes().unwrap(), MAPPED_BYTES);
+        assert_eq!(r.get(1).unwrap().unwrap().content, "first");
+        let size_at_open = std::fs::metadata(&db).unwrap().len();
+        drop(r);
+
+        let long = "a note long enough to fill pages of its own ".repeat(40);
+        let notes: Vec<&str> = std::iter::repeat(long.as_str()).take(200).collect();
+        ledger_with(&db, &notes, &clock);
+        let mut w = Ledger::open_writer(&db, 5000).unwrap();
+        let erased = crate::session::erase(&mut w, &[2], false, "test", "mcp", &clock).unwrap();
+        assert!(
+            erased.wal_truncated,
+            "the appends are now in the file itself"
+        );
+        drop(w);
+        assert!(std::fs::metadata(&db).unwrap().len() > size_at_open);
+
+        let r = cfg.reader().unwrap();
+        assert_eq!(
+            r.file().mapped_bytes().unwrap(),
+            MAPPED_BYTES,
+            "the kept one"
+        );
+        assert_eq!(r.max_id().unwrap(), 202);
+        assert_eq!(r.get(201).unwrap().unwrap().content, long);
+        let gone = r.get(2).unwrap().unwrap();
+        assert_ne!(
+            gone.content, long,
+            "erased in place, not read from an old copy"
+        );
+        assert_eq!(r.get(202).unwrap().unwrap().kind, Kind::from("erasure"));
+        drop(r);
+
+        let other = dir.path().join("b.db");
+        ledger_with(&other, &["restored"], &clock);
+        std::fs::rename(&other, &db).unwrap();
+        for companion in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(format!("a.db{companion}")));
+        }
+        let r = cfg.reader().unwrap();
+        assert_eq!(r.file().mapped_bytes().unwrap(), MAPPED_BYTES);
+        assert_eq!(r.max_id().unwrap(), 1);
+        assert_eq!(r.get(1).unwrap().unwrap().content, "restored");
     }
 
     /// Two calls on one server (two HTTP sessions) run `f` on the projections at the same
