@@ -135,6 +135,30 @@ impl Ledger {
             .map_err(|e| self.err(e))
     }
 
+    /// Reads up to the first `bytes` of the file through SQLite's memory-mapped I/O
+    /// (`PRAGMA mmap_size`): a page is then read where the OS keeps it, shared by every
+    /// connection and process that reads the file, instead of being copied into this
+    /// connection's page cache; pages past `bytes`, and those still in the WAL, are read as
+    /// before. Only for a read-only connection: SQLite maps the file read-only and checks the
+    /// map against the file's size at each read transaction, and pmm never shrinks a ledger
+    /// file (no `VACUUM`, no `auto_vacuum`: erasure zeroes text in place).
+    pub fn map_pages(&self, bytes: u64) -> Result<()> {
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.conn
+            .pragma_update(None, "mmap_size", bytes)
+            .map_err(|e| self.err(e))
+    }
+
+    /// How many bytes of the file this connection reads through memory-mapped I/O
+    /// ([`Ledger::map_pages`]; 0: none).
+    pub fn mapped_bytes(&self) -> Result<u64> {
+        let n: i64 = self
+            .conn
+            .query_row("PRAGMA mmap_size", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        Ok(n.max(0) as u64)
+    }
+
     /// Keeps the vector packs of the model searched in `packs` between searches, for a
     /// process that searches many times (turns read from stdin, `pmm-recall --lines`,
     /// `pmm-mcp`, which shares one cache between the ledgers it opens): a search then reads
