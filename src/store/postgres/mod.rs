@@ -26,7 +26,8 @@
 //!   head and refused when the head row and the events disagree, the cache's new events
 //!   (linked by `super::log::link`, the bytes `pmm-append` writes) pushed, the head row moved
 //!   and the transaction committed in one statement (a big push: one binary `COPY`, then the
-//!   move and the commit). Serialization failures (40001,
+//!   move and the commit; a long write's, such as an import's, several `COPY`s as it goes,
+//!   within the session's idle timeout, [`PgLog::idle_timeout`]). Serialization failures (40001,
 //!   when a session is forced to REPEATABLE READ or SERIALIZABLE) and deadlocks (40P01) of the
 //!   lock are retried with jittered back-off until the busy timeout; a lock wait past it is
 //!   [`crate::Error::Busy`], as on SQLite. Sessions set `idle_in_transaction_session_timeout`

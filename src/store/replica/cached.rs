@@ -181,8 +181,8 @@ impl<'a> CachedBatch<'a> {
     }
 
     /// Pushes to the server, inside its locked transaction, the events made since the last
-    /// push ([`Lease::push`]): they exist only once [`CachedBatch::commit`] commits. A long
-    /// write calls it as it goes ([`CachedBatch::push_if_due`]), so that the server's
+    /// push (`Lease::push`): they exist only once [`CachedBatch::commit`] commits. A long
+    /// write calls it as it goes (`CachedBatch::push_if_due`), so that the server's
     /// transaction never sits idle until the server ends it (issue 47: an import of 10^6
     /// events did, and failed whole).
     pub fn push(&mut self) -> Result<()> {
@@ -200,7 +200,7 @@ impl<'a> CachedBatch<'a> {
     }
 
     /// [`CachedBatch::push`], once the server has waited a share of its idle timeout inside
-    /// this transaction ([`Lease::push_due`]); else nothing.
+    /// this transaction (`Lease::push_due`); else nothing.
     fn push_if_due(&mut self) -> Result<()> {
         if self.lease.push_due() {
             self.push()?;
@@ -209,7 +209,7 @@ impl<'a> CachedBatch<'a> {
     }
 
     /// Inserts an event verbatim (an import) in the cache, pushing what the server has waited
-    /// for when it is due ([`CachedBatch::push_if_due`]).
+    /// for when it is due (`CachedBatch::push_if_due`).
     pub fn insert_verbatim(&mut self, ev: &Event) -> Result<()> {
         self.cache.insert_verbatim(ev)?;
         self.push_if_due()
@@ -318,8 +318,8 @@ impl<'a> ReadsThrough for CachedBatch<'a> {
     }
 }
 
-/// Links and inserts go to the cache's transaction; the commit pushes them.
-/// A long write pushes as it goes ([`CachedBatch::push_if_due`]).
+/// Links and inserts go to the cache's transaction; the commit pushes them (a long write's
+/// as it goes: `CachedBatch::push_if_due`).
 impl Txn for CachedBatch<'_> {
     fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
         let appended = Txn::append_linked(&mut self.cache, ev, ts)?;

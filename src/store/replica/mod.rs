@@ -27,7 +27,10 @@
 //!   and the cache's transaction committed (unsynced: the server holds the events, and a lost
 //!   cache commit is read back). Dropped without a commit, both roll back. The lock is held
 //!   only while the write runs: a model call or an embedding happens before
-//!   [`Cached::begin`], as on SQLite.
+//!   [`Cached::begin`], as on SQLite. A long write (an import) pushes its events as it goes,
+//!   inside the same server transaction (`Lease::push`), so that the server never waits
+//!   idle long enough to end it (`idle_in_transaction_session_timeout`); it is still all or
+//!   nothing.
 //! - **Readers** catch the cache up and read it; they never write to the server (their
 //!   session is read-only).
 //!
