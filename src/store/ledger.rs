@@ -166,14 +166,35 @@ impl<'a> Batch<'a> {
         self.file().head()
     }
 
-    /// Inserts an event verbatim (import; [`sqlite::Batch::insert_verbatim`]).
+    /// Inserts an event verbatim (import; [`sqlite::Batch::insert_verbatim`]; a cached
+    /// ledger's long import pushes to its server as it goes: [`CachedBatch::insert_verbatim`]).
     pub fn insert_verbatim(&mut self, ev: &Event) -> Result<()> {
-        self.file_mut().insert_verbatim(ev)
+        match self {
+            Batch::File(b) => b.insert_verbatim(ev),
+            Batch::Cached(c) => c.insert_verbatim(ev),
+        }
     }
 
-    /// Brings the derived parts up to the events appended so far ([`sqlite::Batch::catch_up`]).
-    pub fn catch_up(&self) -> Result<()> {
-        self.file().catch_up()
+    /// Brings the derived parts up to the events appended so far ([`sqlite::Batch::catch_up`];
+    /// a cached ledger pushes to its server first: [`CachedBatch::catch_up`]).
+    pub fn catch_up(&mut self) -> Result<()> {
+        match self {
+            Batch::File(b) => b.catch_up(),
+            Batch::Cached(c) => c.catch_up(),
+        }
+    }
+
+    /// Makes the hash index an import into an empty ledger dropped again
+    /// ([`sqlite::Batch::restore_hash_index`]); a cached ledger's, after its server's commit
+    /// ([`CachedBatch::restore_hash_index`]).
+    pub fn restore_hash_index(&mut self) -> Result<()> {
+        match self {
+            Batch::File(b) => b.restore_hash_index(),
+            Batch::Cached(c) => {
+                c.restore_hash_index();
+                Ok(())
+            }
+        }
     }
 
     /// Stores vectors inside this transaction ([`sqlite::Batch::put_vectors`]); a cached

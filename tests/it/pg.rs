@@ -471,6 +471,84 @@ fn a_writer_role_and_a_reader_role_get_only_what_docs_scale_out_grants() {
     assert_eq!(r.code, 0, "{r:?}");
 }
 
+/// A workspace on a new database of `server` whose sessions the server ends after `idle_ms`
+/// idle inside a transaction (a database setting, shorter than pmm's own, which pmm keeps).
+fn on_server_idle_for(server: &PgServer, idle_ms: u64) -> Pmm {
+    let pg = on_server(server, None, "cache");
+    let db = db_name(&pg).to_string();
+    server
+        .psql(
+            &db,
+            &format!("ALTER DATABASE {db} SET idle_in_transaction_session_timeout = {idle_ms}"),
+        )
+        .unwrap();
+    pg
+}
+
+/// Issue 47: an import whose local work (reading and verifying the source, the cache's
+/// inserts) outlasts the server's `idle_in_transaction_session_timeout` went idle in the
+/// server's transaction until the server ended the session (25P03), and nothing was imported.
+/// It now pushes to the server as it goes, within the timeout, and is still one transaction:
+/// a source refused at its last event leaves nothing on the server, though most of it was
+/// pushed before that event was read. The database's timeout is lowered (pmm keeps a shorter
+/// one than its own) so that a modest import reproduces it.
+#[test]
+fn an_import_that_outlasts_the_idle_timeout_goes_through_whole_or_not_at_all() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    const IDLE_MS: u64 = 1_000;
+    const EVENTS: usize = 60_000;
+    let mut rows: Vec<serde_json::Value> = (1..=EVENTS)
+        .map(|id| {
+            serde_json::json!({"id": id, "ts": "2025-01-01T00:00:00Z", "kind": "user_message",
+                "content": format!("line {id} of a long import"), "meta": {"role": "user"}})
+        })
+        .collect();
+    let source = crate::harness::rechain(&mut rows);
+    let pg = on_server_idle_for(&server, IDLE_MS);
+    std::fs::write(pg.path("events.jsonl"), &source).unwrap();
+    let started = std::time::Instant::now();
+    let r = pg.run("pmm-append", &["--import", "events.jsonl"], "");
+    let took = started.elapsed();
+    assert_eq!(r.code, 0, "after {took:?}: {}", r.stderr);
+    assert!(
+        took > std::time::Duration::from_millis(IDLE_MS),
+        "the import ({took:?}) must outlast the timeout to test anything: import more events"
+    );
+    let exported: Vec<serde_json::Value> = export(&pg)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(exported == rows, "the server holds the source's events");
+    let r = pg.run("pmm-verify", &[], "");
+    assert_eq!(r.code, 0, "{r:?}");
+
+    // The same source with its last event's text changed: refused, and nothing of it exists.
+    let mut tampered: Vec<&str> = source.lines().collect();
+    let last = tampered
+        .pop()
+        .unwrap()
+        .replace("of a long import", "changed");
+    let tampered = tampered.join("\n") + "\n" + &last + "\n";
+    let empty = on_server_idle_for(&server, IDLE_MS);
+    std::fs::write(empty.path("tampered.jsonl"), tampered).unwrap();
+    let r = empty.run("pmm-append", &["--import", "tampered.jsonl"], "");
+    r.assert_error("pmm-append", &["event 60000: stored hash"]);
+    let db = db_name(&empty).to_string();
+    assert_eq!(
+        server
+            .psql(
+                &db,
+                "SELECT (SELECT count(*) FROM events), (SELECT id FROM pmm_head)"
+            )
+            .unwrap()
+            .trim(),
+        "0|0",
+        "nothing of a refused import is on the server"
+    );
+}
+
 #[test]
 fn a_writer_killed_while_it_holds_the_head_lock_leaves_nothing_and_the_others_go_on() {
     let Some(server) = PgServer::start() else {

@@ -155,12 +155,17 @@ impl PgLog {
         }
     }
 
-    /// Inserts the events `feed` hands over (made by a local write transaction after the
-    /// locked head `head`, in id order) inside the transaction [`PgLog::lock_head`] began, in
-    /// one binary `COPY`; erases the text an erasure among them names. The new head (the
-    /// last event), which [`PgLog::commit_locked`] moves the head row to. A repeated hash or a
-    /// second successor of one hash is a fork error.
-    fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<Option<Head>> {
+    /// Inserts the events `feed` hands over (made by a local write transaction after `head`,
+    /// the locked head or the last event this transaction pushed, in id order) inside the
+    /// transaction [`PgLog::lock_head`] began, in one binary `COPY`; erases the text an
+    /// erasure among them names. The new head (the last event, `None` when the feed had
+    /// none), which the commit moves the head row to. A repeated hash or a second successor of
+    /// one hash is a fork error.
+    ///
+    /// A long write (an import) pushes this way as it goes, so that the server's transaction
+    /// is never idle for long (`replica::Lease::push`); its commit
+    /// ([`PgLog::push_and_commit`]) pushes the rest.
+    pub(crate) fn push(&mut self, head: Option<&Head>, feed: Feed<'_>) -> Result<Option<Head>> {
         use postgres::binary_copy::BinaryCopyInWriter;
         let PgLog {
             client, ctx, copy, ..
@@ -293,18 +298,22 @@ impl PgLog {
     }
 
     /// Pushes the events `feed` hands over (as [`PgLog::push`]) and the vectors (as
-    /// [`PgLog::push_vectors`]), moves the head row and commits. An append of a few events
-    /// and no vectors — what a turn, a tick and a stream of lines write — is one statement,
-    /// one round trip with the head lock held ([`one_statement`]); a bigger one is a binary
-    /// `COPY`, then the head row's move and the commit.
+    /// [`PgLog::push_vectors`]), moves the head row and commits. `head` is the locked head,
+    /// `pushed` the last event this transaction already pushed ([`PgLog::push`]), if any: the
+    /// feed follows it, and the head row moves to it when the feed is empty. An append of a
+    /// few events and no vectors — what a turn, a tick and a stream of lines write — is one
+    /// statement, one round trip with the head lock held ([`one_statement`]); a bigger one is
+    /// a binary `COPY`, then the head row's move and the commit.
     pub(crate) fn push_and_commit(
         &mut self,
         head: Option<&Head>,
+        pushed: Option<&Head>,
         feed: Feed<'_>,
         vectors: &[SharedVector],
     ) -> Result<()> {
+        let after = pushed.or(head);
         if vectors.is_empty() {
-            if let Some(sql) = one_statement(head, feed)? {
+            if let Some(sql) = one_statement(after, pushed, feed)? {
                 let PgLog { client, ctx, .. } = self;
                 // A repeated hash or id of `events` is a fork; any other error (a second
                 // erasure of one event, say) is the server's, as on the `COPY` path.
@@ -318,7 +327,7 @@ impl PgLog {
                 });
             }
         }
-        let moved = self.push(head, feed)?;
+        let moved = self.push(after, feed)?.or_else(|| pushed.cloned());
         self.push_vectors(vectors)?;
         self.commit_locked(moved.as_ref())
     }
@@ -416,13 +425,19 @@ pub(crate) type Feed<'a> = &'a mut dyn FnMut(&mut dyn FnMut(&Event) -> Result<()
 /// a push that needs more is a binary `COPY`.
 const ONE_STATEMENT_MAX: usize = 64 * 1024;
 
-/// The push of the events `feed` hands over (made after the locked head `head`, in id order),
-/// the erasures' scrubbing, the head row's move and `COMMIT`, as one statement of the simple
-/// query protocol — one round trip — or `None` when it would be over [`ONE_STATEMENT_MAX`].
+/// The push of the events `feed` hands over (made after `head`, the locked head or the last
+/// event pushed before, in id order), the erasures' scrubbing, the head row's move (to the
+/// last event, else to `pushed`, the last one pushed before) and `COMMIT`, as one statement
+/// of the simple query protocol — one round trip — or `None` when it would be over
+/// [`ONE_STATEMENT_MAX`].
 /// Every value is written so that no quoting rule of the server can change it: numbers and
 /// booleans as such, texts made only of letters, digits and `-_:.+` between quotes, any other
 /// text or byte string as hex digits the server decodes (`decode(…, 'hex')`).
-fn one_statement(head: Option<&Head>, feed: Feed<'_>) -> Result<Option<String>> {
+fn one_statement(
+    head: Option<&Head>,
+    pushed: Option<&Head>,
+    feed: Feed<'_>,
+) -> Result<Option<String>> {
     let mut sql = String::new();
     let mut after = String::new();
     let mut prev = head.and_then(|h| h.hash.clone());
@@ -467,7 +482,7 @@ fn one_statement(head: Option<&Head>, feed: Feed<'_>) -> Result<Option<String>> 
         sql.push_str("; ");
     }
     sql.push_str(&after);
-    if let Some(Head { id, hash }) = &last {
+    if let Some(Head { id, hash }) = last.as_ref().or(pushed) {
         sql.push_str(&format!("UPDATE pmm_head SET id = {id}, hash = "));
         text_value(&mut sql, hash.as_deref());
         sql.push_str(" WHERE one; ");

@@ -26,7 +26,8 @@
 //!   head and refused when the head row and the events disagree, the cache's new events
 //!   (linked by `super::log::link`, the bytes `pmm-append` writes) pushed, the head row moved
 //!   and the transaction committed in one statement (a big push: one binary `COPY`, then the
-//!   move and the commit). Serialization failures (40001,
+//!   move and the commit; a long write's, such as an import's, several `COPY`s as it goes,
+//!   within the session's idle timeout, [`PgLog::idle_timeout`]). Serialization failures (40001,
 //!   when a session is forced to REPEATABLE READ or SERIALIZABLE) and deadlocks (40P01) of the
 //!   lock are retried with jittered back-off until the busy timeout; a lock wait past it is
 //!   [`crate::Error::Busy`], as on SQLite. Sessions set `idle_in_transaction_session_timeout`
@@ -199,7 +200,9 @@ const SCHEMA_LOCK: i64 = 0x706d_6d5f_7363_6865; // "pmm_sche"
 pub const RECONNECT_FOR: Duration = Duration::from_secs(60);
 
 /// How long a session may sit idle inside a transaction before the server ends it (and frees
-/// the head lock): pmm never waits on anything but the database inside one.
+/// the head lock): pmm never waits on anything but the database inside one. A shorter
+/// `idle_in_transaction_session_timeout` that the server, the database or the role sets is
+/// kept ([`PgLog::idle_timeout`]).
 pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(30);
 
 /// TCP keepalives: a host that vanished is noticed after about idle + interval × retries.
@@ -268,6 +271,8 @@ pub struct PgLog {
     /// read-only, to connect again when the server closed the connection ([`PgLog::revive`]).
     given: String,
     read_only: bool,
+    /// The session's `idle_in_transaction_session_timeout` ([`PgLog::idle_timeout`]).
+    idle: Duration,
 }
 
 impl PgLog {
@@ -319,7 +324,7 @@ impl PgLog {
             Some(c) => config.connect(c),
         }
         .map_err(|e| fail(format!("cannot connect: {}", explain(&e))))?;
-        let log = PgLog {
+        let mut log = PgLog {
             client: RefCell::new(client),
             ctx: Ctx { shown, busy_ms },
             isolation: IsolationLevel::ReadCommitted,
@@ -328,14 +333,21 @@ impl PgLog {
             copy: None,
             given: url.to_string(),
             read_only,
+            idle: IDLE_IN_TRANSACTION,
         };
         // The server's side of the keepalives too (per session, ignored on a Unix socket): a
         // client host that vanished while holding the head lock is noticed after about
         // idle + interval × count, its transaction rolled back and the lock freed.
+        // The idle timeout is pmm's, unless the server, the database or the role already sets
+        // a shorter one (an operator's stricter rule is kept, never loosened); the session's
+        // value comes back, for the pushes of a long write to keep within it.
+        let idle_ms = IDLE_IN_TRANSACTION.as_millis();
         let mut session = format!(
-            "SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {}; \
+            "SELECT ms, set_config('idle_in_transaction_session_timeout', ms::text, false) FROM \
+             (SELECT CASE WHEN setting::bigint BETWEEN 1 AND {idle_ms} THEN setting::bigint ELSE {idle_ms} END AS ms \
+              FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout') AS s; \
+             SET lock_timeout = {}; \
              SET tcp_keepalives_idle = {}; SET tcp_keepalives_interval = {}; SET tcp_keepalives_count = {};",
-            IDLE_IN_TRANSACTION.as_millis(),
             busy_ms.clamp(1, i32::MAX as u64),
             KEEPALIVE_IDLE.as_secs(),
             KEEPALIVE_INTERVAL.as_secs(),
@@ -344,16 +356,29 @@ impl PgLog {
         if read_only {
             session.push_str(" SET default_transaction_read_only = on;");
         }
-        log.client
+        let replies = log
+            .client
             .borrow_mut()
-            .batch_execute(&session)
+            .simple_query(&session)
             .map_err(|e| log.err(e))?;
+        let idle = replies.iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse::<u64>().ok(),
+            _ => None,
+        });
+        log.idle = idle.map_or(IDLE_IN_TRANSACTION, Duration::from_millis);
         Ok(log)
     }
 
     /// The ledger's URL, its password left out.
     pub fn url(&self) -> &str {
         &self.ctx.shown
+    }
+
+    /// How long the server lets this session sit idle inside a transaction before it ends it
+    /// ([`IDLE_IN_TRANSACTION`], or the shorter one the server, database or role set): a
+    /// write whose local work is longer pushes to the server within it.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle
     }
 
     /// How many times the head lock (`PgLog::lock_head`) was taken again after a

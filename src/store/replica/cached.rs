@@ -59,6 +59,9 @@ pub struct CachedBatch<'a> {
     pulled: i64,
     /// The vectors this transaction stored, `(model, dim, event ids)`, pushed at the commit.
     vectors_put: RefCell<Vec<(String, usize, Vec<i64>)>>,
+    /// Whether the cache's hash index, dropped for an import into an empty ledger, is made
+    /// again after the server's commit ([`CachedBatch::restore_hash_index`]).
+    restore_hash_index: bool,
 }
 
 impl Cached {
@@ -131,6 +134,7 @@ impl Cached {
             lease,
             pulled: at,
             vectors_put: Default::default(),
+            restore_hash_index: false,
         })
     }
 
@@ -166,6 +170,67 @@ impl<'a> CachedBatch<'a> {
         self.cache.head()
     }
 
+    /// The events this transaction made that the server does not have yet: after the last
+    /// one pushed, else after the head the cache was caught up to.
+    fn unpushed(&self) -> Filter {
+        let last = self.lease.pushed().map_or(self.pulled, |h| h.id);
+        Filter {
+            since: last.checked_add(1),
+            ..Filter::default()
+        }
+    }
+
+    /// Pushes to the server, inside its locked transaction, the events made since the last
+    /// push (`Lease::push`): they exist only once [`CachedBatch::commit`] commits. A long
+    /// write calls it as it goes (`CachedBatch::push_if_due`), so that the server's
+    /// transaction never sits idle until the server ends it (issue 47: an import of 10^6
+    /// events did, and failed whole).
+    pub fn push(&mut self) -> Result<()> {
+        let mine = self.unpushed();
+        if self.head().map_or(0, |h| h.id) < mine.since.unwrap_or(i64::MAX) {
+            return Ok(());
+        }
+        let CachedBatch { cache, lease, .. } = self;
+        lease.push(&mut |push| {
+            Reads::scan(&*cache, &mine, |ev| {
+                push(&ev)?;
+                Ok(true)
+            })
+        })
+    }
+
+    /// [`CachedBatch::push`], once the server has waited a share of its idle timeout inside
+    /// this transaction (`Lease::push_due`); else nothing.
+    fn push_if_due(&mut self) -> Result<()> {
+        if self.lease.push_due() {
+            self.push()?;
+        }
+        Ok(())
+    }
+
+    /// Inserts an event verbatim (an import) in the cache, pushing what the server has waited
+    /// for when it is due (`CachedBatch::push_if_due`).
+    pub fn insert_verbatim(&mut self, ev: &Event) -> Result<()> {
+        self.cache.insert_verbatim(ev)?;
+        self.push_if_due()
+    }
+
+    /// Brings the cache's derived parts up to the events so far (an import does every 65,536
+    /// events; [`sqlite::Batch::catch_up`]), long local work: what the server has not got yet
+    /// is pushed first.
+    pub fn catch_up(&mut self) -> Result<()> {
+        self.push()?;
+        self.cache.catch_up()
+    }
+
+    /// Has the cache's hash index, which an import into an empty ledger dropped
+    /// ([`sqlite::Batch::defer_hash_index`]), made again after the server's commit, with the
+    /// cache's other indexes: making it is long local work (seconds at 10^6 events), which
+    /// the server's transaction would wait for idle.
+    pub fn restore_hash_index(&mut self) {
+        self.restore_hash_index = true;
+    }
+
     /// [`sqlite::Batch::put_vectors`] on the cache, the vectors kept for the server.
     pub fn put_vectors(&self, name: &str, dim: usize, v: &[(i64, Vec<f32>)]) -> Result<usize> {
         let n = self.cache.put_vectors(name, dim, v)?;
@@ -199,16 +264,13 @@ impl<'a> CachedBatch<'a> {
     pub fn commit(self) -> Result<()> {
         injected_fault()?;
         let vectors = self.vectors_to_push()?;
+        let mine = self.unpushed();
         let CachedBatch {
-            cache,
+            mut cache,
             lease,
-            pulled,
+            restore_hash_index,
             ..
         } = self;
-        let mine = Filter {
-            since: pulled.checked_add(1),
-            ..Filter::default()
-        };
         let head = cache.head().cloned();
         let on_server = lease.commit(
             &vectors,
@@ -220,7 +282,11 @@ impl<'a> CachedBatch<'a> {
             },
             head.as_ref(),
         )?;
-        let caught_up = cache.catch_up();
+        let caught_up = match restore_hash_index {
+            true => cache.restore_hash_index(),
+            false => Ok(()),
+        }
+        .and_then(|()| cache.catch_up());
         match cache.commit_caught_up(caught_up) {
             // What the server committed is the truth: say the append succeeded, and that
             // this host's copy lags (the next program catches it up).
@@ -252,16 +318,19 @@ impl<'a> ReadsThrough for CachedBatch<'a> {
     }
 }
 
-/// Links and inserts go to the cache's transaction; the commit pushes them.
+/// Links and inserts go to the cache's transaction; the commit pushes them (a long write's
+/// as it goes: `CachedBatch::push_if_due`).
 impl Txn for CachedBatch<'_> {
     fn append_linked(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
-        Txn::append_linked(&mut self.cache, ev, ts)
+        let appended = Txn::append_linked(&mut self.cache, ev, ts)?;
+        self.push_if_due()?;
+        Ok(appended)
     }
     fn insert_verbatim(&mut self, ev: &Event, links: Links) -> Result<()> {
         if let Some(why) = verbatim_refusal(self.cache.head(), ev, links) {
             return Err(fork_error(why));
         }
-        self.cache.insert_verbatim(ev)
+        CachedBatch::insert_verbatim(self, ev)
     }
 }
 

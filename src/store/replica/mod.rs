@@ -27,7 +27,10 @@
 //!   and the cache's transaction committed (unsynced: the server holds the events, and a lost
 //!   cache commit is read back). Dropped without a commit, both roll back. The lock is held
 //!   only while the write runs: a model call or an embedding happens before
-//!   [`Cached::begin`], as on SQLite.
+//!   [`Cached::begin`], as on SQLite. A long write (an import) pushes its events as it goes,
+//!   inside the same server transaction (`Lease::push`), so that the server never waits
+//!   idle long enough to end it (`idle_in_transaction_session_timeout`); it is still all or
+//!   nothing.
 //! - **Readers** catch the cache up and read it; they never write to the server (their
 //!   session is read-only).
 //!
@@ -49,10 +52,16 @@ use crate::event::{Event, Kind};
 use crate::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 use witness::{Divergence, Witness};
 
 /// How many events one round trip of a catch-up reads.
 pub(crate) const PAGE: i64 = 5_000;
+
+/// A write whose local work is long (an import) pushes what it has made once the server has
+/// waited this share of its idle timeout ([`PgLog::idle_timeout`]) for a statement: the
+/// server's transaction is never idle long enough for the server to end it.
+const PUSH_WITHIN: u32 = 4;
 
 /// The server behind a cached ledger.
 pub(crate) struct Upstream {
@@ -73,8 +82,13 @@ pub(crate) struct Lease<'a> {
     /// The server's head as of the lock.
     head: Option<Head>,
     /// What the server held as of the lock (a writer's): lets [`pull`] skip the reads of a
-    /// catch-up that has nothing to read.
-    ends: Option<Locked>,
+    /// catch-up that has nothing to read. Boxed: the transaction that holds a lease is a
+    /// variant of `store::Batch`, beside a file's.
+    ends: Option<Box<Locked>>,
+    /// The last event this transaction pushed before its commit ([`Lease::push`]), if any.
+    pushed: Option<Head>,
+    /// When the server last answered inside this transaction: its idle time starts there.
+    answered: Instant,
 }
 
 impl<'a> Lease<'a> {
@@ -97,6 +111,8 @@ impl<'a> Lease<'a> {
                     locked: false,
                     head: None,
                     ends: None,
+                    pushed: None,
+                    answered: Instant::now(),
                 },
                 None,
             ));
@@ -117,7 +133,9 @@ impl<'a> Lease<'a> {
                 witness: &mut up.witness,
                 locked: true,
                 head: head.clone(),
-                ends: Some(ends),
+                ends: Some(Box::new(ends)),
+                pushed: None,
+                answered: Instant::now(),
             },
             head,
         ))
@@ -133,10 +151,38 @@ impl<'a> Lease<'a> {
         self.locked
     }
 
+    /// The last event this transaction pushed before its commit ([`Lease::push`]), if any.
+    pub(crate) fn pushed(&self) -> Option<&Head> {
+        self.pushed.as_ref()
+    }
+
+    /// Whether the server has waited long enough inside this transaction (a writer's) that
+    /// the events made meanwhile should be pushed now ([`PUSH_WITHIN`]).
+    pub(crate) fn push_due(&self) -> bool {
+        self.locked && self.answered.elapsed() >= self.log.idle_timeout() / PUSH_WITHIN
+    }
+
+    /// Inserts on the server the events `feed` hands over (this transaction's, after those
+    /// pushed before, in id order) inside the locked transaction, before its commit: a long
+    /// write keeps the server's transaction from idling until the server ends it. Nothing of
+    /// them exists until [`Lease::commit`]; dropped without it, the server rolls them back
+    /// with the rest. A reader's lease pushes nothing (its commit refuses the events).
+    pub(crate) fn push(&mut self, feed: super::postgres::Feed<'_>) -> Result<()> {
+        if !self.locked {
+            return Ok(());
+        }
+        let after = self.pushed.as_ref().or(self.head.as_ref());
+        if let Some(last) = self.log.push(after, feed)? {
+            self.pushed = Some(last);
+        }
+        self.answered = Instant::now();
+        Ok(())
+    }
+
     /// Inserts on the server the events `feed` hands over (this transaction's own, in id
-    /// order), moves its head row and commits; then writes `head` (the cache's, as caught up
-    /// and appended to) down as verified. A reader's lease takes none. Whether the server
-    /// committed anything.
+    /// order, after those [`Lease::push`] pushed), moves its head row and commits; then writes
+    /// `head` (the cache's, as caught up and appended to) down as verified. A reader's lease
+    /// takes none. Whether the server committed anything.
     pub(crate) fn commit(
         mut self,
         vectors: &[super::postgres::SharedVector],
@@ -159,7 +205,7 @@ impl<'a> Lease<'a> {
             ));
         }
         self.log
-            .push_and_commit(self.head.as_ref(), feed, vectors)?;
+            .push_and_commit(self.head.as_ref(), self.pushed.as_ref(), feed, vectors)?;
         self.locked = false;
         self.witness.record(head);
         Ok(true)
@@ -271,7 +317,7 @@ fn refuse_if_diverged(verified: &Head, log: &PgLog, cache: &Path) -> Result<()> 
 pub(crate) fn pull(batch: &mut Batch<'_>, lease: &mut Lease<'_>) -> Result<u64> {
     let prefetched = lease.ends.as_mut().and_then(|e| e.prefetched.take());
     let log = lease.log();
-    let ends = lease.ends.as_ref();
+    let ends = lease.ends.as_deref();
     let held = |e: &Locked| {
         e.head.as_ref() == batch.head() && e.last_event == e.head.as_ref().map_or(0, |h| h.id)
     };

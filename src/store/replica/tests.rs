@@ -9,7 +9,7 @@
 //! events, the first writers' schema; and the library's append benchmark.
 
 use super::{open_with_cache, Cached};
-use crate::event::{Kind, NewEvent};
+use crate::event::{Event, Kind, NewEvent};
 use crate::store::contract::{Fresh, TS};
 use crate::store::log::{EventLog, Writer};
 use crate::store::postgres::tests::{psql, server, Postgres};
@@ -457,6 +457,104 @@ fn a_small_and_a_big_push_store_the_same_bytes_as_the_cache() {
         .trim(),
         "0"
     );
+}
+
+/// Events 1..=n whose contents are `content(id)`, each linking to the one before, except
+/// those `forked` names, which link to a hash no event has (a source's own fork).
+fn chained(n: i64, forked: &[i64], content: &dyn Fn(i64) -> String) -> Vec<Event> {
+    let mut prev: Option<String> = None;
+    let mut scratch = Vec::new();
+    (1..=n)
+        .map(|id| {
+            let link = match forked.contains(&id) {
+                true => Some("f".repeat(64)),
+                false => prev.clone(),
+            };
+            let text = content(id);
+            let digest = crate::chain::event_digest(
+                &mut scratch,
+                Kind::TestEvent.as_str(),
+                &text,
+                &Default::default(),
+                link.as_deref(),
+            )
+            .unwrap();
+            prev = Some(digest.to_string());
+            Event {
+                id,
+                ts: TS.into(),
+                kind: Kind::TestEvent,
+                content: text,
+                meta: "{}".into(),
+                prev_hash: link,
+                hash: prev.clone(),
+            }
+        })
+        .collect()
+}
+
+/// Issue 47: a long write (an import) pushes its events to the server as it goes, inside the
+/// one locked transaction, so that the server's transaction never idles until the server ends
+/// it. Pushed in pieces — a fork at the edge of one, a last push with nothing after it, then
+/// one with events after it — the server holds what one push at the commit would have: the
+/// same rows, the fork marked, the head row at the last event. Dropped uncommitted after its
+/// pushes, nothing of it exists.
+#[test]
+fn a_write_pushed_in_pieces_before_its_commit_is_one_transaction() {
+    let Some(log) = CachedPg::new() else { return };
+    let events = chained(6, &[3], &|id| format!("event {id}"));
+    let server_rows = || {
+        psql(
+            log.url(),
+            "SELECT count(*), count(*) FILTER (WHERE accepted_break), \
+             (SELECT id FROM pmm_head) FROM events",
+        )
+        .unwrap()
+        .trim()
+        .to_string()
+    };
+    let mut a = log.host("a", 30_000);
+    {
+        let mut tx = a.begin().unwrap();
+        for (i, e) in events.iter().enumerate() {
+            tx.insert_verbatim(e).unwrap();
+            if i % 2 == 0 {
+                tx.push().unwrap();
+            }
+        }
+        tx.push().unwrap();
+        // Dropped: the server rolls every push back.
+    }
+    assert_eq!(server_rows(), "0|0|0", "nothing of an uncommitted write");
+    assert_eq!(a.head().unwrap(), None, "nor in the cache");
+
+    // Pushed up to event 2, then events 3 (the fork) and 4, then nothing: the commit moves
+    // the head row to what was pushed.
+    let mut tx = a.begin().unwrap();
+    for e in &events[..2] {
+        tx.insert_verbatim(e).unwrap();
+    }
+    tx.push().unwrap();
+    for e in &events[2..4] {
+        tx.insert_verbatim(e).unwrap();
+    }
+    tx.push().unwrap();
+    tx.push().unwrap();
+    tx.commit().unwrap();
+    assert_eq!(server_rows(), "4|1|4");
+    // Pushed up to event 5, then event 6 at the commit.
+    let mut tx = a.begin().unwrap();
+    tx.insert_verbatim(&events[4]).unwrap();
+    tx.push().unwrap();
+    tx.insert_verbatim(&events[5]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(server_rows(), "6|1|6");
+    assert_eq!(
+        all_events(&on_server(log.url())),
+        events,
+        "the server's rows"
+    );
+    assert_eq!(all_events(&a), events, "the cache's");
 }
 
 /// Appends per second with 1, 4 and 16 writers, each a host of its own (a connection and a
