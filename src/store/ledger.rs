@@ -175,8 +175,9 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Brings the derived parts up to the events appended so far ([`sqlite::Batch::catch_up`];
-    /// a cached ledger pushes to its server first: [`CachedBatch::catch_up`]).
+    /// Brings the derived parts up to the events appended so far ([`sqlite::Batch::catch_up`]);
+    /// a cached ledger pushes to its server instead, and catches them up after the server's
+    /// commit ([`CachedBatch::catch_up`]).
     pub fn catch_up(&mut self) -> Result<()> {
         match self {
             Batch::File(b) => b.catch_up(),

@@ -498,7 +498,8 @@ fn an_import_that_outlasts_the_idle_timeout_goes_through_whole_or_not_at_all() {
         return;
     };
     const IDLE_MS: u64 = 1_000;
-    const EVENTS: usize = 60_000;
+    // More than an import's 65,536 events between two catch-ups of the cache's indexes.
+    const EVENTS: usize = 70_000;
     let mut rows: Vec<serde_json::Value> = (1..=EVENTS)
         .map(|id| {
             serde_json::json!({"id": id, "ts": "2025-01-01T00:00:00Z", "kind": "user_message",
@@ -534,7 +535,7 @@ fn an_import_that_outlasts_the_idle_timeout_goes_through_whole_or_not_at_all() {
     let empty = on_server_idle_for(&server, IDLE_MS);
     std::fs::write(empty.path("tampered.jsonl"), tampered).unwrap();
     let r = empty.run("pmm-append", &["--import", "tampered.jsonl"], "");
-    r.assert_error("pmm-append", &["event 60000: stored hash"]);
+    r.assert_error("pmm-append", &["event 70000: stored hash"]);
     let db = db_name(&empty).to_string();
     assert_eq!(
         server

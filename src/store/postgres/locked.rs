@@ -95,6 +95,17 @@ fn text_row_event(r: &postgres::SimpleQueryRow) -> Option<Event> {
     })
 }
 
+/// A push's error: a repeated hash or id of `events` is a fork; any other (a second erasure
+/// of one event, say) is the server's. The same on the `COPY` path and the one-statement one.
+fn fork_or(ctx: &super::Ctx, e: postgres::Error) -> crate::Error {
+    let of_events = e.as_db_error().and_then(|d| d.table()) == Some("events");
+    if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && of_events {
+        fork_error(explain(&e))
+    } else {
+        ctx.err(e)
+    }
+}
+
 /// The operations of a host's cache of this ledger ([`crate::store::replica`]): the head lock
 /// held across a local write transaction, the events it made pushed in, the lock released.
 /// The transaction is plain SQL on the connection (`BEGIN` … `COMMIT`), so that it can live
@@ -220,13 +231,7 @@ impl PgLog {
             });
             Ok(())
         })?;
-        w.finish().map_err(|e| {
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-                fork_error(explain(&e))
-            } else {
-                ctx.err(e)
-            }
-        })?;
+        w.finish().map_err(|e| fork_or(ctx, e))?;
         for target in erased {
             c.execute("SELECT pmm_erase_text($1)", &[&target])
                 .map_err(|e| ctx.err(e))?;
@@ -317,14 +322,10 @@ impl PgLog {
                 let PgLog { client, ctx, .. } = self;
                 // A repeated hash or id of `events` is a fork; any other error (a second
                 // erasure of one event, say) is the server's, as on the `COPY` path.
-                return client.get_mut().batch_execute(&sql).map_err(|e| {
-                    let of_events = e.as_db_error().and_then(|d| d.table()) == Some("events");
-                    if e.code() == Some(&SqlState::UNIQUE_VIOLATION) && of_events {
-                        fork_error(explain(&e))
-                    } else {
-                        ctx.err(e)
-                    }
-                });
+                return client
+                    .get_mut()
+                    .batch_execute(&sql)
+                    .map_err(|e| fork_or(ctx, e));
             }
         }
         let moved = self.push(after, feed)?.or_else(|| pushed.cloned());

@@ -343,9 +343,9 @@ impl PgLog {
         // value comes back, for the pushes of a long write to keep within it.
         let idle_ms = IDLE_IN_TRANSACTION.as_millis();
         let mut session = format!(
-            "SELECT ms, set_config('idle_in_transaction_session_timeout', ms::text, false) FROM \
+            "SELECT ms, pg_catalog.set_config('idle_in_transaction_session_timeout', ms::text, false) FROM \
              (SELECT CASE WHEN setting::bigint BETWEEN 1 AND {idle_ms} THEN setting::bigint ELSE {idle_ms} END AS ms \
-              FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout') AS s; \
+              FROM pg_catalog.pg_settings WHERE name = 'idle_in_transaction_session_timeout') AS s; \
              SET lock_timeout = {}; \
              SET tcp_keepalives_idle = {}; SET tcp_keepalives_interval = {}; SET tcp_keepalives_count = {};",
             busy_ms.clamp(1, i32::MAX as u64),

@@ -79,3 +79,48 @@ fn a_bad_url_is_refused_before_connecting() {
     assert!(err.contains("cannot connect"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+#[test]
+fn a_session_keeps_a_stricter_idle_timeout_and_never_a_looser_one() {
+    let Some(s) = server() else { return };
+    let url = s.database();
+    // The first writer makes the schema; each setting is read by a new session.
+    drop(PgLog::open_writer(&url, 1000).unwrap());
+    let db = url.rsplit('/').next().unwrap().split('?').next().unwrap();
+    for (setting, kept) in [
+        ("1000", 1_000),
+        ("'2s'", 2_000),
+        ("0", super::IDLE_IN_TRANSACTION.as_millis() as u64),
+        ("'1h'", super::IDLE_IN_TRANSACTION.as_millis() as u64),
+    ] {
+        psql(
+            &url,
+            &format!("ALTER DATABASE {db} SET idle_in_transaction_session_timeout = {setting}"),
+        )
+        .unwrap();
+        let log = PgLog::open_writer(&url, 1000).unwrap();
+        assert_eq!(
+            log.idle_timeout(),
+            std::time::Duration::from_millis(kept),
+            "a database at {setting}"
+        );
+        assert_eq!(
+            log.client
+                .borrow_mut()
+                .simple_query("SHOW idle_in_transaction_session_timeout")
+                .unwrap()
+                .iter()
+                .find_map(|m| match m {
+                    postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                    _ => None,
+                })
+                .unwrap(),
+            if kept % 1000 == 0 && kept < 60_000 {
+                format!("{}s", kept / 1000)
+            } else {
+                format!("{kept}ms")
+            },
+            "the session's own setting, a database at {setting}"
+        );
+    }
+}

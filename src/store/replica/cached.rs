@@ -17,9 +17,10 @@ use crate::{Error, Result};
 use std::cell::RefCell;
 use std::path::PathBuf;
 
-/// The testing aid's variable that makes [`CachedBatch::commit`] fail before it pushes
-/// anything (`PMM_TEST_CACHED_FAULT=before-push`): a program's run that shows its error ran
-/// this type's commit, the one the contract suite tests.
+/// The testing aid's variable that makes [`CachedBatch::commit`] fail before its own push
+/// (`PMM_TEST_CACHED_FAULT=before-push`; what a long write pushed before is rolled back with
+/// it): a program's run that shows its error ran this type's commit, the one the contract
+/// suite tests.
 pub const FAULT_ENV: &str = "PMM_TEST_CACHED_FAULT";
 
 /// The error of [`FAULT_ENV`], when it is set to `before-push`.
@@ -215,12 +216,14 @@ impl<'a> CachedBatch<'a> {
         self.push_if_due()
     }
 
-    /// Brings the cache's derived parts up to the events so far (an import does every 65,536
-    /// events; [`sqlite::Batch::catch_up`]), long local work: what the server has not got yet
-    /// is pushed first.
+    /// Where an import brings a file's derived parts up to the events so far (every 65,536
+    /// events; [`sqlite::Batch::catch_up`]): on a cached ledger what the server has not got yet
+    /// is pushed, and the derived parts wait for [`CachedBatch::commit`], which catches them up
+    /// after the server's commit. Caught up here, they would be long local work (seconds at
+    /// 65,536 events) with the server's transaction idle, past a strict
+    /// `idle_in_transaction_session_timeout`.
     pub fn catch_up(&mut self) -> Result<()> {
-        self.push()?;
-        self.cache.catch_up()
+        self.push()
     }
 
     /// Has the cache's hash index, which an import into an empty ledger dropped
