@@ -528,12 +528,14 @@ fn a_write_pushed_in_pieces_before_its_commit_is_one_transaction() {
     assert_eq!(server_rows(), "0|0|0", "nothing of an uncommitted write");
     assert_eq!(a.head().unwrap(), None, "nor in the cache");
 
-    // Pushed up to event 2, then events 3 (the fork) and 4, then nothing: the commit moves
-    // the head row to what was pushed.
+    // Pushed up to event 1, then event 2 (an ordinary link: the piece starts from what was
+    // pushed, not from the head locked before it, or event 2 would read as a fork), then
+    // events 3 (the fork) and 4, then nothing: the commit moves the head row to what was
+    // pushed.
     let mut tx = a.begin().unwrap();
-    for e in &events[..2] {
-        tx.insert_verbatim(e).unwrap();
-    }
+    tx.insert_verbatim(&events[0]).unwrap();
+    tx.push().unwrap();
+    tx.insert_verbatim(&events[1]).unwrap();
     tx.push().unwrap();
     for e in &events[2..4] {
         tx.insert_verbatim(e).unwrap();
