@@ -373,6 +373,26 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// Appends the hashed payload of an event up to its link: everything before the value of
+/// `prev_hash`, the payload's last key (`{"content":…,"kind":…,"meta":…,"prev_hash":`). The
+/// payload is this, then the `prev_hash` as a JSON string (or `null`), then `}`: what lets a
+/// PostgreSQL server link an event to a head only it knows (`store::postgres`).
+pub fn write_event_payload_before_link(
+    out: &mut Vec<u8>,
+    kind: &str,
+    content: &str,
+    meta: &Map<String, Value>,
+) -> Result<(), CanonError> {
+    out.extend_from_slice(b"{\"content\":");
+    write_str(out, content);
+    out.extend_from_slice(b",\"kind\":");
+    write_str(out, kind);
+    out.extend_from_slice(b",\"meta\":");
+    write_object(out, meta)?;
+    out.extend_from_slice(b",\"prev_hash\":");
+    Ok(())
+}
+
 /// Appends the hashed payload of an event:
 /// `{"content":…,"kind":…,"meta":…,"prev_hash":…}` in canonical form (keys already sorted).
 pub fn write_event_payload(
@@ -382,13 +402,7 @@ pub fn write_event_payload(
     meta: &Map<String, Value>,
     prev_hash: Option<&str>,
 ) -> Result<(), CanonError> {
-    out.extend_from_slice(b"{\"content\":");
-    write_str(out, content);
-    out.extend_from_slice(b",\"kind\":");
-    write_str(out, kind);
-    out.extend_from_slice(b",\"meta\":");
-    write_object(out, meta)?;
-    out.extend_from_slice(b",\"prev_hash\":");
+    write_event_payload_before_link(out, kind, content, meta)?;
     match prev_hash {
         Some(p) => write_str(out, p),
         None => out.extend_from_slice(b"null"),

@@ -58,6 +58,9 @@ impl From<Error> for Refusal {
 /// error: only [`erase`] writes those, with the content it removes; so is a `meta.supersedes`
 /// that does not name earlier events ([`supersession::check`]).
 pub fn refusal<R: EventLog + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Option<Violation>> {
+    if !checks_read_the_ledger(ev) {
+        return Ok(None);
+    }
     let refused = |unreadable, reason| Violation {
         actor: ev.actor(),
         kind: ev.kind.clone(),
@@ -90,6 +93,16 @@ pub fn refusal<R: EventLog + ?Sized>(r: &R, ev: &NewEvent) -> crate::Result<Opti
         }
     }
     Ok(None)
+}
+
+/// Whether a check of [`refusal`] applies to `ev`, and may read the ledger: a sensitive kind
+/// (the policy), a config (its ranges), an erasure, a `meta.supersedes`. An event none
+/// applies to may be written wherever the head is ([`Writer::append_independent`]).
+pub fn checks_read_the_ledger(ev: &NewEvent) -> bool {
+    ev.kind.is_sensitive()
+        || ev.kind == Kind::Config
+        || ev.kind == Kind::Erasure
+        || ev.meta.contains_key(supersession::KEY)
 }
 
 /// Appends `ev` in the write transaction `tx` after the checks of [`refusal`].
@@ -146,7 +159,12 @@ pub fn append_built<W: SessionWriter, E>(
 }
 
 /// Appends one event in a write transaction of its own ([`append_built`]'s rules).
+/// An event no check reads the ledger for ([`checks_read_the_ledger`]) is appended by
+/// [`Writer::append_independent`] (on PostgreSQL, linked by the server in one round trip).
 pub fn append<W: Writer>(w: &mut W, ev: &NewEvent, clock: &Clock) -> crate::Result<Event> {
+    if !checks_read_the_ledger(ev) {
+        return w.append_independent(ev, clock);
+    }
     w.transact(&mut |tx| append_or_violation(tx, ev, clock))?
 }
 

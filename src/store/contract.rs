@@ -41,6 +41,9 @@ macro_rules! contract_suite {
             a_failed_transaction_leaves_nothing,
             get_scan_and_tail_agree,
             reads_by_kind_agree_with_a_scan,
+            independent_appends_are_what_pmm_append_writes,
+            independent_and_transacted_appends_at_once_never_fork,
+            an_independent_append_links_to_the_new_head,
         );
     };
     (@cases $fresh:expr; $($case:ident,)*) => {
@@ -209,6 +212,101 @@ pub(crate) fn hashes_are_what_pmm_append_writes(log: impl Fresh) {
     assert_eq!(got, want, "what the append returns");
     assert_eq!(all(&c), want, "what is stored");
     assert_chained(&want);
+}
+
+/// An append whose checks read nothing of the ledger ([`Writer::append_independent`]: on
+/// PostgreSQL the server links it) makes the event a SQLite ledger's append makes, from the
+/// first event on, between ordinary appends, odd texts and all; the log holds what it
+/// returned.
+pub(crate) fn independent_appends_are_what_pmm_append_writes(log: impl Fresh) {
+    let inputs = [
+        event(Kind::UserMessage, "first, on an empty log", json!({})),
+        event(
+            Kind::AssistantMessage,
+            "it's a \\ back'slash $$ \u{0} é😀\n\"quoted\" \u{7f}",
+            json!({"source": "contract", "q": "it's \\ 'x' \u{1}", "a": {"é": [1, 2.5, null]}}),
+        ),
+        event(Kind::TestEvent, "", json!({"big": 12345678901234567890u64})),
+        event(Kind::Reflection, "x", json!({"k": "v"})),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut reference = Ledger::open_writer(&dir.path().join("ref.db"), 5_000).unwrap();
+    let clock = Clock::pinned(TS).unwrap();
+    let mut want = Vec::new();
+    let mut got = Vec::new();
+    let mut c = log.connect();
+    for (i, e) in inputs.iter().enumerate() {
+        want.push(reference.append_unchecked(e, &clock).unwrap());
+        got.push(match i % 2 {
+            0 => c.append_independent(e, &clock).unwrap(),
+            _ => c.append_one(e, TS).unwrap(),
+        });
+        // And one more the independent way after an ordinary append.
+        want.push(reference.append_unchecked(e, &clock).unwrap());
+        got.push(c.append_independent(e, &clock).unwrap());
+    }
+    assert_eq!(got, want, "what the append returns");
+    assert_eq!(all(&c), want, "what is stored (and read back through this connection)");
+    assert_eq!(all(&log.connect()), want, "what another connection reads");
+    assert_chained(&want);
+}
+
+/// Independent appends and transactions of their own on several connections at once: every
+/// event once, ids gap-free, every link to the event before.
+pub(crate) fn independent_and_transacted_appends_at_once_never_fork(log: impl Fresh) {
+    const WRITERS: usize = 4;
+    const EACH: usize = 25;
+    let clock = Clock::pinned(TS).unwrap();
+    std::thread::scope(|s| {
+        for w in 0..WRITERS {
+            let (log, clock) = (&log, &clock);
+            s.spawn(move || {
+                let mut c = log.connect();
+                for i in 0..EACH {
+                    let ev = event(Kind::TestEvent, &format!("writer {w} event {i}"), json!({}));
+                    match (w + i) % 3 {
+                        0 => c.append_one(&ev, TS).unwrap(),
+                        _ => c.append_independent(&ev, clock).unwrap(),
+                    };
+                }
+            });
+        }
+    });
+    let events = all(&log.connect());
+    assert_eq!(events.len(), WRITERS * EACH);
+    assert_chained(&events);
+    let mut contents: Vec<&str> = events.iter().map(|e| e.content.as_str()).collect();
+    contents.sort_unstable();
+    contents.dedup();
+    assert_eq!(contents.len(), WRITERS * EACH, "every event once");
+}
+
+/// An independent append that waits for another writer's transaction links to what that
+/// transaction appended.
+pub(crate) fn an_independent_append_links_to_the_new_head(log: impl Fresh) {
+    log.connect().append_one(&numbered(0), TS).unwrap();
+    let (started, wait) = mpsc::channel::<()>();
+    let clock = Clock::pinned(TS).unwrap();
+    std::thread::scope(|s| {
+        let (log, clock) = (&log, &clock);
+        let waiter = s.spawn(move || {
+            let mut c = log.connect();
+            wait.recv().unwrap();
+            c.append_independent(&numbered(2), clock).unwrap()
+        });
+        let first = log
+            .connect()
+            .transact(&mut |tx| {
+                let e = tx.append_linked(&numbered(1), TS)?;
+                let _ = started.send(());
+                std::thread::sleep(Duration::from_millis(300));
+                Ok(e)
+            })
+            .unwrap();
+        let second = waiter.join().unwrap();
+        assert_eq!((second.id, &second.prev_hash), (3, &first.hash));
+    });
+    assert_chained(&all(&log.connect()));
 }
 
 /// Writers on several connections at once, each appending in transactions of its own: every

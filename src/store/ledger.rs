@@ -16,7 +16,7 @@ use super::log::{Checkpoint, Ending, Links, SessionTxn, SessionWriter, Txn, Writ
 use super::replica::{self, Cached, CachedBatch};
 use super::sqlite::{self, Derived, ReadsThrough, DERIVED};
 use super::Head;
-use crate::event::{Event, NewEvent};
+use crate::event::{Clock, Event, NewEvent};
 use crate::Result;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
@@ -309,6 +309,12 @@ impl Writer for Ledger {
         match self {
             Ledger::File(l) => l.transact(f),
             Ledger::Cached(c) => c.transact(f),
+        }
+    }
+    fn append_independent(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
+        match self {
+            Ledger::File(l) => l.append_independent(ev, clock),
+            Ledger::Cached(c) => c.append_independent(ev, clock),
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use super::Indexes;
 use crate::chain::event_digest;
-use crate::event::{Event, Kind, NewEvent};
+use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::{canon, Error, Result};
 use serde_json::{Map, Value};
 
@@ -159,6 +159,16 @@ pub trait Writer: EventLog {
     /// [`Txn::append_linked`] in a transaction of its own.
     fn append_one(&mut self, ev: &NewEvent, ts: &str) -> Result<Event> {
         self.transact(&mut |tx| tx.append_linked(ev, ts))
+    }
+
+    /// Appends `ev` at `clock`'s time in a transaction of its own, linked to the head as it is
+    /// when the append takes place: for an event whose checks read nothing of the ledger
+    /// (`session::append` knows which). The same event as [`Writer::append_one`] would make
+    /// after the same head; a backend may make it in fewer steps (a PostgreSQL ledger has the
+    /// server link it, in one round trip: `replica::Cached`). By default, a transaction whose
+    /// event is timed when it has begun.
+    fn append_independent(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
+        self.transact(&mut |tx| tx.append_linked(ev, &clock.ts()))
     }
 }
 

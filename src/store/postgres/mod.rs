@@ -67,7 +67,7 @@ use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row};
 use std::cell::RefCell;
 use std::time::Duration;
 
-pub(crate) use locked::{Feed, Locked, SharedVector, PREFETCH};
+pub(crate) use locked::{Feed, LinkedHere, Locked, SharedVector, Unlinked, AT_HEAD_MAX, PREFETCH};
 pub use url::is_postgres_url;
 
 /// Refuses a PostgreSQL URL where only a SQLite file's path is taken (exit 2): a `REF:`
@@ -265,6 +265,8 @@ pub struct PgLog {
     /// Catch-up reads of events so far ([`PgLog::events_after`]): what the head lock's
     /// prefetch spares shows here.
     reads_after: std::cell::Cell<u64>,
+    /// Events the server linked itself so far ([`PgLog::append_at_head`]).
+    linked_here: u64,
     /// The cache's `COPY` of its new events, prepared once per connection ([`PgLog::push`]).
     copy: Option<postgres::Statement>,
     /// The URL as given (never shown: it may hold a password) and whether the session is
@@ -330,6 +332,7 @@ impl PgLog {
             isolation: IsolationLevel::ReadCommitted,
             retries: 0,
             reads_after: Default::default(),
+            linked_here: 0,
             copy: None,
             given: url.to_string(),
             read_only,
@@ -390,6 +393,11 @@ impl PgLog {
     /// How many times a catch-up read events of its own (outside the head lock's round trip).
     pub fn reads_after(&self) -> u64 {
         self.reads_after.get()
+    }
+
+    /// How many events the server linked itself (`PgLog::append_at_head`).
+    pub fn linked_here(&self) -> u64 {
+        self.linked_here
     }
 
     /// Runs `sql` on this connection as it is (tests and tools: a role, a grant).

@@ -5,15 +5,17 @@
 //! stay a file's and nothing else.
 
 use super::{pull, Lease, Upstream};
-use crate::event::{Event, NewEvent};
+use crate::canon;
+use crate::event::{Clock, Event, NewEvent};
 use crate::store::log::Writer;
 use crate::store::log::{
-    fork_error, verbatim_refusal, Checkpoint, Ending, Links, SessionTxn, SessionWriter, Txn,
+    fork_error, link, verbatim_refusal, Checkpoint, Ending, Links, SessionTxn, SessionWriter, Txn,
 };
-use crate::store::postgres::{self, SharedVector};
+use crate::store::postgres::{self, LinkedHere, Locked, SharedVector, Unlinked, AT_HEAD_MAX};
 use crate::store::sqlite::{self, Reads, ReadsThrough};
 use crate::store::{notices, Filter, Head};
 use crate::{Error, Result};
+use serde_json::Value;
 use std::cell::RefCell;
 use std::path::PathBuf;
 
@@ -137,6 +139,103 @@ impl Cached {
             vectors_put: Default::default(),
             restore_hash_index: false,
         })
+    }
+
+    /// [`Writer::append_independent`] as the server makes it ([`PgLog::append_at_head`]: one
+    /// round trip, the head lock held only while the server works), then the cache caught up
+    /// to it; `None` when the server did not append it (a reader's connection, a big event, a
+    /// server that refused it), for the transaction of [`Cached::begin`] to append instead.
+    /// The link the server made is checked here, as every catch-up checks it.
+    fn append_at_head(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Option<Event>> {
+        if !self.server.writer {
+            return Ok(None);
+        }
+        injected_fault()?;
+        let mut before_link = Vec::new();
+        let made = canon::write_event_payload_before_link(
+            &mut before_link,
+            ev.kind.as_str(),
+            &ev.content,
+            &ev.meta,
+        );
+        let meta = canon::to_string(&Value::Object(ev.meta.clone()));
+        let (Ok(()), Ok(meta)) = (made, meta) else {
+            return Ok(None); // the host's append says why
+        };
+        if before_link.len() + ev.content.len() + meta.len() > AT_HEAD_MAX {
+            return Ok(None);
+        }
+        let cache_head = self.cache.head()?;
+        self.server.log.revive()?;
+        let ts = clock.ts();
+        let unlinked = Unlinked {
+            ts: &ts,
+            kind: ev.kind.as_str(),
+            content: &ev.content,
+            meta: &meta,
+            before_link: &before_link,
+        };
+        let after = super::read_after(cache_head.as_ref());
+        let held = cache_head.map(|h| h.id);
+        let Some(linked) = self.server.log.append_at_head(&unlinked, after, held)? else {
+            return Ok(None);
+        };
+        let event = self.confirm(ev, &ts, &linked)?;
+        if let Err(e) = self.catch_up_with(linked.seen) {
+            notices::push(format!(
+                "event {} is committed on the server, but this host's cache of it could not be ({e}); it is behind, and is caught up by the next program that opens the ledger",
+                event.id
+            ));
+        }
+        Ok(Some(event))
+    }
+
+    /// The event the server appended for `ev` at `ts` ([`Cached::append_at_head`]), once its
+    /// hash is checked: the hash of its payload linked to the `prev_hash` the server gave it.
+    fn confirm(&self, ev: &NewEvent, ts: &str, linked: &LinkedHere) -> Result<Event> {
+        let before = (linked.id > 1).then(|| Head {
+            id: linked.id - 1,
+            hash: linked.prev_hash.clone(),
+        });
+        let event = link(
+            before.as_ref(),
+            &ev.kind,
+            &ev.content,
+            &ev.meta,
+            ts,
+            &mut Vec::new(),
+        )?;
+        if event.id != linked.id || event.hash.as_deref() != Some(linked.hash.as_str()) {
+            return Err(Error::Damaged {
+                path: self.shown_url.clone().into(),
+                why: format!(
+                    "the server appended event {} with hash {}, but its payload hashes to {} (run pmm-verify on the ledger)",
+                    linked.id,
+                    linked.hash,
+                    event.hash.as_deref().unwrap_or("null")
+                ),
+            });
+        }
+        Ok(event)
+    }
+
+    /// Catches the cache up to what the server held at the commit of an append it made
+    /// (`seen`: its events read in the same round trip), and writes that head down as
+    /// verified.
+    fn catch_up_with(&mut self, seen: Locked) -> Result<()> {
+        let Cached { server, cache, .. } = self;
+        let mut lease = Lease::seen(server, seen);
+        let mut batch = cache.begin()?;
+        pull(&mut batch, &mut lease)?;
+        let pulled = batch.head().map_or(0, |h| h.id);
+        CachedBatch {
+            cache: batch,
+            lease,
+            pulled,
+            vectors_put: Default::default(),
+            restore_hash_index: false,
+        }
+        .commit()
     }
 
     /// Catches the cache up with its server: a long-lived reader calls it before it answers
@@ -383,6 +482,14 @@ impl Writer for Cached {
         let out = f(&mut batch)?;
         batch.commit()?;
         Ok(out)
+    }
+    /// Linked by the server in one round trip ([`Cached::append_at_head`]), else by this host
+    /// in [`Cached::begin`]'s transaction.
+    fn append_independent(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
+        match self.append_at_head(ev, clock)? {
+            Some(event) => Ok(event),
+            None => self.transact(&mut |tx| tx.append_linked(ev, &clock.ts())),
+        }
     }
 }
 

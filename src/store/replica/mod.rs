@@ -141,6 +141,20 @@ impl<'a> Lease<'a> {
         ))
     }
 
+    /// A lease that locks nothing, holding what the server held at the commit of an append
+    /// it linked itself ([`PgLog::append_at_head`]), for the catch-up that follows ([`pull`]).
+    pub(crate) fn seen(up: &'a mut Upstream, seen: Locked) -> Lease<'a> {
+        Lease {
+            log: &mut up.log,
+            witness: &mut up.witness,
+            locked: false,
+            head: seen.head.clone(),
+            ends: Some(Box::new(seen)),
+            pushed: None,
+            answered: Instant::now(),
+        }
+    }
+
     /// The server's connection.
     pub(crate) fn log(&self) -> &PgLog {
         self.log

@@ -9,7 +9,7 @@
 //! events, the first writers' schema; and the library's append benchmark.
 
 use super::{open_with_cache, Cached};
-use crate::event::{Event, Kind, NewEvent};
+use crate::event::{Clock, Event, Kind, NewEvent};
 use crate::store::contract::{Fresh, TS};
 use crate::store::log::{EventLog, Writer};
 use crate::store::postgres::tests::{psql, server, Postgres};
@@ -244,8 +244,12 @@ fn forced_stricter_isolation_is_retried_never_forked() {
                 sc.spawn(move || {
                     let mut c = log.connect();
                     c.server_mut().force_isolation(level);
+                    let clock = Clock::pinned(TS).unwrap();
                     for i in 0..20 {
-                        c.append_one(&ev(w * 100 + i), TS).unwrap();
+                        match i % 2 {
+                            0 => c.append_one(&ev(w * 100 + i), TS).unwrap(),
+                            _ => c.append_independent(&ev(w * 100 + i), &clock).unwrap(),
+                        };
                     }
                     c.server_mut().retries()
                 })
@@ -311,6 +315,12 @@ fn an_append_refuses_a_head_row_that_disagrees_with_the_events() {
         let refused = |c: &mut Cached, which: &str| {
             let err = c.append_one(&ev(9), TS).unwrap_err();
             let said = err.to_string();
+            // The server refuses to link it (a repeated id, or a gap it cannot see): the
+            // host's append says why.
+            let clock = Clock::pinned(TS).unwrap();
+            let independent = c.append_independent(&ev(9), &clock).unwrap_err();
+            assert_eq!(independent.to_string(), said, "{which}: linked by the server");
+            assert_eq!(c.server_mut().linked_here(), 0, "{which}");
             assert!(
                 matches!(err, crate::Error::Damaged { .. }),
                 "{which}: {said}"
@@ -406,6 +416,46 @@ fn a_writer_behind_catches_up_from_the_locks_own_read() {
         assert_eq!(b.head().unwrap(), on_server(log.url()).head().unwrap());
         assert_eq!(all_events(&b), all_events(&on_server(log.url())));
     }
+}
+
+/// An independent append ([`Writer::append_independent`], what `pmm-append` makes of a plain
+/// line) is linked by the server in the round trip that locks its head, which also reads the
+/// events other hosts appended: the cache catches up to it without a read of its own, every
+/// hash checked, and ends as the server's. A big event, or a reader's connection, is left to
+/// the host's transaction.
+#[test]
+fn an_independent_append_is_linked_by_the_server_in_one_round_trip() {
+    let Some(log) = CachedPg::new() else { return };
+    let clock = Clock::pinned(TS).unwrap();
+    let mut a = log.host("a", 30_000);
+    let mut b = log.host("b", 30_000);
+    let first = b.append_independent(&ev(0), &clock).unwrap();
+    assert_eq!((first.id, &first.prev_hash), (1, &None), "the first event");
+    a.transact(&mut |tx| {
+        for i in 1..4 {
+            tx.append_linked(&ev(i), TS)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let reads = b.server_mut().reads_after();
+    let e = b.append_independent(&ev(4), &clock).unwrap();
+    assert_eq!(e.id, 5);
+    assert_eq!(b.server_mut().linked_here(), 2, "both linked by the server");
+    assert_eq!(b.server_mut().reads_after(), reads, "no read of its own");
+    assert_eq!(b.head().unwrap(), on_server(log.url()).head().unwrap());
+    assert_eq!(all_events(&b), all_events(&on_server(log.url())));
+    assert_eq!(b.get(5).unwrap().unwrap(), e, "the cache holds what it returned");
+    // Too big for one message: the host links it.
+    let big = NewEvent::new(Kind::TestEvent, "x".repeat(20_000), Default::default()).unwrap();
+    let e = b.append_independent(&big, &clock).unwrap();
+    assert_eq!((e.id, b.server_mut().linked_here()), (6, 2));
+    assert_eq!(on_server(log.url()).get(6).unwrap().unwrap(), e);
+    // A reader's connection appends nothing, either way.
+    let mut r = open_with_cache(log.url(), false, 5_000, &log.hosts.path().join("r/pg.db")).unwrap();
+    let err = r.append_independent(&ev(7), &clock).unwrap_err();
+    assert!(err.to_string().contains("opened for reading"), "{err}");
+    assert_eq!(on_server(log.url()).max_id().unwrap(), 6);
 }
 
 /// An append of a few events is one statement whose values are written as SQL text, a big
@@ -560,8 +610,8 @@ fn a_write_pushed_in_pieces_before_its_commit_is_one_transaction() {
 }
 
 /// Appends per second with 1, 4 and 16 writers, each a host of its own (a connection and a
-/// cache file) appending events of one shape in transactions of one event through [`Cached`],
-/// the path every program's append takes (without a program's start), on SQLite and on
+/// cache file) appending events of one shape, one at a time, through [`Cached`] as `pmm-append`
+/// does ([`Writer::append_independent`], without a program's start), on SQLite and on
 /// PostgreSQL (`$PMM_BENCH_PG_URL`, else the throwaway server, whose fsync is off). Run by
 /// `scripts/pg-bench.sh --library`, beside pgbench's floor: `cargo test --lib bench_appends --
 /// --ignored --nocapture`.
@@ -609,6 +659,7 @@ fn bench_run<F: Fresh>(log: &F, writers: usize, seconds: f64) -> f64 {
             .map(|w| {
                 sc.spawn(move || {
                     let mut c = log.connect();
+                    let clock = Clock::pinned(TS).unwrap();
                     ready.wait();
                     let deadline: std::time::Instant = *deadline_at.wait();
                     let mut n = 0;
@@ -619,7 +670,8 @@ fn bench_run<F: Fresh>(log: &F, writers: usize, seconds: f64) -> f64 {
                             Default::default(),
                         )
                         .unwrap();
-                        c.append_one(&e, TS).unwrap();
+                        // What `pmm-append` makes of a plain line.
+                        c.append_independent(&e, &clock).unwrap();
                         n += 1;
                     }
                     n
