@@ -268,9 +268,114 @@ pub fn lines_of(text: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(move |_| some)
 }
 
+/// Lines from a pipe (a program's standard input) that can say, without waiting, whether a
+/// whole line is already there: `pmm-append` commits together the lines that arrived while
+/// it was committing. `first` is what was read of the input before (its first line, checked
+/// before the ledger was opened), read again first.
+pub struct Piped<R: Read> {
+    first: io::Cursor<Vec<u8>>,
+    rest: io::BufReader<R>,
+}
+
+impl<R: Read + std::os::fd::AsFd> Piped<R> {
+    /// `first`, then what `rest` gives.
+    pub fn new(first: Vec<u8>, rest: R) -> Piped<R> {
+        Piped {
+            first: io::Cursor::new(first),
+            rest: io::BufReader::with_capacity(64 * 1024, rest),
+        }
+    }
+
+    /// Whether a whole line (up to its `\n`) can be read now without waiting for the input:
+    /// one is buffered, or the input has bytes ready (then read, once) that hold one. A part
+    /// of a line buffered without its end is not one (reading it could wait for the rest).
+    pub fn line_waiting(&mut self) -> bool {
+        if (self.first.position() as usize) < self.first.get_ref().len() {
+            return true;
+        }
+        let buffered = self.rest.buffer();
+        if buffered.contains(&b'\n') {
+            return true;
+        }
+        if !buffered.is_empty() || !ready(self.rest.get_ref()) {
+            return false;
+        }
+        matches!(self.rest.fill_buf(), Ok(b) if b.contains(&b'\n'))
+    }
+}
+
+/// Whether reading `fd` now returns at once (bytes, or the end of input): `poll` with no
+/// wait.
+fn ready(fd: &impl std::os::fd::AsFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, its length 1, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+}
+
+impl<R: Read> Read for Piped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.first.read(buf)?;
+        if n > 0 || buf.is_empty() {
+            return Ok(n);
+        }
+        self.rest.read(buf)
+    }
+}
+
+impl<R: Read> BufRead for Piped<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if (self.first.position() as usize) < self.first.get_ref().len() {
+            return self.first.fill_buf();
+        }
+        self.rest.fill_buf()
+    }
+    fn consume(&mut self, amt: usize) {
+        if (self.first.position() as usize) < self.first.get_ref().len() {
+            self.first.consume(amt);
+        } else {
+            self.rest.consume(amt);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line is waiting only once it is whole: a part of one is not (reading it would wait
+    /// for its end), and an empty pipe is not; what was read before comes first.
+    #[test]
+    fn piped_says_a_line_is_waiting_only_when_it_is_whole() {
+        use std::io::Write;
+        let (r, mut w) = std::io::pipe().unwrap();
+        let mut p = Piped::new(b"first\n".to_vec(), r);
+        let mut line = Vec::new();
+        assert!(p.line_waiting(), "the line read before");
+        read_line(&mut p, &mut line, 100).unwrap();
+        assert_eq!(line, b"first\n");
+        assert!(!p.line_waiting(), "an empty pipe");
+        w.write_all(b"second\nthi").unwrap();
+        assert!(p.line_waiting());
+        read_line(&mut p, &mut line, 100).unwrap();
+        assert_eq!(line, b"second\n");
+        assert!(!p.line_waiting(), "a part of a line");
+        w.write_all(b"rd\n").unwrap();
+        assert!(
+            !p.line_waiting(),
+            "still only a part buffered: never a wait"
+        );
+        read_line(&mut p, &mut line, 100).unwrap();
+        assert_eq!(line, b"third\n");
+        drop(w);
+        assert!(!p.line_waiting(), "the end of input is no line");
+        assert_eq!(read_line(&mut p, &mut line, 100).unwrap(), 0);
+    }
 
     #[test]
     fn lines_within_the_limit_are_read_whole() {

@@ -245,8 +245,27 @@ pub(crate) fn independent_appends_are_what_pmm_append_writes(log: impl Fresh) {
         want.push(reference.append_unchecked(e, &clock).unwrap());
         got.push(c.append_independent(e, &clock).unwrap());
     }
+    // All of them at once, each handed over in order as it is committed (PostgreSQL links
+    // them in one round trip; one too big for it goes its own way, between the others).
+    let mut group = inputs.to_vec();
+    group.insert(
+        2,
+        event(Kind::UserMessage, &"big ".repeat(20_000), json!({})),
+    );
+    for e in &group {
+        want.push(reference.append_unchecked(e, &clock).unwrap());
+    }
+    c.append_independents(&group, &clock, &mut |e| {
+        got.push(e);
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(got, want, "what the append returns");
-    assert_eq!(all(&c), want, "what is stored (and read back through this connection)");
+    assert_eq!(
+        all(&c),
+        want,
+        "what is stored (and read back through this connection)"
+    );
     assert_eq!(all(&log.connect()), want, "what another connection reads");
     assert_chained(&want);
 }

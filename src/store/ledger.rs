@@ -317,6 +317,17 @@ impl Writer for Ledger {
             Ledger::Cached(c) => c.append_independent(ev, clock),
         }
     }
+    fn append_independents(
+        &mut self,
+        evs: &[NewEvent],
+        clock: &Clock,
+        appended: &mut dyn FnMut(Event) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            Ledger::File(l) => l.append_independents(evs, clock, appended),
+            Ledger::Cached(c) => c.append_independents(evs, clock, appended),
+        }
+    }
 }
 
 /// A write session is the backend's, as [`Writer`] is.

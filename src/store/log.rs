@@ -170,6 +170,22 @@ pub trait Writer: EventLog {
     fn append_independent(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
         self.transact(&mut |tx| tx.append_linked(ev, &clock.ts()))
     }
+
+    /// [`Writer::append_independent`] of each of `evs`, in order, handing each event to
+    /// `appended` once it is committed; a failure leaves the events before it committed
+    /// (and handed over). A backend may commit several in one transaction (a PostgreSQL
+    /// ledger, in one round trip); by default, a transaction each.
+    fn append_independents(
+        &mut self,
+        evs: &[NewEvent],
+        clock: &Clock,
+        appended: &mut dyn FnMut(Event) -> Result<()>,
+    ) -> Result<()> {
+        for ev in evs {
+            appended(self.append_independent(ev, clock)?)?;
+        }
+        Ok(())
+    }
 }
 
 /// The chain's rule, for every backend: the event `ev` becomes when appended after `head` at

@@ -6,6 +6,7 @@
 
 use crate::harness::Pmm;
 use crate::pgserver::PgServer;
+use serde_json::Value;
 use std::path::PathBuf;
 
 #[test]
@@ -973,4 +974,92 @@ fn tls_verify_full_checks_the_servers_certificate_and_its_name() {
     assert_eq!(r.code, 2, "{r:?}");
     let rows = server.psql(&db, "SELECT count(*) FROM events").unwrap();
     assert_eq!(rows.trim(), "2", "only the two verified connections wrote");
+}
+
+/// `pmm-append` streaming lines into PostgreSQL (issue 47): plain lines are linked by the
+/// server, the lines already waiting committed together in one transaction; a line whose
+/// checks read the ledger (a config, a correction) goes its own way in order; every line is
+/// printed once committed, the chain is what a SQLite ledger gets from the same lines, and a
+/// bad line stops the stream with the lines before it committed.
+#[test]
+fn streamed_lines_are_committed_together_in_order_and_hash_as_on_sqlite() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pg = on_server(&server, None, "hostA");
+    let sqlite = Pmm::new();
+    let mut lines = String::new();
+    for i in 0..60 {
+        let line = match i {
+            20 => r#"{"kind":"config","content":"{\"type\":\"retrieval\",\"limit\":5}","meta":{"source":"operator"}}"#.to_string(),
+            30 => r#"{"kind":"user_message","content":"I moved to Berlin","meta":{"supersedes":[3]}}"#.to_string(),
+            _ => format!(r#"{{"kind":"user_message","content":"line {i} it's \\ odd é😀","meta":{{"i":{i}}}}}"#),
+        };
+        lines.push_str(&line);
+        lines.push('\n');
+    }
+    let clock = [("PMM_NOW", "2026-01-01T00:00:00Z")];
+    let run = |p: &Pmm, input: &str| {
+        let out = p
+            .cmd("pmm-append")
+            .envs(clock)
+            .write_stdin(input.as_bytes().to_vec())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, printed, stderr) = run(&pg, &lines);
+    assert_eq!(code, Some(0), "{stderr}");
+    let ids: Vec<i64> = printed
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=60).collect::<Vec<_>>(),
+        "each line printed once, in order"
+    );
+    let (code, _, stderr) = run(&sqlite, &lines);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        export(&pg),
+        export(&sqlite),
+        "the chain a SQLite ledger gets"
+    );
+    let xacts = server
+        .psql(
+            db_name(&pg),
+            "SELECT count(DISTINCT xmin::text) FROM events",
+        )
+        .unwrap();
+    let xacts: usize = xacts.trim().parse().unwrap();
+    assert!(xacts < 20, "60 lines waiting, {xacts} transactions");
+    // A bad line: the lines before it are committed and printed, it and those after are not.
+    let (code, printed, stderr) = run(&pg, "{\"kind\":\"user_message\",\"content\":\"a\"}\n{\"kind\":\"user_message\",\"content\":\"b\"}\nnot json\n{\"kind\":\"user_message\",\"content\":\"c\"}\n");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("<stdin>:3"), "{stderr}");
+    assert_eq!(printed.lines().count(), 2, "{printed}");
+    assert_eq!(
+        server
+            .psql(db_name(&pg), "SELECT max(id) FROM events")
+            .unwrap()
+            .trim(),
+        "62"
+    );
+    ok(
+        &pg.run("pmm-verify", &[], ""),
+        "the cache equals the server",
+    );
+}
+
+fn ok(r: &crate::harness::Run, what: &str) {
+    assert_eq!(r.code, 0, "{what}: {r:?}");
 }

@@ -3,6 +3,7 @@
 use crate::cli::{ClockArgs, CommonArgs, Exit, LedgerArgs, Out, Program, WriteArgs};
 use crate::event::{self, Kind, NewEvent};
 use crate::interchange::{self, Input};
+use crate::lines::Piped;
 use crate::session::{self, Refusal};
 use crate::store::log::Writer;
 use crate::store::EventLog;
@@ -289,11 +290,11 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
         Pending::Timed(events) => keep_ts(&mut ledger, events, &clock, out),
         Pending::First(first) => {
             // Line 1 is read again, from memory, then the rest of stdin.
-            let mut lines = std::io::Cursor::new(first).chain(stdin);
             if args.batch {
+                let mut lines = std::io::Cursor::new(first).chain(stdin);
                 batch(&mut ledger, &mut lines, &clock, out)
             } else {
-                streaming(&mut ledger, &mut lines, &clock, out)
+                streaming(&mut ledger, &mut Piped::new(first, stdin), &clock, out)
             }
         }
     };
@@ -365,25 +366,73 @@ fn parse(buf: &str, n: u64) -> Result<NewEvent, Error> {
         .map_err(|msg| Error::bad_input(Some(format!("<stdin>:{n}")), msg))
 }
 
-fn streaming<W: Writer>(
+/// The most lines [`streaming`] commits together.
+const GROUP_MAX: usize = 256;
+
+/// Appends each line as it arrives, and prints it once committed. The lines that arrived
+/// while a commit ran are committed together, when no check of theirs reads the ledger
+/// (`session::checks_read_the_ledger`): on PostgreSQL one round trip for them all
+/// (`Writer::append_independents`); a line that is refused, or bad, comes after the lines
+/// before it are committed and printed.
+fn streaming<W: Writer, R: Read + std::os::fd::AsFd>(
     ledger: &mut W,
-    input: &mut dyn BufRead,
+    input: &mut Piped<R>,
     clock: &event::Clock,
     out: &mut Out,
 ) -> anyhow::Result<Exit> {
     let mut buf = String::new();
     let mut n = 0;
+    let mut next: Option<NewEvent> = None;
     loop {
-        n += 1;
-        if !read_line(input, &mut buf, n)? {
-            return Ok(Exit::Success);
+        let ev = match next.take() {
+            Some(ev) => ev,
+            None => {
+                n += 1;
+                if !read_line(input, &mut buf, n)? {
+                    return Ok(Exit::Success);
+                }
+                parse(&buf, n)?
+            }
+        };
+        let first = n;
+        if session::checks_read_the_ledger(&ev) {
+            let event =
+                session::append(ledger, &ev, clock).with_context(|| format!("<stdin>:{n}"))?;
+            print_committed(out, event)?;
+            continue;
         }
-        let ev = parse(&buf, n)?;
-        let event = session::append(ledger, &ev, clock).with_context(|| format!("<stdin>:{n}"))?;
-        out.event(&event)?;
-        // Flush per event: a pipeline downstream may be waiting for it.
-        out.flush()?;
+        let mut group = vec![ev];
+        let mut after = Ok(());
+        while group.len() < GROUP_MAX && input.line_waiting() {
+            n += 1;
+            match read_line(input, &mut buf, n).and_then(|_| Ok(parse(&buf, n)?)) {
+                Ok(ev) if session::checks_read_the_ledger(&ev) => {
+                    next = Some(ev);
+                    break;
+                }
+                Ok(ev) => group.push(ev),
+                Err(e) => {
+                    after = Err(e);
+                    break;
+                }
+            }
+        }
+        let mut line = first;
+        ledger
+            .append_independents(&group, clock, &mut |event| {
+                line += 1;
+                print_committed(out, event).map_err(|e| Error::bad_input(None, e.to_string()))
+            })
+            .with_context(|| format!("<stdin>:{line}"))?;
+        after?;
     }
+}
+
+/// Prints an appended event, flushed: a pipeline downstream may be waiting for it.
+fn print_committed(out: &mut Out, event: event::Event) -> anyhow::Result<()> {
+    out.event(&event)?;
+    out.flush()?;
+    Ok(())
 }
 
 /// Appends line `n`'s event inside a batch: `Some` is the policy's refusal (the caller rolls

@@ -422,43 +422,57 @@ pub(crate) struct Unlinked<'a> {
     pub(crate) before_link: &'a [u8],
 }
 
-/// What [`PgLog::append_at_head`] appended: the event's id and link as the server made them,
-/// and what the server held at its commit (the head lock's view, for the cache's catch-up).
-pub(crate) struct LinkedHere {
+impl Unlinked<'_> {
+    /// About how much of [`PgLog::append_at_head`]'s message this event takes.
+    pub(crate) fn size(&self) -> usize {
+        2 * (self.content.len() + self.meta.len() + self.before_link.len()) + 1_200
+    }
+}
+
+/// An event's id and link as the server made them ([`PgLog::append_at_head`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Link {
     pub(crate) id: i64,
     pub(crate) prev_hash: Option<String>,
     pub(crate) hash: String,
+}
+
+/// What [`PgLog::append_at_head`] appended: the events' links in order, and what the server
+/// held at the commit (the head lock's view, for the cache's catch-up).
+pub(crate) struct LinkedHere {
+    pub(crate) links: Vec<Link>,
     pub(crate) seen: Locked,
 }
 
-/// The most an event's text may take for [`PgLog::append_at_head`] (hex doubles it, twice);
-/// a bigger one is linked by the host ([`PgLog::push_and_commit`]).
-pub(crate) const AT_HEAD_MAX: usize = 12 * 1024;
+/// The most [`PgLog::append_at_head`]'s message may take ([`Unlinked::size`]); bigger
+/// events are linked by the host ([`PgLog::push_and_commit`]).
+pub(crate) const AT_HEAD_MAX: usize = 64 * 1024;
 
 impl PgLog {
-    /// Appends `ev` after the server's head in one round trip, the head lock held only while
-    /// the server works: `BEGIN`, the lock, an `INSERT` whose id, `prev_hash` and hash the
-    /// server makes from the head row (the hash is the sha256 of `ev.before_link`, then the
-    /// head's hash as a JSON string or `null`, then `}`: the canonical payload, whose last key
-    /// is `prev_hash`), the head row's move, and `COMMIT`. What the server holds as of the lock
-    /// ([`Locked`], with the events after `after` as [`PgLog::lock_head`] reads them, `held`'s
-    /// without content) is read before the commit, for the cache's catch-up.
+    /// Appends `evs`, in order, after the server's head in one round trip, the head lock held
+    /// only while the server works: `BEGIN`, the lock, for each event an `INSERT` whose id,
+    /// `prev_hash` and hash the server makes from the head row (the hash is the sha256 of the
+    /// event's `before_link`, then the head's hash as a JSON string or `null`, then `}`: the
+    /// canonical payload, whose last key is `prev_hash`) and the head row's move, then
+    /// `COMMIT`. What the server holds as of the lock ([`Locked`], with the events after
+    /// `after` as [`PgLog::lock_head`] reads them, `held`'s without content) is read before
+    /// the commit, for the cache's catch-up.
     ///
-    /// The server links it only to a head row that says where the events end (id and hash),
-    /// as a host's catch-up checks it. `None` when the server appended nothing and a host's
-    /// append should be tried instead (which says why, when it cannot either): the head row
-    /// does not say where the events end, its hash is not plain hex (a JSON string would escape
-    /// it), or the server refused
-    /// the transaction with an error (a repeated id or hash of a damaged server, a
-    /// serialization failure, a server without `sha256`); no error of the kind can follow the
-    /// commit. A lost connection is an error (whether the server committed is not known).
+    /// The server links an event only to a head row that says where the events end (id and
+    /// hash), as a host's catch-up checks it. `None` when the server appended nothing and a
+    /// host's append should be tried instead (which says why, when it cannot either): the
+    /// head row does not say where the events end, its hash is not plain hex (a JSON string
+    /// would escape it), or the server refused the transaction with an error (a repeated id
+    /// or hash of a damaged server, a serialization failure, a server without `sha256`); no
+    /// error of the kind can follow the commit. A lost connection is an error (whether the
+    /// server committed is not known).
     pub(crate) fn append_at_head(
         &mut self,
-        ev: &Unlinked<'_>,
+        evs: &[Unlinked<'_>],
         after: i64,
         held: Option<i64>,
     ) -> Result<Option<LinkedHere>> {
-        let sql = at_head_statement(self.isolation, ev, after, held);
+        let sql = at_head_statement(self.isolation, evs, after, held);
         let c = self.client.get_mut();
         let messages = match c.simple_query(&sql) {
             Ok(messages) => messages,
@@ -476,25 +490,34 @@ impl PgLog {
             }
         };
         let statements = statements(&messages);
-        let Some([row]) = statements.get(2).map(Vec::as_slice) else {
+        let mut links = Vec::with_capacity(evs.len());
+        // A guard that refuses the first event refuses every one after it (the head row does
+        // not move): the server linked all of them, or none.
+        for rows in statements.iter().skip(2).take(evs.len()) {
+            let [row] = rows.as_slice() else { break };
+            let (Some(id), Some(hash)) = (row.get(0).and_then(|t| t.parse().ok()), row.get(2))
+            else {
+                return Err(self.fail("the server's append returned no id or hash"));
+            };
+            links.push(Link {
+                id,
+                prev_hash: row.get(1).map(str::to_string),
+                hash: hash.to_string(),
+            });
+        }
+        let Some(last) = links.last() else {
             return Ok(None);
         };
-        let (Some(id), Some(hash)) = (row.get(0).and_then(|t| t.parse().ok()), row.get(2)) else {
-            return Err(self.fail("the server's append returned no id or hash"));
-        };
         let head = Head {
-            id,
-            hash: Some(hash.to_string()),
+            id: last.id,
+            hash: Some(last.hash.clone()),
         };
-        let seen = seen_at_commit(&statements, head, after)
+        let seen = statements
+            .get(2 + evs.len()..)
+            .and_then(|rest| seen_at_commit(rest, head, after))
             .ok_or_else(|| self.fail("the server's ends could not be read"))?;
-        self.linked_here += 1;
-        Ok(Some(LinkedHere {
-            id,
-            prev_hash: row.get(1).map(str::to_string),
-            hash: hash.to_string(),
-            seen,
-        }))
+        self.linked_here += links.len() as u64;
+        Ok(Some(LinkedHere { links, seen }))
     }
 }
 
@@ -502,7 +525,7 @@ impl PgLog {
 /// [`one_statement`] writes them).
 fn at_head_statement(
     isolation: IsolationLevel,
-    ev: &Unlinked<'_>,
+    evs: &[Unlinked<'_>],
     after: i64,
     held: Option<i64>,
 ) -> String {
@@ -511,30 +534,12 @@ fn at_head_statement(
         IsolationLevel::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
         _ => "BEGIN ISOLATION LEVEL READ COMMITTED",
     };
-    let mut sql = format!(
-        "{begin}; SELECT id FROM pmm_head WHERE one FOR UPDATE; \
-         WITH e AS (INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) \
-         SELECT h.id + 1, "
-    );
-    text_value(&mut sql, Some(ev.ts));
-    sql.push_str(", ");
-    text_value(&mut sql, Some(ev.kind));
-    sql.push_str(", ");
-    bytes_value(&mut sql, ev.content.as_bytes());
-    sql.push_str(", ");
-    text_value(&mut sql, Some(ev.meta));
-    sql.push_str(", h.hash, encode(sha256(");
-    bytes_value(&mut sql, ev.before_link);
+    let mut sql = format!("{begin}; SELECT id FROM pmm_head WHERE one FOR UPDATE; ");
+    for ev in evs {
+        linked_insert(&mut sql, ev);
+    }
     sql.push_str(&format!(
-        " || convert_to(coalesce('\"' || h.hash || '\"', 'null') || '}}', 'UTF8')), 'hex'), false \
-         FROM pmm_head h WHERE h.one AND (h.hash IS NULL OR h.hash ~ '^[0-9a-f]+$') \
-         AND NOT EXISTS (SELECT 1 FROM events x WHERE x.id > h.id) \
-         AND (h.id = 0 AND h.hash IS NULL \
-              OR EXISTS (SELECT 1 FROM events x WHERE x.id = h.id AND x.hash IS NOT DISTINCT FROM h.hash)) \
-         RETURNING id, prev_hash, hash) \
-         UPDATE pmm_head SET id = e.id, hash = e.hash FROM e WHERE one \
-         RETURNING e.id, e.prev_hash, e.hash; \
-         SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors); \
+        "SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors); \
          SELECT id, ts, kind, CASE WHEN id = {} THEN '' ELSE encode(content, 'hex') END, \
          meta, prev_hash, hash FROM events WHERE id > {after} ORDER BY id LIMIT {PREFETCH}; \
          COMMIT",
@@ -543,20 +548,54 @@ fn at_head_statement(
     sql
 }
 
-/// What the server held at [`PgLog::append_at_head`]'s commit: `head` (the event it
-/// appended), where the events and vectors end, and the events after `after` it read.
+/// The statement that inserts `ev` after the head row, linked by the server, and moves the
+/// head row to it (none when the head row does not say where the events end), returning
+/// the event's id, `prev_hash` and hash.
+fn linked_insert(sql: &mut String, ev: &Unlinked<'_>) {
+    sql.push_str(
+        "WITH e AS (INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) \
+         SELECT h.id + 1, ",
+    );
+    text_value(sql, Some(ev.ts));
+    sql.push_str(", ");
+    text_value(sql, Some(ev.kind));
+    sql.push_str(", ");
+    bytes_value(sql, ev.content.as_bytes());
+    sql.push_str(", ");
+    text_value(sql, Some(ev.meta));
+    sql.push_str(", h.hash, encode(sha256(");
+    bytes_value(sql, ev.before_link);
+    sql.push_str(
+        " || convert_to(coalesce('\"' || h.hash || '\"', 'null') || '}', 'UTF8')), 'hex'), false \
+         FROM pmm_head h WHERE h.one AND (h.hash IS NULL OR h.hash ~ '^[0-9a-f]+$') \
+         AND NOT EXISTS (SELECT 1 FROM events x WHERE x.id > h.id) \
+         AND (h.id = 0 AND h.hash IS NULL \
+              OR EXISTS (SELECT 1 FROM events x WHERE x.id = h.id AND x.hash IS NOT DISTINCT FROM h.hash)) \
+         RETURNING id, prev_hash, hash) \
+         UPDATE pmm_head SET id = e.id, hash = e.hash FROM e WHERE one \
+         RETURNING e.id, e.prev_hash, e.hash; ",
+    );
+}
+
+/// What the server held at [`PgLog::append_at_head`]'s commit, from its statements after the
+/// appends: `head` (the last event it appended), where the events and vectors end, and the
+/// events after `after` it read.
 fn seen_at_commit(
     statements: &[Vec<&postgres::SimpleQueryRow>],
     head: Head,
     after: i64,
 ) -> Option<Locked> {
-    let [ends] = statements.get(3)?.as_slice() else {
+    let [ends] = statements.first()?.as_slice() else {
         return None;
     };
     let int = |v: Option<&str>| v.map_or(Some(0), |t| t.parse::<i64>().ok());
     let prefetched = statements
-        .get(4)
-        .and_then(|rows| rows.iter().map(|r| text_row_event(r)).collect::<Option<_>>())
+        .get(1)
+        .and_then(|rows| {
+            rows.iter()
+                .map(|r| text_row_event(r))
+                .collect::<Option<_>>()
+        })
         .map(|events| (after, events));
     Some(Locked {
         head: Some(head),

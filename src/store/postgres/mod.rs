@@ -67,7 +67,7 @@ use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row};
 use std::cell::RefCell;
 use std::time::Duration;
 
-pub(crate) use locked::{Feed, LinkedHere, Locked, SharedVector, Unlinked, AT_HEAD_MAX, PREFETCH};
+pub(crate) use locked::{Feed, Link, Locked, SharedVector, Unlinked, AT_HEAD_MAX, PREFETCH};
 pub use url::is_postgres_url;
 
 /// Refuses a PostgreSQL URL where only a SQLite file's path is taken (exit 2): a `REF:`

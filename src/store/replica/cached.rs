@@ -11,7 +11,7 @@ use crate::store::log::Writer;
 use crate::store::log::{
     fork_error, link, verbatim_refusal, Checkpoint, Ending, Links, SessionTxn, SessionWriter, Txn,
 };
-use crate::store::postgres::{self, LinkedHere, Locked, SharedVector, Unlinked, AT_HEAD_MAX};
+use crate::store::postgres::{self, Link, Locked, SharedVector, Unlinked, AT_HEAD_MAX};
 use crate::store::sqlite::{self, Reads, ReadsThrough};
 use crate::store::{notices, Filter, Head};
 use crate::{Error, Result};
@@ -141,82 +141,90 @@ impl Cached {
         })
     }
 
-    /// [`Writer::append_independent`] as the server makes it ([`PgLog::append_at_head`]: one
-    /// round trip, the head lock held only while the server works), then the cache caught up
-    /// to it; `None` when the server did not append it (a reader's connection, a big event, a
-    /// server that refused it), for the transaction of [`Cached::begin`] to append instead.
-    /// The link the server made is checked here, as every catch-up checks it.
-    fn append_at_head(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Option<Event>> {
+    /// [`Writer::append_independents`] as the server makes them ([`PgLog::append_at_head`]:
+    /// one round trip, the head lock held only while the server works) for as many of `evs`
+    /// as one message takes, then the cache caught up to them; each handed to `appended`. How
+    /// many were appended: none when the server did not append the first (a reader's
+    /// connection, a big event, a server that refused it), for the transaction of
+    /// [`Cached::begin`] to append instead. The links the server made are checked here, as
+    /// every catch-up checks them.
+    ///
+    /// [`PgLog::append_at_head`]: postgres::PgLog
+    fn append_at_head(
+        &mut self,
+        evs: &[NewEvent],
+        clock: &Clock,
+        appended: &mut dyn FnMut(Event) -> Result<()>,
+    ) -> Result<usize> {
         if !self.server.writer {
-            return Ok(None);
+            return Ok(0);
         }
         injected_fault()?;
-        let mut before_link = Vec::new();
-        let made = canon::write_event_payload_before_link(
-            &mut before_link,
-            ev.kind.as_str(),
-            &ev.content,
-            &ev.meta,
-        );
-        let meta = canon::to_string(&Value::Object(ev.meta.clone()));
-        let (Ok(()), Ok(meta)) = (made, meta) else {
-            return Ok(None); // the host's append says why
-        };
-        if before_link.len() + ev.content.len() + meta.len() > AT_HEAD_MAX {
-            return Ok(None);
+        let ready = Ready::fitting(evs, clock);
+        if ready.is_empty() {
+            return Ok(0);
         }
+        let unlinked: Vec<Unlinked<'_>> =
+            ready.iter().zip(evs).map(|(r, e)| r.unlinked(e)).collect();
         let cache_head = self.cache.head()?;
         self.server.log.revive()?;
-        let ts = clock.ts();
-        let unlinked = Unlinked {
-            ts: &ts,
-            kind: ev.kind.as_str(),
-            content: &ev.content,
-            meta: &meta,
-            before_link: &before_link,
-        };
         let after = super::read_after(cache_head.as_ref());
         let held = cache_head.map(|h| h.id);
         let Some(linked) = self.server.log.append_at_head(&unlinked, after, held)? else {
-            return Ok(None);
+            return Ok(0);
         };
-        let event = self.confirm(ev, &ts, &linked)?;
+        let events = self.confirm(evs, &ready, &linked.links)?;
         if let Err(e) = self.catch_up_with(linked.seen) {
             notices::push(format!(
-                "event {} is committed on the server, but this host's cache of it could not be ({e}); it is behind, and is caught up by the next program that opens the ledger",
-                event.id
+                "events up to {} are committed on the server, but this host's cache of them could not be ({e}); it is behind, and is caught up by the next program that opens the ledger",
+                linked.links.last().map_or(0, |l| l.id)
             ));
         }
-        Ok(Some(event))
+        let n = events.len();
+        for e in events {
+            appended(e)?;
+        }
+        Ok(n)
     }
 
-    /// The event the server appended for `ev` at `ts` ([`Cached::append_at_head`]), once its
-    /// hash is checked: the hash of its payload linked to the `prev_hash` the server gave it.
-    fn confirm(&self, ev: &NewEvent, ts: &str, linked: &LinkedHere) -> Result<Event> {
-        let before = (linked.id > 1).then(|| Head {
-            id: linked.id - 1,
-            hash: linked.prev_hash.clone(),
+    /// The events the server appended for `evs` ([`Cached::append_at_head`]), once their
+    /// links are checked: each one's hash is the hash of its payload linked to the event
+    /// before, from the `prev_hash` the server gave the first.
+    fn confirm(&self, evs: &[NewEvent], ready: &[Ready], links: &[Link]) -> Result<Vec<Event>> {
+        let mut before = links.first().filter(|l| l.id > 1).map(|l| Head {
+            id: l.id - 1,
+            hash: l.prev_hash.clone(),
         });
-        let event = link(
-            before.as_ref(),
-            &ev.kind,
-            &ev.content,
-            &ev.meta,
-            ts,
-            &mut Vec::new(),
-        )?;
-        if event.id != linked.id || event.hash.as_deref() != Some(linked.hash.as_str()) {
-            return Err(Error::Damaged {
-                path: self.shown_url.clone().into(),
-                why: format!(
-                    "the server appended event {} with hash {}, but its payload hashes to {} (run pmm-verify on the ledger)",
-                    linked.id,
-                    linked.hash,
-                    event.hash.as_deref().unwrap_or("null")
-                ),
+        let mut out = Vec::with_capacity(links.len());
+        for ((ev, r), l) in evs.iter().zip(ready).zip(links) {
+            let event = link(
+                before.as_ref(),
+                &ev.kind,
+                &ev.content,
+                &ev.meta,
+                &r.ts,
+                &mut Vec::new(),
+            )?;
+            if (event.id, &event.prev_hash, event.hash.as_deref())
+                != (l.id, &l.prev_hash, Some(l.hash.as_str()))
+            {
+                return Err(Error::Damaged {
+                    path: self.shown_url.clone().into(),
+                    why: format!(
+                        "the server appended event {} with hash {}, but its payload linked to the event before hashes to {} (run pmm-verify on the ledger)",
+                        l.id,
+                        l.hash,
+                        event.hash.as_deref().unwrap_or("null")
+                    ),
+                });
+            }
+            before = Some(Head {
+                id: event.id,
+                hash: event.hash.clone(),
             });
+            out.push(event);
         }
-        Ok(event)
+        Ok(out)
     }
 
     /// Catches the cache up to what the server held at the commit of an append it made
@@ -403,6 +411,61 @@ impl<'a> CachedBatch<'a> {
     }
 }
 
+/// What an event becomes before the server links it ([`Unlinked`]): its time, its meta's
+/// canonical text and its hashed payload up to its link.
+struct Ready {
+    ts: String,
+    meta: String,
+    before_link: Vec<u8>,
+}
+
+impl Ready {
+    /// `ev` made ready at `clock`'s time; `None` when its meta has no canonical form (the
+    /// host's append says why).
+    fn of(ev: &NewEvent, clock: &Clock) -> Option<Ready> {
+        let mut before_link = Vec::new();
+        canon::write_event_payload_before_link(
+            &mut before_link,
+            ev.kind.as_str(),
+            &ev.content,
+            &ev.meta,
+        )
+        .ok()?;
+        Some(Ready {
+            ts: clock.ts(),
+            meta: canon::to_string(&Value::Object(ev.meta.clone())).ok()?,
+            before_link,
+        })
+    }
+
+    /// The first of `evs` made ready, as many as one message to the server takes
+    /// ([`AT_HEAD_MAX`]).
+    fn fitting(evs: &[NewEvent], clock: &Clock) -> Vec<Ready> {
+        let mut out = Vec::new();
+        let mut size = 0;
+        for ev in evs {
+            let Some(r) = Ready::of(ev, clock) else { break };
+            size += r.unlinked(ev).size();
+            if size > AT_HEAD_MAX {
+                break;
+            }
+            out.push(r);
+        }
+        out
+    }
+
+    /// The event as the server is handed it.
+    fn unlinked<'a>(&'a self, ev: &'a NewEvent) -> Unlinked<'a> {
+        Unlinked {
+            ts: &self.ts,
+            kind: ev.kind.as_str(),
+            content: &ev.content,
+            meta: &self.meta,
+            before_link: &self.before_link,
+        }
+    }
+}
+
 /// Every read of a cached ledger is the cache's: caught up from the server, and read at
 /// SQLite's speed with every derived index beside it.
 impl ReadsThrough for Cached {
@@ -483,13 +546,36 @@ impl Writer for Cached {
         batch.commit()?;
         Ok(out)
     }
-    /// Linked by the server in one round trip ([`Cached::append_at_head`]), else by this host
-    /// in [`Cached::begin`]'s transaction.
+    /// [`Writer::append_independents`] of one.
     fn append_independent(&mut self, ev: &NewEvent, clock: &Clock) -> Result<Event> {
-        match self.append_at_head(ev, clock)? {
-            Some(event) => Ok(event),
-            None => self.transact(&mut |tx| tx.append_linked(ev, &clock.ts())),
+        let mut out = None;
+        self.append_independents(std::slice::from_ref(ev), clock, &mut |e| {
+            out = Some(e);
+            Ok(())
+        })?;
+        out.ok_or_else(|| Error::bad_input(None, "the event was not appended"))
+    }
+    /// Linked by the server, as many at a time as one round trip takes
+    /// ([`Cached::append_at_head`]); an event the server does not link, by this host in
+    /// [`Cached::begin`]'s transaction.
+    fn append_independents(
+        &mut self,
+        evs: &[NewEvent],
+        clock: &Clock,
+        appended: &mut dyn FnMut(Event) -> Result<()>,
+    ) -> Result<()> {
+        let mut rest = evs;
+        while let Some(first) = rest.first() {
+            let n = match self.append_at_head(rest, clock, appended)? {
+                0 => {
+                    appended(self.transact(&mut |tx| tx.append_linked(first, &clock.ts()))?)?;
+                    1
+                }
+                n => n,
+            };
+            rest = &rest[n..];
         }
+        Ok(())
     }
 }
 

@@ -319,7 +319,11 @@ fn an_append_refuses_a_head_row_that_disagrees_with_the_events() {
             // host's append says why.
             let clock = Clock::pinned(TS).unwrap();
             let independent = c.append_independent(&ev(9), &clock).unwrap_err();
-            assert_eq!(independent.to_string(), said, "{which}: linked by the server");
+            assert_eq!(
+                independent.to_string(),
+                said,
+                "{which}: linked by the server"
+            );
             assert_eq!(c.server_mut().linked_here(), 0, "{which}");
             assert!(
                 matches!(err, crate::Error::Damaged { .. }),
@@ -445,17 +449,42 @@ fn an_independent_append_is_linked_by_the_server_in_one_round_trip() {
     assert_eq!(b.server_mut().reads_after(), reads, "no read of its own");
     assert_eq!(b.head().unwrap(), on_server(log.url()).head().unwrap());
     assert_eq!(all_events(&b), all_events(&on_server(log.url())));
-    assert_eq!(b.get(5).unwrap().unwrap(), e, "the cache holds what it returned");
+    assert_eq!(
+        b.get(5).unwrap().unwrap(),
+        e,
+        "the cache holds what it returned"
+    );
     // Too big for one message: the host links it.
     let big = NewEvent::new(Kind::TestEvent, "x".repeat(20_000), Default::default()).unwrap();
     let e = b.append_independent(&big, &clock).unwrap();
     assert_eq!((e.id, b.server_mut().linked_here()), (6, 2));
     assert_eq!(on_server(log.url()).get(6).unwrap().unwrap(), e);
+    // Several at once: one transaction on the server, the cache caught up to them all.
+    let group: Vec<NewEvent> = (8..13).map(ev).collect();
+    let mut got = Vec::new();
+    b.append_independents(&group, &clock, &mut |e| {
+        got.push(e);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(
+        got.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [7, 8, 9, 10, 11]
+    );
+    assert_eq!(b.server_mut().linked_here(), 7);
+    let xacts = psql(
+        log.url(),
+        "SELECT count(DISTINCT xmin::text) FROM events WHERE id BETWEEN 7 AND 11",
+    )
+    .unwrap();
+    assert_eq!(xacts.trim(), "1", "one transaction");
+    assert_eq!(all_events(&b), all_events(&on_server(log.url())));
     // A reader's connection appends nothing, either way.
-    let mut r = open_with_cache(log.url(), false, 5_000, &log.hosts.path().join("r/pg.db")).unwrap();
+    let mut r =
+        open_with_cache(log.url(), false, 5_000, &log.hosts.path().join("r/pg.db")).unwrap();
     let err = r.append_independent(&ev(7), &clock).unwrap_err();
     assert!(err.to_string().contains("opened for reading"), "{err}");
-    assert_eq!(on_server(log.url()).max_id().unwrap(), 6);
+    assert_eq!(on_server(log.url()).max_id().unwrap(), 11);
 }
 
 /// An append of a few events is one statement whose values are written as SQL text, a big
