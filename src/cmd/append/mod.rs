@@ -51,9 +51,11 @@ INPUT:
   A line longer than --max-line (default 256M) is bad input, exit 2.
 
 OUTPUT:
-  Each appended event as a JSON line, flushed as it is committed. A closed stdout
-  (pmm-append | head -1) stops the printing, not the appending: like tee -p, every input
-  line is still appended, and the exit status is what it would have been.
+  Each appended event as a JSON line, flushed as it is committed. Lines that arrive while a
+  commit runs are committed next, together (on PostgreSQL, plain lines in one round trip);
+  a line that is refused or bad comes after the lines before it are committed and printed.
+  A closed stdout (pmm-append | head -1) stops the printing, not the appending: like tee -p,
+  every input line is still appended, and the exit status is what it would have been.
 
 EXIT STATUS:
   0  every event was appended

@@ -472,6 +472,9 @@ impl PgLog {
         after: i64,
         held: Option<i64>,
     ) -> Result<Option<LinkedHere>> {
+        if !self.prepared_at_head()? {
+            return Ok(None);
+        }
         let sql = at_head_statement(self.isolation, evs, after, held);
         let c = self.client.get_mut();
         let messages = match c.simple_query(&sql) {
@@ -480,6 +483,11 @@ impl PgLog {
                 let _ = c.batch_execute("ROLLBACK");
                 if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
                     return Err(self.err(e));
+                }
+                if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) {
+                    // Gone (a `DISCARD ALL`, a pooler's other connection): prepared again
+                    // next time.
+                    self.at_head = AtHead::Unprepared;
                 }
                 let refused = e.as_db_error().and_then(|d| d.parsed_severity())
                     == Some(postgres::error::Severity::Error);
@@ -521,8 +529,64 @@ impl PgLog {
     }
 }
 
+/// Whether a connection has [`PgLog::append_at_head`]'s statements ([`PREPARE_AT_HEAD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum AtHead {
+    /// Not yet (a new connection).
+    #[default]
+    Unprepared,
+    Prepared,
+    /// The server refused them (no `sha256()` before PostgreSQL 11, say): every append is the
+    /// host's.
+    Unavailable,
+}
+
+impl PgLog {
+    /// Prepares [`PgLog::append_at_head`]'s statements on this connection unless it has them
+    /// (a round trip each, once per connection, outside any lock): whether it has them.
+    fn prepared_at_head(&mut self) -> Result<bool> {
+        if self.at_head != AtHead::Unprepared {
+            return Ok(self.at_head == AtHead::Prepared);
+        }
+        self.at_head = AtHead::Prepared;
+        // One at a time: after a statement went missing, the others may still be there.
+        for statement in PREPARE_AT_HEAD.split("; ") {
+            match self.client.get_mut().batch_execute(statement) {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
+                Err(e) if e.as_db_error().is_some() => self.at_head = AtHead::Unavailable,
+                Err(e) => return Err(self.err(e)),
+            }
+        }
+        Ok(self.at_head == AtHead::Prepared)
+    }
+}
+
+/// [`PgLog::append_at_head`]'s statements, prepared once per connection (`PREPARE`: parsed
+/// and planned once, not while each append holds the lock): `pmm_link` inserts an event
+/// (`ts`, kind, content, canonical meta, payload up to its link) after the head row, linked by
+/// the server, and moves the head row to it (nothing when the head row does not say where the
+/// events end), returning its id, `prev_hash` and hash; `pmm_ends` reads where the events and
+/// the shared vectors end; `pmm_after` the events after an id ([`PREFETCH`] at most; the
+/// second id's without content).
+pub(crate) const PREPARE_AT_HEAD: &str = "\
+PREPARE pmm_link (text, text, bytea, text, bytea) AS \
+WITH e AS (INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) \
+    SELECT h.id + 1, $1, $2, $3, $4, h.hash, \
+        encode(sha256($5 || convert_to(coalesce('\"' || h.hash || '\"', 'null') || '}', 'UTF8')), 'hex'), false \
+    FROM pmm_head h WHERE h.one AND (h.hash IS NULL OR h.hash ~ '^[0-9a-f]+$') \
+    AND NOT EXISTS (SELECT 1 FROM events x WHERE x.id > h.id) \
+    AND (h.id = 0 AND h.hash IS NULL \
+        OR EXISTS (SELECT 1 FROM events x WHERE x.id = h.id AND x.hash IS NOT DISTINCT FROM h.hash)) \
+    RETURNING id, prev_hash, hash) \
+UPDATE pmm_head SET id = e.id, hash = e.hash FROM e WHERE one RETURNING e.id, e.prev_hash, e.hash; \
+PREPARE pmm_ends AS SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors); \
+PREPARE pmm_after (bigint, bigint) AS SELECT id, ts, kind, \
+    CASE WHEN id = $2 THEN '' ELSE encode(content, 'hex') END, meta, prev_hash, hash \
+    FROM events WHERE id > $1 ORDER BY id LIMIT 64";
+
 /// [`PgLog::append_at_head`]'s one message of the simple query protocol (values written as
-/// [`one_statement`] writes them).
+/// [`one_statement`] writes them), on the statements of [`PREPARE_AT_HEAD`].
 fn at_head_statement(
     isolation: IsolationLevel,
     evs: &[Unlinked<'_>],
@@ -536,45 +600,23 @@ fn at_head_statement(
     };
     let mut sql = format!("{begin}; SELECT id FROM pmm_head WHERE one FOR UPDATE; ");
     for ev in evs {
-        linked_insert(&mut sql, ev);
+        sql.push_str("EXECUTE pmm_link(");
+        text_value(&mut sql, Some(ev.ts));
+        sql.push_str(", ");
+        text_value(&mut sql, Some(ev.kind));
+        sql.push_str(", ");
+        bytes_value(&mut sql, ev.content.as_bytes());
+        sql.push_str(", ");
+        text_value(&mut sql, Some(ev.meta));
+        sql.push_str(", ");
+        bytes_value(&mut sql, ev.before_link);
+        sql.push_str("); ");
     }
     sql.push_str(&format!(
-        "SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors); \
-         SELECT id, ts, kind, CASE WHEN id = {} THEN '' ELSE encode(content, 'hex') END, \
-         meta, prev_hash, hash FROM events WHERE id > {after} ORDER BY id LIMIT {PREFETCH}; \
-         COMMIT",
+        "EXECUTE pmm_ends; EXECUTE pmm_after({after}, {}); COMMIT",
         held.unwrap_or(0)
     ));
     sql
-}
-
-/// The statement that inserts `ev` after the head row, linked by the server, and moves the
-/// head row to it (none when the head row does not say where the events end), returning
-/// the event's id, `prev_hash` and hash.
-fn linked_insert(sql: &mut String, ev: &Unlinked<'_>) {
-    sql.push_str(
-        "WITH e AS (INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) \
-         SELECT h.id + 1, ",
-    );
-    text_value(sql, Some(ev.ts));
-    sql.push_str(", ");
-    text_value(sql, Some(ev.kind));
-    sql.push_str(", ");
-    bytes_value(sql, ev.content.as_bytes());
-    sql.push_str(", ");
-    text_value(sql, Some(ev.meta));
-    sql.push_str(", h.hash, encode(sha256(");
-    bytes_value(sql, ev.before_link);
-    sql.push_str(
-        " || convert_to(coalesce('\"' || h.hash || '\"', 'null') || '}', 'UTF8')), 'hex'), false \
-         FROM pmm_head h WHERE h.one AND (h.hash IS NULL OR h.hash ~ '^[0-9a-f]+$') \
-         AND NOT EXISTS (SELECT 1 FROM events x WHERE x.id > h.id) \
-         AND (h.id = 0 AND h.hash IS NULL \
-              OR EXISTS (SELECT 1 FROM events x WHERE x.id = h.id AND x.hash IS NOT DISTINCT FROM h.hash)) \
-         RETURNING id, prev_hash, hash) \
-         UPDATE pmm_head SET id = e.id, hash = e.hash FROM e WHERE one \
-         RETURNING e.id, e.prev_hash, e.hash; ",
-    );
 }
 
 /// What the server held at [`PgLog::append_at_head`]'s commit, from its statements after the

@@ -67,6 +67,8 @@ use postgres::{Client, GenericClient, IsolationLevel, NoTls, Row};
 use std::cell::RefCell;
 use std::time::Duration;
 
+#[cfg(test)]
+pub(crate) use locked::PREPARE_AT_HEAD;
 pub(crate) use locked::{Feed, Link, Locked, SharedVector, Unlinked, AT_HEAD_MAX, PREFETCH};
 pub use url::is_postgres_url;
 
@@ -267,6 +269,8 @@ pub struct PgLog {
     reads_after: std::cell::Cell<u64>,
     /// Events the server linked itself so far ([`PgLog::append_at_head`]).
     linked_here: u64,
+    /// Whether this connection has the statements of [`PgLog::append_at_head`].
+    at_head: locked::AtHead,
     /// The cache's `COPY` of its new events, prepared once per connection ([`PgLog::push`]).
     copy: Option<postgres::Statement>,
     /// The URL as given (never shown: it may hold a password) and whether the session is
@@ -333,6 +337,7 @@ impl PgLog {
             retries: 0,
             reads_after: Default::default(),
             linked_here: 0,
+            at_head: Default::default(),
             copy: None,
             given: url.to_string(),
             read_only,

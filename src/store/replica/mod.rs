@@ -31,6 +31,14 @@
 //!   inside the same server transaction (`Lease::push`), so that the server never waits
 //!   idle long enough to end it (`idle_in_transaction_session_timeout`); it is still all or
 //!   nothing.
+//! - **An append the server links** (`Cached::append_at_head`: events whose checks read
+//!   nothing of the ledger, `Writer::append_independents`, such as `pmm-append`'s plain
+//!   lines): one round trip locks the head row, inserts each event with the id, `prev_hash`
+//!   and hash the server makes from the head row (the payload up to `prev_hash`, its last key,
+//!   is the host's), moves the head row, reads what the catch-up needs, and commits; the host
+//!   checks every hash it was given and catches the cache up. The lock is held only while the
+//!   server works. A head row that does not say where the events end, or any refusal by the
+//!   server, leaves the append to the transaction above.
 //! - **Readers** catch the cache up and read it; they never write to the server (their
 //!   session is read-only).
 //!

@@ -479,12 +479,31 @@ fn an_independent_append_is_linked_by_the_server_in_one_round_trip() {
     .unwrap();
     assert_eq!(xacts.trim(), "1", "one transaction");
     assert_eq!(all_events(&b), all_events(&on_server(log.url())));
+    // Its statements gone from the connection (a `DISCARD ALL`): the host links the next
+    // event, and the statements are prepared again for the one after.
+    b.server_mut().execute_batch("DEALLOCATE pmm_link").unwrap();
+    assert_eq!(b.append_independent(&ev(13), &clock).unwrap().id, 12);
+    assert_eq!(b.server_mut().linked_here(), 7, "the host linked it");
+    assert_eq!(b.append_independent(&ev(14), &clock).unwrap().id, 13);
+    assert_eq!(b.server_mut().linked_here(), 8, "prepared again");
     // A reader's connection appends nothing, either way.
     let mut r =
         open_with_cache(log.url(), false, 5_000, &log.hosts.path().join("r/pg.db")).unwrap();
     let err = r.append_independent(&ev(7), &clock).unwrap_err();
     assert!(err.to_string().contains("opened for reading"), "{err}");
-    assert_eq!(on_server(log.url()).max_id().unwrap(), 11);
+    assert_eq!(on_server(log.url()).max_id().unwrap(), 13);
+    assert_eq!(all_events(&b), all_events(&on_server(log.url())));
+}
+
+/// The prepared read of a catch-up after an append the server linked reads as many events as
+/// the head lock's own read.
+#[test]
+fn the_prepared_read_after_a_link_reads_a_prefetch() {
+    let sql = crate::store::postgres::PREPARE_AT_HEAD;
+    assert!(
+        sql.contains(&format!("LIMIT {PREFETCH}\"")) || sql.ends_with(&format!("LIMIT {PREFETCH}")),
+        "{sql}"
+    );
 }
 
 /// An append of a few events is one statement whose values are written as SQL text, a big
