@@ -12,9 +12,10 @@
 #   --release    build the --library benchmark and the --size programs optimised (the streams
 #                always run release binaries, `cargo build --release --bin pmm-append`, unless --bins)
 #   --bins DIR   run the streams (and, with --size, the programs) on the binaries in DIR instead of building them
-#   --library    also the library rows: `Writer::append_one` on `store::replica::Cached`, the
-#                path every program's append takes, without a program's start (before issue 47
-#                they timed a write straight on the server that no program took; it is gone)
+#   --library    also the library rows: `Writer::append_independent` on `store::replica::Cached`,
+#                the path a plain `pmm-append` line takes, one event at a time, without a
+#                program's start (before issue 47 they timed a write straight on the server that
+#                no program took; it is gone)
 #   --size N     also the program figures on an N-event ledger (the issue's: 1000000)
 #   --keep       keep the server's directory and print its path
 #
@@ -28,13 +29,15 @@
 #   3. pmm: W concurrent `pmm-append --db postgresql://...` processes (scripts/append-streams.py),
 #      each reading one event a line on stdin and keeping its host cache in a directory of its
 #      own (W hosts), on a fresh database per W; the same W streams on a SQLite file per W.
+#      Each stream has two lines in flight: pmm-append commits the lines waiting together (on
+#      PostgreSQL in one round trip the server links; on SQLite a transaction each).
 #      Counted: events committed (printed) in N seconds after a second's warm-up; every
 #      process must exit 0 when its stdin closes.
 #   4. Prints one table: writers, SQLite, PostgreSQL, pgbench floor, PostgreSQL / floor
 #      (target at 16 writers: >= 0.7). With --library, a second table of the library path
 #      (the library's `bench_appends`, src/store/replica/tests.rs: W writers, each a host of
-#      its own with its own connection and cache file, one event per transaction through
-#      `Writer::append_one` on `Cached`).
+#      its own with its own connection and cache file, one event at a time through
+#      `Writer::append_independent` on `Cached`).
 #   5. With --size N: scripts/gen-ledger.py --chain writes N events; `pmm-append --import` loads
 #      them into a SQLite file (timed: the plain import) and into the server (timed; host A's
 #      cache fills as it goes); both get a hybrid retrieval config. Then, alternating SQLite
@@ -155,7 +158,7 @@ if ((library)); then
   fi
   out=$(grep '^bench ' "$work/appends.out")
   echo
-  echo "the library path: Writer::append_one on store::replica::Cached, each writer a host of its own (no program's start)"
+  echo "the library path: Writer::append_independent on store::replica::Cached, each writer a host of its own (no program's start)"
   printf '%-8s %12s %12s %14s %10s\n' writers sqlite/s postgres/s pgbench-floor/s pg/floor
   for w in 1 4 16; do
     s=$(sed -n "s/^bench sqlite writers=$w appends_per_s=//p" <<<"$out")

@@ -485,9 +485,12 @@ impl PgLog {
                     return Err(self.err(e));
                 }
                 if e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) {
-                    // Gone (a `DISCARD ALL`, a pooler's other connection): prepared again
-                    // next time.
-                    self.at_head = AtHead::Unprepared;
+                    // Gone (a `DISCARD ALL`): prepared again next time, once; gone twice (a
+                    // pooler that hands each transaction another connection), never again.
+                    self.at_head = match self.at_head {
+                        AtHead::Prepared => AtHead::Lost,
+                        _ => AtHead::Unavailable,
+                    };
                 }
                 let refused = e.as_db_error().and_then(|d| d.parsed_severity())
                     == Some(postgres::error::Severity::Error);
@@ -536,8 +539,12 @@ pub(crate) enum AtHead {
     #[default]
     Unprepared,
     Prepared,
-    /// The server refused them (no `sha256()` before PostgreSQL 11, say): every append is the
-    /// host's.
+    /// They went missing once: prepared again.
+    Lost,
+    /// Prepared again after they went missing once.
+    PreparedAgain,
+    /// The server refused them (no `sha256()` before PostgreSQL 11, say), or they went missing
+    /// twice: every append is the host's.
     Unavailable,
 }
 
@@ -545,20 +552,26 @@ impl PgLog {
     /// Prepares [`PgLog::append_at_head`]'s statements on this connection unless it has them
     /// (a round trip each, once per connection, outside any lock): whether it has them.
     fn prepared_at_head(&mut self) -> Result<bool> {
-        if self.at_head != AtHead::Unprepared {
-            return Ok(self.at_head == AtHead::Prepared);
-        }
-        self.at_head = AtHead::Prepared;
+        let before = self.at_head;
+        self.at_head = match before {
+            AtHead::Prepared | AtHead::PreparedAgain => return Ok(true),
+            AtHead::Unavailable => return Ok(false),
+            AtHead::Unprepared => AtHead::Prepared,
+            AtHead::Lost => AtHead::PreparedAgain,
+        };
         // One at a time: after a statement went missing, the others may still be there.
         for statement in PREPARE_AT_HEAD.split("; ") {
             match self.client.get_mut().batch_execute(statement) {
                 Ok(()) => {}
                 Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
                 Err(e) if e.as_db_error().is_some() => self.at_head = AtHead::Unavailable,
-                Err(e) => return Err(self.err(e)),
+                Err(e) => {
+                    self.at_head = before;
+                    return Err(self.err(e));
+                }
             }
         }
-        Ok(self.at_head == AtHead::Prepared)
+        Ok(self.at_head != AtHead::Unavailable)
     }
 }
 

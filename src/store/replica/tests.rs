@@ -486,12 +486,19 @@ fn an_independent_append_is_linked_by_the_server_in_one_round_trip() {
     assert_eq!(b.server_mut().linked_here(), 7, "the host linked it");
     assert_eq!(b.append_independent(&ev(14), &clock).unwrap().id, 13);
     assert_eq!(b.server_mut().linked_here(), 8, "prepared again");
+    // Gone twice (a pooler handing each transaction another connection): never again on
+    // this connection, every append the host's.
+    b.server_mut().execute_batch("DEALLOCATE pmm_link").unwrap();
+    for i in 15..17 {
+        b.append_independent(&ev(i), &clock).unwrap();
+    }
+    assert_eq!(b.server_mut().linked_here(), 8, "the host linked them");
     // A reader's connection appends nothing, either way.
     let mut r =
         open_with_cache(log.url(), false, 5_000, &log.hosts.path().join("r/pg.db")).unwrap();
     let err = r.append_independent(&ev(7), &clock).unwrap_err();
     assert!(err.to_string().contains("opened for reading"), "{err}");
-    assert_eq!(on_server(log.url()).max_id().unwrap(), 13);
+    assert_eq!(on_server(log.url()).max_id().unwrap(), 15);
     assert_eq!(all_events(&b), all_events(&on_server(log.url())));
 }
 
