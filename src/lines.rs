@@ -286,6 +286,11 @@ impl<R: Read + std::os::fd::AsFd> Piped<R> {
         }
     }
 
+    /// Has `bytes` (what was read of the input before, up to a line's end) read again first.
+    pub fn unread(&mut self, bytes: Vec<u8>) {
+        self.first = io::Cursor::new(bytes);
+    }
+
     /// Whether a whole line (up to its `\n`) can be read now without waiting for the input:
     /// one is buffered, or the input has bytes ready (then read, once) that hold one. A part
     /// of a line buffered without its end is not one (reading it could wait for the rest).
@@ -352,6 +357,18 @@ mod tests {
     /// for its end), and an empty pipe is not; what was read before comes first.
     #[test]
     fn piped_says_a_line_is_waiting_only_when_it_is_whole() {
+        // A `line_waiting` that waited for the input would hang: it fails here instead.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            piped_lines();
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("Piped waited for the input (or failed: see the thread's panic)");
+    }
+
+    fn piped_lines() {
         use std::io::Write;
         let (r, mut w) = std::io::pipe().unwrap();
         let mut p = Piped::new(b"first\n".to_vec(), r);

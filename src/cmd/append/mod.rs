@@ -263,8 +263,8 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
     // What stdin says is checked before the ledger is opened, which may make it: a bad first
     // line (with --keep-ts, any bad line) leaves no new ledger behind. Once opened, a ledger is
     // never removed again: another writer may have opened it too (issue 44, N0).
-    let stdin = std::io::stdin();
-    let mut stdin = stdin.lock();
+    // One buffer over stdin, so that `Piped::line_waiting` sees every byte read ahead.
+    let mut stdin = Piped::new(Vec::new(), std::io::stdin().lock());
     let pending = match single {
         Some(ev) => Pending::One(ev),
         None if args.keep_ts => Pending::Timed(read_timed(&mut stdin)?),
@@ -292,11 +292,11 @@ fn append(args: &Args, out: &mut Out) -> anyhow::Result<Exit> {
         Pending::Timed(events) => keep_ts(&mut ledger, events, &clock, out),
         Pending::First(first) => {
             // Line 1 is read again, from memory, then the rest of stdin.
+            stdin.unread(first);
             if args.batch {
-                let mut lines = std::io::Cursor::new(first).chain(stdin);
-                batch(&mut ledger, &mut lines, &clock, out)
+                batch(&mut ledger, &mut stdin, &clock, out)
             } else {
-                streaming(&mut ledger, &mut Piped::new(first, stdin), &clock, out)
+                streaming(&mut ledger, &mut stdin, &clock, out)
             }
         }
     };
@@ -419,13 +419,22 @@ fn streaming<W: Writer, R: Read + std::os::fd::AsFd>(
                 }
             }
         }
+        // The line of the event being appended or printed (the group's lines follow each
+        // other): a failure names it.
         let mut line = first;
-        ledger
-            .append_independents(&group, clock, &mut |event| {
-                line += 1;
-                print_committed(out, event).map_err(|e| Error::bad_input(None, e.to_string()))
-            })
-            .with_context(|| format!("<stdin>:{line}"))?;
+        let mut printing = Ok(());
+        let appended = ledger.append_independents(&group, clock, &mut |event| {
+            printing = print_committed(out, event);
+            match &printing {
+                Ok(()) => {
+                    line += 1;
+                    Ok(())
+                }
+                Err(_) => Err(Error::bad_input(None, "printing stopped")),
+            }
+        });
+        printing.with_context(|| format!("<stdin>:{line}: committed, not printed"))?;
+        appended.with_context(|| format!("<stdin>:{line}"))?;
         after?;
     }
 }

@@ -25,6 +25,7 @@ impl PgLog {
                     *self = PgLog {
                         isolation,
                         retries: self.retries,
+                        linked_here: self.linked_here,
                         ..fresh
                     };
                     return Ok(true);

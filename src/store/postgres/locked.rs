@@ -425,7 +425,7 @@ pub(crate) struct Unlinked<'a> {
 impl Unlinked<'_> {
     /// About how much of [`PgLog::append_at_head`]'s message this event takes.
     pub(crate) fn size(&self) -> usize {
-        2 * (self.content.len() + self.meta.len() + self.before_link.len()) + 1_200
+        2 * (self.content.len() + self.meta.len() + self.before_link.len()) + 200
     }
 }
 
@@ -492,11 +492,14 @@ impl PgLog {
                         _ => AtHead::Unavailable,
                     };
                 }
+                if e.code() == Some(&SqlState::QUERY_CANCELED) {
+                    return Err(self.err(e)); // a statement timeout: waiting again would too
+                }
                 let refused = e.as_db_error().and_then(|d| d.parsed_severity())
                     == Some(postgres::error::Severity::Error);
                 return match refused {
                     true => Ok(None),
-                    false => Err(self.err(e)),
+                    false => self.after_a_lost_connection(e, evs, after),
                 };
             }
         };
@@ -563,7 +566,11 @@ impl PgLog {
         for statement in PREPARE_AT_HEAD.split("; ") {
             match self.client.get_mut().batch_execute(statement) {
                 Ok(()) => {}
-                Err(e) if e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
+                // Still there from before they went missing; on a new connection, a
+                // statement of that name is somebody else's.
+                Err(e)
+                    if before == AtHead::Lost
+                        && e.code() == Some(&SqlState::DUPLICATE_PSTATEMENT) => {}
                 Err(e) if e.as_db_error().is_some() => self.at_head = AtHead::Unavailable,
                 Err(e) => {
                     self.at_head = before;
@@ -576,14 +583,15 @@ impl PgLog {
 }
 
 /// [`PgLog::append_at_head`]'s statements, prepared once per connection (`PREPARE`: parsed
-/// and planned once, not while each append holds the lock): `pmm_link` inserts an event
+/// and planned once, not while each append holds the lock), their names versioned (a new
+/// version of them is a new name: `_v2`): `pmm_link` inserts an event
 /// (`ts`, kind, content, canonical meta, payload up to its link) after the head row, linked by
 /// the server, and moves the head row to it (nothing when the head row does not say where the
 /// events end), returning its id, `prev_hash` and hash; `pmm_ends` reads where the events and
 /// the shared vectors end; `pmm_after` the events after an id ([`PREFETCH`] at most; the
 /// second id's without content).
 pub(crate) const PREPARE_AT_HEAD: &str = "\
-PREPARE pmm_link (text, text, bytea, text, bytea) AS \
+PREPARE pmm_link_v1 (text, text, bytea, text, bytea) AS \
 WITH e AS (INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, accepted_break) \
     SELECT h.id + 1, $1, $2, $3, $4, h.hash, \
         encode(sha256($5 || convert_to(coalesce('\"' || h.hash || '\"', 'null') || '}', 'UTF8')), 'hex'), false \
@@ -593,10 +601,81 @@ WITH e AS (INSERT INTO events (id, ts, kind, content, meta, prev_hash, hash, acc
         OR EXISTS (SELECT 1 FROM events x WHERE x.id = h.id AND x.hash IS NOT DISTINCT FROM h.hash)) \
     RETURNING id, prev_hash, hash) \
 UPDATE pmm_head SET id = e.id, hash = e.hash FROM e WHERE one RETURNING e.id, e.prev_hash, e.hash; \
-PREPARE pmm_ends AS SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors); \
-PREPARE pmm_after (bigint, bigint) AS SELECT id, ts, kind, \
+PREPARE pmm_ends_v1 AS SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM pmm_vectors); \
+PREPARE pmm_after_v1 (bigint, bigint) AS SELECT id, ts, kind, \
     CASE WHEN id = $2 THEN '' ELSE encode(content, 'hex') END, meta, prev_hash, hash \
     FROM events WHERE id > $1 ORDER BY id LIMIT 64";
+
+impl PgLog {
+    /// What became of [`PgLog::append_at_head`]'s appends when the connection was lost
+    /// (`e`: a server restart, an idle-session timeout, a cut link) before it answered:
+    /// connected again, the head lock taken (a transaction the old connection may still hold
+    /// ends first), the server is asked whether the first of `evs` is there — its time, kind,
+    /// content and meta are this host's own. Committed, the events as the server linked them;
+    /// not, `None` (the host's append runs, once); `e` when no connection can be made.
+    fn after_a_lost_connection(
+        &mut self,
+        e: postgres::Error,
+        evs: &[Unlinked<'_>],
+        after: i64,
+    ) -> Result<Option<LinkedHere>> {
+        if !self.client.get_mut().is_closed() || !self.revive()? {
+            return Err(self.err(e));
+        }
+        let first = &evs[0];
+        let found: Option<i64> = {
+            let mut tx = self
+                .client
+                .get_mut()
+                .transaction()
+                .map_err(|e| self.ctx.err(e))?;
+            tx.batch_execute("SELECT 1 FROM pmm_head WHERE one FOR UPDATE")
+                .map_err(|e| self.ctx.err(e))?;
+            let row = tx
+                .query_opt(
+                    "SELECT id FROM events WHERE id > $1 AND ts = $2 AND kind = $3 \
+                     AND content = $4 AND meta = $5 ORDER BY id LIMIT 1",
+                    &[
+                        &after,
+                        &first.ts,
+                        &first.kind,
+                        &first.content.as_bytes(),
+                        &first.meta,
+                    ],
+                )
+                .map_err(|e| self.ctx.err(e))?;
+            row.map(|r| r.get(0))
+        };
+        let Some(id) = found else {
+            return Ok(None);
+        };
+        let events = self.events_after(id - 1, evs.len() as i64)?;
+        let links: Vec<Link> = events
+            .into_iter()
+            .map(|ev| Link {
+                id: ev.id,
+                prev_hash: ev.prev_hash,
+                hash: ev.hash.unwrap_or_default(),
+            })
+            .collect();
+        let Some(last) = links.last().filter(|_| links.len() == evs.len()) else {
+            return Err(self.fail("the server holds only part of an append it committed"));
+        };
+        let head = Head {
+            id: last.id,
+            hash: Some(last.hash.clone()),
+        };
+        // Where the events and vectors end is not known: the catch-up reads for itself.
+        let seen = Locked {
+            head: Some(head),
+            last_event: i64::MAX,
+            vectors_seq: i64::MAX,
+            prefetched: None,
+        };
+        self.linked_here += links.len() as u64;
+        Ok(Some(LinkedHere { links, seen }))
+    }
+}
 
 /// [`PgLog::append_at_head`]'s one message of the simple query protocol (values written as
 /// [`one_statement`] writes them), on the statements of [`PREPARE_AT_HEAD`].
@@ -613,7 +692,7 @@ fn at_head_statement(
     };
     let mut sql = format!("{begin}; SELECT id FROM pmm_head WHERE one FOR UPDATE; ");
     for ev in evs {
-        sql.push_str("EXECUTE pmm_link(");
+        sql.push_str("EXECUTE pmm_link_v1(");
         text_value(&mut sql, Some(ev.ts));
         sql.push_str(", ");
         text_value(&mut sql, Some(ev.kind));
@@ -626,7 +705,7 @@ fn at_head_statement(
         sql.push_str("); ");
     }
     sql.push_str(&format!(
-        "EXECUTE pmm_ends; EXECUTE pmm_after({after}, {}); COMMIT",
+        "EXECUTE pmm_ends_v1; EXECUTE pmm_after_v1({after}, {}); COMMIT",
         held.unwrap_or(0)
     ));
     sql

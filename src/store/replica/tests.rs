@@ -481,14 +481,18 @@ fn an_independent_append_is_linked_by_the_server_in_one_round_trip() {
     assert_eq!(all_events(&b), all_events(&on_server(log.url())));
     // Its statements gone from the connection (a `DISCARD ALL`): the host links the next
     // event, and the statements are prepared again for the one after.
-    b.server_mut().execute_batch("DEALLOCATE pmm_link").unwrap();
+    b.server_mut()
+        .execute_batch("DEALLOCATE pmm_link_v1")
+        .unwrap();
     assert_eq!(b.append_independent(&ev(13), &clock).unwrap().id, 12);
     assert_eq!(b.server_mut().linked_here(), 7, "the host linked it");
     assert_eq!(b.append_independent(&ev(14), &clock).unwrap().id, 13);
     assert_eq!(b.server_mut().linked_here(), 8, "prepared again");
     // Gone twice (a pooler handing each transaction another connection): never again on
     // this connection, every append the host's.
-    b.server_mut().execute_batch("DEALLOCATE pmm_link").unwrap();
+    b.server_mut()
+        .execute_batch("DEALLOCATE pmm_link_v1")
+        .unwrap();
     for i in 15..17 {
         b.append_independent(&ev(i), &clock).unwrap();
     }
@@ -500,6 +504,29 @@ fn an_independent_append_is_linked_by_the_server_in_one_round_trip() {
     assert!(err.to_string().contains("opened for reading"), "{err}");
     assert_eq!(on_server(log.url()).max_id().unwrap(), 15);
     assert_eq!(all_events(&b), all_events(&on_server(log.url())));
+}
+
+/// A connection the server closed while the host was idle (an idle-session timeout, a
+/// restart) is found closed by the append the server was to link: connected again, the host
+/// asks whether it was committed (it was not), and appends it once.
+#[test]
+fn an_independent_append_after_the_server_closed_the_connection_is_appended_once() {
+    let Some(log) = CachedPg::new() else { return };
+    let clock = Clock::pinned(TS).unwrap();
+    let mut a = log.host("a", 30_000);
+    a.append_independent(&ev(0), &clock).unwrap();
+    a.server_mut()
+        .execute_batch("SET idle_session_timeout = '200ms'")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let e = a.append_independent(&ev(1), &clock).unwrap();
+    assert_eq!(e.id, 2);
+    let server = on_server(log.url());
+    assert_eq!(server.max_id().unwrap(), 2, "appended once");
+    assert_eq!(all_events(&a), all_events(&server));
+    // And the next is linked by the server on the new connection.
+    assert_eq!(a.append_independent(&ev(2), &clock).unwrap().id, 3);
+    assert_eq!(a.server_mut().linked_here(), 2);
 }
 
 /// The prepared read of a catch-up after an append the server linked reads as many events as
