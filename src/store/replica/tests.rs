@@ -541,9 +541,10 @@ fn the_prepared_read_after_a_link_reads_a_prefetch() {
 }
 
 /// An append of a few events is one statement whose values are written as SQL text, a big
-/// one a binary `COPY`: both store exactly the bytes the cache holds (quotes, backslashes,
-/// dollar signs, NUL, astral characters, a line break), even with the server's
-/// `standard_conforming_strings` off, and a new host catches them up with every hash checked.
+/// one a binary `COPY`, and events the server links are `EXECUTE`d with the same values: all
+/// store exactly the bytes the cache holds (quotes, backslashes, dollar signs, NUL, astral
+/// characters, a line break), even with the server's `standard_conforming_strings` off, and a
+/// new host catches them up with every hash checked.
 #[test]
 fn a_small_and_a_big_push_store_the_same_bytes_as_the_cache() {
     let Some(log) = CachedPg::new() else { return };
@@ -573,9 +574,15 @@ fn a_small_and_a_big_push_store_the_same_bytes_as_the_cache() {
         Ok(())
     })
     .unwrap();
+    // And linked by the server: its hash of the same bytes is the host's.
+    let clock = Clock::pinned(TS).unwrap();
+    let twice = [tricky.clone(), tricky.clone()];
+    host.append_independents(&twice, &clock, &mut |_| Ok(()))
+        .unwrap();
+    assert_eq!(host.server_mut().linked_here(), 2, "linked by the server");
     let all = all_events;
     let cached = all(&host);
-    assert_eq!(cached.len(), 5);
+    assert_eq!(cached.len(), 7);
     assert_eq!(all(&on_server(log.url())), cached, "the server's rows");
     // A new host's cache is caught up as it opens, each event's hash checked.
     let fresh = log.host("b", 30_000);
