@@ -273,31 +273,13 @@ pub(crate) fn independent_appends_are_what_pmm_append_writes(log: impl Fresh) {
 /// Independent appends and transactions of their own on several connections at once: every
 /// event once, ids gap-free, every link to the event before.
 pub(crate) fn independent_and_transacted_appends_at_once_never_fork(log: impl Fresh) {
-    const WRITERS: usize = 4;
-    const EACH: usize = 25;
     let clock = Clock::pinned(TS).unwrap();
-    std::thread::scope(|s| {
-        for w in 0..WRITERS {
-            let (log, clock) = (&log, &clock);
-            s.spawn(move || {
-                let mut c = log.connect();
-                for i in 0..EACH {
-                    let ev = event(Kind::TestEvent, &format!("writer {w} event {i}"), json!({}));
-                    match (w + i) % 3 {
-                        0 => c.append_one(&ev, TS).unwrap(),
-                        _ => c.append_independent(&ev, clock).unwrap(),
-                    };
-                }
-            });
-        }
+    writers_at_once(&log, &|c, ev, n| {
+        match n % 3 {
+            0 => c.append_one(ev, TS).unwrap(),
+            _ => c.append_independent(ev, &clock).unwrap(),
+        };
     });
-    let events = all(&log.connect());
-    assert_eq!(events.len(), WRITERS * EACH);
-    assert_chained(&events);
-    let mut contents: Vec<&str> = events.iter().map(|e| e.content.as_str()).collect();
-    contents.sort_unstable();
-    contents.dedup();
-    assert_eq!(contents.len(), WRITERS * EACH, "every event once");
 }
 
 /// An independent append that waits for another writer's transaction links to what that
@@ -331,16 +313,24 @@ pub(crate) fn an_independent_append_links_to_the_new_head(log: impl Fresh) {
 /// Writers on several connections at once, each appending in transactions of its own: every
 /// event is there once, ids gap-free, every link to the event before (no fork).
 pub(crate) fn concurrent_writers_never_fork(log: impl Fresh) {
+    writers_at_once(&log, &|c, ev, _| {
+        c.append_one(ev, TS).unwrap();
+    });
+}
+
+/// Four connections at once, each appending 25 events with `append(connection, event, n)`
+/// (`n`: the writer's number plus the event's); then every event is there once, ids gap-free,
+/// every link to the event before.
+fn writers_at_once<F: Fresh>(log: &F, append: &(dyn Fn(&mut F::Conn, &NewEvent, usize) + Sync)) {
     const WRITERS: usize = 4;
     const EACH: usize = 25;
     std::thread::scope(|s| {
         for w in 0..WRITERS {
-            let log = &log;
             s.spawn(move || {
                 let mut c = log.connect();
                 for i in 0..EACH {
                     let ev = event(Kind::TestEvent, &format!("writer {w} event {i}"), json!({}));
-                    c.append_one(&ev, TS).unwrap();
+                    append(&mut c, &ev, w + i);
                 }
             });
         }
