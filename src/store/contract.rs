@@ -285,29 +285,8 @@ pub(crate) fn independent_and_transacted_appends_at_once_never_fork(log: impl Fr
 /// An independent append that waits for another writer's transaction links to what that
 /// transaction appended.
 pub(crate) fn an_independent_append_links_to_the_new_head(log: impl Fresh) {
-    log.connect().append_one(&numbered(0), TS).unwrap();
-    let (started, wait) = mpsc::channel::<()>();
     let clock = Clock::pinned(TS).unwrap();
-    std::thread::scope(|s| {
-        let (log, clock) = (&log, &clock);
-        let waiter = s.spawn(move || {
-            let mut c = log.connect();
-            wait.recv().unwrap();
-            c.append_independent(&numbered(2), clock).unwrap()
-        });
-        let first = log
-            .connect()
-            .transact(&mut |tx| {
-                let e = tx.append_linked(&numbered(1), TS)?;
-                let _ = started.send(());
-                std::thread::sleep(Duration::from_millis(300));
-                Ok(e)
-            })
-            .unwrap();
-        let second = waiter.join().unwrap();
-        assert_eq!((second.id, &second.prev_hash), (3, &first.hash));
-    });
-    assert_chained(&all(&log.connect()));
+    a_waiter_links_to_the_new_head(&log, &|c, ev| c.append_independent(ev, &clock).unwrap());
 }
 
 /// Writers on several connections at once, each appending in transactions of its own: every
@@ -347,14 +326,22 @@ fn writers_at_once<F: Fresh>(log: &F, append: &(dyn Fn(&mut F::Conn, &NewEvent, 
 /// A writer that waits for another's transaction links to what that transaction appended,
 /// not to the head it would have read before waiting.
 pub(crate) fn a_waiting_writer_links_to_the_new_head(log: impl Fresh) {
+    a_waiter_links_to_the_new_head(&log, &|c, ev| c.append_one(ev, TS).unwrap());
+}
+
+/// A writer that appends with `append` while another connection's transaction holds the
+/// write (started after it, so that it must wait) links to what that transaction appended.
+fn a_waiter_links_to_the_new_head<F: Fresh>(
+    log: &F,
+    append: &(dyn Fn(&mut F::Conn, &NewEvent) -> Event + Sync),
+) {
     log.connect().append_one(&numbered(0), TS).unwrap();
     let (started, wait) = mpsc::channel::<()>();
     let second = std::thread::scope(|s| {
-        let log = &log;
         let waiter = s.spawn(move || {
             let mut c = log.connect();
             wait.recv().unwrap();
-            c.append_one(&numbered(2), TS).unwrap()
+            append(&mut c, &numbered(2))
         });
         let mut c = log.connect();
         let first = c

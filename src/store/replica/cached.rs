@@ -556,7 +556,7 @@ impl Writer for Cached {
         out.ok_or_else(|| Error::bad_input(None, "the event was not appended"))
     }
     /// Linked by the server, as many at a time as one round trip takes
-    /// ([`Cached::append_at_head`]); an event the server does not link, by this host in
+    /// (`Cached::append_at_head`); an event the server does not link, by this host in
     /// [`Cached::begin`]'s transaction.
     fn append_independents(
         &mut self,
